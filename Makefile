@@ -1,0 +1,42 @@
+# Thin front door over CMake. `make test` and `make run` work on a fresh Debian 12 machine.
+BUILD      ?= build
+JOBS       ?= $(shell nproc)
+CUDA_ARCHS ?= 89;90
+CMAKE_ARGS ?=
+DEMO_MODEL := $(BUILD)/demo/tiny.gguf
+PORT       ?= 8080
+
+# Debian packages the build and the tests need (see README: Dependencies).
+DEB_PACKAGES := build-essential cmake ninja-build pkg-config libboost1.81-dev nlohmann-json3-dev \
+                libfmt-dev catch2 libpcre2-dev libicu-dev libcli11-dev libomp-dev curl python3 \
+                python3-prometheus-client nodejs
+
+ifeq ($(CI),true)
+  CMAKE_ARGS += -DTANDEM_WERROR=ON
+endif
+
+.PHONY: all deps configure build test run clean perf-gate
+
+all: build
+
+deps:
+	@scripts/install-deps.sh $(DEB_PACKAGES)
+
+configure: deps
+	@cmake -S . -B $(BUILD) -G Ninja -DTANDEM_CUDA_ARCHS="$(CUDA_ARCHS)" $(CMAKE_ARGS) >/dev/null
+
+build: configure
+	@cmake --build $(BUILD) -j $(JOBS)
+
+test: build
+	@ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS)
+
+$(DEMO_MODEL): build
+	@mkdir -p $(dir $(DEMO_MODEL))
+	@test -f $(DEMO_MODEL) || $(BUILD)/tandem synth --preset tiny --out $(DEMO_MODEL) --seed 1
+
+run: build $(DEMO_MODEL)
+	@$(BUILD)/tandem generate -m $(DEMO_MODEL) -p "Hello from Tandem" -n 32 --seed 1
+
+clean:
+	rm -rf $(BUILD)

@@ -1,0 +1,35 @@
+// tandem/chat_template.h - renders chat messages into a prompt in the model's template family.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace tandem {
+
+struct chat_message {
+    std::string role;     // "system", "user", "assistant" (others are rejected by the API layer)
+    std::string content;
+};
+
+enum class chat_template_family {
+    chatml,      // <|im_start|>role\n...<|im_end|>\n (Qwen2/Qwen3)
+    qwen3,       // ChatML plus Qwen3's <think> handling
+    fallback,    // unknown template: documented plain "role: content" rendering
+};
+
+struct chat_template {
+    chat_template_family family = chat_template_family::fallback;
+    std::string source;  // the GGUF's tokenizer.chat_template text ("" when absent)
+
+    // Detects the family from the template text; unknown text gives `fallback` (callers warn).
+    static chat_template detect(const std::string &source);
+
+    // add_generation_prompt opens an assistant turn; with enable_thinking false, Qwen3 gets an
+    // empty "<think>\n\n</think>\n\n" block as its own template does.
+    std::string render(const std::vector<chat_message> &messages, bool add_generation_prompt,
+                       bool enable_thinking = true) const;
+};
+
+const char *chat_template_family_name(chat_template_family family);
+
+}  // namespace tandem

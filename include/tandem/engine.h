@@ -1,0 +1,61 @@
+// tandem/engine.h - the one engine call: a forward pass over rows (slot, position, token) that
+// may come from several sessions, on a backend and a placement plan.
+#pragma once
+
+#include "tandem/model.h"
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace tandem {
+
+class gguf_file;
+
+struct engine_row {
+    int32_t slot = 0;         // KV slot (session) the row belongs to
+    int32_t pos = 0;          // position in that slot's sequence
+    int32_t token = 0;        // input token id
+    bool want_logits = false; // write this row's logits to the output
+};
+
+struct engine_options {
+    std::string backend = "cpu";        // "cpu" or "cuda"
+    int32_t n_slots = 1;                // resident KV slots
+    int32_t n_ctx = 4096;               // tokens per slot
+    int32_t n_threads = 0;              // CPU threads (0: all cores)
+    int32_t n_devices = 1;              // CPU virtual devices (placement)
+    std::vector<int32_t> gpu_devices;   // CUDA device ordinals (placement)
+    bool tensor_parallel = false;
+};
+
+class engine {
+public:
+    virtual ~engine() = default;
+
+    virtual const model_hparams &hparams() const = 0;
+    virtual int32_t n_slots() const = 0;
+    virtual int32_t n_ctx() const = 0;
+
+    // Runs all rows in one call. Within a slot, rows must have consecutive positions starting
+    // at the slot's cached length (slot_length); a slot may appear with several rows (prefill)
+    // and any number of slots may appear (decode). Logits of rows with want_logits are written
+    // to `logits` in row order, n_vocab floats each. A row's logits do not depend on the other
+    // rows of the call (batch invariance, bitwise).
+    virtual void forward(std::span<const engine_row> rows, std::vector<float> &logits) = 0;
+
+    // Tokens whose K/V the slot holds.
+    virtual int32_t slot_length(int32_t slot) const = 0;
+    // Keeps the first n_keep cached positions of the slot and forgets the rest.
+    virtual void slot_truncate(int32_t slot, int32_t n_keep) = 0;
+
+    // One line describing the backend and placement ("cpu: 1 device, 16 slots x 4096 ...").
+    virtual std::string layout() const = 0;
+};
+
+// Builds the engine for a validated model file. Throws config errors that name the problem.
+std::unique_ptr<engine> engine_open(std::shared_ptr<const gguf_file> file, const engine_options &options);
+
+}  // namespace tandem

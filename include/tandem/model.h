@@ -1,0 +1,51 @@
+// tandem/model.h - architecture descriptions read from GGUF metadata, and the model's bytes by
+// class (what the placement planner and the memory plan need).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace tandem {
+
+class gguf_file;
+
+enum class model_arch { qwen3moe, deepseek2 };
+
+// Hyper-parameters of a supported architecture, validated for consistency on read.
+struct model_hparams {
+    model_arch arch = model_arch::qwen3moe;
+    std::string arch_name;       // general.architecture
+    std::string name;            // general.name (may be empty)
+    int32_t n_layer = 0;
+    int32_t d_model = 0;
+    int32_t n_head = 0;
+    int32_t n_head_kv = 0;
+    int32_t d_head = 0;          // key/query head size (attention.key_length)
+    int32_t d_head_v = 0;        // value head size (attention.value_length)
+    int32_t n_expert = 0;
+    int32_t n_expert_used = 0;
+    int32_t d_ff_expert = 0;     // expert_feed_forward_length
+    int32_t n_vocab = 0;         // rows of token_embd
+    int32_t n_ctx_train = 0;
+    float rms_eps = 1e-6f;
+    float rope_theta = 10000.0f;
+    bool norm_topk = true;       // renormalise the top-k router weights
+};
+
+const char *model_arch_name(model_arch arch);
+// Throws file_format/unsupported naming the key when a value is missing or inconsistent.
+model_hparams model_hparams_read(const gguf_file &file);
+
+// Bytes of the model's tensors by placement class, as stored in the file.
+struct model_bytes {
+    std::vector<uint64_t> layer_replicated;  // per layer: attention, norms, router, shared experts
+    std::vector<uint64_t> layer_experts;     // per layer: routed experts (all of them)
+    uint64_t embedding = 0;                  // token_embd
+    uint64_t head = 0;                       // output (+ output_norm)
+    uint64_t kv_per_token = 0;               // per token, all layers, K and V as the engine stores them
+    uint64_t total() const;
+};
+model_bytes model_bytes_read(const gguf_file &file, const model_hparams &hp, uint32_t kv_elem_bytes);
+
+}  // namespace tandem
