@@ -11,6 +11,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <variant>
 #include <vector>
 
@@ -101,6 +102,9 @@ private:
     uint64_t alignment_ = 32;
     std::vector<gguf_kv> kvs_;
     std::vector<gguf_tensor_info> tensors_;
+    // Lookups by name; the views point into kvs_ / tensors_, which never change after parse().
+    std::unordered_map<std::string_view, size_t> kv_index_;
+    std::unordered_map<std::string_view, size_t> tensor_index_;
 };
 
 // Writes a GGUF v3 file. Metadata and tensor infos are collected first; write() lays out the
