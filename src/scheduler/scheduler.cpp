@@ -1,0 +1,457 @@
+// src/scheduler/scheduler.cpp - the engine loop: FIFO admission, longest-prefix slot choice,
+// decode-first steps with yielding prefill, sampling, stop conditions, stats for /metrics.
+#include "src/scheduler/scheduler.h"
+
+#include "src/scheduler/stop_matcher.h"
+#include "tandem/error.h"
+#include "tandem/log.h"
+
+#include <algorithm>
+#include <utility>
+
+namespace tandem {
+
+using clock_type = std::chrono::steady_clock;
+
+static double ms_between(clock_type::time_point a, clock_type::time_point b) {
+    return std::chrono::duration<double, std::milli>(b - a).count();
+}
+
+const char *finish_reason_name(finish_reason reason) {
+    switch (reason) {
+    case finish_reason::none: return "none";
+    case finish_reason::stop: return "stop";
+    case finish_reason::length: return "length";
+    case finish_reason::cancelled: return "cancelled";
+    case finish_reason::error: return "error";
+    }
+    return "none";
+}
+
+// A request that holds a slot: prefilling (n_past < prompt size) or decoding.
+struct scheduler::active {
+    uint64_t id = 0;
+    gen_request req;
+    int32_t slot = -1;
+    int32_t n_past = 0;        // prompt tokens in the KV
+    int32_t n_cached = 0;      // of which reused from the slot's cache
+    bool decoding = false;
+    bool finished = false;
+    int32_t next_token = 0;    // sampled, to be fed by the next decode row
+    int32_t n_generated = 0;
+    std::unique_ptr<text_stream> text;
+    std::unique_ptr<token_picker> picker;
+    stop_matcher stops{{}};
+    gen_event pending;         // delta being built this step
+    clock_type::time_point t_admit, t_first, t_last;
+};
+
+scheduler::scheduler(engine &eng, const scheduler_options &options, scheduler_hooks hooks)
+    : engine_(eng), options_(options), hooks_(std::move(hooks)) {
+    if (options_.prefill_chunk < 1) fail(error_kind::config, "--prefill-chunk must be >= 1, got {}", options_.prefill_chunk);
+    if (options_.prefill_yield < 1) fail(error_kind::config, "--prefill-yield must be >= 1, got {}", options_.prefill_yield);
+    if (options_.max_queue < 0) fail(error_kind::config, "--max-queue must be >= 0, got {}", options_.max_queue);
+    TANDEM_ASSERT(hooks_.is_eog && hooks_.make_text_stream && hooks_.make_picker);
+    slots_.resize(static_cast<size_t>(engine_.n_slots()));
+    for (int32_t s = 0; s < engine_.n_slots(); ++s) {
+        // Start from what the engine holds (normally nothing).
+        if (engine_.slot_length(s) != 0) engine_.slot_truncate(s, 0);
+    }
+    stats_.n_slots = engine_.n_slots();
+    publish();
+}
+
+scheduler::~scheduler() { shutdown(std::chrono::milliseconds(0)); }
+
+void scheduler::start() {
+    TANDEM_ASSERT(!thread_.joinable());
+    thread_ = std::thread([this] { run(); });
+}
+
+void scheduler::run() {
+    for (;;) {
+        {
+            std::unique_lock lock(mutex_);
+            wake_.wait(lock, [&] { return stopping_ || !queue_.empty() || !cancels_.empty() || !active_.empty(); });
+            if (stopping_ && queue_.empty() && active_.empty()) return;
+        }
+        step();
+    }
+}
+
+uint64_t scheduler::submit(gen_request request) {
+    if (request.prompt.empty()) fail(error_kind::invalid_request, "the prompt is empty");
+    if (static_cast<int64_t>(request.prompt.size()) >= engine_.n_ctx())
+        fail(error_kind::too_large, "the prompt has {} tokens; the context holds {}", request.prompt.size(), engine_.n_ctx());
+    if (request.max_tokens < 1) fail(error_kind::invalid_request, "max_tokens must be >= 1, got {}", request.max_tokens);
+    TANDEM_ASSERT(request.sink != nullptr);
+    std::lock_guard lock(mutex_);
+    if (stopping_) {
+        ++stats_.requests_rejected;
+        fail(error_kind::unavailable, "the server is shutting down");
+    }
+    if (static_cast<int64_t>(queue_.size()) >= options_.max_queue) {
+        ++stats_.requests_rejected;
+        fail(error_kind::unavailable, "the request queue is full ({} waiting); retry later", queue_.size());
+    }
+    uint64_t id = next_id_++;
+    queue_.push_back({id, std::move(request), clock_type::now()});
+    ++stats_.requests_total;
+    stats_.queue_depth = static_cast<int32_t>(queue_.size());
+    wake_.notify_one();
+    return id;
+}
+
+void scheduler::cancel(uint64_t id) {
+    std::shared_ptr<gen_sink> sink;
+    {
+        std::lock_guard lock(mutex_);
+        auto it = std::find_if(queue_.begin(), queue_.end(), [&](const queued &q) { return q.id == id; });
+        if (it != queue_.end()) {
+            sink = std::move(it->request.sink);
+            queue_.erase(it);
+            stats_.queue_depth = static_cast<int32_t>(queue_.size());
+            ++stats_.requests_cancelled;
+        } else {
+            cancels_.push_back(id);
+            wake_.notify_one();
+        }
+    }
+    if (sink) {
+        gen_event ev;
+        ev.type = gen_event::kind::done;
+        ev.finish = finish_reason::cancelled;
+        ev.error = "cancelled while queued";
+        sink->on_event(std::move(ev));
+    }
+}
+
+void scheduler::shutdown(std::chrono::milliseconds grace) {
+    std::deque<queued> dropped;
+    {
+        std::lock_guard lock(mutex_);
+        if (!stopping_) {
+            stopping_ = true;
+            deadline_ = clock_type::now() + grace;
+        }
+        dropped.swap(queue_);
+        stats_.queue_depth = 0;
+        wake_.notify_all();
+    }
+    for (auto &q : dropped) {
+        gen_event ev;
+        ev.type = gen_event::kind::done;
+        ev.finish = finish_reason::cancelled;
+        ev.error = "the server is shutting down";
+        q.request.sink->on_event(std::move(ev));
+    }
+    if (thread_.joinable()) {
+        thread_.join();
+    } else {
+        // Driven by hand (tests): cancel what is active right away.
+        for (auto &a : active_)
+            if (!a->finished) finish(*a, finish_reason::cancelled, "the server is shutting down");
+        active_.clear();
+        publish();
+    }
+}
+
+void scheduler::admit() {
+    std::vector<queued> taken;
+    {
+        std::lock_guard lock(mutex_);
+        int32_t n_free = 0;
+        for (const auto &s : slots_) n_free += s.owner == nullptr;
+        while (n_free > 0 && !queue_.empty()) {
+            taken.push_back(std::move(queue_.front()));
+            queue_.pop_front();
+            --n_free;
+        }
+        stats_.queue_depth = static_cast<int32_t>(queue_.size());
+    }
+    for (auto &q : taken) {
+        // The free slot sharing the longest token prefix with the prompt; ties go to the least
+        // recently used slot, so other sessions' caches survive longest.
+        int32_t best = -1;
+        size_t best_common = 0;
+        for (int32_t s = 0; s < static_cast<int32_t>(slots_.size()); ++s) {
+            const auto &st = slots_[s];
+            if (st.owner) continue;
+            const auto &p = q.request.prompt;
+            size_t n = std::min(st.tokens.size(), p.size());
+            size_t common = static_cast<size_t>(std::mismatch(st.tokens.begin(), st.tokens.begin() + n, p.begin()).first -
+                                                st.tokens.begin());
+            if (best < 0 || common > best_common ||
+                (common == best_common && st.last_used < slots_[best].last_used)) {
+                best = s;
+                best_common = common;
+            }
+        }
+        TANDEM_ASSERT(best >= 0);
+        auto a = std::make_unique<active>();
+        a->id = q.id;
+        a->req = std::move(q.request);
+        a->slot = best;
+        // Recompute at least the last prompt token: its logits pick the first output token.
+        int32_t n_keep = static_cast<int32_t>(std::min(best_common, a->req.prompt.size() - 1));
+        auto &st = slots_[best];
+        engine_.slot_truncate(best, n_keep);
+        st.tokens.resize(static_cast<size_t>(n_keep));
+        st.owner = a.get();
+        st.last_used = ++use_clock_;
+        a->n_past = n_keep;
+        a->n_cached = n_keep;
+        a->text = hooks_.make_text_stream();
+        a->picker = hooks_.make_picker(a->req.sampling);
+        a->stops = stop_matcher(a->req.stop);
+        a->t_admit = clock_type::now();
+        a->pending.slot = best;
+        active_.push_back(std::move(a));
+    }
+}
+
+void scheduler::drain_cancels() {
+    std::vector<uint64_t> ids;
+    {
+        std::lock_guard lock(mutex_);
+        ids.swap(cancels_);
+    }
+    bool expired = false;
+    {
+        std::lock_guard lock(mutex_);
+        expired = stopping_ && clock_type::now() >= deadline_;
+    }
+    for (auto &a : active_) {
+        if (a->finished) continue;
+        if (expired) {
+            finish(*a, finish_reason::cancelled, "the server is shutting down");
+        } else if (std::find(ids.begin(), ids.end(), a->id) != ids.end()) {
+            finish(*a, finish_reason::cancelled, "cancelled");
+            std::lock_guard lock(mutex_);
+            ++stats_.requests_cancelled;
+        }
+    }
+}
+
+void scheduler::finish(active &a, finish_reason reason, const std::string &error) {
+    if (a.finished) return;
+    a.finished = true;
+    if (reason == finish_reason::stop || reason == finish_reason::length) {
+        // Release the text held back by the UTF-8 streamer and the stop matcher.
+        if (!a.stops.matched()) {
+            a.pending.text += a.stops.feed(a.text->flush());
+            if (!a.stops.matched()) a.pending.text += a.stops.flush();
+        }
+    }
+    if (!a.pending.text.empty() || !a.pending.tokens.empty()) {
+        a.pending.type = gen_event::kind::delta;
+        a.req.sink->on_event(std::move(a.pending));
+    }
+    gen_event done;
+    done.type = gen_event::kind::done;
+    done.finish = reason;
+    done.error = error;
+    done.stop_matched = a.stops.matched() ? a.stops.matched_stop() : std::string();
+    done.n_prompt = static_cast<int32_t>(a.req.prompt.size());
+    done.n_generated = a.n_generated;
+    done.slot = a.slot;
+    done.timings.cache_n = a.n_cached;
+    done.timings.prompt_n = a.n_past - a.n_cached;
+    if (a.n_generated > 0) {
+        done.timings.prompt_ms = ms_between(a.t_admit, a.t_first);
+        done.timings.predicted_n = a.n_generated;
+        done.timings.predicted_ms = ms_between(a.t_first, a.t_last);
+    } else {
+        done.timings.prompt_ms = ms_between(a.t_admit, clock_type::now());
+    }
+    a.req.sink->on_event(std::move(done));
+    slots_[a.slot].owner = nullptr;
+}
+
+void scheduler::emit_token(active &a, const sample_result &r, bool &done) {
+    auto now = clock_type::now();
+    if (a.n_generated == 0) a.t_first = now;
+    a.t_last = now;
+    ++a.n_generated;
+    a.pending.tokens.push_back({r.id, r.logprob, r.top});
+    if (hooks_.is_eog(r.id)) {
+        finish(a, finish_reason::stop, "");
+        done = true;
+        return;
+    }
+    a.pending.text += a.stops.feed(a.text->push(r.id));
+    if (a.stops.matched()) {
+        finish(a, finish_reason::stop, "");
+        done = true;
+        return;
+    }
+    // The next decode row needs a free position in the slot.
+    bool ctx_full = static_cast<int64_t>(slots_[a.slot].tokens.size()) >= engine_.n_ctx();
+    if (a.n_generated >= a.req.max_tokens || ctx_full) {
+        finish(a, finish_reason::length, "");
+        done = true;
+        return;
+    }
+    a.next_token = r.id;
+    a.decoding = true;
+}
+
+bool scheduler::step() {
+    admit();
+    drain_cancels();
+    std::erase_if(active_, [](const std::unique_ptr<active> &a) { return a->finished; });
+    if (active_.empty()) {
+        publish();
+        return false;
+    }
+
+    // Decode rows first: every generating session, one row each, in one call.
+    std::vector<engine_row> rows;
+    std::vector<active *> logit_owner;  // per row with want_logits
+    int32_t n_decode = 0;
+    for (auto &a : active_) {
+        if (!a->decoding) continue;
+        auto &st = slots_[a->slot];
+        rows.push_back({a->slot, static_cast<int32_t>(st.tokens.size()), a->next_token, true});
+        st.tokens.push_back(a->next_token);
+        logit_owner.push_back(a.get());
+        ++n_decode;
+    }
+    // Then prefill, FIFO, within this step's budget: a yield while anyone decodes.
+    int32_t budget = n_decode > 0 ? options_.prefill_yield : options_.prefill_chunk;
+    int32_t n_prefill = 0;
+    bool yielded = false;
+    for (auto &a : active_) {
+        if (a->decoding) continue;
+        int32_t left = static_cast<int32_t>(a->req.prompt.size()) - a->n_past;
+        if (budget <= 0) {
+            yielded = yielded || n_decode > 0;
+            continue;
+        }
+        int32_t n = std::min(budget, left);
+        if (n < left && n_decode > 0) yielded = true;
+        auto &st = slots_[a->slot];
+        for (int32_t i = 0; i < n; ++i) {
+            int32_t tok = a->req.prompt[static_cast<size_t>(a->n_past + i)];
+            bool last = a->n_past + i + 1 == static_cast<int32_t>(a->req.prompt.size());
+            rows.push_back({a->slot, static_cast<int32_t>(st.tokens.size()), tok, last});
+            st.tokens.push_back(tok);
+            if (last) logit_owner.push_back(a.get());
+        }
+        a->n_past += n;
+        budget -= n;
+        n_prefill += n;
+    }
+
+    auto t0 = clock_type::now();
+    try {
+        engine_.forward(rows, logits_);
+    } catch (const std::exception &e) {
+        // The KV of the slots in this call is unknown now: forget it and fail their requests.
+        log_error("engine forward failed ({} rows): {}", rows.size(), e.what());
+        for (auto &a : active_) {
+            engine_.slot_truncate(a->slot, 0);
+            slots_[a->slot].tokens.clear();
+            finish(*a, finish_reason::error, std::string("engine error: ") + e.what());
+        }
+        active_.clear();
+        publish();
+        return true;
+    }
+    double dt = std::chrono::duration<double>(clock_type::now() - t0).count();
+
+    const size_t n_vocab = static_cast<size_t>(engine_.hparams().n_vocab);
+    TANDEM_ASSERT(logits_.size() >= logit_owner.size() * n_vocab, "engine returned {} logits for {} rows",
+                  logits_.size(), logit_owner.size());
+    for (size_t i = 0; i < logit_owner.size(); ++i) {
+        active &a = *logit_owner[i];
+        std::span<const float> row(logits_.data() + i * n_vocab, n_vocab);
+        sample_result r = a.picker->pick(row);
+        bool done = false;
+        emit_token(a, r, done);
+    }
+    for (auto &a : active_) {
+        if (a->finished) continue;
+        if (!a->pending.text.empty() || !a->pending.tokens.empty()) {
+            gen_event ev = std::exchange(a->pending, gen_event{});
+            ev.type = gen_event::kind::delta;
+            ev.slot = a->slot;
+            a->req.sink->on_event(std::move(ev));
+        } else if (!a->decoding) {
+            gen_event ev;
+            ev.type = gen_event::kind::progress;
+            ev.prefill_done = a->n_past;
+            ev.prefill_total = static_cast<int32_t>(a->req.prompt.size());
+            ev.slot = a->slot;
+            a->req.sink->on_event(std::move(ev));
+        }
+    }
+    std::erase_if(active_, [](const std::unique_ptr<active> &a) { return a->finished; });
+
+    {
+        std::lock_guard lock(mutex_);
+        size_t n_rows = rows.size();
+        stats_.n_steps += 1;
+        std::vector<int32_t> in_call;
+        for (const auto &r : rows) in_call.push_back(r.slot);
+        std::sort(in_call.begin(), in_call.end());
+        stats_.busy_slot_steps += static_cast<uint64_t>(std::unique(in_call.begin(), in_call.end()) - in_call.begin());
+        stats_.prompt_tokens += static_cast<uint64_t>(n_prefill);
+        stats_.predicted_tokens += static_cast<uint64_t>(n_decode);
+        // A mixed call's time is split between prompt and decode by rows.
+        stats_.prompt_seconds += n_rows ? dt * n_prefill / static_cast<double>(n_rows) : 0.0;
+        stats_.predicted_seconds += n_rows ? dt * n_decode / static_cast<double>(n_rows) : 0.0;
+        if (n_decode > 0) {
+            stats_.decode_steps += 1;
+            stats_.decode_rows += static_cast<uint64_t>(n_decode);
+            stats_.max_rows_per_decode = std::max(stats_.max_rows_per_decode, n_decode);
+        }
+        if (yielded) stats_.prefill_yields += 1;
+    }
+    publish();
+    return true;
+}
+
+void scheduler::publish() {
+    std::vector<slot_info> view(slots_.size());
+    int64_t kv = 0;
+    int32_t in_use = 0;
+    auto now = clock_type::now();
+    for (size_t s = 0; s < slots_.size(); ++s) {
+        const auto &st = slots_[s];
+        auto &v = view[s];
+        v.id = static_cast<int32_t>(s);
+        v.n_ctx = engine_.n_ctx();
+        v.n_cached = static_cast<int32_t>(st.tokens.size());
+        kv += v.n_cached;
+        if (st.owner && !st.owner->finished) {
+            const active &a = *st.owner;
+            ++in_use;
+            v.processing = true;
+            v.request_id = a.id;
+            v.n_prompt = static_cast<int32_t>(a.req.prompt.size());
+            v.n_prompt_done = a.n_past;
+            v.n_decoded = a.n_generated;
+            double prompt_s = std::chrono::duration<double>((a.n_generated ? a.t_first : now) - a.t_admit).count();
+            if (prompt_s > 0) v.prompt_per_second = (a.n_past - a.n_cached) / prompt_s;
+            double pred_s = a.n_generated > 1 ? std::chrono::duration<double>(a.t_last - a.t_first).count() : 0.0;
+            if (pred_s > 0) v.predicted_per_second = (a.n_generated - 1) / pred_s;
+        }
+    }
+    std::lock_guard lock(mutex_);
+    slot_view_ = std::move(view);
+    stats_.kv_tokens = kv;
+    stats_.slots_in_use = in_use;
+}
+
+scheduler_stats scheduler::stats() const {
+    std::lock_guard lock(mutex_);
+    return stats_;
+}
+
+std::vector<slot_info> scheduler::slots() const {
+    std::lock_guard lock(mutex_);
+    return slot_view_;
+}
+
+}  // namespace tandem

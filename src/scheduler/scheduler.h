@@ -1,0 +1,198 @@
+// src/scheduler/scheduler.h - the engine loop: the only owner of the engine, its KV slots and the
+// sessions. HTTP threads submit gen_requests and receive gen_events through a gen_sink.
+// Depends on engine.h and sampler.h (types only): tokenizer and sampler come in through hooks,
+// so the policy is testable with a fake engine before any backend exists.
+#pragma once
+
+#include "tandem/engine.h"
+#include "tandem/sampler.h"
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace tandem {
+
+// Turns sampled ids into text that never splits a UTF-8 character (tokenizer's token_streamer).
+class text_stream {
+public:
+    virtual ~text_stream() = default;
+    virtual std::string push(int32_t id) = 0;
+    virtual std::string flush() = 0;
+};
+
+// Picks the next token from one row of logits (the seeded tandem::sampler in the server).
+class token_picker {
+public:
+    virtual ~token_picker() = default;
+    virtual sample_result pick(std::span<const float> logits) = 0;
+};
+
+struct scheduler_hooks {
+    std::function<bool(int32_t)> is_eog;
+    std::function<std::unique_ptr<text_stream>()> make_text_stream;
+    std::function<std::unique_ptr<token_picker>(const sampling_params &)> make_picker;
+};
+
+struct scheduler_options {
+    int32_t prefill_chunk = 2048;  // prompt tokens per step while nobody decodes
+    int32_t prefill_yield = 128;   // prompt tokens per step while anyone decodes
+    int32_t max_queue = 64;        // requests waiting for a slot; beyond it submit() throws 503
+};
+
+enum class finish_reason { none, stop, length, cancelled, error };
+const char *finish_reason_name(finish_reason reason);
+
+// llama.cpp's timings object, per request.
+struct gen_timings {
+    int32_t cache_n = 0;       // prompt tokens reused from the slot's cache
+    int32_t prompt_n = 0;      // prompt tokens computed
+    double prompt_ms = 0.0;
+    int32_t predicted_n = 0;
+    double predicted_ms = 0.0;
+};
+
+struct gen_token {
+    int32_t id = 0;
+    float logprob = 0.0f;
+    std::vector<token_logprob> top;
+};
+
+struct gen_event {
+    enum class kind { progress, delta, done };
+    kind type = kind::delta;
+    std::string text;               // delta: newly released text (stop strings held back)
+    std::vector<gen_token> tokens;  // delta: tokens sampled since the last event
+    int32_t prefill_done = 0;       // progress: prompt tokens in the KV so far
+    int32_t prefill_total = 0;
+    finish_reason finish = finish_reason::none;  // done
+    std::string stop_matched;       // done: the stop string that ended it (if any)
+    std::string error;              // done with finish_reason::error or cancelled
+    int32_t n_prompt = 0;           // done: prompt tokens
+    int32_t n_generated = 0;        // done: generated tokens (eog included)
+    int32_t slot = -1;
+    gen_timings timings;            // done
+};
+
+// Receives a request's events. Called on the engine thread (and, for queued requests that are
+// cancelled, on the cancelling thread); must not block: queue and hand off.
+class gen_sink {
+public:
+    virtual ~gen_sink() = default;
+    virtual void on_event(gen_event &&event) = 0;
+};
+
+struct gen_request {
+    std::vector<int32_t> prompt;   // non-empty, shorter than the context
+    int32_t max_tokens = 16;       // >= 1; also bounded by the context
+    sampling_params sampling;
+    std::vector<std::string> stop; // stop strings (not part of the output)
+    std::shared_ptr<gen_sink> sink;
+};
+
+struct slot_info {
+    int32_t id = 0;
+    int32_t n_ctx = 0;
+    bool processing = false;
+    int32_t n_cached = 0;          // tokens in the slot's KV
+    uint64_t request_id = 0;       // 0 when idle
+    int32_t n_prompt = 0, n_prompt_done = 0, n_decoded = 0;
+    double prompt_per_second = 0.0, predicted_per_second = 0.0;
+};
+
+struct scheduler_stats {
+    uint64_t prompt_tokens = 0;        // prompt tokens computed (llamacpp:prompt_tokens_total)
+    double prompt_seconds = 0.0;
+    uint64_t predicted_tokens = 0;
+    double predicted_seconds = 0.0;
+    uint64_t n_steps = 0;              // engine forward calls (llamacpp:n_decode_total)
+    uint64_t busy_slot_steps = 0;      // sum over steps of slots in the call
+    uint64_t decode_steps = 0;         // steps with at least one decode row
+    uint64_t decode_rows = 0;          // decode rows over those steps
+    uint64_t prefill_yields = 0;       // steps where a prefill was capped by --prefill-yield
+    uint64_t requests_total = 0, requests_cancelled = 0, requests_rejected = 0;
+    uint64_t cached_prompt_tokens = 0; // prompt tokens reused from slot caches
+    int32_t slots_in_use = 0, queue_depth = 0, n_slots = 0;
+    int64_t kv_tokens = 0;             // tokens held in all slots' KV
+    int32_t max_rows_per_decode = 0;
+};
+
+class scheduler {
+public:
+    scheduler(engine &eng, const scheduler_options &options, scheduler_hooks hooks);
+    ~scheduler();
+    scheduler(const scheduler &) = delete;
+    scheduler &operator=(const scheduler &) = delete;
+
+    // Starts the engine thread. Without it, tests drive the loop with step().
+    void start();
+    // Queues a request; returns its id (> 0). Throws error(unavailable) when the queue is full
+    // or the scheduler is stopping, error(invalid_request/too_large) for a request that cannot run.
+    uint64_t submit(gen_request request);
+    // Cancels from any thread: a queued request is dropped now, an active one frees its slot at
+    // the next step boundary. Its sink receives done/cancelled. Unknown ids are ignored.
+    void cancel(uint64_t id);
+    // Stops accepting; queued requests are cancelled; active ones may run until `grace` has
+    // passed, then are cancelled. Joins the engine thread.
+    void shutdown(std::chrono::milliseconds grace);
+
+    // One scheduling step (admission, one forward call, sampling). Returns false when idle.
+    // Engine thread only (or the test's thread when start() was not called).
+    bool step();
+
+    scheduler_stats stats() const;
+    std::vector<slot_info> slots() const;
+    const scheduler_options &options() const { return options_; }
+
+private:
+    struct active;
+    void run();
+    void drain_cancels();
+    void admit();
+    void finish(active &a, finish_reason reason, const std::string &error);
+    void emit_token(active &a, const sample_result &r, bool &done);
+    void publish();
+
+    engine &engine_;
+    scheduler_options options_;
+    scheduler_hooks hooks_;
+
+    // Shared with other threads, under mutex_.
+    mutable std::mutex mutex_;
+    std::condition_variable wake_;
+    struct queued {
+        uint64_t id;
+        gen_request request;
+        std::chrono::steady_clock::time_point arrived;
+    };
+    std::deque<queued> queue_;
+    std::vector<uint64_t> cancels_;
+    uint64_t next_id_ = 1;
+    bool stopping_ = false;
+    std::chrono::steady_clock::time_point deadline_{};
+    scheduler_stats stats_;
+    std::vector<slot_info> slot_view_;
+
+    // Engine thread only.
+    struct slot_state {
+        std::vector<int32_t> tokens;  // what the engine's KV holds for this slot
+        uint64_t last_used = 0;
+        active *owner = nullptr;
+    };
+    std::vector<slot_state> slots_;
+    std::vector<std::unique_ptr<active>> active_;  // in admission order
+    uint64_t use_clock_ = 0;
+    std::vector<float> logits_;
+    std::thread thread_;
+};
+
+}  // namespace tandem

@@ -1,0 +1,165 @@
+// tests/server/fake_engine.h - a deterministic stand-in for tandem::engine in scheduler tests:
+// each row's logits are a pure function of its slot's token history up to that row, so batch
+// invariance, prefix reuse and truncation are checkable without a model. Records every call.
+#pragma once
+
+#include "src/scheduler/scheduler.h"
+#include "tandem/error.h"
+
+#include <cmath>
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace tandem::testing {
+
+class fake_engine : public engine {
+public:
+    fake_engine(int32_t n_slots, int32_t n_ctx, int32_t n_vocab) : n_ctx_(n_ctx), history_(static_cast<size_t>(n_slots)) {
+        hp_.n_vocab = n_vocab;
+        hp_.arch_name = "fake";
+    }
+
+    const model_hparams &hparams() const override { return hp_; }
+    int32_t n_slots() const override { return static_cast<int32_t>(history_.size()); }
+    int32_t n_ctx() const override { return n_ctx_; }
+
+    void forward(std::span<const engine_row> rows, std::vector<float> &logits) override {
+        if (delay_.count() > 0) std::this_thread::sleep_for(delay_);  // lets shutdown tests see work in flight
+        std::lock_guard lock(mutex_);
+        if (fail_next_) {
+            fail_next_ = false;
+            fail(error_kind::internal, "fake engine failure (requested by the test)");
+        }
+        // Check the contract before touching any state.
+        std::vector<size_t> len(history_.size());
+        for (size_t s = 0; s < history_.size(); ++s) len[s] = history_[s].size();
+        for (const auto &r : rows) {
+            if (r.slot < 0 || r.slot >= n_slots()) fail(error_kind::internal, "row slot {} out of range", r.slot);
+            if (r.pos != static_cast<int32_t>(len[static_cast<size_t>(r.slot)]))
+                fail(error_kind::internal, "slot {}: row pos {} but the slot holds {}", r.slot, r.pos, len[static_cast<size_t>(r.slot)]);
+            if (r.pos >= n_ctx_) fail(error_kind::internal, "slot {}: pos {} beyond the context {}", r.slot, r.pos, n_ctx_);
+            if (r.token < 0 || r.token >= hp_.n_vocab) fail(error_kind::internal, "token {} out of range", r.token);
+            ++len[static_cast<size_t>(r.slot)];
+        }
+        logits.clear();
+        for (const auto &r : rows) {
+            auto &h = history_[static_cast<size_t>(r.slot)];
+            h.push_back(r.token);
+            if (r.want_logits) {
+                size_t at = logits.size();
+                logits.resize(at + static_cast<size_t>(hp_.n_vocab));
+                logits_of(h, logits.data() + at);
+            }
+        }
+        calls_.emplace_back(rows.begin(), rows.end());
+    }
+
+    int32_t slot_length(int32_t slot) const override {
+        std::lock_guard lock(mutex_);
+        return static_cast<int32_t>(history_.at(static_cast<size_t>(slot)).size());
+    }
+    void slot_truncate(int32_t slot, int32_t n_keep) override {
+        std::lock_guard lock(mutex_);
+        auto &h = history_.at(static_cast<size_t>(slot));
+        TANDEM_ASSERT(n_keep >= 0 && static_cast<size_t>(n_keep) <= h.size());
+        h.resize(static_cast<size_t>(n_keep));
+    }
+    std::string layout() const override { return "fake: 1 device"; }
+
+    // Logits for a history: hashed into a seed, expanded by splitmix64 into values in [-4, 4).
+    void logits_of(const std::vector<int32_t> &h, float *out) const {
+        uint64_t x = 1469598103934665603ull;
+        for (int32_t t : h) x = (x ^ static_cast<uint64_t>(t)) * 1099511628211ull;
+        for (int32_t v = 0; v < hp_.n_vocab; ++v) {
+            x += 0x9e3779b97f4a7c15ull;
+            uint64_t z = x;
+            z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+            z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+            z ^= z >> 31;
+            out[v] = static_cast<float>(static_cast<double>(z >> 11) / 9007199254740992.0 * 8.0 - 4.0);
+        }
+    }
+
+    std::vector<std::vector<engine_row>> calls() const {
+        std::lock_guard lock(mutex_);
+        return calls_;
+    }
+    void clear_calls() {
+        std::lock_guard lock(mutex_);
+        calls_.clear();
+    }
+    void set_delay(std::chrono::milliseconds d) { delay_ = d; }
+    void fail_next() {
+        std::lock_guard lock(mutex_);
+        fail_next_ = true;
+    }
+
+private:
+    model_hparams hp_;
+    int32_t n_ctx_;
+    mutable std::mutex mutex_;
+    std::vector<std::vector<int32_t>> history_;
+    std::vector<std::vector<engine_row>> calls_;
+    bool fail_next_ = false;
+    std::chrono::milliseconds delay_{0};
+};
+
+// Greedy argmax with log-softmax logprobs (lowest id wins ties, like tandem::argmax).
+class fake_greedy_picker : public token_picker {
+public:
+    explicit fake_greedy_picker(int32_t n_top) : n_top_(n_top) {}
+    sample_result pick(std::span<const float> logits) override {
+        int32_t best = 0;
+        for (size_t i = 1; i < logits.size(); ++i)
+            if (logits[i] > logits[static_cast<size_t>(best)]) best = static_cast<int32_t>(i);
+        double sum = 0.0;
+        for (float v : logits) sum += std::exp(static_cast<double>(v - logits[static_cast<size_t>(best)]));
+        double lse = logits[static_cast<size_t>(best)] + std::log(sum);
+        sample_result r;
+        r.id = best;
+        r.logprob = static_cast<float>(logits[static_cast<size_t>(best)] - lse);
+        if (n_top_ > 0) r.top.push_back({best, r.logprob});
+        return r;
+    }
+
+private:
+    int32_t n_top_;
+};
+
+// Token id -> one letter: 'a' + id % 26.
+class fake_text_stream : public text_stream {
+public:
+    std::string push(int32_t id) override { return std::string(1, static_cast<char>('a' + id % 26)); }
+    std::string flush() override { return {}; }
+};
+
+inline scheduler_hooks fake_hooks(int32_t eog_id) {
+    scheduler_hooks h;
+    h.is_eog = [eog_id](int32_t id) { return id == eog_id; };
+    h.make_text_stream = [] { return std::make_unique<fake_text_stream>(); };
+    h.make_picker = [](const sampling_params &p) { return std::make_unique<fake_greedy_picker>(p.n_logprobs); };
+    return h;
+}
+
+// The greedy continuation computed directly on a private one-slot fake engine, one token at a
+// time: the reference the scheduler's output must match.
+inline std::vector<int32_t> fake_greedy_reference(int32_t n_vocab, const std::vector<int32_t> &prompt, int32_t n,
+                                                  int32_t eog_id = -1) {
+    fake_engine e(1, 1 << 20, n_vocab);
+    std::vector<int32_t> h = prompt, out;
+    std::vector<float> logits(static_cast<size_t>(n_vocab));
+    fake_greedy_picker picker(0);
+    for (int32_t i = 0; i < n; ++i) {
+        e.logits_of(h, logits.data());
+        int32_t t = picker.pick(logits).id;
+        out.push_back(t);
+        if (t == eog_id) break;
+        h.push_back(t);
+    }
+    return out;
+}
+
+}  // namespace tandem::testing

@@ -1,0 +1,423 @@
+// tests/server/test_scheduler.cpp - scheduler policy on the fake engine: FIFO admission, prefix
+// reuse, decode priority, yielding prefill, batch invariance, stop conditions, cancellation.
+#include "fake_engine.h"
+#include "src/scheduler/stop_matcher.h"
+
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <condition_variable>
+#include <map>
+#include <set>
+#include <thread>
+
+using namespace tandem;
+using namespace tandem::testing;
+
+namespace {
+
+constexpr int32_t n_vocab = 32;
+
+struct collect_sink : gen_sink {
+    std::mutex mutex;
+    std::condition_variable cv;
+    std::vector<gen_event> events;
+    void on_event(gen_event &&ev) override {
+        std::lock_guard lock(mutex);
+        events.push_back(std::move(ev));
+        cv.notify_all();
+    }
+    bool done() {
+        std::lock_guard lock(mutex);
+        return !events.empty() && events.back().type == gen_event::kind::done;
+    }
+    bool wait_done(std::chrono::seconds limit) {
+        std::unique_lock lock(mutex);
+        return cv.wait_for(lock, limit, [&] { return !events.empty() && events.back().type == gen_event::kind::done; });
+    }
+    std::vector<int32_t> tokens() {
+        std::lock_guard lock(mutex);
+        std::vector<int32_t> out;
+        for (auto &e : events)
+            for (auto &t : e.tokens) out.push_back(t.id);
+        return out;
+    }
+    std::string text() {
+        std::lock_guard lock(mutex);
+        std::string out;
+        for (auto &e : events) out += e.text;
+        return out;
+    }
+    gen_event last() {
+        std::lock_guard lock(mutex);
+        return events.back();
+    }
+};
+
+std::vector<int32_t> make_prompt(uint32_t seed, size_t n) {
+    std::vector<int32_t> p(n);
+    uint32_t x = seed * 2654435761u + 12345u;
+    for (auto &t : p) {
+        x = x * 1664525u + 1013904223u;
+        t = static_cast<int32_t>((x >> 16) % n_vocab);
+    }
+    return p;
+}
+
+gen_request make_request(std::vector<int32_t> prompt, int32_t max_tokens, std::shared_ptr<collect_sink> sink) {
+    gen_request r;
+    r.prompt = std::move(prompt);
+    r.max_tokens = max_tokens;
+    r.sink = std::move(sink);
+    return r;
+}
+
+// Steps until every sink is done; bounded so a bug cannot hang the test.
+void run_until_done(scheduler &s, const std::vector<std::shared_ptr<collect_sink>> &sinks, int max_steps = 100000) {
+    for (int i = 0; i < max_steps; ++i) {
+        bool all = std::all_of(sinks.begin(), sinks.end(), [](auto &k) { return k->done(); });
+        if (all) return;
+        s.step();
+    }
+    FAIL("requests did not finish within " << max_steps << " steps");
+}
+
+std::set<int32_t> slots_in(const std::vector<engine_row> &call) {
+    std::set<int32_t> s;
+    for (auto &r : call) s.insert(r.slot);
+    return s;
+}
+
+}  // namespace
+
+TEST_CASE("a single greedy request matches the direct reference", "[scheduler]") {
+    fake_engine eng(4, 256, n_vocab);
+    scheduler s(eng, {}, fake_hooks(-1));
+    auto sink = std::make_shared<collect_sink>();
+    auto prompt = make_prompt(1, 20);
+    s.submit(make_request(prompt, 12, sink));
+    run_until_done(s, {sink});
+    CHECK(sink->tokens() == fake_greedy_reference(n_vocab, prompt, 12));
+    auto done = sink->last();
+    CHECK(done.finish == finish_reason::length);
+    CHECK(done.n_generated == 12);
+    CHECK(done.n_prompt == 20);
+    CHECK(done.timings.prompt_n == 20);
+    CHECK(done.timings.cache_n == 0);
+    CHECK(done.timings.predicted_n == 12);
+    CHECK(s.stats().slots_in_use == 0);
+}
+
+TEST_CASE("16 concurrent greedy requests equal their runs alone, decoding in one call per step", "[scheduler]") {
+    fake_engine eng(16, 512, n_vocab);
+    scheduler s(eng, {}, fake_hooks(-1));
+    std::vector<std::shared_ptr<collect_sink>> sinks;
+    std::vector<std::vector<int32_t>> prompts;
+    for (uint32_t i = 0; i < 16; ++i) {
+        prompts.push_back(make_prompt(100 + i, 5 + i * 3));
+        sinks.push_back(std::make_shared<collect_sink>());
+        s.submit(make_request(prompts.back(), 24, sinks.back()));
+    }
+    run_until_done(s, sinks);
+    for (size_t i = 0; i < 16; ++i) {
+        INFO("request " << i);
+        CHECK(sinks[i]->tokens() == fake_greedy_reference(n_vocab, prompts[i], 24));
+    }
+    size_t widest = 0;
+    for (auto &call : eng.calls()) widest = std::max(widest, slots_in(call).size());
+    CHECK(widest == 16);
+    CHECK(s.stats().max_rows_per_decode == 16);
+}
+
+TEST_CASE("prefill goes in chunks while nobody decodes", "[scheduler]") {
+    fake_engine eng(2, 512, n_vocab);
+    scheduler_options opt;
+    opt.prefill_chunk = 32;
+    scheduler s(eng, opt, fake_hooks(-1));
+    auto sink = std::make_shared<collect_sink>();
+    auto prompt = make_prompt(7, 100);
+    s.submit(make_request(prompt, 2, sink));
+    run_until_done(s, {sink});
+    auto calls = eng.calls();
+    REQUIRE(calls.size() >= 4);
+    CHECK(calls[0].size() == 32);
+    CHECK(calls[1].size() == 32);
+    CHECK(calls[2].size() == 32);
+    CHECK(calls[3].size() == 4);
+    // Only the last prompt row asks for logits.
+    int n_logits = 0;
+    for (int c = 0; c < 4; ++c)
+        for (auto &r : calls[static_cast<size_t>(c)]) n_logits += r.want_logits;
+    CHECK(n_logits == 1);
+    CHECK(calls[3].back().want_logits);
+    CHECK(sink->tokens() == fake_greedy_reference(n_vocab, prompt, 2));
+}
+
+TEST_CASE("a long prompt arriving mid-generation yields to decode rows every step", "[scheduler]") {
+    fake_engine eng(4, 4096, n_vocab);
+    scheduler_options opt;
+    opt.prefill_chunk = 512;
+    opt.prefill_yield = 16;
+    scheduler s(eng, opt, fake_hooks(-1));
+    auto a = std::make_shared<collect_sink>();
+    auto pa = make_prompt(11, 8);
+    s.submit(make_request(pa, 200, a));
+    for (int i = 0; i < 3; ++i) s.step();  // a is decoding now
+    eng.clear_calls();
+    auto b = std::make_shared<collect_sink>();
+    auto pb = make_prompt(12, 1000);
+    s.submit(make_request(pb, 4, b));
+    run_until_done(s, {b});
+    auto calls = eng.calls();
+    // b's 1000 prompt tokens at <= 16 per step, each step also carrying a's decode row.
+    REQUIRE(calls.size() >= 1000 / 16);
+    int32_t b_slot = -1;
+    for (auto &call : calls) {
+        int n_a = 0, n_b = 0;
+        for (auto &r : call) {
+            if (r.slot == calls[0][0].slot) ++n_a;
+            else { ++n_b; b_slot = r.slot; }
+        }
+        CHECK(n_a == 1);
+        CHECK(n_b <= 16);
+    }
+    CHECK(b_slot >= 0);
+    CHECK(s.stats().prefill_yields >= 1000 / 16 - 1);
+    CHECK(b->tokens() == fake_greedy_reference(n_vocab, pb, 4));
+    run_until_done(s, {a});
+    CHECK(a->tokens() == fake_greedy_reference(n_vocab, pa, 200));
+}
+
+TEST_CASE("a request reuses the longest cached prefix and recomputes at least one token", "[scheduler]") {
+    fake_engine eng(3, 512, n_vocab);
+    scheduler s(eng, {}, fake_hooks(-1));
+    auto shared = make_prompt(21, 40);
+    auto other = make_prompt(22, 30);
+    // Two slots get different histories.
+    auto s1 = std::make_shared<collect_sink>(), s2 = std::make_shared<collect_sink>();
+    s.submit(make_request(other, 3, s1));
+    s.submit(make_request(shared, 3, s2));
+    run_until_done(s, {s1, s2});
+    int32_t shared_slot = s2->last().slot;
+
+    SECTION("a prompt extending a cached one takes that slot and prefills only the suffix") {
+        auto prompt = shared;
+        auto extra = make_prompt(23, 10);
+        prompt.insert(prompt.end(), extra.begin(), extra.end());
+        eng.clear_calls();
+        auto k = std::make_shared<collect_sink>();
+        s.submit(make_request(prompt, 5, k));
+        run_until_done(s, {k});
+        CHECK(k->last().slot == shared_slot);
+        CHECK(k->last().timings.cache_n == 40);
+        CHECK(k->last().timings.prompt_n == 10);
+        CHECK(eng.calls()[0].size() == 10);
+        CHECK(eng.calls()[0][0].pos == 40);
+        CHECK(k->tokens() == fake_greedy_reference(n_vocab, prompt, 5));
+    }
+    SECTION("the same prompt again recomputes exactly its last token") {
+        eng.clear_calls();
+        auto k = std::make_shared<collect_sink>();
+        s.submit(make_request(shared, 3, k));
+        run_until_done(s, {k});
+        CHECK(k->last().slot == shared_slot);
+        CHECK(k->last().timings.cache_n == 39);
+        CHECK(eng.calls()[0].size() == 1);
+        CHECK(k->tokens() == s2->tokens());
+    }
+    SECTION("a prompt diverging inside the cache truncates the slot to the shared part") {
+        auto prompt = shared;
+        prompt.resize(25);
+        prompt.push_back((shared[25] + 1) % n_vocab);
+        auto k = std::make_shared<collect_sink>();
+        s.submit(make_request(prompt, 4, k));
+        run_until_done(s, {k});
+        CHECK(k->last().slot == shared_slot);
+        CHECK(k->last().timings.cache_n == 25);
+        CHECK(k->tokens() == fake_greedy_reference(n_vocab, prompt, 4));
+    }
+}
+
+TEST_CASE("admission is FIFO and the queue is bounded", "[scheduler]") {
+    fake_engine eng(1, 512, n_vocab);
+    scheduler_options opt;
+    opt.max_queue = 2;
+    scheduler s(eng, opt, fake_hooks(-1));
+    std::vector<std::shared_ptr<collect_sink>> sinks;
+    for (uint32_t i = 0; i < 3; ++i) {
+        sinks.push_back(std::make_shared<collect_sink>());
+        s.submit(make_request(make_prompt(30 + i, 6), 3, sinks.back()));
+        if (i == 0) s.step();  // the first one takes the only slot
+    }
+    CHECK(s.stats().queue_depth == 2);
+    auto overflow = std::make_shared<collect_sink>();
+    try {
+        s.submit(make_request(make_prompt(40, 6), 3, overflow));
+        FAIL("a full queue accepted a request");
+    } catch (const error &e) {
+        CHECK(e.kind() == error_kind::unavailable);
+    }
+    // Completion order follows submission order: record which finishes first.
+    std::vector<int> order;
+    for (int i = 0; i < 1000 && order.size() < 3; ++i) {
+        s.step();
+        for (int k = 0; k < 3; ++k)
+            if (sinks[static_cast<size_t>(k)]->done() && std::find(order.begin(), order.end(), k) == order.end())
+                order.push_back(k);
+    }
+    CHECK(order == std::vector<int>{0, 1, 2});
+    CHECK(s.stats().requests_rejected == 1);
+}
+
+TEST_CASE("cancellation drops a queued request at once and frees an active slot", "[scheduler]") {
+    fake_engine eng(1, 512, n_vocab);
+    scheduler s(eng, {}, fake_hooks(-1));
+    auto a = std::make_shared<collect_sink>(), b = std::make_shared<collect_sink>();
+    uint64_t ida = s.submit(make_request(make_prompt(50, 6), 100, a));
+    s.step();
+    uint64_t idb = s.submit(make_request(make_prompt(51, 6), 100, b));
+    s.cancel(idb);
+    REQUIRE(b->done());  // without a step: it was only queued
+    CHECK(b->last().finish == finish_reason::cancelled);
+    CHECK(b->tokens().empty());
+    CHECK(s.slots()[0].processing);
+    s.cancel(ida);
+    s.step();
+    REQUIRE(a->done());
+    CHECK(a->last().finish == finish_reason::cancelled);
+    CHECK_FALSE(s.slots()[0].processing);
+    CHECK(s.stats().slots_in_use == 0);
+    CHECK(s.stats().requests_cancelled == 2);
+    s.cancel(12345);  // unknown: ignored
+    CHECK_FALSE(s.step());
+}
+
+TEST_CASE("stop strings end the output before the match and never leak a partial match", "[scheduler]") {
+    fake_engine eng(2, 512, n_vocab);
+    scheduler s(eng, {}, fake_hooks(-1));
+    auto prompt = make_prompt(60, 10);
+    auto plain = std::make_shared<collect_sink>();
+    s.submit(make_request(prompt, 40, plain));
+    run_until_done(s, {plain});
+    std::string full = plain->text();
+    REQUIRE(full.size() == 40);
+    std::string stop = full.substr(17, 3);
+    size_t first = full.find(stop);
+    auto k = std::make_shared<collect_sink>();
+    auto req = make_request(prompt, 40, k);
+    req.stop = {"never-in-output-XYZ", stop};
+    s.submit(std::move(req));
+    run_until_done(s, {k});
+    CHECK(k->text() == full.substr(0, first));
+    CHECK(k->last().finish == finish_reason::stop);
+    CHECK(k->last().stop_matched == stop);
+}
+
+TEST_CASE("stop_matcher holds back only what may still become a stop string", "[scheduler]") {
+    stop_matcher m({"world", "wx"});
+    CHECK(m.feed("hello w") == "hello ");
+    CHECK(m.feed("o") == "");
+    CHECK(m.feed("rk") == "work");
+    CHECK(m.feed("s wor") == "s ");
+    CHECK(m.feed("ld!") == "");
+    CHECK(m.matched());
+    CHECK(m.matched_stop() == "world");
+    CHECK(m.feed("more") == "");
+    stop_matcher n({"abc"});
+    CHECK(n.feed("xab") == "x");
+    CHECK(n.flush() == "ab");
+    stop_matcher none({});
+    CHECK(none.feed("abc") == "abc");
+}
+
+TEST_CASE("an end-of-generation token stops with reason stop and adds no text", "[scheduler]") {
+    fake_engine eng(1, 512, n_vocab);
+    auto prompt = make_prompt(70, 12);
+    auto ref = fake_greedy_reference(n_vocab, prompt, 30);
+    int32_t eog = ref[4];
+    size_t first = static_cast<size_t>(std::find(ref.begin(), ref.end(), eog) - ref.begin());
+    scheduler s(eng, {}, fake_hooks(eog));
+    auto k = std::make_shared<collect_sink>();
+    s.submit(make_request(prompt, 30, k));
+    run_until_done(s, {k});
+    CHECK(k->last().finish == finish_reason::stop);
+    CHECK(k->last().n_generated == static_cast<int32_t>(first + 1));
+    CHECK(k->text().size() == first);
+}
+
+TEST_CASE("generation stops with reason length when the context is full", "[scheduler]") {
+    fake_engine eng(1, 16, n_vocab);
+    scheduler s(eng, {}, fake_hooks(-1));
+    auto k = std::make_shared<collect_sink>();
+    s.submit(make_request(make_prompt(80, 10), 100, k));
+    run_until_done(s, {k});
+    CHECK(k->last().finish == finish_reason::length);
+    // 10 prompt tokens leave positions 10..15 for 6 fed tokens; the first comes from the prompt.
+    CHECK(k->last().n_generated == 7);
+}
+
+TEST_CASE("bad requests are refused with the right error kind", "[scheduler]") {
+    fake_engine eng(1, 16, n_vocab);
+    scheduler s(eng, {}, fake_hooks(-1));
+    auto k = std::make_shared<collect_sink>();
+    auto kind_of = [&](gen_request r) {
+        try {
+            s.submit(std::move(r));
+        } catch (const error &e) {
+            return e.kind();
+        }
+        return error_kind::internal;
+    };
+    CHECK(kind_of(make_request({}, 4, k)) == error_kind::invalid_request);
+    CHECK(kind_of(make_request(make_prompt(1, 16), 4, k)) == error_kind::too_large);
+    CHECK(kind_of(make_request(make_prompt(1, 4), 0, k)) == error_kind::invalid_request);
+}
+
+TEST_CASE("an engine failure fails the requests in the call and the next request works", "[scheduler]") {
+    fake_engine eng(2, 128, n_vocab);
+    scheduler s(eng, {}, fake_hooks(-1));
+    auto k = std::make_shared<collect_sink>();
+    s.submit(make_request(make_prompt(90, 6), 5, k));
+    eng.fail_next();
+    s.step();
+    REQUIRE(k->done());
+    CHECK(k->last().finish == finish_reason::error);
+    auto ok = std::make_shared<collect_sink>();
+    auto prompt = make_prompt(91, 6);
+    s.submit(make_request(prompt, 5, ok));
+    run_until_done(s, {ok});
+    CHECK(ok->tokens() == fake_greedy_reference(n_vocab, prompt, 5));
+}
+
+TEST_CASE("the engine thread serves concurrent submitters and shuts down cleanly", "[scheduler]") {
+    fake_engine eng(4, 256, n_vocab);
+    scheduler_options opt;
+    opt.max_queue = 64;
+    scheduler s(eng, opt, fake_hooks(-1));
+    s.start();
+    std::vector<std::shared_ptr<collect_sink>> sinks(24);
+    std::vector<std::thread> threads;
+    for (int t = 0; t < 4; ++t) {
+        threads.emplace_back([&, t] {
+            for (int i = t; i < 24; i += 4) {
+                sinks[static_cast<size_t>(i)] = std::make_shared<collect_sink>();
+                s.submit(make_request(make_prompt(200 + static_cast<uint32_t>(i), 9), 8, sinks[static_cast<size_t>(i)]));
+            }
+        });
+    }
+    for (auto &t : threads) t.join();
+    for (int i = 0; i < 24; ++i) {
+        INFO("request " << i);
+        REQUIRE(sinks[static_cast<size_t>(i)]->wait_done(std::chrono::seconds(30)));
+        CHECK(sinks[static_cast<size_t>(i)]->tokens() == fake_greedy_reference(n_vocab, make_prompt(200 + static_cast<uint32_t>(i), 9), 8));
+    }
+    // A long request in flight when shutdown starts is cancelled after the grace period.
+    eng.set_delay(std::chrono::milliseconds(1));  // >= 200 ms for the ~250 steps the context allows
+    auto longer = std::make_shared<collect_sink>();
+    s.submit(make_request(make_prompt(300, 9), 200000, longer));
+    s.shutdown(std::chrono::milliseconds(50));
+    REQUIRE(longer->done());
+    CHECK(longer->last().finish == finish_reason::cancelled);
+    auto late = std::make_shared<collect_sink>();
+    CHECK_THROWS_AS(s.submit(make_request(make_prompt(301, 9), 4, late)), error);
+}
