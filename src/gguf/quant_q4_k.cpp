@@ -1,0 +1,196 @@
+// src/gguf/quant_q4_k.cpp - Q4_K rows: dequantize and ggml's reference quantizer
+// (quantize_row_q4_K_ref with make_qkx2_quants), block for block the same bytes.
+#include "tandem/error.h"
+
+#include "quant_rows.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+namespace tandem::quant_detail {
+namespace {
+
+constexpr int sub_len = 32;     // elements per sub-block (one 6-bit scale and min each)
+constexpr int n_sub = 8;        // sub-blocks per 256-element block
+constexpr int q_max = 15;       // 4-bit quants
+// make_qkx2_quants(..., rmin = -1, rdelta = 0.1, nstep = 20): candidate inverse scales
+// (q_max - 1 + 0.1 * step) / (max - min) for step = 0..20.
+constexpr int n_steps = 21;
+constexpr int n_lanes = 24;     // n_steps rounded up to whole 8-float vectors; extra lanes ignored
+// Beyond this magnitude the fitted scales overflow fp16 long before, and the float sums of
+// squares below would overflow to inf and make the search meaningless; reject the block.
+constexpr float max_abs_input = 1e12f;
+
+// make_qkx2_quants for one 32-element sub-block with weights w: the (scale, min) of x ~ scale *
+// L + min (min <= 0, L in 0..15) minimising sum w * (scale * L + min - x)^2 over ggml's 21
+// candidate grids, each refined by weighted least squares. Returns scale; *neg_min = -min.
+//
+// ggml runs the 21 candidates one after another, each summing over i in order. Here the inner
+// loop runs across candidates (lanes) so it vectorizes, while every lane still adds its terms in
+// the order i = 0..31 with the same float expressions: each candidate's sums, hence the chosen
+// candidate (compared in step order with the same strict test), are bitwise ggml's.
+float fit_scale_min(const float *x, const float *w, uint8_t *L, float *neg_min) {
+    float min = x[0];
+    float max = x[0];
+    float sum_w = w[0];
+    float sum_x = sum_w * x[0];
+    for (int i = 1; i < sub_len; ++i) {
+        if (x[i] < min) min = x[i];
+        if (x[i] > max) max = x[i];
+        sum_w += w[i];
+        sum_x += w[i] * x[i];
+    }
+    if (min > 0) min = 0;
+    if (max == min) {
+        std::memset(L, 0, sub_len);
+        *neg_min = -min;
+        return 0.0f;
+    }
+    const float range = max - min;
+    float iscale = static_cast<float>(q_max) / range;
+    float scale = 1 / iscale;
+    float best_mad = 0;
+    for (int i = 0; i < sub_len; ++i) {
+        const int l = std::min(std::max(nearest_int_bounded(iscale * (x[i] - min)), 0), q_max);
+        L[i] = static_cast<uint8_t>(l);
+        const float diff = scale * static_cast<float>(L[i]) + min - x[i];
+        best_mad += w[i] * (diff * diff);
+    }
+
+    float step_iscale[n_lanes];
+    for (int s = 0; s < n_lanes; ++s)
+        step_iscale[s] = (-1.0f + 0.1f * static_cast<float>(std::min(s, n_steps - 1)) + static_cast<float>(q_max)) / range;
+
+    float sum_l[n_lanes] = {}, sum_l2[n_lanes] = {}, sum_xl[n_lanes] = {};
+    float laux[sub_len][n_lanes];  // each candidate's quants, as floats for the second pass
+    for (int i = 0; i < sub_len; ++i) {
+        const float xi = x[i], xm = x[i] - min, wi = w[i];
+        for (int s = 0; s < n_lanes; ++s) {
+            const float l = static_cast<float>(std::min(std::max(nearest_int_bounded(step_iscale[s] * xm), 0), q_max));
+            laux[i][s] = l;
+            sum_l[s] += wi * l;
+            sum_l2[s] += wi * l * l;
+            sum_xl[s] += wi * l * xi;
+        }
+    }
+    float cand_scale[n_lanes], cand_min[n_lanes], det[n_lanes], mad[n_lanes] = {};
+    for (int s = 0; s < n_lanes; ++s) {
+        det[s] = sum_w * sum_l2[s] - sum_l[s] * sum_l[s];
+        float this_scale = (sum_w * sum_xl[s] - sum_x * sum_l[s]) / det[s];
+        float this_min = (sum_l2[s] * sum_x - sum_l[s] * sum_xl[s]) / det[s];
+        if (this_min > 0) {
+            this_min = 0;
+            this_scale = sum_xl[s] / sum_l2[s];
+        }
+        cand_scale[s] = this_scale;
+        cand_min[s] = this_min;
+    }
+    for (int i = 0; i < sub_len; ++i) {
+        const float xi = x[i], wi = w[i];
+        for (int s = 0; s < n_lanes; ++s) {
+            const float diff = cand_scale[s] * laux[i][s] + cand_min[s] - xi;
+            mad[s] += wi * (diff * diff);
+        }
+    }
+    int best = -1;
+    for (int s = 0; s < n_steps; ++s) {
+        if (det[s] > 0 && mad[s] < best_mad) {
+            best_mad = mad[s];
+            scale = cand_scale[s];
+            min = cand_min[s];
+            best = s;
+        }
+    }
+    if (best >= 0)
+        for (int i = 0; i < sub_len; ++i) L[i] = static_cast<uint8_t>(laux[i][best]);
+    *neg_min = -min;
+    return scale;
+}
+
+void quantize_block(const float *x, block_q4_k &blk, int64_t block_index) {
+    float amax = 0.0f;
+    for (int i = 0; i < qk_k_elems; ++i) amax = std::fmax(amax, std::fabs(x[i]));
+    if (amax > max_abs_input)
+        fail(error_kind::invalid_request, "q4_K block {}: |x| up to {} overflows the fp16 scales", block_index, amax);
+
+    uint8_t L[256];
+    float scales[n_sub], mins[n_sub];
+    float max_scale = 0, max_min = 0;
+    for (int j = 0; j < n_sub; ++j) {
+        const float *xs = x + sub_len * j;
+        // ggml's weights: the sub-block's RMS plus |x|, so large values count more but none is ignored.
+        float sum_x2 = 0;
+        for (int l = 0; l < sub_len; ++l) sum_x2 += xs[l] * xs[l];
+        const float av_x = std::sqrt(sum_x2 / sub_len);
+        float weights[sub_len];
+        for (int l = 0; l < sub_len; ++l) weights[l] = av_x + std::fabs(xs[l]);
+        scales[j] = fit_scale_min(xs, weights, L + sub_len * j, &mins[j]);
+        if (scales[j] > max_scale) max_scale = scales[j];
+        if (mins[j] > max_min) max_min = mins[j];
+    }
+
+    // 6-bit scales and mins relative to the largest of each; the uint8_t conversion before the
+    // clamp is ggml's (a negative scale wraps and then clamps to 63).
+    const float inv_scale = max_scale > 0 ? 63.f / max_scale : 0.f;
+    const float inv_min = max_min > 0 ? 63.f / max_min : 0.f;
+    for (int j = 0; j < n_sub; ++j) {
+        const uint8_t ls = std::min<uint8_t>(63, static_cast<uint8_t>(nearest_int(inv_scale * scales[j])));
+        const uint8_t lm = std::min<uint8_t>(63, static_cast<uint8_t>(nearest_int(inv_min * mins[j])));
+        if (j < 4) {
+            blk.scales[j] = ls;
+            blk.scales[j + 4] = lm;
+        } else {
+            blk.scales[j + 4] = static_cast<uint8_t>((ls & 0xF) | ((lm & 0xF) << 4));
+            blk.scales[j - 4] |= static_cast<uint8_t>((ls >> 4) << 6);
+            blk.scales[j] |= static_cast<uint8_t>((lm >> 4) << 6);
+        }
+    }
+    const float d_super = max_scale / 63.f, dmin_super = max_min / 63.f;
+    if (!(d_super < 65520.f) || !(dmin_super < 65520.f))
+        fail(error_kind::invalid_request, "q4_K block {}: |x| up to {} overflows the fp16 scales", block_index, amax);
+    blk.d = float_to_half(d_super);
+    blk.dmin = float_to_half(dmin_super);
+
+    // Requantize against the rounded scales. A sub-block whose scale rounded to 0 keeps the
+    // quants of its own fit (as ggml does); they dequantize to -min regardless.
+    const float d = half_to_float(blk.d), dmin = half_to_float(blk.dmin);
+    for (int j = 0; j < n_sub; ++j) {
+        const q4_k_scale_min sm = q4_k_get_scale_min(blk.scales, j);
+        const float ds = d * sm.scale;
+        if (ds == 0) continue;
+        const float dm = dmin * sm.min;
+        for (int i = 0; i < sub_len; ++i)
+            L[sub_len * j + i] = static_cast<uint8_t>(std::clamp(nearest_int((x[sub_len * j + i] + dm) / ds), 0, q_max));
+    }
+    for (int c = 0; c < 4; ++c)
+        for (int l = 0; l < 32; ++l)
+            blk.qs[32 * c + l] = static_cast<uint8_t>(L[64 * c + l] | (L[64 * c + 32 + l] << 4));
+}
+
+}  // namespace
+
+// dequantize_row_q4_K's expression: (d * sc) * q - dmin * m, with no FMA contraction.
+void dequantize_row_q4_k(const block_q4_k *__restrict src, float *__restrict dst, int64_t n_blocks) {
+    for (int64_t b = 0; b < n_blocks; ++b) {
+        const block_q4_k &blk = src[b];
+        const float d = half_to_float(blk.d), dmin = half_to_float(blk.dmin);
+        float *y = dst + b * qk_k_elems;
+        for (int c = 0; c < 4; ++c) {
+            const q4_k_scale_min lo = q4_k_get_scale_min(blk.scales, 2 * c);
+            const q4_k_scale_min hi = q4_k_get_scale_min(blk.scales, 2 * c + 1);
+            const float d1 = d * lo.scale, m1 = dmin * lo.min;
+            const float d2 = d * hi.scale, m2 = dmin * hi.min;
+            const uint8_t *q = blk.qs + 32 * c;
+            float *yc = y + 64 * c;
+            for (int l = 0; l < 32; ++l) yc[l] = d1 * static_cast<float>(q[l] & 0xF) - m1;
+            for (int l = 0; l < 32; ++l) yc[32 + l] = d2 * static_cast<float>(q[l] >> 4) - m2;
+        }
+    }
+}
+
+void quantize_row_q4_k(const float *src, block_q4_k *dst, int64_t n_blocks) {
+    for (int64_t b = 0; b < n_blocks; ++b) quantize_block(src + b * qk_k_elems, dst[b], b);
+}
+
+}  // namespace tandem::quant_detail
