@@ -1,0 +1,126 @@
+// placement/plan_format.cpp - how a plan reads: the one start-up layout line, the per-device
+// table of bytes by class, and the full JSON.
+#include "tandem/placement.h"
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+
+namespace tandem {
+
+namespace {
+
+double to_gib(uint64_t bytes) { return double(bytes) / double(gib); }
+
+// Describes the routed experts a paired device holds: "E0-63" when every layer holds the same
+// contiguous range, else the per-layer count range ("E~62-66/layer"), as with a traffic split.
+std::string experts_summary(const placement_device_plan &d) {
+    if (d.experts.empty()) return "E-";
+    const auto &first = d.experts.front();
+    const bool same = std::all_of(d.experts.begin(), d.experts.end(), [&](const auto &v) { return v == first; });
+    const bool contiguous = !first.empty() && first.back() - first.front() + 1 == int32_t(first.size());
+    if (same && contiguous) return fmt::format("E{}-{}", first.front(), first.back());
+    size_t lo = first.size(), hi = 0;
+    for (const auto &v : d.experts) lo = std::min(lo, v.size()), hi = std::max(hi, v.size());
+    return lo == hi ? fmt::format("E~{}/layer", lo) : fmt::format("E~{}-{}/layer", lo, hi);
+}
+
+std::string device_summary(const placement_plan &plan, const placement_device_plan &d) {
+    std::string s = fmt::format("d{}@{}", d.logical, d.physical);
+    if (d.role != placement_role::single) s += " " + experts_summary(d);
+    if (d.embedding) s += " emb";
+    if (d.head_end > d.head_begin) s += fmt::format(" head {}-{}", d.head_begin, d.head_end - 1);
+    s += fmt::format(" {:.1f}/{:.1f}G", to_gib(d.total()), to_gib(d.budget));
+    return s;
+}
+
+}  // namespace
+
+std::string placement_layout_line(const placement_plan &plan) {
+    std::string line = fmt::format("layout: {}", placement_mode_name(plan.mode));
+    if (plan.mode == placement_mode::tensor_parallel) line += fmt::format(" pairs={}", plan.n_stages);
+    line += fmt::format(" stages={} devices={} kv={}x{}", plan.n_stages, plan.devices.size(), plan.n_sessions,
+                        plan.n_ctx);
+    if (plan.traffic_balanced && !plan.host_row_share.empty()) {
+        const auto [lo, hi] = std::minmax_element(plan.host_row_share.begin(), plan.host_row_share.end());
+        line += fmt::format(" experts=traffic(host rows {:.1f}-{:.1f}%)", *lo * 100.0, *hi * 100.0);
+    }
+    for (int32_t s = 0; s < plan.n_stages; ++s) {
+        std::string members;
+        const placement_device_plan *first = nullptr;
+        for (const auto &d : plan.devices) {
+            if (d.stage != s) continue;
+            if (!first) first = &d;
+            members += (members.empty() ? "" : " + ") + device_summary(plan, d);
+        }
+        if (!first) continue;
+        line += fmt::format(" | s{} L{}-{} [{}]", s, first->layer_begin, first->layer_end - 1, members);
+    }
+    return line;
+}
+
+std::string placement_table(const placement_plan &plan) {
+    std::string t = fmt::format("{:>4} {:>4} {:<8} {:>5} {:<7} {:>9} {:>11} {:>3} {:>15} {:>8} {:>8} {:>6} {:>6} "
+                                "{:>7} {:>7} {:>8} {:>8} {:>7}\n",
+                                "dev", "phys", "name", "stage", "role", "layers", "experts/L", "emb", "head rows",
+                                "repl", "experts", "emb", "head", "kv", "scratch", "total", "budget", "free");
+    for (const auto &d : plan.devices) {
+        size_t lo = plan.n_expert, hi = 0;
+        for (const auto &v : d.experts) lo = std::min(lo, v.size()), hi = std::max(hi, v.size());
+        const std::string experts = d.experts.empty() ? "-" : lo == hi ? fmt::format("{}", lo) : fmt::format("{}-{}", lo, hi);
+        const std::string head = d.head_end > d.head_begin ? fmt::format("{}-{}", d.head_begin, d.head_end - 1) : "-";
+        t += fmt::format("{:>4} {:>4} {:<8} {:>5} {:<7} {:>9} {:>11} {:>3} {:>15} {:>8.2f} {:>8.2f} {:>6.2f} "
+                         "{:>6.2f} {:>7.2f} {:>7.2f} {:>8.2f} {:>8.2f} {:>7.2f}\n",
+                         d.logical, d.physical, d.name.substr(0, 8), d.stage, placement_role_name(d.role),
+                         fmt::format("{}-{}", d.layer_begin, d.layer_end - 1), experts, d.embedding ? "yes" : "-",
+                         head, to_gib(d.bytes_replicated), to_gib(d.bytes_experts), to_gib(d.bytes_embedding),
+                         to_gib(d.bytes_head), to_gib(d.bytes_kv), to_gib(d.bytes_scratch), to_gib(d.total()),
+                         to_gib(d.budget), to_gib(d.free()));
+    }
+    t += "(GiB; layers and head rows inclusive; experts/L = routed experts held per layer)\n";
+    for (const auto &note : plan.notes) t += "note: " + note + "\n";
+    return t;
+}
+
+std::string placement_plan_json(const placement_plan &plan) {
+    using nlohmann::json;
+    json j = {{"mode", placement_mode_name(plan.mode)},
+              {"n_stages", plan.n_stages},
+              {"n_layer", plan.n_layer},
+              {"n_expert", plan.n_expert},
+              {"n_vocab", plan.n_vocab},
+              {"n_sessions", plan.n_sessions},
+              {"n_ctx", plan.n_ctx},
+              {"traffic_balanced", plan.traffic_balanced},
+              {"host_row_share", plan.host_row_share},
+              {"notes", plan.notes},
+              {"layout", placement_layout_line(plan)}};
+    j["devices"] = json::array();
+    for (const auto &d : plan.devices) {
+        j["devices"].push_back({{"logical", d.logical},
+                                {"physical", d.physical},
+                                {"name", d.name},
+                                {"stage", d.stage},
+                                {"role", placement_role_name(d.role)},
+                                {"partner", d.partner},
+                                {"layer_begin", d.layer_begin},
+                                {"layer_end", d.layer_end},
+                                {"experts", d.experts},
+                                {"embedding", d.embedding},
+                                {"head_begin", d.head_begin},
+                                {"head_end", d.head_end},
+                                {"bytes", {{"replicated", d.bytes_replicated},
+                                           {"experts", d.bytes_experts},
+                                           {"embedding", d.bytes_embedding},
+                                           {"head", d.bytes_head},
+                                           {"kv", d.bytes_kv},
+                                           {"scratch", d.bytes_scratch},
+                                           {"total", d.total()}}},
+                                {"budget", d.budget},
+                                {"free", d.free()}});
+    }
+    return j.dump(2);
+}
+
+}  // namespace tandem

@@ -1,0 +1,517 @@
+// placement/planner.cpp - the planner proper: resolves devices, order and budgets, pairs devices,
+// splits experts and head rows, and assigns contiguous layer ranges to stages by bytes.
+#include "tandem/error.h"
+#include "tandem/placement.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <limits>
+#include <map>
+#include <numeric>
+#include <string>
+
+namespace tandem {
+
+const char *placement_mode_name(placement_mode mode) {
+    switch (mode) {
+    case placement_mode::single: return "single";
+    case placement_mode::pipeline: return "pipeline";
+    case placement_mode::tensor_parallel: return "tp";
+    }
+    return "unknown";
+}
+
+const char *placement_role_name(placement_role role) {
+    switch (role) {
+    case placement_role::single: return "single";
+    case placement_role::host: return "host";
+    case placement_role::partner: return "partner";
+    }
+    return "unknown";
+}
+
+int32_t placement_plan::stage_of_layer(int32_t layer) const {
+    for (const auto &d : devices)
+        if (layer >= d.layer_begin && layer < d.layer_end) return d.stage;
+    return -1;
+}
+
+namespace {
+
+std::string_view trim(std::string_view s) {
+    while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+    while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
+    return s;
+}
+
+std::vector<std::string_view> split_commas(std::string_view spec, const char *flag) {
+    std::vector<std::string_view> out;
+    size_t start = 0;
+    while (true) {
+        const size_t comma = spec.find(',', start);
+        const std::string_view item = trim(spec.substr(start, comma == std::string_view::npos ? spec.npos : comma - start));
+        if (item.empty()) fail(error_kind::config, "{} '{}': empty element in the list", flag, spec);
+        out.push_back(item);
+        if (comma == std::string_view::npos) break;
+        start = comma + 1;
+    }
+    return out;
+}
+
+std::string join_ids(const std::vector<int32_t> &ids) {
+    std::string s;
+    for (size_t i = 0; i < ids.size(); ++i) s += (i ? "," : "") + std::to_string(ids[i]);
+    return s;
+}
+
+double to_gib(uint64_t bytes) { return double(bytes) / double(gib); }
+
+uint64_t mul_checked(uint64_t a, uint64_t b, const char *what) {
+    if (a != 0 && b > std::numeric_limits<uint64_t>::max() / a)
+        fail(error_kind::config, "{} overflows 64 bits ({} x {})", what, a, b);
+    return a * b;
+}
+
+// Best pairing of `ids` (sorted ascending; duplicates allowed) over P2P links: fewest devices
+// left out, then lowest sum of link ranks, then the lexicographically first choice. Exact DP over
+// subsets (2^n states), so the 8- and 16-GPU boxes we know are solved exactly; past 20 devices it
+// falls back to greedy best-rank-first.
+struct pairing {
+    std::vector<std::pair<size_t, size_t>> pairs;  // indices into ids, first < second
+    std::vector<size_t> left_out;
+};
+
+pairing pair_devices(const std::vector<int32_t> &ids, const topology &topo) {
+    const size_t n = ids.size();
+    auto rank_of = [&](size_t i, size_t j) -> int64_t {
+        if (ids[i] == ids[j]) return 0;
+        const topology_link *l = topo.link(ids[i], ids[j]);
+        return l && l->p2p ? l->rank : -1;
+    };
+    pairing out;
+    if (n > 20) {
+        std::vector<std::tuple<int64_t, size_t, size_t>> cand;
+        for (size_t i = 0; i < n; ++i)
+            for (size_t j = i + 1; j < n; ++j)
+                if (rank_of(i, j) >= 0) cand.emplace_back(rank_of(i, j), i, j);
+        std::sort(cand.begin(), cand.end());
+        std::vector<bool> used(n, false);
+        for (auto [r, i, j] : cand)
+            if (!used[i] && !used[j]) {
+                used[i] = used[j] = true;
+                out.pairs.emplace_back(i, j);
+            }
+        for (size_t i = 0; i < n; ++i)
+            if (!used[i]) out.left_out.push_back(i);
+        std::sort(out.pairs.begin(), out.pairs.end());
+        return out;
+    }
+    // cost = left_out * big + rank sum; choice = partner index, or n for "left out".
+    const uint32_t full = (uint32_t{1} << n) - 1;
+    constexpr int64_t big = int64_t{1} << 40;
+    std::vector<int64_t> cost(size_t{1} << n, -1);
+    std::vector<uint8_t> choice(size_t{1} << n, 0);
+    cost[full] = 0;
+    // Masks with more bits set are solved first, so every successor is known.
+    for (int64_t mask = int64_t(full) - 1; mask >= 0; --mask) {
+        const uint32_t m = uint32_t(mask);
+        size_t i = 0;
+        while (m & (uint32_t{1} << i)) ++i;
+        int64_t best = std::numeric_limits<int64_t>::max();
+        uint8_t pick = uint8_t(n);
+        for (size_t j = i + 1; j < n; ++j) {
+            if (m & (uint32_t{1} << j)) continue;
+            const int64_t r = rank_of(i, j);
+            if (r < 0) continue;
+            const int64_t c = r + cost[m | (uint32_t{1} << i) | (uint32_t{1} << j)];
+            if (c < best) best = c, pick = uint8_t(j);
+        }
+        const int64_t skip = big + cost[m | (uint32_t{1} << i)];
+        if (skip < best) best = skip, pick = uint8_t(n);
+        cost[m] = best;
+        choice[m] = pick;
+    }
+    uint32_t m = 0;
+    while (m != full) {
+        size_t i = 0;
+        while (m & (uint32_t{1} << i)) ++i;
+        const size_t j = choice[m];
+        if (j == n) {
+            out.left_out.push_back(i);
+            m |= uint32_t{1} << i;
+        } else {
+            out.pairs.emplace_back(i, j);
+            m |= (uint32_t{1} << i) | (uint32_t{1} << j);
+        }
+    }
+    return out;
+}
+
+std::vector<int32_t> pairing_order(const std::vector<int32_t> &ids, const pairing &p) {
+    std::vector<int32_t> order;
+    for (auto [h, q] : p.pairs) order.push_back(ids[h]);
+    for (auto [h, q] : p.pairs) order.push_back(ids[q]);
+    return order;
+}
+
+}  // namespace
+
+device_list placement_parse_devices(std::string_view spec) {
+    device_list out;
+    if (trim(spec) == "auto") {
+        out.auto_order = true;
+        return out;
+    }
+    for (std::string_view item : split_commas(spec, "--gpu-devices")) {
+        int32_t v = -1;
+        const auto [ptr, ec] = std::from_chars(item.data(), item.data() + item.size(), v);
+        if (ec != std::errc() || ptr != item.data() + item.size() || v < 0)
+            fail(error_kind::config, "--gpu-devices '{}': '{}' is not a device id (non-negative integer) or 'auto'",
+                 spec, item);
+        out.ids.push_back(v);
+    }
+    return out;
+}
+
+std::vector<uint64_t> placement_parse_vram(std::string_view spec, size_t n_devices) {
+    if (trim(spec) == "auto") return {};
+    std::vector<uint64_t> values;
+    for (std::string_view item : split_commas(spec, "--gpu-vram")) {
+        double v = 0.0;
+        const auto [ptr, ec] = std::from_chars(item.data(), item.data() + item.size(), v);
+        if (ec != std::errc() || ptr != item.data() + item.size() || !std::isfinite(v) || v <= 0.0 || v > 1e6)
+            fail(error_kind::config, "--gpu-vram '{}': '{}' is not a positive number of GiB (or use 'auto')", spec,
+                 item);
+        values.push_back(uint64_t(std::llround(v * double(gib))));
+    }
+    if (values.size() == 1) return std::vector<uint64_t>(n_devices, values[0]);
+    if (values.size() != n_devices)
+        fail(error_kind::config, "--gpu-vram '{}' has {} values but there are {} devices: give one value for all "
+             "devices or one per device", spec, values.size(), n_devices);
+    return values;
+}
+
+std::vector<int32_t> placement_auto_order(const topology &topo, placement_mode mode) {
+    if (topo.devices.empty()) fail(error_kind::config, "--gpu-devices auto: the topology lists no devices");
+    std::vector<int32_t> ids;
+    for (const auto &d : topo.devices) ids.push_back(d.id);
+    std::sort(ids.begin(), ids.end());
+    switch (mode) {
+    case placement_mode::single: {
+        int32_t best = ids[0];
+        for (int32_t id : ids)
+            if (topo.find(id)->memory_gib > topo.find(best)->memory_gib) best = id;
+        return {best};
+    }
+    case placement_mode::pipeline: return ids;
+    case placement_mode::tensor_parallel: {
+        const pairing p = pair_devices(ids, topo);
+        if (p.pairs.empty())
+            fail(error_kind::config, "--gpu-devices auto --tensor-parallel: no two devices of the topology ({}) have "
+                 "P2P access; use pipeline mode (drop --tensor-parallel)", join_ids(ids));
+        return pairing_order(ids, p);
+    }
+    }
+    return ids;
+}
+
+namespace {
+
+// Everything the layer DP needs about one logical device.
+struct dev_costs {
+    std::vector<uint64_t> prefix;  // prefix[l] = bytes of layers [0, l) in this device's role
+    uint64_t fixed = 0;            // embedding / head share in its stage
+    int64_t avail = 0;             // budget - scratch (may be negative)
+};
+
+struct stage_eval {
+    int64_t overflow;  // max over the stage's devices of (bytes - avail)
+    uint64_t load;     // max over the stage's devices of bytes
+};
+
+}  // namespace
+
+placement_plan placement_plan_make(const placement_request &req, const topology &topo, const placement_model &model) {
+    // ---- model sanity: these come from a validated file, but the planner is also a library ----
+    const int32_t n_layer = model.n_layer;
+    if (n_layer < 1 || model.n_expert < 1 || model.n_vocab < 1)
+        fail(error_kind::config, "placement: model needs n_layer, n_expert, n_vocab >= 1 (got {}, {}, {})", n_layer,
+             model.n_expert, model.n_vocab);
+    if (model.bytes.layer_replicated.size() != size_t(n_layer) || model.bytes.layer_experts.size() != size_t(n_layer))
+        fail(error_kind::config, "placement: model bytes list {} / {} layers but n_layer is {}",
+             model.bytes.layer_replicated.size(), model.bytes.layer_experts.size(), n_layer);
+    if (req.n_sessions < 1 || req.n_ctx < 1)
+        fail(error_kind::config, "placement: sessions ({}) and context ({}) must be >= 1", req.n_sessions, req.n_ctx);
+
+    placement_plan plan;
+    plan.mode = req.mode;
+    plan.n_layer = n_layer;
+    plan.n_expert = model.n_expert;
+    plan.n_vocab = model.n_vocab;
+    plan.n_sessions = req.n_sessions;
+    plan.n_ctx = req.n_ctx;
+    const bool tp = req.mode == placement_mode::tensor_parallel;
+
+    // ---- devices and order ----
+    std::vector<int32_t> ids;
+    if (req.auto_order) {
+        ids = placement_auto_order(topo, req.mode);
+        for (const auto &d : topo.devices)
+            if (std::find(ids.begin(), ids.end(), d.id) == ids.end())
+                plan.notes.push_back(fmt::format("auto left out device {} ({}): {}", d.id, d.name,
+                                                 tp ? "no free P2P partner" : "single-device mode"));
+    } else {
+        ids = req.devices;
+    }
+    if (ids.empty()) fail(error_kind::config, "--gpu-devices: no devices given");
+    std::vector<int32_t> known;
+    for (const auto &d : topo.devices) known.push_back(d.id);
+    std::sort(known.begin(), known.end());
+    for (int32_t id : ids)
+        if (!topo.find(id))
+            fail(error_kind::config, "--gpu-devices {}: device {} is not in the topology (devices: {})", join_ids(ids),
+                 id, join_ids(known));
+    const int32_t n = int32_t(ids.size());
+    if (req.mode == placement_mode::single && n != 1)
+        fail(error_kind::config, "single-device mode takes one device, got {} ({}): use pipeline stages or "
+             "--tensor-parallel", n, join_ids(ids));
+    if (tp && (n < 2 || n % 2 != 0))
+        fail(error_kind::config, "--tensor-parallel needs an even number of devices (pairs), got {} ({})", n,
+             join_ids(ids));
+    const int32_t n_stages = tp ? n / 2 : n;
+    if (n_stages > n_layer)
+        fail(error_kind::config, "{} stages but the model has only {} layers (each stage needs at least one)",
+             n_stages, n_layer);
+    plan.n_stages = n_stages;
+
+    // ---- P2P inside pairs ----
+    if (tp) {
+        for (int32_t i = 0; i < n_stages; ++i) {
+            const int32_t a = ids[i], b = ids[i + n_stages];
+            if (topo.p2p(a, b)) continue;
+            std::vector<int32_t> sorted = ids;
+            std::sort(sorted.begin(), sorted.end());
+            const pairing p = pair_devices(sorted, topo);
+            const std::string fix = p.left_out.empty()
+                ? fmt::format("use --gpu-devices {} (or auto)", join_ids(pairing_order(sorted, p)))
+                : std::string("no order of these devices pairs them all over P2P: choose other devices or drop "
+                              "--tensor-parallel for pipeline stages");
+            fail(error_kind::config, "tensor-parallel pair {} (logical {} = device {}, logical {} = device {}) has no "
+                 "P2P access; {}", i, i, a, i + n_stages, b, fix);
+        }
+    }
+
+    // ---- budgets ----
+    std::map<int32_t, std::vector<int32_t>> sharing;  // physical id -> logical indices
+    for (int32_t i = 0; i < n; ++i) sharing[ids[i]].push_back(i);
+    std::vector<uint64_t> budget(n);
+    if (req.budgets.empty()) {
+        for (int32_t i = 0; i < n; ++i) {
+            const topology_device &d = *topo.find(ids[i]);
+            const uint64_t memory = uint64_t(std::llround(d.memory_gib * double(gib)));
+            const uint64_t reserve = std::min(memory, topology_reserve_bytes(d));
+            budget[i] = (memory - reserve) / sharing[ids[i]].size();
+        }
+    } else if (req.budgets.size() == 1 || req.budgets.size() == size_t(n)) {
+        for (int32_t i = 0; i < n; ++i) budget[i] = req.budgets.size() == 1 ? req.budgets[0] : req.budgets[i];
+        for (const auto &[phys, logical] : sharing) {
+            const topology_device &d = *topo.find(phys);
+            uint64_t sum = 0;
+            for (int32_t i : logical) sum += budget[i];
+            if (sum > uint64_t(std::llround(d.memory_gib * double(gib))))
+                fail(error_kind::config, "--gpu-vram: the budgets of logical device(s) {} on device {} ({}) sum to "
+                     "{:.2f} GiB but it has {:.2f} GiB", join_ids(logical), phys, d.name, to_gib(sum), d.memory_gib);
+        }
+    } else {
+        fail(error_kind::config, "--gpu-vram has {} values but there are {} devices: give one value for all devices "
+             "or one per device", req.budgets.size(), n);
+    }
+
+    // ---- expert split per layer (pairs only) ----
+    std::vector<std::vector<bool>> host_half(n_layer);  // per layer, per expert: host holds it
+    if (tp) {
+        if (req.traffic) {
+            const auto &c = req.traffic->counts;
+            if (c.size() != size_t(n_layer) || c.empty() || c[0].size() != size_t(model.n_expert))
+                fail(error_kind::config, "--expert-balance: the file has {} layers x {} experts but the model has {} x "
+                     "{}", c.size(), c.empty() ? 0 : c[0].size(), n_layer, model.n_expert);
+            plan.traffic_balanced = true;
+        }
+        for (int32_t l = 0; l < n_layer; ++l) {
+            if (plan.traffic_balanced) {
+                host_half[l] = expert_traffic_split(req.traffic->counts[l]);
+                const auto &c = req.traffic->counts[l];
+                uint64_t all = 0, h = 0;
+                for (int32_t e = 0; e < model.n_expert; ++e) all += c[e], h += host_half[l][e] ? c[e] : 0;
+                plan.host_row_share.push_back(all ? double(h) / double(all) : 0.5);
+            } else {
+                host_half[l].assign(model.n_expert, false);
+                for (int32_t e = 0; e < (model.n_expert + 1) / 2; ++e) host_half[l][e] = true;
+            }
+        }
+    } else if (req.traffic) {
+        plan.notes.push_back("expert traffic ignored: only tensor-parallel pairs split experts");
+    }
+
+    // ---- per-layer bytes by role ----
+    const uint64_t kv_tokens = mul_checked(uint64_t(req.n_sessions), uint64_t(req.n_ctx), "sessions x ctx");
+    const uint64_t kv_per_layer_token = (model.bytes.kv_per_token + uint64_t(n_layer) - 1) / uint64_t(n_layer);
+    const uint64_t kv_layer = mul_checked(kv_per_layer_token, kv_tokens, "KV bytes");
+    std::vector<uint64_t> host_exp(n_layer), part_exp(n_layer);
+    for (int32_t l = 0; l < n_layer; ++l) {
+        const uint64_t all = model.bytes.layer_experts[l];
+        if (!tp) {
+            host_exp[l] = all;
+            continue;
+        }
+        const uint64_t k = uint64_t(std::count(host_half[l].begin(), host_half[l].end(), true));
+        // Every expert has the same shape, so bytes are proportional to the count; exact when the
+        // file's expert tensors divide by n_expert (always, for real files).
+        host_exp[l] = (all / uint64_t(model.n_expert)) * k + (all % uint64_t(model.n_expert)) * k / uint64_t(model.n_expert);
+        part_exp[l] = all - host_exp[l];
+    }
+    const int32_t head_split = tp ? (model.n_vocab + 1) / 2 : model.n_vocab;  // host rows [0, split)
+    const uint64_t head_host = tp ? model.bytes.head / uint64_t(model.n_vocab) * uint64_t(head_split) +
+                                        model.bytes.head % uint64_t(model.n_vocab) * uint64_t(head_split) / uint64_t(model.n_vocab)
+                                  : model.bytes.head;
+
+    std::vector<dev_costs> costs(n);
+    for (int32_t i = 0; i < n; ++i) {
+        const bool partner = tp && i >= n_stages;
+        const int32_t stage = tp ? i % n_stages : i;
+        auto &c = costs[i];
+        c.prefix.assign(n_layer + 1, 0);
+        for (int32_t l = 0; l < n_layer; ++l)
+            c.prefix[l + 1] = c.prefix[l] + model.bytes.layer_replicated[l] + (partner ? part_exp[l] : host_exp[l]) + kv_layer;
+        if (stage == 0 && !partner) c.fixed += model.bytes.embedding;
+        if (stage == n_stages - 1) c.fixed += partner ? model.bytes.head - head_host : head_host;
+        c.avail = int64_t(budget[i]) - int64_t(req.scratch_bytes);
+    }
+    auto eval = [&](int32_t s, int32_t b, int32_t e) {
+        stage_eval r{std::numeric_limits<int64_t>::min(), 0};
+        for (int32_t i : tp ? std::vector<int32_t>{s, s + n_stages} : std::vector<int32_t>{s}) {
+            const uint64_t bytes = costs[i].fixed + costs[i].prefix[e] - costs[i].prefix[b];
+            r.overflow = std::max(r.overflow, int64_t(bytes) - costs[i].avail);
+            r.load = std::max(r.load, bytes);
+        }
+        return r;
+    };
+
+    // ---- layer ranges: three DPs over (stage, end layer), each stage at least one layer ----
+    // 1) minimise the worst overflow (> 0: does not fit; the partition then names the culprits);
+    // 2) minimise the largest stage load within budgets (the slowest stage paces the pipeline);
+    // 3) among those, minimise the sum of squared loads so the other stages are even too.
+    const int32_t S = n_stages, L = n_layer;
+    auto run_dp = [&](auto stage_cost, auto combine, auto worse, auto init) {
+        using cost_t = decltype(init);
+        std::vector<std::vector<cost_t>> f(S, std::vector<cost_t>(L + 1, init));
+        std::vector<std::vector<int32_t>> arg(S, std::vector<int32_t>(L + 1, -1));
+        std::vector<std::vector<bool>> ok(S, std::vector<bool>(L + 1, false));
+        for (int32_t e = 1; e <= L - (S - 1); ++e) {
+            auto c = stage_cost(0, 0, e);
+            if (c) f[0][e] = *c, ok[0][e] = true, arg[0][e] = 0;
+        }
+        for (int32_t s = 1; s < S; ++s)
+            for (int32_t e = s + 1; e <= L - (S - 1 - s); ++e)
+                for (int32_t b = s; b < e; ++b) {
+                    if (!ok[s - 1][b]) continue;
+                    auto c = stage_cost(s, b, e);
+                    if (!c) continue;
+                    const cost_t v = combine(f[s - 1][b], *c);
+                    if (!ok[s][e] || worse(f[s][e], v)) f[s][e] = v, ok[s][e] = true, arg[s][e] = b;
+                }
+        std::vector<int32_t> bounds(S + 1, L);  // stage s covers [bounds[s], bounds[s+1])
+        if (!ok[S - 1][L]) return std::pair{false, bounds};
+        for (int32_t s = S - 1, e = L; s >= 0; --s) bounds[s] = arg[s][e], e = arg[s][e];
+        return std::pair{true, bounds};
+    };
+    auto maxi = [](auto a, auto b) { return std::max(a, b); };
+    auto worse = [](auto have, auto cand) { return cand < have; };
+
+    const auto [found1, fit_bounds] = run_dp([&](int32_t s, int32_t b, int32_t e) { return std::optional<int64_t>(eval(s, b, e).overflow); },
+                                              maxi, worse, int64_t{0});
+    TANDEM_ASSERT(found1, "every partition has a finite overflow");
+    int64_t worst = std::numeric_limits<int64_t>::min();
+    for (int32_t s = 0; s < S; ++s) worst = std::max(worst, eval(s, fit_bounds[s], fit_bounds[s + 1]).overflow);
+    std::vector<int32_t> bounds = fit_bounds;
+    if (worst <= 0) {
+        auto feasible_load = [&](int32_t s, int32_t b, int32_t e) {
+            const stage_eval r = eval(s, b, e);
+            return r.overflow <= 0 ? std::optional<uint64_t>(r.load) : std::nullopt;
+        };
+        const auto [found2, b2] = run_dp(feasible_load, maxi, worse, uint64_t{0});
+        TANDEM_ASSERT(found2);
+        uint64_t best_max = 0;
+        for (int32_t s = 0; s < S; ++s) best_max = std::max(best_max, eval(s, b2[s], b2[s + 1]).load);
+        auto squared = [&](int32_t s, int32_t b, int32_t e) {
+            const stage_eval r = eval(s, b, e);
+            const double g = to_gib(r.load);
+            return r.overflow <= 0 && r.load <= best_max ? std::optional<double>(g * g) : std::nullopt;
+        };
+        const auto [found3, b3] = run_dp(squared, [](double a, double b) { return a + b; }, worse, 0.0);
+        TANDEM_ASSERT(found3);
+        bounds = b3;
+    }
+
+    // ---- the plan ----
+    for (int32_t i = 0; i < n; ++i) {
+        const topology_device &d = *topo.find(ids[i]);
+        const bool partner = tp && i >= n_stages;
+        placement_device_plan dp;
+        dp.logical = i;
+        dp.physical = ids[i];
+        dp.name = d.name;
+        dp.stage = tp ? i % n_stages : i;
+        dp.role = !tp ? placement_role::single : partner ? placement_role::partner : placement_role::host;
+        dp.partner = !tp ? -1 : partner ? i - n_stages : i + n_stages;
+        dp.layer_begin = bounds[dp.stage];
+        dp.layer_end = bounds[dp.stage + 1];
+        for (int32_t l = dp.layer_begin; l < dp.layer_end; ++l) {
+            std::vector<int32_t> held;
+            for (int32_t e = 0; e < model.n_expert; ++e)
+                if (!tp || host_half[l][e] != partner) held.push_back(e);
+            dp.experts.push_back(std::move(held));
+            dp.bytes_replicated += model.bytes.layer_replicated[l];
+            dp.bytes_experts += partner ? part_exp[l] : host_exp[l];
+            dp.bytes_kv += kv_layer;
+        }
+        dp.embedding = dp.stage == 0 && !partner;
+        dp.bytes_embedding = dp.embedding ? model.bytes.embedding : 0;
+        if (dp.stage == n_stages - 1) {
+            dp.head_begin = partner ? head_split : 0;
+            dp.head_end = partner ? model.n_vocab : head_split;
+            dp.bytes_head = partner ? model.bytes.head - head_host : head_host;
+        }
+        dp.bytes_scratch = req.scratch_bytes;
+        dp.budget = budget[i];
+        plan.devices.push_back(std::move(dp));
+    }
+    if (worst > 0) {
+        std::string what;
+        uint64_t need = 0, have = 0;
+        for (const auto &dp : plan.devices) {
+            need += dp.total();
+            have += dp.budget;
+            if (dp.total() <= dp.budget) continue;
+            const std::pair<uint64_t, const char *> classes[] = {
+                {dp.bytes_experts, "routed experts"}, {dp.bytes_replicated, "attention/norms/router"},
+                {dp.bytes_kv, "KV cache"}, {dp.bytes_head, "output head"}, {dp.bytes_embedding, "embedding"},
+                {dp.bytes_scratch, "scratch"}};
+            const auto *big = std::max_element(std::begin(classes), std::end(classes));
+            what += fmt::format("{}device d{} (device {}, {}, stage {} {}, layers {}-{}) needs {:.2f} GiB but its "
+                                "budget is {:.2f} GiB: {:.2f} GiB missing (biggest class: {} {:.2f} GiB)",
+                                what.empty() ? "" : "; ", dp.logical, dp.physical, dp.name, dp.stage,
+                                placement_role_name(dp.role), dp.layer_begin, dp.layer_end - 1, to_gib(dp.total()),
+                                to_gib(dp.budget), to_gib(dp.total() - dp.budget), big->second, to_gib(big->first));
+        }
+        fail(error_kind::config, "the plan does not fit: {}. In all the plan needs {:.2f} GiB and the budgets total "
+             "{:.2f} GiB; lower --ctx or --batched-session, raise --gpu-vram, or add devices", what, to_gib(need),
+             to_gib(have));
+    }
+    return plan;
+}
+
+}  // namespace tandem
