@@ -20,12 +20,18 @@ enum class chat_template_family {
 struct chat_template {
     chat_template_family family = chat_template_family::fallback;
     std::string source;  // the GGUF's tokenizer.chat_template text ("" when absent)
+    // chatml only: the system prompt the template inserts when the first message is not a
+    // system message (Qwen2/Qwen2.5: "You are a helpful assistant." / "You are Qwen, ..."),
+    // found as a literal '<|im_start|>system\n...<|im_end|>' in the source; "" when none.
+    std::string default_system;
 
     // Detects the family from the template text; unknown text gives `fallback` (callers warn).
     static chat_template detect(const std::string &source);
 
     // add_generation_prompt opens an assistant turn; with enable_thinking false, Qwen3 gets an
-    // empty "<think>\n\n</think>\n\n" block as its own template does.
+    // empty "<think>\n\n</think>\n\n" block as its own template does. chatml and qwen3 take
+    // the roles system, user and assistant (others throw error(invalid_request)). fallback
+    // writes "role: content\n" per message and "assistant:" as the generation prompt.
     std::string render(const std::vector<chat_message> &messages, bool add_generation_prompt,
                        bool enable_thinking = true) const;
 };

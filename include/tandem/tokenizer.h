@@ -3,11 +3,11 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
 #include <string_view>
-#include <unordered_map>
 #include <vector>
 
 namespace tandem {
@@ -19,59 +19,81 @@ enum class token_type : int32_t {
     undefined = 0, normal = 1, unknown = 2, control = 3, user_defined = 4, unused = 5, byte = 6,
 };
 
+// The vocabulary as GGUF stores it (tokenizer.ggml.*), independent of the file reader.
+struct tokenizer_vocab {
+    std::string model = "gpt2";        // tokenizer.ggml.model; only "gpt2" (byte-level BPE)
+    std::string pre;                   // tokenizer.ggml.pre: "qwen2"; "" or "default": GPT-2 regex
+    std::vector<std::string> tokens;   // byte-level text of normal tokens, raw text of specials
+    std::vector<token_type> types;     // one per token; empty means all normal
+    std::vector<std::string> merges;   // "left right", rank = index
+    int32_t bos_id = -1, eos_id = -1, pad_id = -1, eot_id = -1, eom_id = -1;  // -1: absent
+    bool add_bos = false;
+};
+
 class tokenizer {
 public:
+    // Validates the vocab (types length, ids in range, merges naming known symbols, all 256
+    // byte symbols present); throws error(file_format) naming the entry, or error(unsupported)
+    // naming the model/pre value this build cannot run.
+    static tokenizer from_vocab(tokenizer_vocab vocab);
     // Reads tokenizer.ggml.{model,pre,tokens,token_type,merges,*_token_id,add_bos_token}.
     // Throws file_format/unsupported naming the key when the vocab is missing or not gpt2 BPE.
     static tokenizer from_gguf(const gguf_file &file);
 
-    // With parse_special, control and user-defined tokens written in the text ("<|im_start|>")
-    // become their ids; without it they are tokenized as plain text.
-    std::vector<int32_t> encode(std::string_view text, bool parse_special) const;
+    // Special tokens written in the text are split out first (leftmost, longest match):
+    // user-defined tokens (e.g. Qwen3's "<think>") always, control tokens ("<|im_start|>") only
+    // with parse_special; otherwise a control token's text is tokenized as plain text. This is
+    // llama.cpp's convention (HF always splits every added token: equal to parse_special=true).
+    // add_special prepends bos_id() when the vocab says add_bos (never for Qwen).
+    // Throws error(invalid_request) when the text is not valid UTF-8.
+    std::vector<int32_t> encode(std::string_view text, bool parse_special, bool add_special = false) const;
 
-    // The raw bytes a token stands for (byte-level decoded; special tokens as their text).
+    // The raw bytes a token stands for (byte-level decoded; control and user-defined tokens as
+    // their text; unused padding entries as ""). Throws invalid_request for an id out of range.
     const std::string &token_bytes(int32_t id) const;
     // Concatenated bytes of the ids (may end inside a UTF-8 sequence).
     std::string decode(std::span<const int32_t> ids) const;
 
-    int32_t n_vocab() const { return static_cast<int32_t>(bytes_.size()); }
+    int32_t n_vocab() const;
     const std::string &token_text(int32_t id) const;  // the vocab entry as stored
     token_type type(int32_t id) const;
     std::optional<int32_t> find(std::string_view token_text) const;
 
-    int32_t bos_id() const { return bos_; }  // -1 when absent
-    int32_t eos_id() const { return eos_; }
-    int32_t pad_id() const { return pad_; }
-    bool add_bos() const { return add_bos_; }
-    // End of generation: eos, eot and the template's end-of-turn tokens (<|im_end|>, <|endoftext|>).
+    int32_t bos_id() const;  // -1 when absent
+    int32_t eos_id() const;
+    int32_t pad_id() const;
+    bool add_bos() const;
+    // End of generation: eos, eot, eom and the end-of-turn control tokens (<|im_end|>,
+    // <|endoftext|>, <|eot_id|>, ... as llama.cpp lists them).
     bool is_eog(int32_t id) const;
-    const std::string &pre() const { return pre_; }
+    const std::vector<int32_t> &eog_ids() const;
+    const std::string &pre() const;
 
 private:
     struct impl;
-    std::vector<std::string> texts_;   // vocab entries as stored in the GGUF
-    std::vector<std::string> bytes_;   // decoded bytes per id
-    std::vector<token_type> types_;
-    std::unordered_map<std::string, int32_t> ids_;          // vocab entry -> id
-    std::unordered_map<std::string, int32_t> merge_ranks_;  // "left right" -> rank
-    std::vector<int32_t> specials_;    // control/user-defined ids, longest text first
-    std::vector<int32_t> eog_;
-    std::string pre_;
-    int32_t bos_ = -1, eos_ = -1, pad_ = -1;
-    bool add_bos_ = false;
+    explicit tokenizer(std::shared_ptr<const impl> p) : impl_(std::move(p)) {}
+    std::shared_ptr<const impl> impl_;  // immutable after load (the piece cache locks itself)
 };
 
+// Replaces every ill-formed UTF-8 subsequence with U+FFFD, one per maximal subpart (the
+// Unicode / WHATWG practice, same as Python's errors="replace").
+std::string utf8_sanitize(std::string_view bytes);
+
 // Turns a stream of token ids into text that never splits a UTF-8 sequence: push() returns the
-// completed characters so far, flush() whatever is left (invalid bytes become U+FFFD).
+// completed characters so far (ill-formed bytes already replaced by U+FFFD), flush() whatever is
+// left (an incomplete tail becomes U+FFFD). push()s followed by flush() equal
+// utf8_sanitize(decode(ids)).
 class token_streamer {
 public:
     explicit token_streamer(const tokenizer &tok) : tok_(&tok) {}
     std::string push(int32_t id);
+    // Same for raw bytes (tests, text that does not come from token ids).
+    std::string push_bytes(std::string_view bytes);
     std::string flush();
 
 private:
     const tokenizer *tok_;
-    std::string pending_;
+    std::string pending_;  // an incomplete but so far well-formed UTF-8 tail (at most 3 bytes)
 };
 
 }  // namespace tandem
