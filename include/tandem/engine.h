@@ -5,6 +5,7 @@
 #include "tandem/model.h"
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <span>
 #include <string>
@@ -53,6 +54,10 @@ public:
 
     // One line describing the backend and placement ("cpu: 1 device, 16 slots x 4096 ...").
     virtual std::string layout() const = 0;
+
+    // Backend counters for benchmarks and /metrics (e.g. "launches_per_step", "device_name" is
+    // not a number so it goes in layout()). Empty when the backend keeps none.
+    virtual std::map<std::string, double> counters() const { return {}; }
 };
 
 // Builds the engine for a validated model file. Throws config errors that name the problem.

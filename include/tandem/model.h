@@ -49,3 +49,36 @@ struct model_bytes {
 model_bytes model_bytes_read(const gguf_file &file, const model_hparams &hp, uint32_t kv_elem_bytes);
 
 }  // namespace tandem
+
+namespace tandem {
+
+struct gguf_tensor_info;
+
+// The tensors of one Qwen3-MoE layer, bound by name and checked against the hyper-parameters.
+struct layer_tensors {
+    const gguf_tensor_info *attn_norm = nullptr;   // [d_model] f32
+    const gguf_tensor_info *wq = nullptr;          // [d_model] x [n_head * d_head]
+    const gguf_tensor_info *wk = nullptr;          // [d_model] x [n_head_kv * d_head]
+    const gguf_tensor_info *wv = nullptr;          // [d_model] x [n_head_kv * d_head]
+    const gguf_tensor_info *wo = nullptr;          // [n_head * d_head] x [d_model]
+    const gguf_tensor_info *q_norm = nullptr;      // [d_head] f32
+    const gguf_tensor_info *k_norm = nullptr;      // [d_head] f32
+    const gguf_tensor_info *ffn_norm = nullptr;    // [d_model] f32
+    const gguf_tensor_info *router = nullptr;      // [d_model] x [n_expert]
+    const gguf_tensor_info *gate_exps = nullptr;   // [d_model] x [d_ff] x [n_expert]
+    const gguf_tensor_info *up_exps = nullptr;     // [d_model] x [d_ff] x [n_expert]
+    const gguf_tensor_info *down_exps = nullptr;   // [d_ff] x [d_model] x [n_expert]
+};
+
+struct model_tensors {
+    const gguf_tensor_info *tok_embd = nullptr;     // [d_model] x [n_vocab]
+    const gguf_tensor_info *output_norm = nullptr;  // [d_model] f32
+    const gguf_tensor_info *output = nullptr;       // [d_model] x [n_vocab]; tok_embd when tied
+    std::vector<layer_tensors> layers;
+};
+
+// Finds every tensor the architecture needs and checks shapes and types; throws file_format
+// naming the tensor that is missing or misshaped, unsupported for a type we cannot compute.
+model_tensors model_tensors_bind(const gguf_file &file, const model_hparams &hp);
+
+}  // namespace tandem

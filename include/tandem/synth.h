@@ -1,0 +1,36 @@
+// tandem/synth.h - random-weight models of real shapes (benchmarks, tests, the demo model).
+#pragma once
+
+#include "tandem/types.h"
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace tandem {
+
+struct synth_preset {
+    std::string name;
+    int32_t n_layer, d_model, n_head, n_head_kv, d_head, n_expert, n_expert_used, d_ff_expert, d_ff;
+    int32_t n_vocab, n_ctx_train;
+    float rope_theta, rms_eps;
+};
+
+// "tiny", "qwen3-30b-a3b", "qwen3-235b-a22b"; nullopt for an unknown name.
+std::optional<synth_preset> synth_preset_find(const std::string &name);
+std::vector<std::string> synth_preset_names();
+
+struct synth_options {
+    synth_preset preset;
+    ggml_type type = ggml_type::q4_k;   // matrices (attention, experts, embedding, head)
+    int32_t n_layer = 0;                // 0: the preset's
+    uint64_t seed = 1;
+    int32_t n_threads = 0;              // 0: all cores
+};
+
+// Writes the model. Quantized tensors are written as random blocks directly (no float pass),
+// scaled so dequantised weights have std ~ 1/sqrt(fan_in) and a near-zero mean.
+void synth_write(const synth_options &options, const std::string &path);
+
+}  // namespace tandem

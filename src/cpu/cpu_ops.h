@@ -1,0 +1,92 @@
+// src/cpu/cpu_ops.h - the CPU reference backend's op families (twins of cuda/*.cu).
+// Every op computes each output element with a reduction whose order depends only on the
+// element's own inputs, never on how many rows share the call: that is what makes a decode
+// row's logits bitwise independent of its batch. Threads split work by output elements.
+#pragma once
+
+#include "tandem/types.h"
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+namespace tandem::cpu {
+
+struct cpu_context {
+    int32_t n_threads = 1;
+};
+
+// A weight matrix as stored in the file: n_out rows of n_in elements of `type`.
+struct cpu_matrix {
+    const uint8_t *data = nullptr;  // [n_out][row_bytes]
+    ggml_type type = ggml_type::f32;
+    int64_t n_in = 0;
+    int64_t n_out = 0;
+    size_t row_bytes = 0;
+
+    // Rows [first, first + count) as a matrix of their own (an expert's slice of a stacked tensor).
+    cpu_matrix slice_rows(int64_t first, int64_t count) const;
+};
+
+// ---- matmul.cpp: y = W x for rows given by pointers (rows may be scattered) ----
+struct matmul_args {
+    cpu_matrix w;
+    const float *const *x;  // [n_rows] -> [w.n_in]
+    float *const *y;        // [n_rows] -> [w.n_out]
+    int64_t n_rows = 0;
+};
+// One tile of output features [out_begin, out_end) for all rows; serial (callers parallelise).
+void matmul_tile(const matmul_args &args, int64_t out_begin, int64_t out_end);
+// All output features, split over threads.
+void matmul(const cpu_context &ctx, const matmul_args &args);
+// Contiguous convenience form: x [n_rows][n_in], y [n_rows][n_out].
+void matmul(const cpu_context &ctx, const cpu_matrix &w, const float *x, float *y, int64_t n_rows);
+// Rows per tile: a tile's dequantised weights stay in L1/L2 while every row reuses them.
+constexpr int64_t matmul_tile_rows = 8;
+
+// ---- norm.cpp ----
+// y[r] = x[r] / sqrt(mean(x[r]^2) + eps) * w, for n_rows rows of n elements; y may alias x.
+void rmsnorm(const float *x, const float *w, float *y, int64_t n_rows, int64_t n, float eps);
+
+// ---- rope.cpp: NeoX-style rotary embedding (rotates element i with i + d_head/2) ----
+// x [n_rows][n_heads][d_head], positions [n_rows]; angles in float32 like Hugging Face.
+void rope_neox(float *x, const int32_t *positions, int64_t n_rows, int64_t n_heads, int64_t d_head, float theta);
+
+// ---- attention.cpp: causal attention of each row over its slot's cached K/V ----
+struct attention_args {
+    const float *q;            // [n_rows][n_head][d_head]
+    const float *const *k;     // [n_rows] -> that row's slot K cache [n_ctx][n_head_kv][d_head]
+    const float *const *v;     // [n_rows] -> that row's slot V cache [n_ctx][n_head_kv][d_head]
+    const int32_t *positions;  // [n_rows]: the row attends to cached positions 0..pos
+    float *out;                // [n_rows][n_head][d_head]
+    int64_t n_rows = 0, n_head = 0, n_head_kv = 0, d_head = 0;
+    float scale = 1.0f;
+};
+void attention(const cpu_context &ctx, const attention_args &args);
+
+// ---- moe.cpp: routing, grouped expert FFN, combination in slot order ----
+// Softmax over router logits, top-k (ties: lower expert id first), optional renormalisation.
+// logits [n_rows][n_expert] -> ids [n_rows][k], weights [n_rows][k].
+void moe_route(const float *logits, int64_t n_rows, int64_t n_expert, int64_t k, bool renormalise,
+               int32_t *ids, float *weights);
+
+struct moe_grouped_args {
+    cpu_matrix gate_exps;   // [n_expert * d_ff][d_model]
+    cpu_matrix up_exps;     // [n_expert * d_ff][d_model]
+    cpu_matrix down_exps;   // [n_expert * d_model][d_ff]
+    const float *x;         // [n_rows][d_model] normalised hidden states
+    const int32_t *ids;     // [n_rows][k] selected experts
+    float *out;             // [n_rows][k][d_model] per-slot expert outputs (unweighted)
+    int64_t n_rows = 0, k = 0, n_expert = 0, d_model = 0, d_ff = 0;
+    const uint8_t *owned = nullptr;  // [n_expert] 1 = computed here; nullptr = every expert
+};
+// Reads each selected expert's weights once for all (row, slot) pairs routed to it. Pairs whose
+// expert is not owned are left untouched (another device of the pair computes them).
+void moe_grouped(const cpu_context &ctx, const moe_grouped_args &args);
+// Distinct experts a call touches among the owned ones (statistics, tests).
+int64_t moe_count_experts(const int32_t *ids, int64_t n_pairs, int64_t n_expert, const uint8_t *owned);
+
+// x[r] += sum over slots s = 0..k-1, in that order, of weights[r][s] * out[r][s].
+void moe_combine(float *x, const float *out, const float *weights, int64_t n_rows, int64_t k, int64_t d_model);
+
+}  // namespace tandem::cpu

@@ -1,0 +1,60 @@
+// src/cpu/matmul.cpp - y = W x with W in its file type, dequantised one tile of rows at a time.
+#include "cpu_ops.h"
+
+#include "tandem/error.h"
+#include "tandem/quant.h"
+
+#include <algorithm>
+
+namespace tandem::cpu {
+
+cpu_matrix cpu_matrix::slice_rows(int64_t first, int64_t count) const {
+    TANDEM_ASSERT(first >= 0 && count >= 0 && first + count <= n_out, "rows {}+{} of {}", first, count, n_out);
+    cpu_matrix m = *this;
+    m.data = data + size_t(first) * row_bytes;
+    m.n_out = count;
+    return m;
+}
+
+void matmul_tile(const matmul_args &args, int64_t out_begin, int64_t out_end) {
+    const cpu_matrix &w = args.w;
+    const int64_t n_in = w.n_in;
+    const int64_t n_tile = out_end - out_begin;
+    TANDEM_ASSERT(n_tile >= 0 && n_tile <= matmul_tile_rows);
+    // The dequantised tile lives in a per-thread buffer reused across calls.
+    thread_local std::vector<float> tile;
+    const float *rows = nullptr;
+    if (w.type == ggml_type::f32) {
+        rows = reinterpret_cast<const float *>(w.data + size_t(out_begin) * w.row_bytes);
+    } else {
+        tile.resize(static_cast<size_t>(matmul_tile_rows * n_in));
+        dequantize_rows(w.type, w.data + size_t(out_begin) * w.row_bytes, tile.data(), n_tile, n_in);
+        rows = tile.data();
+    }
+    for (int64_t r = 0; r < args.n_rows; ++r) {
+        const float *x = args.x[r];
+        float *y = args.y[r] + out_begin;
+        for (int64_t j = 0; j < n_tile; ++j) y[j] = dot_f32(rows + j * n_in, x, n_in);
+    }
+}
+
+void matmul(const cpu_context &ctx, const matmul_args &args) {
+    const int64_t n_tiles = (args.w.n_out + matmul_tile_rows - 1) / matmul_tile_rows;
+#pragma omp parallel for schedule(static) num_threads(ctx.n_threads) if (n_tiles > 1)
+    for (int64_t t = 0; t < n_tiles; ++t) {
+        const int64_t begin = t * matmul_tile_rows;
+        matmul_tile(args, begin, std::min(begin + matmul_tile_rows, args.w.n_out));
+    }
+}
+
+void matmul(const cpu_context &ctx, const cpu_matrix &w, const float *x, float *y, int64_t n_rows) {
+    std::vector<const float *> xs(static_cast<size_t>(n_rows));
+    std::vector<float *> ys(static_cast<size_t>(n_rows));
+    for (int64_t r = 0; r < n_rows; ++r) {
+        xs[r] = x + r * w.n_in;
+        ys[r] = y + r * w.n_out;
+    }
+    matmul(ctx, matmul_args{w, xs.data(), ys.data(), n_rows});
+}
+
+}  // namespace tandem::cpu

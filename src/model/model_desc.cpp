@@ -1,0 +1,122 @@
+// src/model/model_desc.cpp - reads and validates architecture hyper-parameters from GGUF
+// metadata, and sums the model's bytes by placement class.
+#include "tandem/error.h"
+#include "tandem/gguf.h"
+#include "tandem/model.h"
+
+#include <string>
+
+namespace tandem {
+
+const char *model_arch_name(model_arch arch) {
+    switch (arch) {
+    case model_arch::qwen3moe: return "qwen3moe";
+    case model_arch::deepseek2: return "deepseek2";
+    }
+    return "unknown";
+}
+
+uint64_t model_bytes::total() const {
+    uint64_t sum = embedding + head;
+    for (uint64_t b : layer_replicated) sum += b;
+    for (uint64_t b : layer_experts) sum += b;
+    return sum;
+}
+
+namespace {
+
+int32_t read_positive(const gguf_file &file, const std::string &key, int64_t max_value) {
+    const int64_t v = file.get_int(key);
+    if (v <= 0 || v > max_value)
+        fail(error_kind::file_format, "{}: {} = {} is out of range (1..{})", file.path(), key, v, max_value);
+    return static_cast<int32_t>(v);
+}
+
+}  // namespace
+
+model_hparams model_hparams_read(const gguf_file &file) {
+    model_hparams hp;
+    hp.arch_name = file.get_string("general.architecture");
+    if (hp.arch_name == "qwen3moe") {
+        hp.arch = model_arch::qwen3moe;
+    } else if (hp.arch_name == "deepseek2") {
+        fail(error_kind::unsupported, "{}: architecture 'deepseek2' is not supported yet (planned)", file.path());
+    } else {
+        fail(error_kind::unsupported, "{}: architecture '{}' is not supported (supported: qwen3moe)", file.path(),
+             hp.arch_name);
+    }
+    hp.name = file.get_string("general.name", "");
+    const std::string a = hp.arch_name + ".";
+    constexpr int64_t big = 1 << 20;
+    hp.n_layer = read_positive(file, a + "block_count", 4096);
+    hp.d_model = read_positive(file, a + "embedding_length", big);
+    hp.n_head = read_positive(file, a + "attention.head_count", 4096);
+    hp.n_head_kv = read_positive(file, a + "attention.head_count_kv", 4096);
+    if (file.has(a + "attention.key_length")) {
+        hp.d_head = read_positive(file, a + "attention.key_length", 65536);
+    } else {
+        if (hp.d_model % hp.n_head != 0)
+            fail(error_kind::file_format, "{}: {}attention.key_length missing and embedding_length {} is not a multiple "
+                 "of head_count {}", file.path(), a, hp.d_model, hp.n_head);
+        hp.d_head = hp.d_model / hp.n_head;
+    }
+    hp.d_head_v = file.has(a + "attention.value_length") ? read_positive(file, a + "attention.value_length", 65536)
+                                                         : hp.d_head;
+    hp.n_expert = read_positive(file, a + "expert_count", 65536);
+    hp.n_expert_used = read_positive(file, a + "expert_used_count", 65536);
+    hp.d_ff_expert = read_positive(file, a + "expert_feed_forward_length", big);
+    hp.n_ctx_train = read_positive(file, a + "context_length", int64_t{1} << 30);
+    hp.rms_eps = static_cast<float>(file.get_float(a + "attention.layer_norm_rms_epsilon", 1e-6));
+    hp.rope_theta = static_cast<float>(file.get_float(a + "rope.freq_base", 10000.0));
+    hp.norm_topk = file.get_bool(a + "expert_weights_norm", true);
+
+    if (hp.n_head % hp.n_head_kv != 0)
+        fail(error_kind::file_format, "{}: head_count {} is not a multiple of head_count_kv {}", file.path(), hp.n_head,
+             hp.n_head_kv);
+    if (hp.n_expert_used > hp.n_expert)
+        fail(error_kind::file_format, "{}: expert_used_count {} exceeds expert_count {}", file.path(), hp.n_expert_used,
+             hp.n_expert);
+    if (hp.d_head % 2 != 0)
+        fail(error_kind::file_format, "{}: key_length {} must be even for RoPE", file.path(), hp.d_head);
+    if (hp.d_head_v != hp.d_head)
+        fail(error_kind::unsupported, "{}: value_length {} != key_length {} is not supported for qwen3moe", file.path(),
+             hp.d_head_v, hp.d_head);
+    if (!(hp.rms_eps > 0.0f) || !(hp.rope_theta > 0.0f))
+        fail(error_kind::file_format, "{}: rms epsilon and rope.freq_base must be positive", file.path());
+    if (file.has(a + "rope.scaling.type")) {
+        const std::string type = file.get_string(a + "rope.scaling.type");
+        if (type != "none")
+            fail(error_kind::unsupported, "{}: rope scaling '{}' is not supported yet", file.path(), type);
+    }
+    const gguf_tensor_info &embd = file.tensor("token_embd.weight");
+    if (embd.ne.size() != 2 || embd.ne[0] != hp.d_model)
+        fail(error_kind::file_format, "{}: token_embd.weight must be [{}, n_vocab]", file.path(), hp.d_model);
+    hp.n_vocab = static_cast<int32_t>(embd.ne[1]);
+    return hp;
+}
+
+model_bytes model_bytes_read(const gguf_file &file, const model_hparams &hp, uint32_t kv_elem_bytes) {
+    model_bytes bytes;
+    bytes.layer_replicated.assign(hp.n_layer, 0);
+    bytes.layer_experts.assign(hp.n_layer, 0);
+    for (const gguf_tensor_info &t : file.tensors()) {
+        const std::string &n = t.name;
+        if (n.rfind("blk.", 0) == 0) {
+            const size_t dot = n.find('.', 4);
+            const int layer = dot == std::string::npos ? -1 : std::stoi(n.substr(4, dot - 4));
+            if (layer < 0 || layer >= hp.n_layer)
+                fail(error_kind::file_format, "{}: tensor {} names a layer outside 0..{}", file.path(), n, hp.n_layer - 1);
+            const bool routed = n.find("_exps.") != std::string::npos;
+            (routed ? bytes.layer_experts : bytes.layer_replicated)[layer] += t.n_bytes;
+        } else if (n == "token_embd.weight") {
+            bytes.embedding += t.n_bytes;
+        } else {
+            bytes.head += t.n_bytes;  // output, output_norm
+        }
+    }
+    if (!file.find_tensor("output.weight")) bytes.head += file.tensor("token_embd.weight").n_bytes;  // tied head
+    bytes.kv_per_token = uint64_t(hp.n_layer) * 2u * uint64_t(hp.n_head_kv) * uint64_t(hp.d_head) * kv_elem_bytes;
+    return bytes;
+}
+
+}  // namespace tandem

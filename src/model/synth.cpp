@@ -1,0 +1,219 @@
+// src/model/synth.cpp - writes random-weight Qwen3-MoE models of real shapes straight into GGUF:
+// quantized tensors get random blocks (no float pass), so 17 GB takes seconds on many cores.
+#include "tandem/synth.h"
+
+#include "synth_vocab.h"
+#include "tandem/error.h"
+#include "tandem/gguf.h"
+#include "tandem/log.h"
+#include "tandem/quant.h"
+
+#include <cmath>
+#include <cstring>
+
+namespace tandem {
+
+namespace {
+
+const std::vector<synth_preset> &presets() {
+    //                      name  layers d_model heads kv d_head experts used d_ff_e d_ff vocab ctx theta eps
+    static const std::vector<synth_preset> list = {
+        {"tiny", 4, 256, 4, 2, 64, 8, 2, 256, 768, 1024, 32768, 1000000.0f, 1e-6f},
+        {"qwen3-30b-a3b", 48, 2048, 32, 4, 128, 128, 8, 768, 6144, 151936, 40960, 1000000.0f, 1e-6f},
+        {"qwen3-235b-a22b", 94, 4096, 64, 4, 128, 128, 8, 1536, 12288, 151936, 40960, 1000000.0f, 1e-6f},
+    };
+    return list;
+}
+
+// splitmix64: a tiny, fast, well-mixed generator; one stream per tensor so the file does not
+// depend on the thread count.
+struct rng64 {
+    uint64_t s;
+    uint64_t next() {
+        uint64_t z = (s += 0x9E3779B97F4A7C15ull);
+        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+        z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+        return z ^ (z >> 31);
+    }
+    float uniform() { return float(next() >> 40) * (1.0f / 16777216.0f); }  // [0, 1)
+    void fill(uint8_t *dst, size_t n) {
+        size_t i = 0;
+        for (; i + 8 <= n; i += 8) {
+            const uint64_t r = next();
+            std::memcpy(dst + i, &r, 8);
+        }
+        for (; i < n; ++i) dst[i] = uint8_t(next());
+    }
+};
+
+uint64_t name_hash(const std::string &s, uint64_t seed) {
+    uint64_t h = 1469598103934665603ull ^ seed;
+    for (char c : s) h = (h ^ uint8_t(c)) * 1099511628211ull;
+    return h;
+}
+
+// Fills n_elems of `type` with random values of mean ~0 and standard deviation ~std.
+// Derivations of the scale factors (q uniform over its codes, scales uniform over their bits):
+//   q8_0: d*q, q in [-128,127]: std(q) ~ 73.9
+//   q4_K: d*(sc*q - 7.5*m) with dmin = 7.5 d, sc,m in 0..63, q in 0..15: std ~ 258 d
+//   q6_K: d*sc*(q-32), sc int8, q in 0..63: std ~ 74 * 18.5 = 1369 d
+void fill_random(ggml_type type, uint8_t *dst, int64_t n_elems, float std, rng64 &rng) {
+    const float amp = std * std::sqrt(3.0f);  // uniform [-amp, amp) has this std
+    switch (type) {
+    case ggml_type::f32: {
+        float *f = reinterpret_cast<float *>(dst);
+        for (int64_t i = 0; i < n_elems; ++i) f[i] = (2.0f * rng.uniform() - 1.0f) * amp;
+        return;
+    }
+    case ggml_type::f16:
+    case ggml_type::bf16: {
+        uint16_t *h = reinterpret_cast<uint16_t *>(dst);
+        for (int64_t i = 0; i < n_elems; ++i) {
+            const float v = (2.0f * rng.uniform() - 1.0f) * amp;
+            h[i] = type == ggml_type::f16 ? fp32_to_fp16(v) : fp32_to_bf16(v);
+        }
+        return;
+    }
+    case ggml_type::q8_0: {
+        const uint16_t d = fp32_to_fp16(std / 73.9f);
+        for (int64_t b = 0; b < n_elems / 32; ++b) {
+            uint8_t *blk = dst + b * 34;
+            std::memcpy(blk, &d, 2);
+            rng.fill(blk + 2, 32);
+        }
+        return;
+    }
+    case ggml_type::q4_k: {
+        const uint16_t d = fp32_to_fp16(std / 258.0f), dmin = fp32_to_fp16(7.5f * std / 258.0f);
+        for (int64_t b = 0; b < n_elems / 256; ++b) {
+            uint8_t *blk = dst + b * 144;
+            std::memcpy(blk, &d, 2);
+            std::memcpy(blk + 2, &dmin, 2);
+            rng.fill(blk + 4, 140);  // 12 bytes of 6-bit scales/mins, 128 bytes of nibbles
+        }
+        return;
+    }
+    case ggml_type::q6_k: {
+        const uint16_t d = fp32_to_fp16(std / 1369.0f);
+        for (int64_t b = 0; b < n_elems / 256; ++b) {
+            uint8_t *blk = dst + b * 210;
+            rng.fill(blk, 208);  // ql, qh, int8 scales
+            std::memcpy(blk + 208, &d, 2);
+        }
+        return;
+    }
+    default:
+        fail(error_kind::unsupported, "synth cannot write tensors of type {}", ggml_type_name(type));
+    }
+}
+
+constexpr const char *qwen3_chat_template =
+    "{%- for message in messages %}{{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>' + '\\n' }}"
+    "{%- endfor %}{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}"
+    "{%- if enable_thinking is defined and enable_thinking is false %}{{- '<think>\\n\\n</think>\\n\\n' }}{%- endif %}"
+    "{%- endif %}";
+
+}  // namespace
+
+std::optional<synth_preset> synth_preset_find(const std::string &name) {
+    for (const auto &p : presets())
+        if (p.name == name) return p;
+    return std::nullopt;
+}
+
+std::vector<std::string> synth_preset_names() {
+    std::vector<std::string> names;
+    for (const auto &p : presets()) names.push_back(p.name);
+    return names;
+}
+
+void synth_write(const synth_options &options, const std::string &path) {
+    const synth_preset &p = options.preset;
+    const int32_t n_layer = options.n_layer > 0 ? options.n_layer : p.n_layer;
+    const ggml_type type = options.type;
+    const auto &traits = ggml_type_info(type);
+    if (!traits.computable) fail(error_kind::config, "synth: type {} is not supported", traits.name);
+    const int64_t q_dim = int64_t(p.n_head) * p.d_head, kv_dim = int64_t(p.n_head_kv) * p.d_head;
+    for (int64_t row : {int64_t(p.d_model), q_dim, int64_t(p.d_ff_expert)})
+        if (row % traits.block_elems != 0)
+            fail(error_kind::config, "synth: preset {} has a row of {} elements, not a multiple of {}'s block of {}",
+                 p.name, row, traits.name, traits.block_elems);
+
+    gguf_writer w;
+    const std::string a = "qwen3moe.";
+    w.set_string("general.architecture", "qwen3moe");
+    w.set_string("general.name", "tandem-synth-" + p.name);
+    w.set_u32(a + "block_count", uint32_t(n_layer));
+    w.set_u32(a + "context_length", uint32_t(p.n_ctx_train));
+    w.set_u32(a + "embedding_length", uint32_t(p.d_model));
+    w.set_u32(a + "feed_forward_length", uint32_t(p.d_ff));
+    w.set_u32(a + "expert_feed_forward_length", uint32_t(p.d_ff_expert));
+    w.set_u32(a + "attention.head_count", uint32_t(p.n_head));
+    w.set_u32(a + "attention.head_count_kv", uint32_t(p.n_head_kv));
+    w.set_u32(a + "attention.key_length", uint32_t(p.d_head));
+    w.set_u32(a + "attention.value_length", uint32_t(p.d_head));
+    w.set_f32(a + "rope.freq_base", p.rope_theta);
+    w.set_f32(a + "attention.layer_norm_rms_epsilon", p.rms_eps);
+    w.set_u32(a + "expert_count", uint32_t(p.n_expert));
+    w.set_u32(a + "expert_used_count", uint32_t(p.n_expert_used));
+    w.set_u32("general.quantization_version", 2);
+    // llama_ftype of a file whose matrices are all `type` (all-Q4_K is closest to Q4_K_S).
+    switch (type) {
+    case ggml_type::f32: w.set_u32("general.file_type", 0); break;
+    case ggml_type::f16: w.set_u32("general.file_type", 1); break;
+    case ggml_type::q8_0: w.set_u32("general.file_type", 7); break;
+    case ggml_type::q4_k: w.set_u32("general.file_type", 14); break;
+    case ggml_type::q6_k: w.set_u32("general.file_type", 18); break;
+    case ggml_type::bf16: w.set_u32("general.file_type", 32); break;
+    default: break;
+    }
+
+    synth_vocab vocab = synth_vocab_build(p.n_vocab, options.seed);
+    w.set_string("tokenizer.ggml.model", "gpt2");
+    w.set_string("tokenizer.ggml.pre", "qwen2");
+    w.set_array_string("tokenizer.ggml.tokens", vocab.tokens);
+    w.set_array_i32("tokenizer.ggml.token_type", vocab.types);
+    w.set_array_string("tokenizer.ggml.merges", vocab.merges);
+    w.set_u32("tokenizer.ggml.eos_token_id", uint32_t(vocab.im_end));
+    w.set_u32("tokenizer.ggml.padding_token_id", uint32_t(vocab.endoftext));
+    w.set_u32("tokenizer.ggml.bos_token_id", uint32_t(vocab.endoftext));
+    w.set_bool("tokenizer.ggml.add_bos_token", false);
+    w.set_string("tokenizer.chat_template", qwen3_chat_template);
+
+    const uint64_t seed = options.seed;
+    auto add = [&](const std::string &name, ggml_type t, std::vector<int64_t> ne, float std, float mean = 0.0f) {
+        int64_t n = 1;
+        for (int64_t v : ne) n *= v;
+        w.add_tensor(name, t, ne, [=](uint8_t *dst) {
+            rng64 rng{name_hash(name, seed)};
+            fill_random(t, dst, n, std, rng);
+            if (mean != 0.0f) {  // norm weights: 1 + noise
+                float *f = reinterpret_cast<float *>(dst);
+                for (int64_t i = 0; i < n; ++i) f[i] += mean;
+            }
+        });
+    };
+    const float s_model = 1.0f / std::sqrt(float(p.d_model));
+    add("token_embd.weight", type, {p.d_model, p.n_vocab}, 1.0f);
+    add("output_norm.weight", ggml_type::f32, {p.d_model}, 0.05f, 1.0f);
+    add("output.weight", type, {p.d_model, p.n_vocab}, 2.0f * s_model);
+    for (int32_t l = 0; l < n_layer; ++l) {
+        const std::string b = "blk." + std::to_string(l) + ".";
+        add(b + "attn_norm.weight", ggml_type::f32, {p.d_model}, 0.05f, 1.0f);
+        add(b + "attn_q.weight", type, {p.d_model, q_dim}, s_model);
+        add(b + "attn_k.weight", type, {p.d_model, kv_dim}, s_model);
+        add(b + "attn_v.weight", type, {p.d_model, kv_dim}, s_model);
+        add(b + "attn_output.weight", type, {q_dim, p.d_model}, 1.0f / std::sqrt(float(q_dim)));
+        add(b + "attn_q_norm.weight", ggml_type::f32, {p.d_head}, 0.05f, 1.0f);
+        add(b + "attn_k_norm.weight", ggml_type::f32, {p.d_head}, 0.05f, 1.0f);
+        add(b + "ffn_norm.weight", ggml_type::f32, {p.d_model}, 0.05f, 1.0f);
+        add(b + "ffn_gate_inp.weight", ggml_type::f32, {p.d_model, p.n_expert}, 2.0f * s_model);
+        add(b + "ffn_gate_exps.weight", type, {p.d_model, p.d_ff_expert, p.n_expert}, s_model);
+        add(b + "ffn_up_exps.weight", type, {p.d_model, p.d_ff_expert, p.n_expert}, s_model);
+        add(b + "ffn_down_exps.weight", type, {p.d_ff_expert, p.d_model, p.n_expert},
+            1.0f / std::sqrt(float(p.d_ff_expert)));
+    }
+    w.write(path, options.n_threads);
+}
+
+}  // namespace tandem

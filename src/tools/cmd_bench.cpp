@@ -1,0 +1,205 @@
+// src/tools/cmd_bench.cpp - `tandem bench`: prefill and multi-session decode throughput, bytes a
+// decode step must read, achieved bandwidth and share of the roof; optional JSON for the gate.
+#include "commands.h"
+#include "engine_flags.h"
+
+#include "tandem/error.h"
+#include "tandem/gguf.h"
+#include "tandem/log.h"
+#include "tandem/model.h"
+#include "tandem/sampler.h"
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <fstream>
+#include <random>
+#include <sstream>
+
+#ifndef TANDEM_GIT_COMMIT
+#define TANDEM_GIT_COMMIT "unknown"
+#endif
+
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+
+struct bench_cli {
+    tandem::engine_options engine;
+    std::string model, sessions = "1,4,16", json_path;
+    int prompt = 2048, gen = 128, decode_prompt = 16, prefill_chunk = 2048, repeats = 3;
+    double bandwidth_gbps = 0;
+};
+
+std::vector<int> parse_list(const std::string &text) {
+    std::vector<int> out;
+    std::stringstream in(text);
+    std::string item;
+    while (std::getline(in, item, ','))
+        try {
+            out.push_back(std::stoi(item));
+            if (out.back() < 1) throw std::invalid_argument(item);
+        } catch (const std::exception &) {
+            tandem::fail(tandem::error_kind::config, "--sessions: '{}' is not a positive count", item);
+        }
+    if (out.empty()) tandem::fail(tandem::error_kind::config, "--sessions is empty");
+    return out;
+}
+
+double seconds_since(clock_type::time_point t0) {
+    return std::chrono::duration<double>(clock_type::now() - t0).count();
+}
+
+double median(std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v.empty() ? 0.0 : v[v.size() / 2];
+}
+
+std::string cpu_model_name() {
+    std::ifstream in("/proc/cpuinfo");
+    std::string line;
+    while (std::getline(in, line))
+        if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
+    return "unknown cpu";
+}
+
+// Bytes one decode step reads: every replicated weight, the head, and the routed experts the
+// step touches (measured by the engine when it reports it, else the uniform-routing estimate).
+double step_bytes(const tandem::model_hparams &hp, const tandem::model_bytes &bytes, int n_rows,
+                  double experts_touched_per_layer) {
+    double rep = 0, exp = 0;
+    for (uint64_t b : bytes.layer_replicated) rep += double(b);
+    for (uint64_t b : bytes.layer_experts) exp += double(b);
+    double touched = experts_touched_per_layer;
+    if (touched <= 0)
+        touched = hp.n_expert * (1.0 - std::pow(1.0 - double(hp.n_expert_used) / hp.n_expert, n_rows));
+    return rep + double(bytes.head) + exp * touched / hp.n_expert;
+}
+
+}  // namespace
+
+TANDEM_COMMAND(bench, "Measure prefill and multi-session decode throughput", [](CLI::App &sub) {
+    auto cli = std::make_shared<bench_cli>();
+    sub.add_option("-m,--model", cli->model, "GGUF file")->required();
+    sub.add_option("--prompt", cli->prompt, "Prefill benchmark prompt length (0: skip)");
+    sub.add_option("--gen", cli->gen, "Decode steps per session count");
+    sub.add_option("--sessions", cli->sessions, "Comma-separated session counts for decode");
+    sub.add_option("--decode-prompt", cli->decode_prompt, "Tokens each decoding session starts with");
+    sub.add_option("--prefill-chunk", cli->prefill_chunk, "Rows per prefill call");
+    sub.add_option("--repeats", cli->repeats, "Prefill repeats (median)");
+    sub.add_option("--bandwidth", cli->bandwidth_gbps, "Memory bandwidth roof in GB/s for % of roof (cuda default 4300)");
+    sub.add_option("--json", cli->json_path, "Also write the results as JSON to this file");
+    tandem::tools::add_engine_flags(sub, cli->engine);
+    return [cli] {
+        using namespace tandem;
+        const std::vector<int> counts = parse_list(cli->sessions);
+        if (cli->gen < 2 || cli->prompt < 0 || cli->decode_prompt < 1 || cli->prefill_chunk < 1 || cli->repeats < 1)
+            fail(error_kind::config, "--gen must be >= 2; --prompt >= 0; --decode-prompt, --prefill-chunk, --repeats >= 1");
+        auto file = gguf_file::open(cli->model);
+        const model_hparams hp = model_hparams_read(*file);
+        const model_bytes bytes = model_bytes_read(*file, hp, 4);
+        engine_options opt = cli->engine;
+        opt.n_slots = *std::max_element(counts.begin(), counts.end());
+        opt.n_ctx = std::min(hp.n_ctx_train, std::max(cli->prompt, cli->decode_prompt + cli->gen) + 1);
+        auto eng = engine_open(file, opt);
+        const double roof = cli->bandwidth_gbps > 0 ? cli->bandwidth_gbps : (opt.backend == "cuda" ? 4300.0 : 0.0);
+        std::mt19937 rng(1234);
+        auto random_ids = [&](int n) {
+            std::vector<int32_t> ids(size_t(n));
+            for (auto &t : ids) t = int32_t(rng() % uint32_t(hp.n_vocab));
+            return ids;
+        };
+        std::vector<float> logits;
+        nlohmann::json result;
+
+        // Prefill: one session, the prompt in chunks; median over repeats (first one warms up).
+        if (cli->prompt > 0) {
+            const std::vector<int32_t> ids = random_ids(cli->prompt);
+            std::vector<double> times;
+            for (int rep = 0; rep <= cli->repeats; ++rep) {
+                eng->slot_truncate(0, 0);
+                const auto t0 = clock_type::now();
+                for (int begin = 0; begin < cli->prompt; begin += cli->prefill_chunk) {
+                    const int end = std::min(cli->prompt, begin + cli->prefill_chunk);
+                    std::vector<engine_row> rows;
+                    for (int i = begin; i < end; ++i) rows.push_back({0, i, ids[size_t(i)], i + 1 == cli->prompt});
+                    eng->forward(rows, logits);
+                }
+                if (rep > 0 || cli->repeats == 0) times.push_back(seconds_since(t0));
+            }
+            const double t = median(times);
+            result["prefill"] = {{"tokens", cli->prompt}, {"seconds", t}, {"tok_per_s", cli->prompt / t}};
+            fmt::print("prefill  {:6} tokens  {:9.2f} ms  {:10.1f} tok/s\n", cli->prompt, t * 1e3, cli->prompt / t);
+        }
+
+        // Decode: n sessions, each starting from a short prompt; one engine call per step with
+        // every session's row; greedy tokens; median step time after two warm-up steps.
+        result["decode"] = nlohmann::json::array();
+        for (int n : counts) {
+            for (int s = 0; s < n; ++s) {
+                eng->slot_truncate(s, 0);
+                const std::vector<int32_t> ids = random_ids(cli->decode_prompt);
+                std::vector<engine_row> rows;
+                for (int i = 0; i < cli->decode_prompt; ++i) rows.push_back({s, i, ids[size_t(i)], i + 1 == cli->decode_prompt});
+                eng->forward(rows, logits);
+            }
+            std::vector<int32_t> next(size_t(n));
+            for (int s = 0; s < n; ++s) next[size_t(s)] = int32_t(rng() % uint32_t(hp.n_vocab));
+            std::vector<double> step_times;
+            double touched_sum = 0;
+            int touched_n = 0;
+            for (int step = 0; step < cli->gen + 2; ++step) {
+                std::vector<engine_row> rows;
+                for (int s = 0; s < n; ++s) rows.push_back({s, cli->decode_prompt + step, next[size_t(s)], true});
+                const auto t0 = clock_type::now();
+                eng->forward(rows, logits);
+                const double dt = seconds_since(t0);
+                for (int s = 0; s < n; ++s)
+                    next[size_t(s)] = argmax({logits.data() + size_t(s) * size_t(hp.n_vocab), size_t(hp.n_vocab)});
+                if (step >= 2) {
+                    step_times.push_back(dt);
+                    const auto c = eng->counters();
+                    if (auto it = c.find("experts_touched_per_layer"); it != c.end()) {
+                        touched_sum += it->second;
+                        ++touched_n;
+                    }
+                }
+            }
+            const double t = median(step_times);
+            const double b = step_bytes(hp, bytes, n, touched_n ? touched_sum / touched_n : 0.0);
+            const double gbps = b / t / 1e9;
+            nlohmann::json row = {{"sessions", n}, {"ms_per_step", t * 1e3}, {"tok_per_s", n / t},
+                                  {"tok_per_s_per_session", 1.0 / t}, {"bytes_per_step", b}, {"gb_per_s", gbps}};
+            if (roof > 0) row["pct_of_roof"] = 100.0 * gbps / roof;
+            for (const auto &[k, v] : eng->counters()) row[k] = v;
+            result["decode"].push_back(row);
+            fmt::print("decode   {:3} sessions  {:8.2f} ms/step  {:9.1f} tok/s aggregate  {:8.1f} tok/s/session  "
+                       "{:7.3f} GB/step  {:8.1f} GB/s{}\n",
+                       n, t * 1e3, n / t, 1.0 / t, b / 1e9, gbps,
+                       roof > 0 ? fmt::format("  {:.1f}% of {:.0f} GB/s", 100.0 * gbps / roof, roof) : "");
+        }
+        const auto &d = result["decode"];
+        if (d.size() >= 2)
+            result["aggregate_ratio_last_vs_first"] = d.back()["tok_per_s"].get<double>() / d.front()["tok_per_s"].get<double>();
+        result["commit"] = TANDEM_GIT_COMMIT;
+        result["backend"] = opt.backend;
+        result["layout"] = eng->layout();
+        result["hardware"] = {{"cpu", cpu_model_name()}};
+        result["model"] = {{"file", cli->model}, {"arch", hp.arch_name}, {"name", hp.name}, {"layers", hp.n_layer},
+                           {"d_model", hp.d_model}, {"experts", hp.n_expert}, {"experts_used", hp.n_expert_used},
+                           {"file_type", file->get_int("general.file_type", -1)}, {"bytes", bytes.total()}};
+        result["flags"] = {{"prompt", cli->prompt}, {"gen", cli->gen}, {"sessions", counts},
+                           {"decode_prompt", cli->decode_prompt}, {"prefill_chunk", cli->prefill_chunk},
+                           {"threads", opt.n_threads}, {"devices", opt.n_devices}};
+        fmt::print("{}\n", eng->layout());
+        if (!cli->json_path.empty()) {
+            std::ofstream out(cli->json_path);
+            out << result.dump(2) << "\n";
+            if (!out) fail(error_kind::config, "cannot write {}", cli->json_path);
+        }
+        return 0;
+    };
+});

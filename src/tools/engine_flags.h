@@ -1,0 +1,18 @@
+// src/tools/engine_flags.h - the engine flags shared by `tandem logits|generate|bench`.
+#pragma once
+
+#include "tandem/engine.h"
+
+#include <CLI/CLI.hpp>
+
+namespace tandem::tools {
+
+inline void add_engine_flags(CLI::App &sub, engine_options &opt) {
+    sub.add_option("--backend", opt.backend, "cpu or cuda");
+    sub.add_option("--threads", opt.n_threads, "CPU threads (default: all cores)");
+    sub.add_option("--ctx", opt.n_ctx, "Tokens per KV slot");
+    sub.add_option("--devices", opt.n_devices, "CPU virtual devices (placement)");
+    sub.add_flag("--tensor-parallel", opt.tensor_parallel, "Pair devices: split routed experts 50/50");
+}
+
+}  // namespace tandem::tools

@@ -1,0 +1,108 @@
+// tests/model/model_test_util.cpp - helpers shared by the model tests.
+#include "model_test_util.h"
+
+#include "tandem/convert.h"
+#include "tandem/quant.h"
+#include "tandem/synth.h"
+
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <filesystem>
+#include <map>
+#include <unistd.h>
+
+namespace tandem::test {
+
+namespace fs = std::filesystem;
+
+namespace {
+struct scratch {
+    std::string path;
+    scratch() {
+        path = (fs::temp_directory_path() / ("tandem-model-test-" + std::to_string(::getpid()))).string();
+        fs::create_directories(path);
+    }
+    ~scratch() {
+        std::error_code ec;
+        fs::remove_all(path, ec);
+    }
+};
+}  // namespace
+
+const std::string &scratch_dir() {
+    static scratch s;
+    return s.path;
+}
+
+std::string fixture_gguf(const std::string &fixture, ggml_type type) {
+    static std::map<std::string, std::string> cache;
+    const std::string key = fixture + "-" + std::string(ggml_type_name(type));
+    if (auto it = cache.find(key); it != cache.end()) return it->second;
+    convert_options opt;
+    opt.hf_dir = std::string(TANDEM_SOURCE_DIR) + "/tests/fixtures/" + fixture;
+    opt.out_path = scratch_dir() + "/" + key + ".gguf";
+    opt.type = type;
+    convert_hf(opt);
+    return cache[key] = opt.out_path;
+}
+
+std::string synth_gguf(const std::string &preset, ggml_type type, int32_t layers) {
+    static std::map<std::string, std::string> cache;
+    const std::string key = preset + "-" + std::string(ggml_type_name(type)) + "-" + std::to_string(layers);
+    if (auto it = cache.find(key); it != cache.end()) return it->second;
+    synth_options opt{*synth_preset_find(preset), type, layers, 7, 0};
+    const std::string path = scratch_dir() + "/synth-" + key + ".gguf";
+    synth_write(opt, path);
+    return cache[key] = path;
+}
+
+std::string dequantized_copy(const std::string &path) {
+    auto in = gguf_file::open(path);
+    gguf_writer w;
+    for (const gguf_kv &kv : in->kvs())
+        if (kv.key != "general.alignment") w.set_value(kv.key, kv.value);
+    for (const gguf_tensor_info &t : in->tensors()) {
+        const gguf_tensor_info *src = &t;
+        w.add_tensor(t.name, ggml_type::f32, t.ne, [src](uint8_t *dst) {
+            dequantize_rows(src->type, src->data, reinterpret_cast<float *>(dst), src->n_rows(), src->ne[0]);
+        });
+    }
+    const std::string out = path + ".f32.gguf";
+    w.write(out);
+    return out;
+}
+
+std::unique_ptr<engine> open_cpu(const std::string &path, int32_t n_slots, int32_t n_ctx) {
+    engine_options opt;
+    opt.n_slots = n_slots;
+    opt.n_ctx = n_ctx;
+    return engine_open(gguf_file::open(path), opt);
+}
+
+double rel_l2(std::span<const float> a, std::span<const double> b) {
+    REQUIRE(a.size() == b.size());
+    double num = 0, den = 0;
+    for (size_t i = 0; i < a.size(); ++i) {
+        num += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
+        den += b[i] * b[i];
+    }
+    return std::sqrt(num / den);
+}
+
+double rel_l2(std::span<const float> a, std::span<const float> b) {
+    std::vector<double> bd(b.begin(), b.end());
+    return rel_l2(a, bd);
+}
+
+std::vector<float> prefill(engine &eng, int32_t slot, const std::vector<int32_t> &ids, bool all_logits) {
+    std::vector<engine_row> rows;
+    const int32_t start = eng.slot_length(slot);
+    for (size_t i = 0; i < ids.size(); ++i)
+        rows.push_back({slot, start + int32_t(i), ids[i], all_logits || i + 1 == ids.size()});
+    std::vector<float> logits;
+    eng.forward(rows, logits);
+    return logits;
+}
+
+}  // namespace tandem::test

@@ -1,0 +1,34 @@
+// tests/model/model_test_util.h - temp folders, converted fixtures and synth models for model tests.
+#pragma once
+
+#include "tandem/engine.h"
+#include "tandem/gguf.h"
+#include "tandem/types.h"
+
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace tandem::test {
+
+// A per-process scratch folder under the system temp dir, removed at exit.
+const std::string &scratch_dir();
+
+// tests/fixtures/<name> converted to GGUF with `type` (cached per process).
+std::string fixture_gguf(const std::string &fixture, ggml_type type);
+// A synth preset written once per process (cached by preset/type/layers).
+std::string synth_gguf(const std::string &preset, ggml_type type, int32_t layers = 0);
+// Copy of `path` with every tensor dequantised to F32 (same keys, same names).
+std::string dequantized_copy(const std::string &path);
+
+std::unique_ptr<engine> open_cpu(const std::string &path, int32_t n_slots, int32_t n_ctx);
+
+// ||a - b|| / ||b|| in double.
+double rel_l2(std::span<const float> a, std::span<const double> b);
+double rel_l2(std::span<const float> a, std::span<const float> b);
+
+// Prefills `ids` into `slot` (one call) and returns the logits of every row that asks.
+std::vector<float> prefill(engine &eng, int32_t slot, const std::vector<int32_t> &ids, bool all_logits = false);
+
+}  // namespace tandem::test

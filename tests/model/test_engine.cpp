@@ -1,0 +1,161 @@
+// tests/model/test_engine.cpp - the engine call's contracts: batch invariance (bitwise), prefix
+// reuse through slot_truncate, and clear errors for malformed rows.
+#include "model_test_util.h"
+
+#include "tandem/error.h"
+#include "tandem/sampler.h"
+
+#include <catch2/catch.hpp>
+
+#include <cstring>
+#include <random>
+
+using namespace tandem;
+using namespace tandem::test;
+
+namespace {
+
+std::vector<int32_t> random_tokens(std::mt19937 &rng, size_t n, int32_t n_vocab) {
+    std::vector<int32_t> out(n);
+    for (auto &t : out) t = int32_t(rng() % uint32_t(n_vocab));
+    return out;
+}
+
+bool same_bits(std::span<const float> a, std::span<const float> b) {
+    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+}  // namespace
+
+TEST_CASE("a row's logits do not depend on the other rows of the call", "[engine][invariance]") {
+    const ggml_type type = GENERATE(ggml_type::q4_k, ggml_type::f32);
+    const std::string model = synth_gguf("tiny", type, 2);
+    const uint32_t seed = 20261129;
+    INFO("type " << ggml_type_name(type) << ", seed " << seed);
+    std::mt19937 rng(seed);
+    const std::vector<size_t> lengths = {1, 5, 17, 33, 64, 100};
+    const size_t n_sessions = lengths.size(), n_steps = 8;
+    auto probe = open_cpu(model, 1, 8);
+    const int32_t nv = probe->hparams().n_vocab;
+    std::vector<std::vector<int32_t>> prompts;
+    for (size_t len : lengths) prompts.push_back(random_tokens(rng, len, nv));
+
+    // Alone: one session per engine; record last-prefill logits and each decode step's logits.
+    std::vector<std::vector<std::vector<float>>> alone(n_sessions);
+    std::vector<std::vector<int32_t>> tokens(n_sessions);
+    for (size_t s = 0; s < n_sessions; ++s) {
+        auto eng = open_cpu(model, 1, 256);
+        std::vector<float> logits = prefill(*eng, 0, prompts[s]);
+        alone[s].push_back(logits);
+        for (size_t step = 0; step < n_steps; ++step) {
+            const int32_t next = argmax(logits);
+            tokens[s].push_back(next);
+            const engine_row row{0, eng->slot_length(0), next, true};
+            eng->forward({&row, 1}, logits);
+            alone[s].push_back(logits);
+        }
+    }
+
+    // Together: all prompts in one call, interleaved; then every decode step in one call, in
+    // alternating order, with a stranger's prefill chunk riding along at step 3.
+    auto eng = open_cpu(model, 8, 256);
+    std::vector<engine_row> rows;
+    std::vector<size_t> cursor(n_sessions, 0);
+    for (bool more = true; more;) {
+        more = false;
+        for (size_t s = 0; s < n_sessions; ++s)
+            if (cursor[s] < prompts[s].size()) {
+                const size_t i = cursor[s]++;
+                rows.push_back({int32_t(s), int32_t(i), prompts[s][i], i + 1 == prompts[s].size()});
+                more = true;
+            }
+    }
+    std::vector<float> logits;
+    eng->forward(rows, logits);
+    const size_t nvs = size_t(nv);
+    // Logits come in row order: find each session's last prompt row.
+    size_t out_index = 0;
+    for (const engine_row &r : rows)
+        if (r.want_logits) {
+            CHECK(same_bits({logits.data() + out_index * nvs, nvs}, alone[r.slot][0]));
+            ++out_index;
+        }
+    const std::vector<int32_t> stranger = random_tokens(rng, 40, nv);
+    for (size_t step = 0; step < n_steps; ++step) {
+        rows.clear();
+        for (size_t i = 0; i < n_sessions; ++i) {
+            const size_t s = step % 2 ? n_sessions - 1 - i : i;
+            rows.push_back({int32_t(s), eng->slot_length(int32_t(s)), tokens[s][step], true});
+        }
+        if (step == 3)
+            for (size_t i = 0; i < stranger.size(); ++i)
+                rows.insert(rows.begin() + 2, engine_row{7, int32_t(stranger.size() - 1 - i),
+                                                         stranger[stranger.size() - 1 - i], i == 0});
+        eng->forward(rows, logits);
+        out_index = 0;
+        for (const engine_row &r : rows) {
+            if (!r.want_logits) continue;
+            if (r.slot != 7) {
+                INFO("step " << step << " session " << r.slot);
+                CHECK(same_bits({logits.data() + out_index * nvs, nvs}, alone[r.slot][step + 1]));
+            }
+            ++out_index;
+        }
+    }
+}
+
+TEST_CASE("slot_truncate then re-prefill reproduces the logits", "[engine]") {
+    const std::string model = synth_gguf("tiny", ggml_type::q4_k, 2);
+    std::mt19937 rng(7);
+    auto eng = open_cpu(model, 2, 128);
+    const std::vector<int32_t> ids = random_tokens(rng, 30, eng->hparams().n_vocab);
+    const std::vector<float> full = prefill(*eng, 0, ids);
+    eng->slot_truncate(0, 12);
+    CHECK(eng->slot_length(0) == 12);
+    const std::vector<float> again = prefill(*eng, 0, std::vector<int32_t>(ids.begin() + 12, ids.end()));
+    CHECK(same_bits(full, again));
+    CHECK_THROWS_AS(eng->slot_truncate(0, 31), tandem::error);
+    CHECK_THROWS_AS(eng->slot_truncate(5, 0), tandem::error);
+}
+
+TEST_CASE("malformed rows are rejected with a clear error and leave the engine usable", "[engine]") {
+    const std::string model = synth_gguf("tiny", ggml_type::q4_k, 2);
+    auto eng = open_cpu(model, 2, 16);
+    const int32_t nv = eng->hparams().n_vocab;
+    const std::vector<float> before = prefill(*eng, 0, {1, 2, 3});
+    std::vector<float> logits;
+    auto expect_error = [&](std::vector<engine_row> rows, error_kind kind, const std::string &fragment) {
+        try {
+            eng->forward(rows, logits);
+            FAIL("no error for " << fragment);
+        } catch (const tandem::error &e) {
+            CHECK(e.kind() == kind);
+            CHECK_THAT(e.what(), Catch::Contains(fragment));
+        }
+    };
+    expect_error({{5, 0, 1, true}}, error_kind::invalid_request, "slot 5 out of range");
+    expect_error({{0, 4, 1, true}}, error_kind::invalid_request, "expects position 3");
+    expect_error({{0, 3, nv, true}}, error_kind::invalid_request, "token");
+    expect_error({{1, 0, 1, false}, {1, 0, 2, true}}, error_kind::invalid_request, "expects position 1");
+    std::vector<engine_row> too_long;
+    for (int32_t i = 0; i < 17; ++i) too_long.push_back({1, i, 1, false});
+    expect_error(too_long, error_kind::too_large, "does not fit the context");
+    CHECK(eng->slot_length(0) == 3);
+    CHECK(eng->slot_length(1) == 0);
+    eng->slot_truncate(0, 0);
+    CHECK(same_bits(prefill(*eng, 0, {1, 2, 3}), before));
+}
+
+TEST_CASE("engine options are validated", "[engine]") {
+    const std::string model = synth_gguf("tiny", ggml_type::q4_k, 2);
+    auto file = gguf_file::open(model);
+    engine_options opt;
+    opt.n_slots = 0;
+    CHECK_THROWS_AS(engine_open(file, opt), tandem::error);
+    opt.n_slots = 1;
+    opt.n_ctx = 1 << 30;
+    CHECK_THROWS_WITH(engine_open(file, opt), Catch::Contains("trained context"));
+    opt.n_ctx = 64;
+    opt.backend = "tpu";
+    CHECK_THROWS_WITH(engine_open(file, opt), Catch::Contains("unknown backend"));
+}
