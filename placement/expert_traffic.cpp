@@ -73,9 +73,11 @@ std::vector<bool> expert_traffic_split(const std::vector<uint64_t> &counts) {
     uint64_t load[2] = {0, 0};  // [0] host, [1] partner
     size_t members[2] = {0, 0};
     for (size_t e : order) {
+        // Equal loads, or an expert with no rows (it moves no load): keep expert counts, and so
+        // bytes, as even as the traffic allows.
         int side;
-        if (load[0] != load[1]) side = load[0] < load[1] ? 0 : 1;
-        else side = members[0] <= members[1] ? 0 : 1;  // equal loads: keep expert counts (bytes) even
+        if (load[0] != load[1] && counts[e] != 0) side = load[0] < load[1] ? 0 : 1;
+        else side = members[0] <= members[1] ? 0 : 1;
         host[e] = side == 0;
         load[side] += counts[e];
         ++members[side];
