@@ -1,0 +1,48 @@
+// cuda/attention.h - the attention half of a layer between the projections: per-head QK RMSNorm,
+// NeoX RoPE and the K/V cache write (one launch), then causal attention of each row over its
+// slot's cache, split into fixed position chunks (partial + combine launches).
+// Owns: the F32 KV cache layout [slot][n_ctx][n_head_kv][d_head] of one layer. Does not own the
+// projections (matvec.h). A row's result depends only on its own slot, position and cache: the
+// chunking is a function of n_ctx, never of the batch, so decode stays batch invariant.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace tandem::cuda {
+
+struct qk_rope_kv_args {
+    float *q = nullptr;              // [n_rows][n_head][d_head]: normalised and rotated in place
+    const float *k = nullptr;        // [n_rows][n_head_kv][d_head] projections
+    const float *v = nullptr;        // [n_rows][n_head_kv][d_head]
+    const float *q_norm = nullptr;   // [d_head]
+    const float *k_norm = nullptr;   // [d_head]
+    const float *inv_freq = nullptr; // [d_head / 2] 1 / theta^(2i / d_head), float32 like the CPU
+    const int32_t *slots = nullptr;  // [n_rows]; < 0: padding row, nothing written to the cache
+    const int32_t *positions = nullptr;  // [n_rows]
+    float *k_cache = nullptr;        // this layer: [n_slots][n_ctx][n_head_kv][d_head]
+    float *v_cache = nullptr;        // same
+    int32_t n_rows = 0, n_head = 0, n_head_kv = 0, d_head = 0, n_ctx = 0;
+    float eps = 1e-6f;
+};
+void qk_rope_kv(const qk_rope_kv_args &args, cudaStream_t stream);
+
+struct attention_args {
+    const float *q = nullptr;        // [n_rows][n_head][d_head] (normalised, rotated)
+    const float *k_cache = nullptr;  // [n_slots][n_ctx][n_head_kv][d_head]
+    const float *v_cache = nullptr;  // same
+    const int32_t *slots = nullptr;  // [n_rows]; < 0: padding row (output zeros)
+    const int32_t *positions = nullptr;  // [n_rows]: attends to cached positions 0..pos
+    float *partial = nullptr;        // [n_rows][n_head][n_chunks][d_head + 2] scratch
+    float *out = nullptr;            // [n_rows][n_head][d_head]
+    int32_t n_rows = 0, n_head = 0, n_head_kv = 0, d_head = 0, n_ctx = 0;
+    int32_t chunk = 0;               // positions per chunk (multiple of 32), n_chunks = ceil(n_ctx / chunk)
+    float scale = 1.0f;
+};
+// Chunk length the engine uses for a context size: at most attention_max_chunks chunks.
+int32_t attention_chunk(int32_t n_ctx);
+constexpr int32_t attention_max_chunks = 32;
+void attention(const attention_args &args, cudaStream_t stream);
+
+}  // namespace tandem::cuda

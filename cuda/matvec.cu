@@ -1,0 +1,147 @@
+// cuda/matvec.cu - weight-times-activation products for the rows of a step, any GGUF weight type,
+// dense or grouped by expert, optionally fused with SwiGLU or with the residual add.
+// Memory-bound at decode: each weight row is read once per group of up to `pair_batch` rows and
+// dequantised in registers; activations come through L1/L2 (a few KB per row).
+#include "matvec.h"
+
+#include "cuda_check.h"
+#include "quant_decode.cuh"
+
+namespace tandem::cuda {
+namespace {
+
+constexpr int warps_per_block = 4;  // one output element per warp; 4 per block keeps grids large
+constexpr int pair_batch = 8;       // rows sharing one decode of the weights; 8 covers most decode groups
+
+__device__ __forceinline__ float dot_item(const float (&v)[32], const float *__restrict__ x, const int (&start)[4]) {
+    float part[4];
+#pragma unroll
+    for (int t = 0; t < 4; ++t) {
+        const float4 a = *reinterpret_cast<const float4 *>(x + start[t]);
+        const float4 b = *reinterpret_cast<const float4 *>(x + start[t] + 4);
+        float s = v[8 * t] * a.x;
+        s = fmaf(v[8 * t + 1], a.y, s);
+        s = fmaf(v[8 * t + 2], a.z, s);
+        s = fmaf(v[8 * t + 3], a.w, s);
+        s = fmaf(v[8 * t + 4], b.x, s);
+        s = fmaf(v[8 * t + 5], b.y, s);
+        s = fmaf(v[8 * t + 6], b.z, s);
+        s = fmaf(v[8 * t + 7], b.w, s);
+        part[t] = s;
+    }
+    return (part[0] + part[1]) + (part[2] + part[3]);
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+    for (int w = 16; w >= 1; w >>= 1) v += __shfl_xor_sync(0xFFFFFFFFu, v, w);
+    return v;
+}
+
+template <ggml_type T, bool swiglu>
+__global__ void __launch_bounds__(warps_per_block * 32) matvec_kernel(const matvec_args a, int64_t row_bytes) {
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int j = blockIdx.x * warps_per_block + warp;
+    if (j >= a.n_out) return;
+    int begin = 0, end = a.n_pairs, mat = 0;
+    if (a.group_off) {
+        const int g = blockIdx.y;
+        if (g >= *a.n_groups) return;
+        begin = a.group_off[g];
+        end = a.group_off[g + 1];
+        mat = a.group_mat[g];
+    }
+    const size_t offset = (size_t(mat) * a.n_out + j) * size_t(row_bytes);
+    const uint8_t *w_row = static_cast<const uint8_t *>(a.w) + offset;
+    const uint8_t *u_row = swiglu ? static_cast<const uint8_t *>(a.w_up) + offset : nullptr;
+    const int n_items = a.n_in / 32;
+    for (int p0 = begin; p0 < end; p0 += pair_batch) {
+        const float *xr[pair_batch];
+        float acc[pair_batch], acc_up[pair_batch];
+#pragma unroll
+        for (int p = 0; p < pair_batch; ++p) {
+            const int i = p0 + p;
+            xr[p] = i < end ? a.x + int64_t(a.x_rows ? a.x_rows[i] : i) * a.x_stride : nullptr;
+            acc[p] = 0.0f;
+            acc_up[p] = 0.0f;
+        }
+        for (int item = lane; item < n_items; item += 32) {
+            float v[32], vu[32];
+            int start[4];
+            decode_item<T>(w_row, item, v, start);
+            if constexpr (swiglu) decode_item<T>(u_row, item, vu, start);
+#pragma unroll
+            for (int p = 0; p < pair_batch; ++p) {
+                if (!xr[p]) continue;
+                acc[p] += dot_item(v, xr[p], start);
+                if constexpr (swiglu) acc_up[p] += dot_item(vu, xr[p], start);
+            }
+        }
+#pragma unroll
+        for (int p = 0; p < pair_batch; ++p) {
+            if (!xr[p]) continue;
+            float r = warp_sum(acc[p]);
+            if constexpr (swiglu) {
+                const float u = warp_sum(acc_up[p]);
+                r = r / (1.0f + expf(-r)) * u;  // silu(gate) * up, as the CPU twin writes it
+            }
+            if (lane == 0) {
+                const int i = p0 + p;
+                float *y = a.y + int64_t(a.y_rows ? a.y_rows[i] : i) * a.y_stride + j;
+                *y = a.accumulate ? *y + r : r;
+            }
+        }
+    }
+}
+
+template <ggml_type T>
+void launch_matvec_type(const matvec_args &a, cudaStream_t stream) {
+    const dim3 grid((a.n_out + warps_per_block - 1) / warps_per_block, a.group_off ? a.max_groups : 1);
+    const int64_t row_bytes = matvec_row_bytes(a.type, a.n_in);
+    if (a.w_up)
+        matvec_kernel<T, true><<<grid, warps_per_block * 32, 0, stream>>>(a, row_bytes);
+    else
+        matvec_kernel<T, false><<<grid, warps_per_block * 32, 0, stream>>>(a, row_bytes);
+}
+
+}  // namespace
+
+int64_t matvec_row_bytes(ggml_type type, int32_t n_in) {
+    switch (type) {
+    case ggml_type::q4_k: return int64_t(n_in) / 256 * 144;
+    case ggml_type::q6_k: return int64_t(n_in) / 256 * 210;
+    case ggml_type::q8_0: return int64_t(n_in) / 32 * 34;
+    case ggml_type::f32: return int64_t(n_in) * 4;
+    case ggml_type::f16:
+    case ggml_type::bf16: return int64_t(n_in) * 2;
+    default: return 0;
+    }
+}
+
+void matvec(const matvec_args &a, cudaStream_t stream) {
+    TANDEM_CUDA_REQUIRE(a.n_in > 0 && a.n_in % 32 == 0, "matvec: n_in must be a positive multiple of 32");
+    TANDEM_CUDA_REQUIRE(a.n_out > 0 && a.w && a.x && a.y, "matvec: empty output or null pointer");
+    TANDEM_CUDA_REQUIRE(a.x_stride % 4 == 0 && a.x_stride >= a.n_in, "matvec: x rows must be 16-byte aligned");
+    TANDEM_CUDA_REQUIRE(!a.group_off || (a.group_mat && a.n_groups && a.max_groups >= 1 && a.max_groups <= 65535),
+                        "matvec: grouped mode needs group_mat, n_groups and 1 <= max_groups <= 65535");
+    TANDEM_CUDA_REQUIRE(!(a.w_up && a.accumulate), "matvec: SwiGLU and accumulate do not combine");
+    if (!a.group_off && a.n_pairs == 0) return;
+    switch (a.type) {
+    case ggml_type::q4_k:
+        TANDEM_CUDA_REQUIRE(a.n_in % 256 == 0, "matvec: q4_K rows are whole 256-element blocks");
+        launch_matvec_type<ggml_type::q4_k>(a, stream);
+        break;
+    case ggml_type::q6_k:
+        TANDEM_CUDA_REQUIRE(a.n_in % 256 == 0, "matvec: q6_K rows are whole 256-element blocks");
+        launch_matvec_type<ggml_type::q6_k>(a, stream);
+        break;
+    case ggml_type::q8_0: launch_matvec_type<ggml_type::q8_0>(a, stream); break;
+    case ggml_type::f16: launch_matvec_type<ggml_type::f16>(a, stream); break;
+    case ggml_type::bf16: launch_matvec_type<ggml_type::bf16>(a, stream); break;
+    case ggml_type::f32: launch_matvec_type<ggml_type::f32>(a, stream); break;
+    default: TANDEM_CUDA_REQUIRE(false, "matvec: weight type not supported on CUDA");
+    }
+    TANDEM_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace tandem::cuda

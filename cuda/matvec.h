@@ -1,0 +1,45 @@
+// cuda/matvec.h - y = W x for the rows of a step, W in its GGUF type (Q4_K, Q6_K, Q8_0, F32,
+// F16, BF16), read once per group of rows; optionally grouped by expert and fused with SwiGLU.
+// Owns: every weight-times-activation product of the forward (attention projections, router,
+// experts, head). Does not own: routing and the pair sort (moe.h), norms (norm.h).
+//
+// Each output element is computed by one warp: lane l dequantises the 32-element items
+// l, l + 32, ... of the weight row in that order and accumulates each row's products in its own
+// register; the 32 lanes are combined by xor-shuffles 16, 8, 4, 2, 1. The order depends only on
+// n_in, never on the number of rows or groups: decode logits are batch invariant, bitwise.
+#pragma once
+
+#include "tandem/types.h"
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace tandem::cuda {
+
+struct matvec_args {
+    const void *w = nullptr;        // [n_mat][n_out][row_bytes] of `type` (n_mat = experts, or 1)
+    const void *w_up = nullptr;     // same shape as w: SwiGLU mode, y = silu(W x) * (W_up x); else nullptr
+    ggml_type type = ggml_type::f32;
+    int32_t n_in = 0, n_out = 0;    // n_in a multiple of 32 and of the type's block
+    const float *x = nullptr;       // [*][x_stride]
+    float *y = nullptr;             // [*][y_stride]
+    int64_t x_stride = 0, y_stride = 0;
+    bool accumulate = false;        // y += W x (residual fused) instead of y = W x
+    // Pairs: pair i reads x row x_rows[i] (nullptr: i) and writes y row y_rows[i] (nullptr: i).
+    int32_t n_pairs = 0;            // dense: pairs computed; grouped: ignored
+    const int32_t *x_rows = nullptr;     // [pairs]
+    const int32_t *y_rows = nullptr;     // [pairs]
+    // Grouped mode (group_off != nullptr): group g < *n_groups multiplies matrix group_mat[g]
+    // with pairs group_off[g] .. group_off[g+1]-1; max_groups bounds *n_groups (grid size).
+    const int32_t *group_mat = nullptr;  // [max_groups]
+    const int32_t *group_off = nullptr;  // [max_groups + 1]
+    const int32_t *n_groups = nullptr;   // device scalar
+    int32_t max_groups = 1;
+};
+
+// Bytes of one weight row (n_in elements of type).
+int64_t matvec_row_bytes(ggml_type type, int32_t n_in);
+void matvec(const matvec_args &args, cudaStream_t stream);
+
+}  // namespace tandem::cuda

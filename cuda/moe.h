@@ -1,0 +1,48 @@
+// cuda/moe.h - MoE routing and grouping on the device, and the slot-order combine.
+// Owns: softmax over router logits, top-k (ties: lower expert id), renormalisation; the sort of
+// the step's (row, slot) pairs by expert that the grouped matvec (matvec.h) consumes; and
+// x += sum_s w_s * out_s in slot order fused with the next RMSNorm. Does not own the expert
+// products themselves.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace tandem::cuda {
+
+struct moe_route_args {
+    const float *logits = nullptr;   // [n_rows][n_expert] router logits
+    const int32_t *slots = nullptr;  // [n_rows]; < 0: padding row, routed nowhere
+    int32_t *ids = nullptr;          // [n_rows][k] selected experts (-1 for padding rows)
+    float *weights = nullptr;        // [n_rows][k]
+    // Grouping of the pairs p = r * k + s by expert, experts in increasing id order:
+    int32_t *group_expert = nullptr; // [max_groups] expert of group g
+    int32_t *group_off = nullptr;    // [max_groups + 1] pair ranges into pair_x / pair_y
+    int32_t *n_groups = nullptr;     // device scalar
+    int32_t *pair_x = nullptr;       // [n_rows * k] row r of each grouped pair
+    int32_t *pair_y = nullptr;       // [n_rows * k] pair index p of each grouped pair
+    int32_t *groups_total = nullptr; // optional device counter: += n_groups (statistics)
+    int32_t n_rows = 0, n_expert = 0, k = 0;
+    bool renormalise = true;
+};
+// Bound on the number of groups of a step (grid size of the grouped products).
+inline int32_t moe_max_groups(int32_t n_rows, int32_t n_expert, int32_t k) {
+    const int64_t pairs = int64_t(n_rows) * k;
+    return int32_t(pairs < n_expert ? pairs : n_expert);
+}
+void moe_route(const moe_route_args &args, cudaStream_t stream);
+
+struct moe_combine_args {
+    float *x = nullptr;              // [n_rows][d_model] residual stream, updated in place
+    const float *out = nullptr;      // [n_rows][k][d_model] unweighted expert outputs
+    const float *weights = nullptr;  // [n_rows][k]
+    const int32_t *slots = nullptr;  // [n_rows]; < 0: padding row (x left as is)
+    const float *norm = nullptr;     // [d_model] weights of the RMSNorm that follows; nullptr: none
+    float *h = nullptr;              // [n_rows][d_model] normalised x (when norm is set)
+    int32_t n_rows = 0, k = 0, d_model = 0;
+    float eps = 1e-6f;
+};
+void moe_combine(const moe_combine_args &args, cudaStream_t stream);
+
+}  // namespace tandem::cuda

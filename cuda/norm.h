@@ -1,0 +1,34 @@
+// cuda/norm.h - RMSNorm over rows, and the embedding lookup that starts the forward.
+// Owns: y = x / sqrt(mean(x^2) + eps) * w per row with the CPU twin's exact summation order
+// (tandem::dot_f32's 32 lanes and butterfly, no FMA), so a row's norm is bitwise the CPU's for
+// the same input. Does not own: the per-head QK norm (attention.h), the fused combine (moe.h).
+#pragma once
+
+#include "tandem/types.h"
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace tandem::cuda {
+
+struct rmsnorm_args {
+    const float *x = nullptr;  // [n_rows][n]
+    const float *w = nullptr;  // [n]
+    float *y = nullptr;        // [n_rows][n]; may alias x
+    int32_t n_rows = 0, n = 0;
+    float eps = 1e-6f;
+};
+void rmsnorm(const rmsnorm_args &args, cudaStream_t stream);
+
+struct embed_args {
+    const void *table = nullptr;     // [n_vocab][row_bytes] of `type`
+    ggml_type type = ggml_type::f32;
+    const int32_t *tokens = nullptr; // [n_rows], each in 0..n_vocab-1
+    float *x = nullptr;              // [n_rows][d_model]
+    int32_t n_rows = 0, d_model = 0;
+};
+// x[r] <- dequantised row tokens[r] of the table (bitwise the CPU's dequantize_row).
+void embed(const embed_args &args, cudaStream_t stream);
+
+}  // namespace tandem::cuda
