@@ -201,6 +201,10 @@ void scheduler::admit() {
         st.last_used = ++use_clock_;
         a->n_past = n_keep;
         a->n_cached = n_keep;
+        {
+            std::lock_guard lock(mutex_);
+            stats_.cached_prompt_tokens += static_cast<uint64_t>(n_keep);
+        }
         a->text = hooks_.make_text_stream();
         a->picker = hooks_.make_picker(a->req.sampling);
         a->stops = stop_matcher(a->req.stop);
@@ -273,12 +277,13 @@ void scheduler::emit_token(active &a, const sample_result &r, bool &done) {
     if (a.n_generated == 0) a.t_first = now;
     a.t_last = now;
     ++a.n_generated;
-    a.pending.tokens.push_back({r.id, r.logprob, r.top});
     if (hooks_.is_eog(r.id)) {
+        // Counted in n_generated but not shown: the end-of-generation token is not output.
         finish(a, finish_reason::stop, "");
         done = true;
         return;
     }
+    a.pending.tokens.push_back({r.id, r.logprob, r.top});
     a.pending.text += a.stops.feed(a.text->push(r.id));
     if (a.stops.matched()) {
         finish(a, finish_reason::stop, "");

@@ -71,7 +71,7 @@ struct gen_event {
     enum class kind { progress, delta, done };
     kind type = kind::delta;
     std::string text;               // delta: newly released text (stop strings held back)
-    std::vector<gen_token> tokens;  // delta: tokens sampled since the last event
+    std::vector<gen_token> tokens;  // delta: tokens sampled since the last event (eog excluded)
     int32_t prefill_done = 0;       // progress: prompt tokens in the KV so far
     int32_t prefill_total = 0;
     finish_reason finish = finish_reason::none;  // done

@@ -343,6 +343,7 @@ TEST_CASE("an end-of-generation token stops with reason stop and adds no text", 
     CHECK(k->last().finish == finish_reason::stop);
     CHECK(k->last().n_generated == static_cast<int32_t>(first + 1));
     CHECK(k->text().size() == first);
+    CHECK(k->tokens() == std::vector<int32_t>(ref.begin(), ref.begin() + static_cast<std::ptrdiff_t>(first)));
 }
 
 TEST_CASE("generation stops with reason length when the context is full", "[scheduler]") {

@@ -1,0 +1,96 @@
+// src/server/api_common.h - what the OpenAI and Anthropic front ends share: the parsed request,
+// strict JSON field readers (wrong types are 400s naming the field), error bodies, and the job
+// interface through which a connection turns scheduler events into response bytes.
+#pragma once
+
+#include "src/scheduler/scheduler.h"
+#include "tandem/chat_template.h"
+#include "tandem/error.h"
+
+#include <nlohmann/json.hpp>
+
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace tandem::server {
+
+using json = nlohmann::json;
+
+enum class api_kind { openai, anthropic };
+
+enum class route_kind { chat, completion, messages, count_tokens };
+
+// A generation request after JSON mapping, before tokenization.
+struct api_request {
+    route_kind route = route_kind::chat;
+    std::string model;
+    std::vector<chat_message> messages;  // chat, messages, count_tokens
+    std::string prompt;                  // completion
+    std::optional<int32_t> max_tokens;
+    sampling_params sampling;
+    std::vector<std::string> stop;
+    bool stream = false;
+    bool include_usage = false;          // OpenAI stream_options.include_usage
+    bool logprobs = false;
+    int32_t top_logprobs = 0;
+    bool enable_thinking = true;         // chat_template_kwargs.enable_thinking (Qwen3)
+};
+
+// Serializes JSON; invalid UTF-8 (a token's partial bytes) becomes U+FFFD instead of throwing.
+std::string json_dump(const json &j);
+
+// Strict readers: absent or null gives nullopt; a present value of the wrong type throws a 400
+// naming the field and the expected type.
+std::optional<std::string> json_string(const json &obj, const char *key);
+std::optional<bool> json_bool(const json &obj, const char *key);
+std::optional<double> json_number(const json &obj, const char *key);
+std::optional<int64_t> json_integer(const json &obj, const char *key);
+// Parses a request body; malformed JSON or a non-object is a 400.
+json json_parse_body(const std::string &body);
+// A message's content: a string, or an array of {"type":"text","text":...} parts joined.
+std::string json_text_content(const json &content, const std::string &where);
+// "stop" / "stop_sequences": a string or an array of strings (at most 16).
+std::vector<std::string> json_stop_list(const json &obj, const char *key);
+
+// Error bodies in each API's own shape.
+json openai_error_body(int status, const std::string &message, const std::string &code = "");
+json anthropic_error_body(int status, const std::string &message);
+json api_error_body(api_kind api, int status, const std::string &message);
+
+// A token as the response shows it: its text (raw bytes) and logprobs.
+struct token_view {
+    std::string text;
+    float logprob = 0.0f;
+    std::vector<std::pair<std::string, float>> top;
+};
+
+// Per-response context the formatters need.
+struct response_context {
+    std::string id;          // "chatcmpl-...", "cmpl-...", "msg_..."
+    std::string model;       // as the client named it (or the alias)
+    int64_t created = 0;     // unix seconds
+    std::function<std::string(int32_t)> token_text;  // raw bytes of a token id
+};
+
+// The per-request formatter a connection drives on its strand. Streaming: stream_begin() once,
+// then on_event() for every event; the bytes returned are SSE text to send. Non-streaming:
+// on_event() accumulates and returns "", then final_body() after the done event.
+class generation_job {
+public:
+    virtual ~generation_job() = default;
+    virtual bool streaming() const = 0;
+    virtual std::string stream_begin() = 0;
+    virtual std::string on_event(const gen_event &ev) = 0;
+    virtual json final_body() = 0;
+    // Status of the non-streaming reply (errors after submission: cancelled, engine failure).
+    virtual int final_status() const = 0;
+
+    gen_request request;  // tokenized, ready for the scheduler (the sink is set by the connection)
+};
+
+// llama.cpp's timings object.
+json timings_json(const gen_timings &t);
+
+}  // namespace tandem::server

@@ -1,0 +1,38 @@
+// src/server/server_config.h - tandem-server's configuration: every flag and its default in one
+// place (only server_main reads argv).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace tandem::server {
+
+struct server_config {
+    std::string model_path;
+    std::string host = "127.0.0.1";          // loopback unless told otherwise
+    int32_t port = 8080;                     // 0: any free port (logged)
+    int32_t n_ctx = 32768;                   // tokens per KV slot
+    int32_t n_slots = 16;                    // --batched-session
+    int32_t prefill_chunk = 2048;
+    int32_t prefill_yield = 128;
+    int32_t max_queue = 64;
+    std::string alias;                       // model id in the APIs (default: file name)
+    std::string api_key;                     // empty: no auth
+    int32_t n_threads = 0;                   // engine CPU threads (0: all cores)
+    int32_t http_threads = 2;
+    size_t body_limit = 8u << 20;            // bytes per request body
+    int32_t read_timeout_s = 60;             // per request read
+    int32_t write_timeout_s = 60;            // per response write
+    int32_t shutdown_grace_s = 10;           // in-flight work may finish within this on SIGTERM
+    double mem_budget_gib = 0.0;             // 0: MemAvailable for the CPU backend
+    // Placement, passed to engine_options.
+    std::string backend = "cpu";
+    int32_t n_devices = 1;
+    std::vector<int32_t> gpu_devices;
+    std::string gpu_vram = "auto";           // no engine field yet: logged
+    bool tensor_parallel = false;
+};
+
+}  // namespace tandem::server

@@ -1,0 +1,214 @@
+// src/tools/server_main.cpp - `tandem-server`: flags -> server_config, the memory plan, listen
+// (health 503 while loading), load the engine, serve, and shut down cleanly on SIGTERM/SIGINT.
+// Exit codes: 0 after a signal, 1 runtime failure, 2 configuration or usage error (including a
+// memory plan that does not fit).
+#include "src/engine/host_memory.h"
+#include "src/scheduler/scheduler.h"
+#include "src/server/http_server.h"
+#include "src/server/memory_plan.h"
+#include "src/server/service.h"
+#include "tandem/chat_template.h"
+#include "tandem/engine.h"
+#include "tandem/error.h"
+#include "tandem/gguf.h"
+#include "tandem/log.h"
+#include "tandem/model.h"
+#include "tandem/tokenizer.h"
+
+#include <CLI/CLI.hpp>
+#include <boost/asio/signal_set.hpp>
+
+#include <condition_variable>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <thread>
+
+using namespace tandem;
+using namespace tandem::server;
+
+namespace {
+
+std::string read_key_file(const std::string &path) {
+    std::ifstream in(path);
+    if (!in) fail(error_kind::config, "--api-key-file {}: cannot read it", path);
+    std::string key((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    while (!key.empty() && (key.back() == '\n' || key.back() == '\r' || key.back() == ' ')) key.pop_back();
+    if (key.empty()) fail(error_kind::config, "--api-key-file {} is empty", path);
+    return key;
+}
+
+std::vector<int32_t> parse_devices(const std::string &text) {
+    std::vector<int32_t> out;
+    if (text.empty() || text == "auto") return out;
+    size_t at = 0;
+    while (at <= text.size()) {
+        size_t comma = text.find(',', at);
+        std::string item = text.substr(at, comma == std::string::npos ? std::string::npos : comma - at);
+        try {
+            size_t used = 0;
+            int v = std::stoi(item, &used);
+            if (used != item.size() || v < 0) throw std::invalid_argument(item);
+            out.push_back(v);
+        } catch (const std::exception &) {
+            fail(error_kind::config, "--gpu-devices '{}': '{}' is not a device ordinal (expected e.g. 0,1 or auto)", text, item);
+        }
+        if (comma == std::string::npos) break;
+        at = comma + 1;
+    }
+    return out;
+}
+
+std::string config_line(const server_config &c) {
+    return fmt::format("config: model={} host={} port={} ctx={} batched-session={} prefill-chunk={} prefill-yield={} "
+                       "max-queue={} alias={} api-key={} threads={} http-threads={} body-limit={} timeouts={}s/{}s "
+                       "backend={} devices={} gpu-devices={} gpu-vram={} tensor-parallel={} mem-budget={}",
+                       c.model_path, c.host, c.port, c.n_ctx, c.n_slots, c.prefill_chunk, c.prefill_yield, c.max_queue,
+                       c.alias, c.api_key.empty() ? "off" : "on", c.n_threads, c.http_threads, c.body_limit,
+                       c.read_timeout_s, c.write_timeout_s, c.backend, c.n_devices,
+                       c.gpu_devices.empty() ? std::string("auto") : fmt::format("{}", fmt::join(c.gpu_devices, ",")),
+                       c.gpu_vram, c.tensor_parallel, c.mem_budget_gib > 0 ? fmt::format("{}GiB", c.mem_budget_gib) : "auto");
+}
+
+int serve(server_config cfg) {
+    auto file = gguf_file::open(cfg.model_path);
+    model_hparams hp = model_hparams_read(*file);
+    const uint32_t kv_elem_bytes = cfg.backend == "cpu" ? 4 : 2;  // the CPU engine keeps K/V in f32
+    model_bytes bytes = model_bytes_read(*file, hp, kv_elem_bytes);
+    if (cfg.alias.empty()) cfg.alias = std::filesystem::path(cfg.model_path).filename().string();
+
+    // Memory plan before listening: the CPU backend's budget is the machine's available RAM.
+    uint64_t budget = cfg.mem_budget_gib > 0 ? static_cast<uint64_t>(cfg.mem_budget_gib * (1ull << 30))
+                                             : host_memory_read().available_bytes;
+    if (cfg.backend == "cpu" || cfg.mem_budget_gib > 0) {
+        memory_plan plan = memory_plan_compute(bytes, hp, cfg.n_slots, cfg.n_ctx, cfg.prefill_chunk, budget);
+        if (!plan.fits()) fail(error_kind::config, "{}", plan.shortfall());
+        log_info("memory plan: {}", plan.describe());
+    }
+    log_info("{}", config_line(cfg));
+
+    service svc(cfg);
+    http_server http(svc, cfg);
+    http.listen();
+
+    std::mutex mutex;
+    std::condition_variable cv;
+    bool stop_requested = false;
+    int stop_signal = 0;
+    boost::asio::signal_set signals(http.io(), SIGINT, SIGTERM);
+    signals.async_wait([&](const boost::system::error_code &ec, int sig) {
+        if (ec) return;
+        std::lock_guard lock(mutex);
+        stop_requested = true;
+        stop_signal = sig;
+        cv.notify_all();
+    });
+    http.run(cfg.http_threads);
+    log_info("listening on http://{}:{} (health 503 until the model is loaded)", cfg.host, http.port());
+
+    engine_options eo;
+    eo.backend = cfg.backend;
+    eo.n_slots = cfg.n_slots;
+    eo.n_ctx = cfg.n_ctx;
+    eo.n_threads = cfg.n_threads;
+    eo.n_devices = cfg.n_devices;
+    eo.gpu_devices = cfg.gpu_devices;
+    eo.tensor_parallel = cfg.tensor_parallel;
+    std::unique_ptr<engine> eng = engine_open(file, eo);
+    log_info("layout: {}", eng->layout());
+
+    tokenizer tok = tokenizer::from_gguf(*file);
+    chat_template tmpl = chat_template::detect(file->get_string("tokenizer.chat_template", ""));
+    if (tmpl.family == chat_template_family::fallback)
+        log_warn("the model's chat template is unknown or absent; using the plain 'role: content' fallback");
+
+    scheduler_options so;
+    so.prefill_chunk = cfg.prefill_chunk;
+    so.prefill_yield = cfg.prefill_yield;
+    so.max_queue = cfg.max_queue;
+    scheduler sched(*eng, so, make_scheduler_hooks(tok));
+    sched.start();
+
+    model_context mc;
+    mc.eng = eng.get();
+    mc.sched = &sched;
+    mc.tok = &tok;
+    mc.tmpl = tmpl;
+    mc.model_id = cfg.alias;
+    std::string file_name = std::filesystem::path(cfg.model_path).filename().string();
+    mc.model_names = {cfg.alias, file_name, std::filesystem::path(cfg.model_path).stem().string()};
+    mc.meta = {{"n_ctx", eng->n_ctx()}, {"n_slots", eng->n_slots()}, {"n_vocab", hp.n_vocab},
+               {"arch", hp.arch_name}, {"n_layer", hp.n_layer}, {"n_expert", hp.n_expert},
+               {"size", bytes.total()}, {"chat_template", chat_template_family_name(tmpl.family)}};
+    svc.set_ready(std::move(mc));
+    log_info("ready: model '{}' ({} {} layers, {} experts) chat template {}", cfg.alias, hp.arch_name, hp.n_layer,
+             hp.n_expert, chat_template_family_name(tmpl.family));
+
+    {
+        std::unique_lock lock(mutex);
+        cv.wait(lock, [&] { return stop_requested; });
+    }
+    log_info("signal {}: no new connections; finishing in-flight work (grace {} s)", stop_signal, cfg.shutdown_grace_s);
+    http.stop_accepting();
+    sched.shutdown(std::chrono::seconds(cfg.shutdown_grace_s));
+    // Let connections write their last bytes; bounded.
+    for (int i = 0; i < 250 && svc.busy() > 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    http.stop();
+    log_info("stopped");
+    return 0;
+}
+
+}  // namespace
+
+int main(int argc, char **argv) {
+    server_config cfg;
+    std::string api_key_file, gpu_devices = "auto";
+    int32_t tensor_parallel = 0;
+    double body_limit_mib = static_cast<double>(cfg.body_limit) / (1 << 20);
+    int32_t timeout_s = cfg.read_timeout_s;
+
+    CLI::App app{"tandem-server: OpenAI- and Anthropic-compatible HTTP server for MoE models in GGUF files"};
+    app.add_option("-m,--model", cfg.model_path, "GGUF model file")->required();
+    app.add_option("--host", cfg.host, "address to listen on (loopback by default)");
+    app.add_option("--port", cfg.port, "TCP port (0: any free port)");
+    app.add_option("--ctx", cfg.n_ctx, "tokens per KV slot")->check(CLI::Range(16, 1 << 24));
+    app.add_option("--batched-session", cfg.n_slots, "resident KV slots (concurrent sessions)")->check(CLI::Range(1, 1024));
+    app.add_option("--prefill-chunk", cfg.prefill_chunk, "prompt tokens per step while nobody decodes")->check(CLI::Range(1, 1 << 20));
+    app.add_option("--prefill-yield", cfg.prefill_yield, "prompt tokens per step while others decode")->check(CLI::Range(1, 1 << 20));
+    app.add_option("--max-queue", cfg.max_queue, "requests waiting for a slot before 503")->check(CLI::Range(0, 1 << 20));
+    app.add_option("--alias", cfg.alias, "model id shown by the APIs (default: the file name)");
+    auto *key = app.add_option("--api-key", cfg.api_key, "require this key (Bearer; x-api-key on Anthropic routes)");
+    app.add_option("--api-key-file", api_key_file, "read the API key from this file")->excludes(key);
+    app.add_option("--threads", cfg.n_threads, "engine CPU threads (0: all cores)")->check(CLI::Range(0, 4096));
+    app.add_option("--http-threads", cfg.http_threads, "HTTP I/O threads")->check(CLI::Range(1, 256));
+    app.add_option("--body-limit", body_limit_mib, "largest request body in MiB")->check(CLI::Range(0.001, 1024.0));
+    app.add_option("--timeout", timeout_s, "read and write timeout in seconds")->check(CLI::Range(1, 3600));
+    app.add_option("--shutdown-grace", cfg.shutdown_grace_s, "seconds in-flight requests may finish after SIGTERM")->check(CLI::Range(0, 3600));
+    app.add_option("--mem-budget", cfg.mem_budget_gib, "memory budget in GiB (default: available RAM for --backend cpu)")->check(CLI::Range(0.0, 1e6));
+    app.add_option("--backend", cfg.backend, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
+    app.add_option("--devices", cfg.n_devices, "CPU virtual devices (placement)")->check(CLI::Range(1, 64));
+    app.add_option("--gpu-devices", gpu_devices, "CUDA device order, e.g. 0,2,1,3 or auto");
+    app.add_option("--gpu-vram", cfg.gpu_vram, "per-GPU budget in GiB list or auto");
+    app.add_option("--tensor-parallel", tensor_parallel, "devices in tensor-parallel pairs (even; 0: off)")->check(CLI::Range(0, 64));
+    try {
+        app.parse(argc, argv);
+    } catch (const CLI::ParseError &e) {
+        return app.exit(e) == 0 ? 0 : 2;
+    }
+    try {
+        if (!api_key_file.empty()) cfg.api_key = read_key_file(api_key_file);
+        cfg.gpu_devices = parse_devices(gpu_devices);
+        if (tensor_parallel % 2 != 0) fail(error_kind::config, "--tensor-parallel {} must be even", tensor_parallel);
+        cfg.tensor_parallel = tensor_parallel > 0;
+        cfg.body_limit = static_cast<size_t>(body_limit_mib * (1 << 20));
+        cfg.read_timeout_s = cfg.write_timeout_s = timeout_s;
+        return serve(std::move(cfg));
+    } catch (const error &e) {
+        log_error("{}", e.what());
+        return e.kind() == error_kind::config || e.kind() == error_kind::invalid_request ? 2 : 1;
+    } catch (const std::exception &e) {
+        log_error("{}", e.what());
+        return 1;
+    }
+}
