@@ -90,15 +90,19 @@ void quantize_row(ggml_type type, const float *src, void *dst, int64_t n) {
     }
 }
 
-// 32 independent lane sums: four 8-float vectors of accumulators, so the adds pipeline and the
-// loop runs at load bandwidth; the order (see quant.h) depends only on n.
+// 32 independent lane sums: four 8-float vector accumulators, so the adds pipeline and the loop
+// runs at load bandwidth; the order (see quant.h) depends only on n.
 float dot_f32(const float *a, const float *b, int64_t n) {
     TANDEM_ASSERT(n >= 0, "dot_f32: negative length {}", n);
     constexpr int lanes = 32;
     float acc[lanes] = {};
     int64_t i = 0;
-    for (; i + lanes <= n; i += lanes)
+    for (; i + lanes <= n; i += lanes) {
+        // Fully unrolled, g++ keeps the 32 lanes in four vector registers; as a loop it would
+        // reload and store them every step.
+#pragma GCC unroll 32
         for (int j = 0; j < lanes; ++j) acc[j] += a[i + j] * b[i + j];
+    }
     for (int j = 0; i + j < n; ++j) acc[j] += a[i + j] * b[i + j];
     for (int w = lanes / 2; w >= 1; w /= 2)
         for (int j = 0; j < w; ++j) acc[j] += acc[j + w];

@@ -17,19 +17,69 @@ constexpr int q_max = 15;       // 4-bit quants
 // make_qkx2_quants(..., rmin = -1, rdelta = 0.1, nstep = 20): candidate inverse scales
 // (q_max - 1 + 0.1 * step) / (max - min) for step = 0..20.
 constexpr int n_steps = 21;
-constexpr int n_lanes = 24;     // n_steps rounded up to whole 8-float vectors; extra lanes ignored
+constexpr int n_lanes = 24;     // n_steps rounded up to whole 8-float vectors
 // Beyond this magnitude the fitted scales overflow fp16 long before, and the float sums of
 // squares below would overflow to inf and make the search meaningless; reject the block.
 constexpr float max_abs_input = 1e12f;
+
+// The refinement candidates of make_qkx2_quants for steps first_step .. first_step + 23 (steps
+// past the last repeat it; callers ignore them), all with the current min: lane k holds step
+// first_step + k's quants, least-squares (scale, min), determinant and weighted squared error.
+struct q4_k_candidates {
+    float laux[sub_len][n_lanes];  // quants per element and lane, as floats for the error pass
+    float scale[n_lanes], min[n_lanes], det[n_lanes], mad[n_lanes];
+};
+
+// The loops run across lanes so they vectorize, while each lane adds its terms in the order
+// i = 0..31 with ggml's float expressions: lane k's numbers are bitwise those of ggml's step.
+void evaluate_candidates(const float *x, const float *w, float min, float max, float sum_w, float sum_x,
+                         int first_step, q4_k_candidates &c) {
+    float step_iscale[n_lanes];
+    for (int k = 0; k < n_lanes; ++k) {
+        const int step = std::min(first_step + k, n_steps - 1);
+        step_iscale[k] = (-1.0f + 0.1f * static_cast<float>(step) + static_cast<float>(q_max)) / (max - min);
+    }
+    float sum_l[n_lanes] = {}, sum_l2[n_lanes] = {}, sum_xl[n_lanes] = {};
+    for (int i = 0; i < sub_len; ++i) {
+        const float xi = x[i], xm = x[i] - min, wi = w[i];
+        for (int k = 0; k < n_lanes; ++k) {
+            const float l = static_cast<float>(std::min(std::max(nearest_int_bounded(step_iscale[k] * xm), 0), q_max));
+            c.laux[i][k] = l;
+            sum_l[k] += wi * l;
+            sum_l2[k] += wi * l * l;
+            sum_xl[k] += wi * l * xi;
+        }
+    }
+    for (int k = 0; k < n_lanes; ++k) {
+        c.det[k] = sum_w * sum_l2[k] - sum_l[k] * sum_l[k];
+        float this_scale = (sum_w * sum_xl[k] - sum_x * sum_l[k]) / c.det[k];
+        float this_min = (sum_l2[k] * sum_x - sum_l[k] * sum_xl[k]) / c.det[k];
+        if (this_min > 0) {
+            this_min = 0;
+            this_scale = sum_xl[k] / sum_l2[k];
+        }
+        c.scale[k] = this_scale;
+        c.min[k] = this_min;
+        c.mad[k] = 0;
+    }
+    for (int i = 0; i < sub_len; ++i) {
+        const float xi = x[i], wi = w[i];
+        for (int k = 0; k < n_lanes; ++k) {
+            const float diff = c.scale[k] * c.laux[i][k] + c.min[k] - xi;
+            c.mad[k] += wi * (diff * diff);
+        }
+    }
+}
 
 // make_qkx2_quants for one 32-element sub-block with weights w: the (scale, min) of x ~ scale *
 // L + min (min <= 0, L in 0..15) minimising sum w * (scale * L + min - x)^2 over ggml's 21
 // candidate grids, each refined by weighted least squares. Returns scale; *neg_min = -min.
 //
-// ggml runs the 21 candidates one after another, each summing over i in order. Here the inner
-// loop runs across candidates (lanes) so it vectorizes, while every lane still adds its terms in
-// the order i = 0..31 with the same float expressions: each candidate's sums, hence the chosen
-// candidate (compared in step order with the same strict test), are bitwise ggml's.
+// ggml runs the 21 steps one after another, and a step that improves the error also replaces
+// the min that the following steps' grids are built on. So candidates are evaluated in vector
+// lanes speculatively with the current min, the first improving step (in ggml's order, with its
+// strict test) is taken, and the steps after it are evaluated again with the new min. The
+// result is bitwise ggml's; the number of rounds is 1 + the number of improvements (a few).
 float fit_scale_min(const float *x, const float *w, uint8_t *L, float *neg_min) {
     float min = x[0];
     float max = x[0];
@@ -47,8 +97,7 @@ float fit_scale_min(const float *x, const float *w, uint8_t *L, float *neg_min) 
         *neg_min = -min;
         return 0.0f;
     }
-    const float range = max - min;
-    float iscale = static_cast<float>(q_max) / range;
+    const float iscale = static_cast<float>(q_max) / (max - min);
     float scale = 1 / iscale;
     float best_mad = 0;
     for (int i = 0; i < sub_len; ++i) {
@@ -58,52 +107,19 @@ float fit_scale_min(const float *x, const float *w, uint8_t *L, float *neg_min) 
         best_mad += w[i] * (diff * diff);
     }
 
-    float step_iscale[n_lanes];
-    for (int s = 0; s < n_lanes; ++s)
-        step_iscale[s] = (-1.0f + 0.1f * static_cast<float>(std::min(s, n_steps - 1)) + static_cast<float>(q_max)) / range;
-
-    float sum_l[n_lanes] = {}, sum_l2[n_lanes] = {}, sum_xl[n_lanes] = {};
-    float laux[sub_len][n_lanes];  // each candidate's quants, as floats for the second pass
-    for (int i = 0; i < sub_len; ++i) {
-        const float xi = x[i], xm = x[i] - min, wi = w[i];
-        for (int s = 0; s < n_lanes; ++s) {
-            const float l = static_cast<float>(std::min(std::max(nearest_int_bounded(step_iscale[s] * xm), 0), q_max));
-            laux[i][s] = l;
-            sum_l[s] += wi * l;
-            sum_l2[s] += wi * l * l;
-            sum_xl[s] += wi * l * xi;
-        }
+    q4_k_candidates c;
+    for (int first = 0; first < n_steps;) {
+        evaluate_candidates(x, w, min, max, sum_w, sum_x, first, c);
+        int taken = -1;
+        for (int k = 0; first + k < n_steps && taken < 0; ++k)
+            if (c.det[k] > 0 && c.mad[k] < best_mad) taken = k;
+        if (taken < 0) break;
+        best_mad = c.mad[taken];
+        scale = c.scale[taken];
+        min = c.min[taken];
+        for (int i = 0; i < sub_len; ++i) L[i] = static_cast<uint8_t>(c.laux[i][taken]);
+        first += taken + 1;
     }
-    float cand_scale[n_lanes], cand_min[n_lanes], det[n_lanes], mad[n_lanes] = {};
-    for (int s = 0; s < n_lanes; ++s) {
-        det[s] = sum_w * sum_l2[s] - sum_l[s] * sum_l[s];
-        float this_scale = (sum_w * sum_xl[s] - sum_x * sum_l[s]) / det[s];
-        float this_min = (sum_l2[s] * sum_x - sum_l[s] * sum_xl[s]) / det[s];
-        if (this_min > 0) {
-            this_min = 0;
-            this_scale = sum_xl[s] / sum_l2[s];
-        }
-        cand_scale[s] = this_scale;
-        cand_min[s] = this_min;
-    }
-    for (int i = 0; i < sub_len; ++i) {
-        const float xi = x[i], wi = w[i];
-        for (int s = 0; s < n_lanes; ++s) {
-            const float diff = cand_scale[s] * laux[i][s] + cand_min[s] - xi;
-            mad[s] += wi * (diff * diff);
-        }
-    }
-    int best = -1;
-    for (int s = 0; s < n_steps; ++s) {
-        if (det[s] > 0 && mad[s] < best_mad) {
-            best_mad = mad[s];
-            scale = cand_scale[s];
-            min = cand_min[s];
-            best = s;
-        }
-    }
-    if (best >= 0)
-        for (int i = 0; i < sub_len; ++i) L[i] = static_cast<uint8_t>(laux[i][best]);
     *neg_min = -min;
     return scale;
 }

@@ -25,7 +25,7 @@ inline float half_to_float(uint16_t h) {
     // Normal numbers: shift the 15-bit field into place and rebias the exponent by 127 - 15.
     const uint32_t normal = (em << 13) + (112u << 23);
     // Inf/NaN: exponent 31 must become 255, another +112; NaNs get the quiet bit.
-    const uint32_t special = normal + (112u << 23) + (static_cast<uint32_t>(em > 0x7c00) << 22);
+    const uint32_t special = (normal + (112u << 23)) | (static_cast<uint32_t>(em > 0x7c00) << 22);
     // Zero and subnormals: em units of 2^-24; em < 1024 and the power-of-two scale are exact.
     const uint32_t subnormal = std::bit_cast<uint32_t>(static_cast<float>(em) * 0x1p-24f);
     const uint32_t bits = select_u32(em < 0x0400, subnormal, select_u32(em >= 0x7c00, special, normal));
