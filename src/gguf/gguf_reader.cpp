@@ -145,11 +145,14 @@ std::shared_ptr<const gguf_file> gguf_file::open(const std::string &path) {
     const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd < 0) fail(error_kind::file_format, "{}: cannot open: {}", path, std::strerror(errno));
     struct stat st {};
-    if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    if (::fstat(fd, &st) != 0) {
         const int err = errno;
         ::close(fd);
-        fail(error_kind::file_format, "{}: not a regular file{}", path,
-             S_ISREG(st.st_mode) ? fmt::format(" ({})", std::strerror(err)) : std::string());
+        fail(error_kind::file_format, "{}: cannot stat: {}", path, std::strerror(err));
+    }
+    if (!S_ISREG(st.st_mode)) {
+        ::close(fd);
+        fail(error_kind::file_format, "{}: not a regular file", path);
     }
     const auto size = static_cast<size_t>(st.st_size);
     if (size > 0) {
