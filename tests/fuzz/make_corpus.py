@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-# tests/fuzz/make_corpus.py - writes the GGUF seed corpus (corpus/*.gguf) for fuzz_gguf and for
-# test_gguf's replay. Encodes GGUF with struct from the format description, independently of
+# tests/fuzz/make_corpus.py - writes the GGUF seed corpus (corpus/*.bin; the repo ignores *.gguf)
+# for fuzz_gguf and for test_gguf's replay. Encodes GGUF with struct from the format description, independently of
 # Tandem's writer, so the replay also checks the reader against a second implementation.
 # valid_* files must parse; bad_* files must be refused. Run: python3 tests/fuzz/make_corpus.py
 import os
@@ -61,7 +61,7 @@ def gguf(kvs, tensors, version=3, alignment=32, magic=b"GGUF"):
 
 def main():
     os.makedirs(OUT, exist_ok=True)
-    # The values test_gguf_corpus.cpp reads back from valid_all_types.gguf.
+    # The values test_gguf_corpus.cpp reads back from valid_all_types.bin.
     all_types = [
         kv("general.architecture", STR, "fuzzseed"),
         kv("t.u8", U8, 200), kv("t.i8", I8, -100), kv("t.u16", U16, 60000), kv("t.i16", I16, -30000),
@@ -75,31 +75,31 @@ def main():
         kv("t.empty", ARR, (U64, [])),
     ]
     files = {
-        "valid_minimal.gguf": gguf([], []),
-        "valid_all_types.gguf": gguf(all_types, [("token_embd.weight", [4, 2], 0), ("blk.0.q8", [32], 8)]),
-        "valid_v2.gguf": gguf([kv("general.name", STR, "v2")], [("w", [3], 0)], version=2),
-        "valid_align64.gguf": gguf([kv("general.alignment", U32, 64)],
+        "valid_minimal.bin": gguf([], []),
+        "valid_all_types.bin": gguf(all_types, [("token_embd.weight", [4, 2], 0), ("blk.0.q8", [32], 8)]),
+        "valid_v2.bin": gguf([kv("general.name", STR, "v2")], [("w", [3], 0)], version=2),
+        "valid_align64.bin": gguf([kv("general.alignment", U32, 64)],
                                    [("a", [3], 0), ("b", [5], 0)], alignment=64),
-        "valid_quant_types.gguf": gguf([kv("general.architecture", STR, "qwen3moe")],
+        "valid_quant_types.bin": gguf([kv("general.architecture", STR, "qwen3moe")],
                                        [("q4k", [256, 2], 12), ("q6k", [256], 14),
                                         ("bf16", [8, 2], 30), ("f16", [5], 1)]),
-        "bad_magic.gguf": gguf([], [("w", [3], 0)], magic=b"GGML"),
-        "bad_version1.gguf": gguf([], [], version=1),
-        "bad_dup_key.gguf": gguf([kv("k", U8, 1), kv("k", U8, 2)], []),
-        "bad_nested_array.gguf": gguf([kv("k", ARR, (ARR, []))], []),
+        "bad_magic.bin": gguf([], [("w", [3], 0)], magic=b"GGML"),
+        "bad_version1.bin": gguf([], [], version=1),
+        "bad_dup_key.bin": gguf([kv("k", U8, 1), kv("k", U8, 2)], []),
+        "bad_nested_array.bin": gguf([kv("k", ARR, (ARR, []))], []),
         # One key whose u32 array claims 2^62 elements, followed by 8 bytes.
-        "bad_huge_array.gguf": b"GGUF" + struct.pack("<IQQ", 3, 0, 1) + s("k")
+        "bad_huge_array.bin": b"GGUF" + struct.pack("<IQQ", 3, 0, 1) + s("k")
         + struct.pack("<IIQ", ARR, U32, 2**62) + bytes(8),
     }
     base = gguf([], [("w", [8], 0)])
-    files["bad_truncated.gguf"] = files["valid_all_types.gguf"][:-40]
+    files["bad_truncated.bin"] = files["valid_all_types.bin"][:-40]
     # Dimension 2^40 x 2^40 overflows the element count: patch the shape of a one-tensor file.
     t = gguf([], [("w", [1, 1], 0)])
     at = 24 + 8 + 1 + 4
-    files["bad_overflow_dims.gguf"] = t[:at] + struct.pack("<qq", 2**40, 2**40) + t[at + 16:]
+    files["bad_overflow_dims.bin"] = t[:at] + struct.pack("<qq", 2**40, 2**40) + t[at + 16:]
     # Offset past the end of the data.
     at = 24 + 8 + 1 + 4 + 8 + 4
-    files["bad_offset.gguf"] = base[:at] + struct.pack("<Q", 4096) + base[at + 8:]
+    files["bad_offset.bin"] = base[:at] + struct.pack("<Q", 4096) + base[at + 8:]
     for name, data in sorted(files.items()):
         with open(os.path.join(OUT, name), "wb") as f:
             f.write(data)

@@ -47,8 +47,8 @@ TEST_CASE("gguf: the fuzz seed corpus replays: valid_* parse, bad_* are refused"
 }
 
 TEST_CASE("gguf: values written by the independent encoder read back", "[gguf]") {
-    // The inputs make_corpus.py encodes into valid_all_types.gguf.
-    const auto data = read_all(corpus_dir / "valid_all_types.gguf");
+    // The inputs make_corpus.py encodes into valid_all_types.bin.
+    const auto data = read_all(corpus_dir / "valid_all_types.bin");
     const auto f = tandem::gguf_file::from_memory(data);
     CHECK(f->get_string("general.architecture") == "fuzzseed");
     CHECK(f->get_int("t.u8") == 200);
@@ -74,7 +74,7 @@ TEST_CASE("gguf: values written by the independent encoder read back", "[gguf]")
     CHECK(q8.n_bytes == 34);
     // make_corpus.py fills tensor i's byte j with (i * 31 + j * 7) & 0xff.
     for (uint64_t j = 0; j < q8.n_bytes; ++j) CHECK(q8.data[j] == static_cast<uint8_t>(31 + j * 7));
-    const auto q = tandem::gguf_file::from_memory(read_all(corpus_dir / "valid_quant_types.gguf"));
+    const auto q = tandem::gguf_file::from_memory(read_all(corpus_dir / "valid_quant_types.bin"));
     CHECK(q->tensor("q4k").n_bytes == 2 * 144);
     CHECK(q->tensor("q6k").n_bytes == 210);
     CHECK(q->tensor("bf16").n_bytes == 32);
