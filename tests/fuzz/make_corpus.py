@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 # tests/fuzz/make_corpus.py - writes the GGUF seed corpus (corpus/*.bin; the repo ignores *.gguf)
-# for fuzz_gguf and for test_gguf's replay. Encodes GGUF with struct from the format description, independently of
-# Tandem's writer, so the replay also checks the reader against a second implementation.
+# for fuzz_gguf and for test_gguf's replay. Encodes GGUF with struct from the format description,
+# independently of Tandem's writer, so the replay also checks the reader against a second encoder.
 # valid_* files must parse; bad_* files must be refused. Run: python3 tests/fuzz/make_corpus.py
 import os
 import struct
