@@ -17,57 +17,58 @@ constexpr int q_max = 15;       // 4-bit quants
 // make_qkx2_quants(..., rmin = -1, rdelta = 0.1, nstep = 20): candidate inverse scales
 // (q_max - 1 + 0.1 * step) / (max - min) for step = 0..20.
 constexpr int n_steps = 21;
-constexpr int n_lanes = 24;     // n_steps rounded up to whole 8-float vectors
 // Beyond this magnitude the fitted scales overflow fp16 long before, and the float sums of
 // squares below would overflow to inf and make the search meaningless; reject the block.
 constexpr float max_abs_input = 1e12f;
 
-// The refinement candidates of make_qkx2_quants for steps first_step .. first_step + 23 (steps
-// past the last repeat it; callers ignore them), all with the current min: lane k holds step
-// first_step + k's quants, least-squares (scale, min), determinant and weighted squared error.
-struct q4_k_candidates {
-    float laux[sub_len][n_lanes];  // quants per element and lane, as floats for the error pass
-    float scale[n_lanes], min[n_lanes], det[n_lanes], mad[n_lanes];
+// Eight candidate steps at a time in one 8-float vector (GCC/Clang vector extensions, no
+// intrinsics): each lane runs ggml's per-step float operations in ggml's order, so every
+// lane's numbers are bitwise those of the scalar loop. Written out because g++ -O2 keeps
+// per-lane accumulator arrays in memory when it vectorizes such a loop itself (4x slower).
+constexpr int group = 8;
+using v8f = float __attribute__((vector_size(32)));
+using v8i = int32_t __attribute__((vector_size(32)));
+
+// Candidate steps first_step .. first_step + 7 (steps past the last repeat it; the caller
+// ignores them), all built on the current min: per lane the quants, the least-squares
+// (scale, min), the determinant and the weighted squared error, as make_qkx2_quants has them.
+struct q4_k_group {
+    v8f laux[sub_len];  // quants per element, one lane per step, as floats
+    v8f scale, min, det, mad;
 };
 
-// The loops run across lanes so they vectorize, while each lane adds its terms in the order
-// i = 0..31 with ggml's float expressions: lane k's numbers are bitwise those of ggml's step.
-void evaluate_candidates(const float *x, const float *w, float min, float max, float sum_w, float sum_x,
-                         int first_step, q4_k_candidates &c) {
-    float step_iscale[n_lanes];
-    for (int k = 0; k < n_lanes; ++k) {
+void evaluate_group(const float *x, const float *w, float min, float max, float sum_w, float sum_x, int first_step,
+                    q4_k_group &g) {
+    v8f iscale;
+    for (int k = 0; k < group; ++k) {
         const int step = std::min(first_step + k, n_steps - 1);
-        step_iscale[k] = (-1.0f + 0.1f * static_cast<float>(step) + static_cast<float>(q_max)) / (max - min);
+        iscale[k] = (-1.0f + 0.1f * static_cast<float>(step) + static_cast<float>(q_max)) / (max - min);
     }
-    float sum_l[n_lanes] = {}, sum_l2[n_lanes] = {}, sum_xl[n_lanes] = {};
-    for (int i = 0; i < sub_len; ++i) {
-        const float xi = x[i], xm = x[i] - min, wi = w[i];
-        for (int k = 0; k < n_lanes; ++k) {
-            const float l = static_cast<float>(std::min(std::max(nearest_int_bounded(step_iscale[k] * xm), 0), q_max));
-            c.laux[i][k] = l;
-            sum_l[k] += wi * l;
-            sum_l2[k] += wi * l * l;
-            sum_xl[k] += wi * l * xi;
-        }
-    }
-    for (int k = 0; k < n_lanes; ++k) {
-        c.det[k] = sum_w * sum_l2[k] - sum_l[k] * sum_l[k];
-        float this_scale = (sum_w * sum_xl[k] - sum_x * sum_l[k]) / c.det[k];
-        float this_min = (sum_l2[k] * sum_x - sum_l[k] * sum_xl[k]) / c.det[k];
-        if (this_min > 0) {
-            this_min = 0;
-            this_scale = sum_xl[k] / sum_l2[k];
-        }
-        c.scale[k] = this_scale;
-        c.min[k] = this_min;
-        c.mad[k] = 0;
-    }
+    const v8i zero = {}, top = zero + q_max;
+    v8f sum_l = {}, sum_l2 = {}, sum_xl = {};
     for (int i = 0; i < sub_len; ++i) {
         const float xi = x[i], wi = w[i];
-        for (int k = 0; k < n_lanes; ++k) {
-            const float diff = c.scale[k] * c.laux[i][k] + c.min[k] - xi;
-            c.mad[k] += wi * (diff * diff);
-        }
+        // nearest_int_bounded per lane: add 1.5 * 2^23, read the integer from the mantissa.
+        const v8f shifted = iscale * (xi - min) + 12582912.f;
+        v8i l = (std::bit_cast<v8i>(shifted) & 0x007fffff) - 0x00400000;
+        l = l < zero ? zero : l;
+        l = l > top ? top : l;
+        const v8f lf = __builtin_convertvector(l, v8f);
+        g.laux[i] = lf;
+        sum_l += wi * lf;
+        sum_l2 += wi * lf * lf;
+        sum_xl += wi * lf * xi;
+    }
+    g.det = sum_w * sum_l2 - sum_l * sum_l;
+    const v8f this_scale = (sum_w * sum_xl - sum_x * sum_l) / g.det;
+    const v8f this_min = (sum_l2 * sum_x - sum_l * sum_xl) / g.det;
+    const v8i positive = this_min > 0;
+    g.scale = positive ? sum_xl / sum_l2 : this_scale;
+    g.min = positive ? v8f{} : this_min;
+    g.mad = v8f{};
+    for (int i = 0; i < sub_len; ++i) {
+        const v8f diff = g.scale * g.laux[i] + g.min - x[i];
+        g.mad += w[i] * (diff * diff);
     }
 }
 
@@ -76,10 +77,9 @@ void evaluate_candidates(const float *x, const float *w, float min, float max, f
 // candidate grids, each refined by weighted least squares. Returns scale; *neg_min = -min.
 //
 // ggml runs the 21 steps one after another, and a step that improves the error also replaces
-// the min that the following steps' grids are built on. So candidates are evaluated in vector
-// lanes speculatively with the current min, the first improving step (in ggml's order, with its
-// strict test) is taken, and the steps after it are evaluated again with the new min. The
-// result is bitwise ggml's; the number of rounds is 1 + the number of improvements (a few).
+// the min that the following steps' grids are built on. So steps are evaluated eight at a time
+// with the current min, the first improving one (in ggml's order, with its strict test) is
+// taken, and evaluation restarts after it with the new min. The result is bitwise ggml's.
 float fit_scale_min(const float *x, const float *w, uint8_t *L, float *neg_min) {
     float min = x[0];
     float max = x[0];
@@ -107,17 +107,20 @@ float fit_scale_min(const float *x, const float *w, uint8_t *L, float *neg_min) 
         best_mad += w[i] * (diff * diff);
     }
 
-    q4_k_candidates c;
+    q4_k_group g;
     for (int first = 0; first < n_steps;) {
-        evaluate_candidates(x, w, min, max, sum_w, sum_x, first, c);
+        evaluate_group(x, w, min, max, sum_w, sum_x, first, g);
         int taken = -1;
-        for (int k = 0; first + k < n_steps && taken < 0; ++k)
-            if (c.det[k] > 0 && c.mad[k] < best_mad) taken = k;
-        if (taken < 0) break;
-        best_mad = c.mad[taken];
-        scale = c.scale[taken];
-        min = c.min[taken];
-        for (int i = 0; i < sub_len; ++i) L[i] = static_cast<uint8_t>(c.laux[i][taken]);
+        for (int k = 0; k < group && first + k < n_steps && taken < 0; ++k)
+            if (g.det[k] > 0 && g.mad[k] < best_mad) taken = k;
+        if (taken < 0) {
+            first += group;
+            continue;
+        }
+        best_mad = g.mad[taken];
+        scale = g.scale[taken];
+        min = g.min[taken];
+        for (int i = 0; i < sub_len; ++i) L[i] = static_cast<uint8_t>(g.laux[i][taken]);
         first += taken + 1;
     }
     *neg_min = -min;

@@ -10,6 +10,7 @@
 #include <catch2/catch.hpp>
 
 #include <bit>
+#include <cstddef>
 #include <cstring>
 #include <random>
 #include <vector>
