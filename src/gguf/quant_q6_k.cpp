@@ -18,9 +18,10 @@ constexpr int q_half = 32;    // quants are -32..31, stored biased by 32 (make_q
 constexpr int n_steps = 18;
 constexpr int n_lanes = 24;   // n_steps rounded up to whole 8-float vectors; extra lanes ignored
 constexpr float group_max_eps = 1e-15f;  // ggml's GROUP_MAX_EPS: below it a group is all zero
-// Beyond this the fitted scale overflows fp16 long before, and the x^3 terms of the weighted
-// sums below would overflow; reject the block rather than search on infinities.
-constexpr float max_abs_input = 1e12f;
+// The fp16 super-block scale overflows once |x| passes ~2.7e8 (that is reported after the
+// search); beyond ~1e11 the x^3 terms of the weighted sums would overflow to inf first and turn
+// the scales into NaN, so such blocks are rejected up front with the same error.
+constexpr float max_abs_input = 1e10f;
 
 constexpr int step_of_lane(int s) { return s < 9 ? s - 9 : (s < n_steps ? s - 8 : 9); }
 

@@ -158,3 +158,21 @@ TEST_CASE("blocks are quantized independently", "[quant][roundtrip]") {
         REQUIRE(whole == pieces);
     }
 }
+
+TEST_CASE("subnormal and near-zero inputs give finite, negligible output", "[quant][roundtrip]") {
+    // Far below what the fp16 scales can resolve: every format must return finite values no
+    // larger than the input's magnitude (in practice zeros), never NaN from the scale searches.
+    for (float magnitude : {1e-39f, 1e-30f, 1e-20f}) {
+        std::vector<float> x = make_data(data_kind::gaussian, 4 * 256, 21);
+        float amax = 0;
+        for (float &v : x) amax = std::max(amax, std::fabs(v *= magnitude));
+        for (ggml_type type : {ggml_type::q8_0, ggml_type::q4_k, ggml_type::q6_k}) {
+            const std::vector<float> y = round_trip(type, x);
+            for (size_t i = 0; i < y.size(); ++i) {
+                CAPTURE(magnitude, ggml_type_name(type), i, y[i]);
+                REQUIRE(std::isfinite(y[i]));
+                REQUIRE(std::fabs(y[i]) <= 2 * amax);
+            }
+        }
+    }
+}
