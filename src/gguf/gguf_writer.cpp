@@ -152,7 +152,9 @@ public:
     }
 
     uint8_t *create(uint64_t size) {
-        fd_ = ::open(temp_.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+        // O_TRUNC, not O_EXCL: a leftover temp with our pid can only come from a dead process
+        // (pids repeat in containers), and it must not block this write.
+        fd_ = ::open(temp_.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
         if (fd_ < 0) writer_fail("cannot create {}: {}", temp_, std::strerror(errno));
         created_ = true;
         size_ = size;
