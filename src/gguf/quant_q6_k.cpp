@@ -85,7 +85,7 @@ float fit_scale(const float *x, int8_t *L) {
 
 void quantize_block(const float *x, block_q6_k &blk, int64_t block_index) {
     float amax = 0.0f;
-    for (int i = 0; i < qk_k_elems; ++i) amax = std::fmax(amax, std::fabs(x[i]));
+    for (int i = 0; i < qk_k_elems; ++i) amax = std::max(amax, std::fabs(x[i]));  // inputs are finite: no fmax NaN rules (a libm call)
     if (amax > max_abs_input)
         fail(error_kind::invalid_request, "q6_K block {}: |x| up to {} overflows the fp16 scale", block_index, amax);
 

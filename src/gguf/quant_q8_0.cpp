@@ -3,6 +3,7 @@
 
 #include "quant_rows.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace tandem::quant_detail {
@@ -24,7 +25,7 @@ void quantize_row_q8_0(const float *__restrict src, block_q8_0 *__restrict dst, 
     for (int64_t b = 0; b < n_blocks; ++b) {
         const float *x = src + b * 32;
         float amax = 0.0f;
-        for (int j = 0; j < 32; ++j) amax = std::fmax(amax, std::fabs(x[j]));
+        for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(x[j]));  // ggml's MAX; inputs are finite
         const float d = amax / 127.0f;
         const float id = d != 0.0f ? 1.0f / d : 0.0f;
         dst[b].d = float_to_half(d);
