@@ -6,6 +6,15 @@
 
 #include <cstdint>
 
+// Lets CUDA kernels call the unpacking helper below on the device.
+#ifndef TANDEM_HOST_DEVICE
+#if defined(__CUDACC__)
+#define TANDEM_HOST_DEVICE __host__ __device__
+#else
+#define TANDEM_HOST_DEVICE
+#endif
+#endif
+
 namespace tandem {
 
 // Q8_0: 32 elements, x[j] = d * qs[j].
@@ -50,7 +59,7 @@ static_assert(sizeof(block_q6_k) == 128 + 64 + 16 + 2, "block_q6_k must match gg
 struct q4_k_scale_min {
     uint8_t scale, min;
 };
-inline constexpr q4_k_scale_min q4_k_get_scale_min(const uint8_t *scales, int j) {
+TANDEM_HOST_DEVICE inline constexpr q4_k_scale_min q4_k_get_scale_min(const uint8_t *scales, int j) {
     if (j < 4) return {static_cast<uint8_t>(scales[j] & 63), static_cast<uint8_t>(scales[j + 4] & 63)};
     return {static_cast<uint8_t>((scales[j + 4] & 0xF) | ((scales[j - 4] >> 6) << 4)),
             static_cast<uint8_t>((scales[j + 4] >> 4) | ((scales[j] >> 6) << 4))};
