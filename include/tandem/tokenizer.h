@@ -57,7 +57,7 @@ public:
     int32_t n_vocab() const;
     const std::string &token_text(int32_t id) const;  // the vocab entry as stored
     token_type type(int32_t id) const;
-    std::optional<int32_t> find(std::string_view token_text) const;
+    std::optional<int32_t> find(std::string_view token_text) const;  // unused padding is not found
 
     int32_t bos_id() const;  // -1 when absent
     int32_t eos_id() const;

@@ -10,6 +10,7 @@
 
 #include <chrono>
 #include <random>
+#include <thread>
 
 using namespace tandem;
 using tandem::test::bl;
@@ -282,6 +283,27 @@ TEST_CASE("tokenizer copies share the vocab and stay usable", "[tokenizer]") {
     tokenizer b = a;
     a = tokenizer::from_vocab(test::toy_vocab());
     CHECK(b.encode("Hello world", false) == a.encode("Hello world", false));
+}
+
+TEST_CASE("concurrent encodes share the piece cache safely", "[tokenizer]") {
+    const tokenizer tok = tokenizer::from_vocab(test::toy_vocab());
+    std::vector<std::string> inputs;
+    std::vector<std::vector<int32_t>> expect;
+    for (uint32_t seed = 1; seed <= 40; ++seed) {
+        std::mt19937 rng(seed);
+        inputs.push_back(random_text(rng, 60));
+        expect.push_back(tokenizer::from_vocab(test::toy_vocab()).encode(inputs.back(), true));
+    }
+    std::vector<int> mismatches(4, 0);
+    std::vector<std::thread> threads;
+    for (int t = 0; t < 4; ++t)
+        threads.emplace_back([&, t] {
+            for (int round = 0; round < 20; ++round)
+                for (size_t i = 0; i < inputs.size(); ++i)
+                    mismatches[t] += tok.encode(inputs[(i + t) % inputs.size()], true) != expect[(i + t) % inputs.size()];
+        });
+    for (auto &th : threads) th.join();
+    for (int t = 0; t < 4; ++t) CHECK(mismatches[t] == 0);
 }
 
 TEST_CASE("encoding throughput (prints, does not assert)", "[tokenizer][.perf]") {
