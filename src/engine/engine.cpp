@@ -1,5 +1,8 @@
 // src/engine/engine.cpp - engine_open: picks the backend and placement for a model file.
 #include "cpu_engine.h"
+#ifdef TANDEM_HAVE_CUDA
+#include "cuda_engine.h"
+#endif
 #include "tandem/engine.h"
 #include "tandem/error.h"
 
@@ -11,8 +14,13 @@ std::unique_ptr<engine> engine_open(std::shared_ptr<const gguf_file> file, const
             fail(error_kind::unsupported, "--devices {}: CPU virtual devices are not implemented yet", options.n_devices);
         return std::make_unique<cpu_engine>(std::move(file), options);
     }
-    if (options.backend == "cuda")
-        fail(error_kind::unsupported, "the CUDA backend is not available in this build yet (use --backend cpu)");
+    if (options.backend == "cuda") {
+#ifdef TANDEM_HAVE_CUDA
+        return std::make_unique<cuda_engine>(std::move(file), options);
+#else
+        fail(error_kind::unsupported, "this build has no CUDA backend (configure with -DTANDEM_CUDA=ON; use --backend cpu)");
+#endif
+    }
     fail(error_kind::config, "unknown backend '{}' (allowed: cpu, cuda)", options.backend);
 }
 

@@ -1,0 +1,88 @@
+// tests/kernels/gpu_test_util.h - GPU presence check, device buffers and seeded data for the
+// CUDA oracle tests, and the one table of tolerances they compare with.
+#pragma once
+
+#include "cuda/cuda_check.h"
+
+#include <catch2/catch.hpp>
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <vector>
+
+namespace tandem::test {
+
+// Catch2 2.13 has no SKIP: [gpu] tests call this first and return when it is false.
+inline bool gpu_present() {
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
+        cudaGetLastError();
+        WARN("no CUDA device visible: skipping this [gpu] test");
+        return false;
+    }
+    return true;
+}
+
+// Tolerances, relative L2 error ||gpu - cpu|| / ||cpu|| unless said otherwise. One table:
+struct tolerance {
+    // matvec: the same dequantised weights (bitwise) and float32 products, summed in another
+    // order (8-wide FMA runs per 32-element item vs the CPU's 32 lanes): float32 rounding over
+    // n_in <= 4096 terms stays far below 1e-5.
+    static constexpr double matvec = 1e-5;
+    // attention: float32 dots and exp (CUDA expf <= 2 ulp vs glibc), chunked online softmax vs
+    // the CPU's two-pass softmax: a few float32 ulps per term.
+    static constexpr double attention = 1e-5;
+    // QK norm + RoPE: the norm is bitwise the CPU's; cos/sin in double on both sides may round
+    // to different floats in rare cases (one ulp of one element).
+    static constexpr double rope = 1e-6;
+    // router weights: softmax sums in another order and expf vs glibc expf.
+    static constexpr double route_weights = 1e-6;
+    // grouped expert FFN: matvec's bound through two products and SwiGLU's expf.
+    static constexpr double moe = 2e-5;
+    // whole model, CUDA vs CPU engine logits: every op above through all layers; a router near
+    // tie can pick another expert, which the greedy-token check would catch.
+    static constexpr double model_logits = 1e-3;
+};
+
+template <class T>
+struct device_buffer {
+    T *ptr = nullptr;
+    size_t count = 0;
+    explicit device_buffer(size_t n) : count(n) { TANDEM_CUDA_CHECK(cudaMalloc(&ptr, (n ? n : 1) * sizeof(T))); }
+    explicit device_buffer(const std::vector<T> &v) : device_buffer(v.size()) { upload(v); }
+    ~device_buffer() { cudaFree(ptr); }
+    device_buffer(const device_buffer &) = delete;
+    device_buffer &operator=(const device_buffer &) = delete;
+    void upload(const std::vector<T> &v) {
+        TANDEM_CUDA_CHECK(cudaMemcpy(ptr, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice));
+    }
+    // Fills with a NaN-like byte pattern so unwritten outputs show.
+    void poison() { TANDEM_CUDA_CHECK(cudaMemset(ptr, 0xFF, count * sizeof(T))); }
+    std::vector<T> download() const {
+        TANDEM_CUDA_CHECK(cudaDeviceSynchronize());
+        std::vector<T> v(count);
+        TANDEM_CUDA_CHECK(cudaMemcpy(v.data(), ptr, count * sizeof(T), cudaMemcpyDeviceToHost));
+        return v;
+    }
+};
+
+inline std::vector<float> random_floats(std::mt19937_64 &rng, size_t n, float std = 1.0f) {
+    std::normal_distribution<float> dist(0.0f, std);
+    std::vector<float> v(n);
+    for (float &x : v) x = dist(rng);
+    return v;
+}
+
+inline double rel_err(const float *a, const float *b, size_t n) {
+    double num = 0, den = 0;
+    for (size_t i = 0; i < n; ++i) {
+        if (!std::isfinite(a[i])) return INFINITY;
+        num += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
+        den += double(b[i]) * b[i];
+    }
+    return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
+}
+
+}  // namespace tandem::test

@@ -1,0 +1,357 @@
+// tests/kernels/test_cuda_kernels.cpp - every CUDA kernel family against its CPU twin (src/cpu)
+// on seeded random inputs: odd sizes, non-multiples of tiles, ties in router scores, duplicate
+// experts across rows, padding rows; batch invariance of the products, bitwise.
+#include "gpu_test_util.h"
+
+#include "cuda/attention.h"
+#include "cuda/matvec.h"
+#include "cuda/moe.h"
+#include "cuda/norm.h"
+#include "src/cpu/cpu_ops.h"
+#include "tandem/quant.h"
+
+#include <algorithm>
+#include <cstring>
+
+using namespace tandem;
+using tandem::test::device_buffer;
+using tandem::test::rel_err;
+using tandem::test::tolerance;
+
+namespace {
+
+const ggml_type all_types[] = {ggml_type::f32, ggml_type::f16, ggml_type::bf16, ggml_type::q8_0, ggml_type::q4_k, ggml_type::q6_k};
+
+// n_out rows of n_in random weights quantised to `type`, back to back.
+std::vector<uint8_t> random_matrix(std::mt19937_64 &rng, ggml_type type, int64_t n_in, int64_t n_out, float std) {
+    const size_t row_bytes = ggml_row_bytes(type, n_in);
+    std::vector<uint8_t> bytes(row_bytes * size_t(n_out));
+    for (int64_t r = 0; r < n_out; ++r) {
+        const std::vector<float> w = test::random_floats(rng, size_t(n_in), std);
+        quantize_row(type, w.data(), bytes.data() + size_t(r) * row_bytes, n_in);
+    }
+    return bytes;
+}
+
+cpu::cpu_matrix host_matrix(const std::vector<uint8_t> &bytes, ggml_type type, int64_t n_in, int64_t n_out) {
+    return {bytes.data(), type, n_in, n_out, ggml_row_bytes(type, n_in)};
+}
+
+}  // namespace
+
+TEST_CASE("matvec matches the CPU matmul for every weight type, and rows are batch invariant", "[gpu][kernels]") {
+    if (!test::gpu_present()) return;
+    cpu::cpu_context ctx{4};
+    struct shape { int32_t n_in, n_out, n_rows; };
+    uint64_t seed = 1000;
+    for (ggml_type type : all_types) {
+        const int64_t blk = ggml_type_info(type).block_elems;
+        std::vector<shape> shapes = {{256, 1, 1}, {512, 37, 3}, {768, 129, 13}, {2048, 67, 16}, {256, 5, 40}};
+        if (blk == 1 || blk == 32) shapes.push_back({96, 33, 7});
+        for (const shape &sh : shapes) {
+            ++seed;
+            INFO("type " << ggml_type_name(type) << " n_in " << sh.n_in << " n_out " << sh.n_out << " rows " << sh.n_rows
+                         << " seed " << seed);
+            std::mt19937_64 rng(seed);
+            const auto w = random_matrix(rng, type, sh.n_in, sh.n_out, 0.05f);
+            const auto x = test::random_floats(rng, size_t(sh.n_in) * sh.n_rows);
+            std::vector<float> ref(size_t(sh.n_out) * sh.n_rows);
+            cpu::matmul(ctx, host_matrix(w, type, sh.n_in, sh.n_out), x.data(), ref.data(), sh.n_rows);
+
+            device_buffer<uint8_t> dw(w);
+            device_buffer<float> dx(x), dy(ref.size());
+            dy.poison();
+            cuda::matvec_args a;
+            a.w = dw.ptr;
+            a.type = type;
+            a.n_in = sh.n_in;
+            a.n_out = sh.n_out;
+            a.x = dx.ptr;
+            a.x_stride = sh.n_in;
+            a.y = dy.ptr;
+            a.y_stride = sh.n_out;
+            a.n_pairs = sh.n_rows;
+            cuda::matvec(a, nullptr);
+            const auto got = dy.download();
+            for (int32_t r = 0; r < sh.n_rows; ++r)
+                CHECK(rel_err(got.data() + size_t(r) * sh.n_out, ref.data() + size_t(r) * sh.n_out, size_t(sh.n_out)) <= tolerance::matvec);
+
+            // Each row alone: bitwise what it was in the batch.
+            for (int32_t r = 0; r < sh.n_rows; r += std::max(1, sh.n_rows / 4)) {
+                device_buffer<float> one(size_t(sh.n_out));
+                cuda::matvec_args b = a;
+                b.x = dx.ptr + size_t(r) * sh.n_in;
+                b.y = one.ptr;
+                b.n_pairs = 1;
+                cuda::matvec(b, nullptr);
+                const auto alone = one.download();
+                CHECK(std::memcmp(alone.data(), got.data() + size_t(r) * sh.n_out, alone.size() * sizeof(float)) == 0);
+            }
+
+            // accumulate: y += W x.
+            const auto base = test::random_floats(rng, ref.size());
+            dy.upload(base);
+            a.accumulate = true;
+            cuda::matvec(a, nullptr);
+            const auto acc = dy.download();
+            std::vector<float> want(ref.size());
+            for (size_t i = 0; i < want.size(); ++i) want[i] = base[i] + ref[i];
+            CHECK(rel_err(acc.data(), want.data(), want.size()) <= tolerance::matvec);
+        }
+    }
+}
+
+TEST_CASE("rmsnorm and embed are bitwise the CPU's", "[gpu][kernels]") {
+    if (!test::gpu_present()) return;
+    std::mt19937_64 rng(7);
+    for (int32_t n : {32, 96, 256, 2048, 4096}) {
+        for (int32_t rows : {1, 5}) {
+            INFO("n " << n << " rows " << rows);
+            const auto x = test::random_floats(rng, size_t(n) * rows, 3.0f);
+            const auto w = test::random_floats(rng, size_t(n));
+            std::vector<float> ref(x.size());
+            cpu::rmsnorm(x.data(), w.data(), ref.data(), rows, n, 1e-6f);
+            device_buffer<float> dx(x), dw(w), dy(x.size());
+            dy.poison();
+            cuda::rmsnorm({dx.ptr, dw.ptr, dy.ptr, rows, n, 1e-6f}, nullptr);
+            const auto got = dy.download();
+            CHECK(std::memcmp(got.data(), ref.data(), ref.size() * sizeof(float)) == 0);
+        }
+    }
+    for (ggml_type type : all_types) {
+        INFO("type " << ggml_type_name(type));
+        const int32_t d = 512, vocab = 11;
+        const auto table = random_matrix(rng, type, d, vocab, 1.0f);
+        const std::vector<int32_t> tokens = {3, 0, 10, 3, 7};
+        std::vector<float> ref(tokens.size() * d);
+        for (size_t i = 0; i < tokens.size(); ++i)
+            dequantize_row(type, table.data() + size_t(tokens[i]) * ggml_row_bytes(type, d), ref.data() + i * d, d);
+        device_buffer<uint8_t> dt(table);
+        device_buffer<int32_t> dtok(tokens);
+        device_buffer<float> dx(ref.size());
+        dx.poison();
+        cuda::embed({dt.ptr, type, dtok.ptr, dx.ptr, int32_t(tokens.size()), d}, nullptr);
+        const auto got = dx.download();
+        CHECK(std::memcmp(got.data(), ref.data(), ref.size() * sizeof(float)) == 0);
+    }
+}
+
+TEST_CASE("QK norm, RoPE, KV write and chunked attention match the CPU", "[gpu][kernels]") {
+    if (!test::gpu_present()) return;
+    struct shape { int32_t n_head, n_head_kv, d_head; };
+    uint64_t seed = 50;
+    for (const shape &sh : {shape{4, 2, 64}, shape{8, 8, 64}, shape{8, 2, 128}, shape{32, 4, 128}, shape{4, 4, 256}}) {
+        ++seed;
+        INFO("heads " << sh.n_head << "/" << sh.n_head_kv << " d_head " << sh.d_head << " seed " << seed);
+        std::mt19937_64 rng(seed);
+        const int32_t n_slots = 3, n_ctx = 700, dh = sh.d_head, kv_dim = sh.n_head_kv * dh, q_dim = sh.n_head * dh;
+        const float theta = 1e6f, eps = 1e-6f;
+        // Rows: several slots, consecutive positions in slot 1, chunk boundaries, a padding row.
+        const std::vector<int32_t> slots = {0, 1, 2, 1, -1, 2};
+        const std::vector<int32_t> pos = {0, 299, 127, 300, 0, 128};
+        const int32_t n = int32_t(slots.size());
+        std::vector<float> cache_k = test::random_floats(rng, size_t(n_slots) * n_ctx * kv_dim);
+        std::vector<float> cache_v = test::random_floats(rng, cache_k.size());
+        auto q = test::random_floats(rng, size_t(n) * q_dim, 2.0f);
+        const auto k = test::random_floats(rng, size_t(n) * kv_dim, 2.0f);
+        const auto v = test::random_floats(rng, size_t(n) * kv_dim);
+        const auto qn = test::random_floats(rng, size_t(dh), 0.3f), kn = test::random_floats(rng, size_t(dh), 0.3f);
+        std::vector<float> inv_freq(size_t(dh / 2));
+        for (int i = 0; i < dh / 2; ++i)
+            inv_freq[size_t(i)] = 1.0f / static_cast<float>(std::pow(double(theta), double(float(2 * i) / float(dh))));
+
+        device_buffer<float> dq(q), dk(k), dv(v), dqn(qn), dkn(kn), dfreq(inv_freq), dck(cache_k), dcv(cache_v);
+        device_buffer<int32_t> dslots(slots), dpos(pos);
+        cuda::qk_rope_kv_args ra;
+        ra.q = dq.ptr; ra.k = dk.ptr; ra.v = dv.ptr; ra.q_norm = dqn.ptr; ra.k_norm = dkn.ptr; ra.inv_freq = dfreq.ptr;
+        ra.slots = dslots.ptr; ra.positions = dpos.ptr; ra.k_cache = dck.ptr; ra.v_cache = dcv.ptr;
+        ra.n_rows = n; ra.n_head = sh.n_head; ra.n_head_kv = sh.n_head_kv; ra.d_head = dh; ra.n_ctx = n_ctx; ra.eps = eps;
+        cuda::qk_rope_kv(ra, nullptr);
+
+        // CPU twin: per-head norm, rope, cache write (padding row: no write).
+        std::vector<float> kk = k;
+        cpu::rmsnorm(q.data(), qn.data(), q.data(), int64_t(n) * sh.n_head, dh, eps);
+        cpu::rmsnorm(kk.data(), kn.data(), kk.data(), int64_t(n) * sh.n_head_kv, dh, eps);
+        cpu::rope_neox(q.data(), pos.data(), n, sh.n_head, dh, theta);
+        cpu::rope_neox(kk.data(), pos.data(), n, sh.n_head_kv, dh, theta);
+        for (int32_t i = 0; i < n; ++i) {
+            if (slots[size_t(i)] < 0) continue;
+            const size_t at = (size_t(slots[size_t(i)]) * n_ctx + size_t(pos[size_t(i)])) * kv_dim;
+            std::copy_n(kk.data() + size_t(i) * kv_dim, kv_dim, cache_k.data() + at);
+            std::copy_n(v.data() + size_t(i) * kv_dim, kv_dim, cache_v.data() + at);
+        }
+        const auto gq = dq.download(), gk = dck.download(), gv = dcv.download();
+        CHECK(rel_err(gq.data(), q.data(), q.size()) <= tolerance::rope);
+        CHECK(rel_err(gk.data(), cache_k.data(), cache_k.size()) <= tolerance::rope);
+        CHECK(std::memcmp(gv.data(), cache_v.data(), gv.size() * sizeof(float)) == 0);
+
+        // Attention on the device's own q and caches; the CPU on its own.
+        device_buffer<float> dpart(size_t(n) * sh.n_head * cuda::attention_max_chunks * (dh + 2)), dout(size_t(n) * q_dim);
+        dout.poison();
+        cuda::attention_args aa;
+        aa.q = dq.ptr; aa.k_cache = dck.ptr; aa.v_cache = dcv.ptr; aa.slots = dslots.ptr; aa.positions = dpos.ptr;
+        aa.partial = dpart.ptr; aa.out = dout.ptr; aa.n_rows = n; aa.n_head = sh.n_head; aa.n_head_kv = sh.n_head_kv;
+        aa.d_head = dh; aa.n_ctx = n_ctx; aa.chunk = cuda::attention_chunk(n_ctx); aa.scale = 1.0f / std::sqrt(float(dh));
+        REQUIRE((n_ctx + aa.chunk - 1) / aa.chunk <= cuda::attention_max_chunks);
+        cuda::attention(aa, nullptr);
+        const auto got = dout.download();
+
+        std::vector<const float *> kc, vc;
+        std::vector<int32_t> real_pos;
+        std::vector<float> real_q;
+        std::vector<int32_t> real_rows;
+        for (int32_t i = 0; i < n; ++i) {
+            if (slots[size_t(i)] < 0) continue;
+            kc.push_back(cache_k.data() + size_t(slots[size_t(i)]) * n_ctx * kv_dim);
+            vc.push_back(cache_v.data() + size_t(slots[size_t(i)]) * n_ctx * kv_dim);
+            real_pos.push_back(pos[size_t(i)]);
+            real_q.insert(real_q.end(), q.begin() + size_t(i) * q_dim, q.begin() + size_t(i + 1) * q_dim);
+            real_rows.push_back(i);
+        }
+        std::vector<float> ref(real_q.size());
+        cpu::attention_args ca{real_q.data(), kc.data(), vc.data(), real_pos.data(), ref.data(), int64_t(real_rows.size()),
+                               sh.n_head, sh.n_head_kv, dh, 1.0f / std::sqrt(float(dh))};
+        cpu::attention(cpu::cpu_context{4}, ca);
+        for (size_t j = 0; j < real_rows.size(); ++j) {
+            INFO("row " << real_rows[j] << " pos " << real_pos[j]);
+            CHECK(rel_err(got.data() + size_t(real_rows[j]) * q_dim, ref.data() + j * q_dim, size_t(q_dim)) <= tolerance::attention);
+        }
+        for (int32_t i = 0; i < n; ++i)
+            if (slots[size_t(i)] < 0)
+                for (int32_t e = 0; e < q_dim; ++e) CHECK(got[size_t(i) * q_dim + e] == 0.0f);
+    }
+}
+
+TEST_CASE("routing, grouping by expert, grouped SwiGLU experts and the combine match the CPU", "[gpu][kernels]") {
+    if (!test::gpu_present()) return;
+    cpu::cpu_context ctx{4};
+    struct shape { int32_t n_expert, k, n_rows, d_model, d_ff; ggml_type type; };
+    uint64_t seed = 300;
+    for (const shape &sh : {shape{4, 2, 1, 256, 256, ggml_type::q4_k}, shape{8, 2, 5, 256, 512, ggml_type::q8_0},
+                            shape{128, 8, 16, 512, 256, ggml_type::q4_k}, shape{64, 4, 33, 256, 256, ggml_type::q6_k},
+                            shape{40, 3, 9, 96, 64, ggml_type::f32}}) {
+        ++seed;
+        INFO("experts " << sh.n_expert << " k " << sh.k << " rows " << sh.n_rows << " type " << ggml_type_name(sh.type)
+                        << " seed " << seed);
+        std::mt19937_64 rng(seed);
+        const int32_t n = sh.n_rows, ne = sh.n_expert, k = sh.k, d = sh.d_model, ff = sh.d_ff;
+        auto logits = test::random_floats(rng, size_t(n) * ne);
+        // Ties: row 0 all equal (top-k must be 0..k-1); row 1 duplicates the best value.
+        std::fill(logits.begin(), logits.begin() + ne, 0.5f);
+        if (n > 1) {
+            float *l1 = logits.data() + ne;
+            const int32_t best = int32_t(std::max_element(l1, l1 + ne) - l1);
+            l1[(best + ne / 2) % ne] = l1[best];
+        }
+        // Duplicate experts across rows: the last row repeats the second.
+        if (n > 2) std::copy_n(logits.data() + ne, ne, logits.data() + size_t(n - 1) * ne);
+        std::vector<int32_t> slots(size_t(n), 0);
+        if (n > 3) slots[2] = -1;  // a padding row is routed nowhere
+
+        std::vector<int32_t> ids_ref(size_t(n) * k);
+        std::vector<float> w_ref(ids_ref.size());
+        cpu::moe_route(logits.data(), n, ne, k, true, ids_ref.data(), w_ref.data());
+
+        const int32_t max_groups = cuda::moe_max_groups(n, ne, k);
+        device_buffer<float> dlog(logits), dw(ids_ref.size());
+        device_buffer<int32_t> dslots(slots), dids(ids_ref.size()), dge{size_t(max_groups)}, dgo{size_t(max_groups) + 1},
+            dng{1}, dpx{ids_ref.size()}, dpy{ids_ref.size()};
+        cuda::moe_route_args ra;
+        ra.logits = dlog.ptr; ra.slots = dslots.ptr; ra.ids = dids.ptr; ra.weights = dw.ptr; ra.group_expert = dge.ptr;
+        ra.group_off = dgo.ptr; ra.n_groups = dng.ptr; ra.pair_x = dpx.ptr; ra.pair_y = dpy.ptr;
+        ra.n_rows = n; ra.n_expert = ne; ra.k = k; ra.renormalise = true;
+        cuda::moe_route(ra, nullptr);
+        const auto ids = dids.download();
+        const auto wts = dw.download();
+        for (int32_t r = 0; r < n; ++r) {
+            INFO("row " << r);
+            for (int32_t s = 0; s < k; ++s) {
+                const size_t p = size_t(r) * k + s;
+                if (slots[size_t(r)] < 0) {
+                    CHECK(ids[p] == -1);
+                    continue;
+                }
+                CHECK(ids[p] == ids_ref[p]);
+            }
+            if (slots[size_t(r)] >= 0)
+                CHECK(rel_err(wts.data() + size_t(r) * k, w_ref.data() + size_t(r) * k, size_t(k)) <= tolerance::route_weights);
+        }
+        for (int32_t s = 0; s < k; ++s) CHECK(ids[size_t(s)] == s);  // row 0: all tied, lower ids first
+
+        // Grouping: experts ascending, every valid pair exactly once, in its expert's group.
+        const int32_t ng = dng.download()[0];
+        const auto ge = dge.download(), go = dgo.download(), px = dpx.download(), py = dpy.download();
+        std::vector<int> seen(ids.size(), 0);
+        int32_t valid = 0;
+        for (int32_t p = 0; p < n * k; ++p) valid += ids[size_t(p)] >= 0;
+        REQUIRE(ng >= 1);
+        CHECK(go[0] == 0);
+        CHECK(go[size_t(ng)] == valid);
+        for (int32_t g = 0; g < ng; ++g) {
+            if (g > 0) CHECK(ge[size_t(g)] > ge[size_t(g) - 1]);
+            for (int32_t i = go[size_t(g)]; i < go[size_t(g) + 1]; ++i) {
+                CHECK(ids[size_t(py[size_t(i)])] == ge[size_t(g)]);
+                CHECK(px[size_t(i)] == py[size_t(i)] / k);
+                ++seen[size_t(py[size_t(i)])];
+            }
+        }
+        for (int32_t p = 0; p < n * k; ++p) CHECK(seen[size_t(p)] == (ids[size_t(p)] >= 0 ? 1 : 0));
+
+        // Grouped experts: gate+up (SwiGLU) then down, against cpu::moe_grouped on the same ids.
+        const auto gate = random_matrix(rng, sh.type, d, int64_t(ff) * ne, 0.06f);
+        const auto up = random_matrix(rng, sh.type, d, int64_t(ff) * ne, 0.06f);
+        const auto down = random_matrix(rng, sh.type, ff, int64_t(d) * ne, 0.06f);
+        const auto h = test::random_floats(rng, size_t(n) * d);
+        std::vector<int32_t> cpu_ids = ids;
+        for (auto &e : cpu_ids) e = e < 0 ? 0 : e;  // padding rows: computed on the CPU, ignored below
+        std::vector<float> out_ref(size_t(n) * k * d);
+        cpu::moe_grouped_args ma;
+        ma.gate_exps = host_matrix(gate, sh.type, d, int64_t(ff) * ne);
+        ma.up_exps = host_matrix(up, sh.type, d, int64_t(ff) * ne);
+        ma.down_exps = host_matrix(down, sh.type, ff, int64_t(d) * ne);
+        ma.x = h.data(); ma.ids = cpu_ids.data(); ma.out = out_ref.data();
+        ma.n_rows = n; ma.k = k; ma.n_expert = ne; ma.d_model = d; ma.d_ff = ff;
+        cpu::moe_grouped(ctx, ma);
+
+        device_buffer<uint8_t> dgate(gate), dup(up), ddown(down);
+        device_buffer<float> dh(h), dact(size_t(n) * k * ff), dout(out_ref.size());
+        dout.poison();
+        cuda::matvec_args g;
+        g.w = dgate.ptr; g.w_up = dup.ptr; g.type = sh.type; g.n_in = d; g.n_out = ff;
+        g.x = dh.ptr; g.x_stride = d; g.y = dact.ptr; g.y_stride = ff; g.x_rows = dpx.ptr; g.y_rows = dpy.ptr;
+        g.group_mat = dge.ptr; g.group_off = dgo.ptr; g.n_groups = dng.ptr; g.max_groups = max_groups;
+        cuda::matvec(g, nullptr);
+        cuda::matvec_args dn = g;
+        dn.w = ddown.ptr; dn.w_up = nullptr; dn.n_in = ff; dn.n_out = d; dn.x = dact.ptr; dn.x_stride = ff;
+        dn.y = dout.ptr; dn.y_stride = d; dn.x_rows = dpy.ptr;
+        cuda::matvec(dn, nullptr);
+        auto out = dout.download();
+        for (int32_t p = 0; p < n * k; ++p) {
+            if (ids[size_t(p)] < 0) continue;
+            INFO("pair " << p);
+            CHECK(rel_err(out.data() + size_t(p) * d, out_ref.data() + size_t(p) * d, size_t(d)) <= tolerance::moe);
+        }
+
+        // Combine + next norm: bitwise the CPU's moe_combine then rmsnorm, on the same inputs.
+        for (int32_t p = 0; p < n * k; ++p)
+            if (ids[size_t(p)] < 0) std::fill_n(out.data() + size_t(p) * d, d, 0.0f);
+        const auto x0 = test::random_floats(rng, size_t(n) * d);
+        const auto norm_w = test::random_floats(rng, size_t(d));
+        std::vector<float> x_ref = x0, h_ref(x0.size());
+        std::vector<float> w_cpu = wts;
+        for (int32_t r = 0; r < n; ++r)
+            if (slots[size_t(r)] < 0) std::fill_n(w_cpu.data() + size_t(r) * k, k, 0.0f);
+        cpu::moe_combine(x_ref.data(), out.data(), w_cpu.data(), n, k, d);
+        for (int32_t r = 0; r < n; ++r)
+            if (slots[size_t(r)] < 0) std::copy_n(x0.data() + size_t(r) * d, d, x_ref.data() + size_t(r) * d);
+        cpu::rmsnorm(x_ref.data(), norm_w.data(), h_ref.data(), n, d, 1e-6f);
+        device_buffer<float> dx(x0), dout2(out), dnorm(norm_w), dh2(x0.size());
+        cuda::moe_combine_args ca;
+        ca.x = dx.ptr; ca.out = dout2.ptr; ca.weights = dw.ptr; ca.slots = dslots.ptr; ca.norm = dnorm.ptr; ca.h = dh2.ptr;
+        ca.n_rows = n; ca.k = k; ca.d_model = d; ca.eps = 1e-6f;
+        cuda::moe_combine(ca, nullptr);
+        const auto gx = dx.download(), gh = dh2.download();
+        CHECK(std::memcmp(gx.data(), x_ref.data(), gx.size() * sizeof(float)) == 0);
+        CHECK(std::memcmp(gh.data(), h_ref.data(), gh.size() * sizeof(float)) == 0);
+    }
+}
