@@ -61,24 +61,30 @@ std::string placement_layout_line(const placement_plan &plan) {
 }
 
 std::string placement_table(const placement_plan &plan) {
-    std::string t = fmt::format("{:>4} {:>4} {:<8} {:>5} {:<7} {:>9} {:>11} {:>3} {:>15} {:>8} {:>8} {:>6} {:>6} "
-                                "{:>7} {:>7} {:>8} {:>8} {:>7}\n",
+    // GiB for real models; MiB when every device stays under 1 GiB (tiny test and demo models),
+    // where GiB with two decimals would print only zeros.
+    uint64_t largest = 0;
+    for (const auto &d : plan.devices) largest = std::max(largest, d.total());
+    const bool mib = largest < gib;
+    const char *unit = mib ? "MiB" : "GiB";
+    auto v = [&](uint64_t bytes) { return mib ? double(bytes) / double(uint64_t{1} << 20) : to_gib(bytes); };
+    std::string t = fmt::format("{:>4} {:>4} {:<8} {:>5} {:<7} {:>9} {:>9} {:>3} {:>13} {:>8} {:>8} {:>7} {:>7} "
+                                "{:>7} {:>7} {:>8} {:>9} {:>8}\n",
                                 "dev", "phys", "name", "stage", "role", "layers", "experts/L", "emb", "head rows",
                                 "repl", "experts", "emb", "head", "kv", "scratch", "total", "budget", "free");
     for (const auto &d : plan.devices) {
         size_t lo = plan.n_expert, hi = 0;
-        for (const auto &v : d.experts) lo = std::min(lo, v.size()), hi = std::max(hi, v.size());
+        for (const auto &e : d.experts) lo = std::min(lo, e.size()), hi = std::max(hi, e.size());
         const std::string experts = d.experts.empty() ? "-" : lo == hi ? fmt::format("{}", lo) : fmt::format("{}-{}", lo, hi);
         const std::string head = d.head_end > d.head_begin ? fmt::format("{}-{}", d.head_begin, d.head_end - 1) : "-";
-        t += fmt::format("{:>4} {:>4} {:<8} {:>5} {:<7} {:>9} {:>11} {:>3} {:>15} {:>8.2f} {:>8.2f} {:>6.2f} "
-                         "{:>6.2f} {:>7.2f} {:>7.2f} {:>8.2f} {:>8.2f} {:>7.2f}\n",
+        t += fmt::format("{:>4} {:>4} {:<8} {:>5} {:<7} {:>9} {:>9} {:>3} {:>13} {:>8.2f} {:>8.2f} {:>7.2f} "
+                         "{:>7.2f} {:>7.2f} {:>7.2f} {:>8.2f} {:>9.2f} {:>8.2f}\n",
                          d.logical, d.physical, d.name.substr(0, 8), d.stage, placement_role_name(d.role),
                          fmt::format("{}-{}", d.layer_begin, d.layer_end - 1), experts, d.embedding ? "yes" : "-",
-                         head, to_gib(d.bytes_replicated), to_gib(d.bytes_experts), to_gib(d.bytes_embedding),
-                         to_gib(d.bytes_head), to_gib(d.bytes_kv), to_gib(d.bytes_scratch), to_gib(d.total()),
-                         to_gib(d.budget), to_gib(d.free()));
+                         head, v(d.bytes_replicated), v(d.bytes_experts), v(d.bytes_embedding), v(d.bytes_head),
+                         v(d.bytes_kv), v(d.bytes_scratch), v(d.total()), v(d.budget), v(d.free()));
     }
-    t += "(GiB; layers and head rows inclusive; experts/L = routed experts held per layer)\n";
+    t += fmt::format("({}; layers and head rows inclusive; experts/L = routed experts held per layer)\n", unit);
     for (const auto &note : plan.notes) t += "note: " + note + "\n";
     return t;
 }

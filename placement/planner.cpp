@@ -501,7 +501,7 @@ placement_plan placement_plan_make(const placement_request &req, const topology 
                 {dp.bytes_kv, "KV cache"}, {dp.bytes_head, "output head"}, {dp.bytes_embedding, "embedding"},
                 {dp.bytes_scratch, "scratch"}};
             const auto *big = std::max_element(std::begin(classes), std::end(classes));
-            what += fmt::format("{}device d{} (device {}, {}, stage {} {}, layers {}-{}) needs {:.2f} GiB but its "
+            what += fmt::format("{}device d{} (physical {} {}, stage {} {}, layers {}-{}) needs {:.2f} GiB but its "
                                 "budget is {:.2f} GiB: {:.2f} GiB missing (biggest class: {} {:.2f} GiB)",
                                 what.empty() ? "" : "; ", dp.logical, dp.physical, dp.name, dp.stage,
                                 placement_role_name(dp.role), dp.layer_begin, dp.layer_end - 1, to_gib(dp.total()),

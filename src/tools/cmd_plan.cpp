@@ -1,0 +1,115 @@
+// src/tools/cmd_plan.cpp - `tandem plan`: resolves devices, topology and budgets for a model file and
+// prints the placement plan (the server's start-up layout line and a per-device table, or JSON).
+#include "commands.h"
+
+#include "src/engine/host_memory.h"
+#include "tandem/error.h"
+#include "tandem/gguf.h"
+#include "tandem/model.h"
+#include "tandem/placement.h"
+
+#include <fmt/format.h>
+
+#include <memory>
+#include <numeric>
+#include <string>
+
+namespace {
+
+struct plan_cli {
+    std::string model;
+    std::string gpu_devices;        // empty: 0..N-1 on CPU virtual devices, "0" on GPUs
+    std::string gpu_vram = "auto";
+    bool tensor_parallel = false;
+    int64_t n_ctx = 4096;
+    int64_t n_sessions = 16;
+    std::string topology_path;
+    std::string traffic_path;
+    bool json = false;
+    std::string backend = "cpu";
+    int32_t n_devices = 0;          // CPU virtual devices; 0: as many as --gpu-devices lists, else 1
+    double scratch_mib = 512.0;
+};
+
+int plan_run(const plan_cli &cli) {
+    using namespace tandem;
+    if (cli.backend != "cpu" && cli.backend != "cuda")
+        fail(error_kind::config, "--backend '{}': expected cpu or cuda", cli.backend);
+    if (cli.n_ctx < 1 || cli.n_sessions < 1)
+        fail(error_kind::config, "--ctx ({}) and --batched-session ({}) must be >= 1", cli.n_ctx, cli.n_sessions);
+    if (!(cli.scratch_mib >= 0.0) || cli.scratch_mib > 1e7)
+        fail(error_kind::config, "--scratch-mib {} must be between 0 and 1e7", cli.scratch_mib);
+
+    device_list devices = cli.gpu_devices.empty() ? device_list{} : placement_parse_devices(cli.gpu_devices);
+
+    // Topology: a file wins; CPU virtual devices are all-to-all with the host's available RAM
+    // split N ways; GPUs come from the probe the CUDA backend registers.
+    topology topo;
+    if (!cli.topology_path.empty()) {
+        topo = topology_load(cli.topology_path);
+    } else if (cli.backend == "cpu") {
+        const int32_t n = cli.n_devices > 0 ? cli.n_devices : std::max<int32_t>(1, int32_t(devices.ids.size()));
+        topo = topology_cpu_virtual(n, host_memory_read().available_bytes);
+    } else {
+        topo = topology_probe();
+    }
+    if (!devices.auto_order && devices.ids.empty()) {
+        if (cli.backend == "cpu" && cli.topology_path.empty()) {
+            devices.ids.resize(topo.devices.size());
+            std::iota(devices.ids.begin(), devices.ids.end(), 0);
+        } else {
+            devices.ids = {topo.devices.front().id};
+        }
+    }
+
+    placement_request req;
+    req.auto_order = devices.auto_order;
+    req.devices = devices.ids;
+    if (cli.tensor_parallel) req.mode = placement_mode::tensor_parallel;
+    else if (devices.auto_order) req.mode = topo.devices.size() > 1 ? placement_mode::pipeline : placement_mode::single;
+    else req.mode = devices.ids.size() > 1 ? placement_mode::pipeline : placement_mode::single;
+    const size_t n_logical = devices.auto_order ? placement_auto_order(topo, req.mode).size() : devices.ids.size();
+    req.budgets = placement_parse_vram(cli.gpu_vram, n_logical);
+    req.n_sessions = cli.n_sessions;
+    req.n_ctx = cli.n_ctx;
+    req.scratch_bytes = uint64_t(cli.scratch_mib * double(uint64_t{1} << 20));
+    if (!cli.traffic_path.empty()) req.traffic = expert_traffic_load(cli.traffic_path);
+
+    auto file = gguf_file::open(cli.model);
+    const model_hparams hp = model_hparams_read(*file);
+    const uint32_t kv_elem_bytes = cli.backend == "cpu" ? 4 : 2;  // the CPU engine keeps K/V in f32, CUDA in f16
+    placement_model model;
+    model.bytes = model_bytes_read(*file, hp, kv_elem_bytes);
+    model.n_layer = hp.n_layer;
+    model.n_expert = hp.n_expert;
+    model.n_vocab = hp.n_vocab;
+
+    const placement_plan plan = placement_plan_make(req, topo, model);
+    if (cli.json) {
+        fmt::print("{}\n", placement_plan_json(plan));
+    } else {
+        fmt::print("{}\n\n{}", placement_layout_line(plan), placement_table(plan));
+    }
+    return 0;
+}
+
+}  // namespace
+
+TANDEM_COMMAND(plan, "Plan devices, pairs and budgets for a model and print the layout", [](CLI::App &sub) {
+    auto cli = std::make_shared<plan_cli>();
+    sub.add_option("-m,--model", cli->model, "GGUF file")->required();
+    sub.add_option("--gpu-devices", cli->gpu_devices, "Device ids in logical order (duplicates share a device), or auto");
+    sub.add_option("--gpu-vram", cli->gpu_vram, "auto (memory minus a reserve), or GiB: one for all or one per device")
+        ->capture_default_str();
+    sub.add_flag("--tensor-parallel", cli->tensor_parallel, "Pair device i with i+N/2 and split routed experts");
+    sub.add_option("--ctx", cli->n_ctx, "Tokens per session (KV)")->capture_default_str();
+    sub.add_option("--batched-session", cli->n_sessions, "Resident sessions (KV slots)")->capture_default_str();
+    sub.add_option("--topology", cli->topology_path, "Topology JSON file (see docs/placement.md)");
+    sub.add_option("--expert-balance", cli->traffic_path, "Expert traffic JSON: split experts by routed rows");
+    sub.add_flag("--json", cli->json, "Print the plan as JSON");
+    sub.add_option("--backend", cli->backend, "cpu (virtual devices) or cuda")->capture_default_str();
+    sub.add_option("--devices", cli->n_devices, "CPU virtual devices (default: one per --gpu-devices entry)");
+    sub.add_option("--scratch-mib", cli->scratch_mib, "Scratch (activations, workspaces) per device in MiB")
+        ->capture_default_str();
+    return [cli] { return plan_run(*cli); };
+});
