@@ -1,25 +1,18 @@
-// src/engine/cpu_engine.cpp - the CPU reference engine: Qwen3-MoE forward over rows from any
-// number of sessions, per-slot F32 KV caches, grouped MoE, head; weights read in place (mmap).
+// src/engine/cpu_engine.cpp - the CPU engine front: validates rows, runs the stages of the plan
+// in order, exchanges expert outputs inside a tensor-parallel pair and gathers head shards.
+// Partial results are combined in a fixed order (each row's experts in slot order, head rows by
+// index), so logits are bitwise identical on every plan and for every batch.
 #include "cpu_engine.h"
 
 #include "host_memory.h"
+#include "src/cpu/cpu_ops.h"
 #include "tandem/error.h"
-#include "tandem/log.h"
-#include "tandem/quant.h"
-
-#include <sys/mman.h>
 
 #include <algorithm>
-#include <cmath>
+#include <cstring>
 #include <thread>
 
 namespace tandem {
-
-namespace {
-
-const float *f32_data(const gguf_tensor_info *t) { return reinterpret_cast<const float *>(t->data); }
-
-}  // namespace
 
 cpu_engine::cpu_engine(std::shared_ptr<const gguf_file> file, const engine_options &options)
     : file_(std::move(file)) {
@@ -27,62 +20,81 @@ cpu_engine::cpu_engine(std::shared_ptr<const gguf_file> file, const engine_optio
     tensors_ = model_tensors_bind(*file_, hp_);
     if (options.n_slots < 1 || options.n_slots > 1024)
         fail(error_kind::config, "number of sessions (KV slots) must be in 1..1024, got {}", options.n_slots);
-    if (options.n_ctx < 1)
-        fail(error_kind::config, "context size must be at least 1, got {}", options.n_ctx);
+    if (options.n_ctx < 1) fail(error_kind::config, "context size must be at least 1, got {}", options.n_ctx);
     if (options.n_ctx > hp_.n_ctx_train)
         fail(error_kind::config, "context size {} exceeds the model's trained context {} (no RoPE scaling yet)",
              options.n_ctx, hp_.n_ctx_train);
+    if (options.n_devices < 1 || options.n_devices > 64)
+        fail(error_kind::config, "--devices must be in 1..64, got {}", options.n_devices);
     n_slots_ = options.n_slots;
     n_ctx_ = options.n_ctx;
-    ctx_.n_threads = options.n_threads > 0 ? options.n_threads : int32_t(std::max(1u, std::thread::hardware_concurrency()));
-    kv_dim_ = int64_t(hp_.n_head_kv) * hp_.d_head;
-    kv_bytes_ = size_t(hp_.n_layer) * 2 * size_t(n_slots_) * size_t(n_ctx_) * size_t(kv_dim_) * sizeof(float);
+    n_threads_ = options.n_threads > 0 ? options.n_threads : int32_t(std::max(1u, std::thread::hardware_concurrency()));
+
+    // The plan: N CPU virtual devices, all-to-all "P2P", sharing the host's RAM.
     const host_memory mem = host_memory_read();
-    if (mem.total_bytes && kv_bytes_ > mem.total_bytes)
-        fail(error_kind::config, "KV cache for {} slots x {} tokens needs {:.2f} GiB, more than this machine's {:.2f} GiB "
-             "of RAM: lower --ctx or --batched-session", n_slots_, n_ctx_, kv_bytes_ / 1073741824.0,
-             mem.total_bytes / 1073741824.0);
-    // Anonymous mapping: pages cost nothing until a slot writes them.
-    void *p = mmap(nullptr, kv_bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    if (p == MAP_FAILED) fail(error_kind::config, "cannot reserve {:.2f} GiB for the KV cache", kv_bytes_ / 1073741824.0);
-    kv_ = static_cast<float *>(p);
+    placement_model pm;
+    pm.bytes = model_bytes_read(*file_, hp_, sizeof(float));
+    pm.n_layer = hp_.n_layer;
+    pm.n_expert = hp_.n_expert;
+    pm.n_vocab = hp_.n_vocab;
+    placement_request req;
+    req.mode = options.n_devices == 1 ? placement_mode::single
+               : options.tensor_parallel ? placement_mode::tensor_parallel
+                                         : placement_mode::pipeline;
+    for (int32_t i = 0; i < options.n_devices; ++i) req.devices.push_back(i);
+    req.n_sessions = n_slots_;
+    req.n_ctx = n_ctx_;
+    const uint64_t host_bytes = mem.total_bytes ? mem.total_bytes : (uint64_t(1) << 40);
+    plan_ = placement_plan_make(req, topology_cpu_virtual(options.n_devices, host_bytes), pm);
+
+    stage_members_.resize(size_t(plan_.n_stages));
+    const int32_t threads_each = std::max(1, n_threads_ / options.n_devices);
+    for (const placement_device_plan &dp : plan_.devices) {
+        cpu_part part;
+        part.layer_begin = dp.layer_begin;
+        part.layer_end = dp.layer_end;
+        part.embedding = dp.embedding;
+        part.head_begin = dp.head_begin;
+        part.head_end = dp.head_end;
+        if (plan_.mode == placement_mode::tensor_parallel)
+            for (const auto &ids : dp.experts) {
+                std::vector<uint8_t> mask(size_t(hp_.n_expert), 0);
+                for (int32_t e : ids) mask[size_t(e)] = 1;
+                part.owned.push_back(std::move(mask));
+            }
+        devices_.push_back(std::make_unique<cpu_device>(hp_, tensors_, std::move(part), n_slots_, n_ctx_,
+                                                        options.n_devices == 1 ? n_threads_ : threads_each));
+        auto &members = stage_members_[size_t(dp.stage)];
+        if (dp.role == placement_role::partner) members.push_back(dp.logical);
+        else members.insert(members.begin(), dp.logical);
+    }
     slot_len_.assign(size_t(n_slots_), 0);
-}
-
-cpu_engine::~cpu_engine() {
-    if (kv_) munmap(kv_, kv_bytes_);
-}
-
-float *cpu_engine::k_cache(int32_t layer, int32_t slot) const {
-    return kv_ + ((size_t(layer) * 2 + 0) * n_slots_ + slot) * size_t(n_ctx_) * kv_dim_;
-}
-float *cpu_engine::v_cache(int32_t layer, int32_t slot) const {
-    return kv_ + ((size_t(layer) * 2 + 1) * n_slots_ + slot) * size_t(n_ctx_) * kv_dim_;
-}
-
-cpu::cpu_matrix cpu_engine::matrix(const gguf_tensor_info *t, int64_t n_in, int64_t n_out) const {
-    return {t->data, t->type, n_in, n_out, ggml_row_bytes(t->type, n_in)};
 }
 
 int32_t cpu_engine::slot_length(int32_t slot) const {
     if (slot < 0 || slot >= n_slots_) fail(error_kind::invalid_request, "slot {} out of range 0..{}", slot, n_slots_ - 1);
-    return slot_len_[slot];
+    return slot_len_[size_t(slot)];
 }
 
 void cpu_engine::slot_truncate(int32_t slot, int32_t n_keep) {
     const int32_t len = slot_length(slot);
     if (n_keep < 0 || n_keep > len)
         fail(error_kind::invalid_request, "cannot keep {} tokens of slot {} which holds {}", n_keep, slot, len);
-    slot_len_[slot] = n_keep;
+    slot_len_[size_t(slot)] = n_keep;
 }
 
 std::string cpu_engine::layout() const {
-    return fmt::format("layout: cpu devices=1 threads={} | L0-{} all experts, head | slots={} x ctx={} kv=f32 {:.2f} GiB",
-                       ctx_.n_threads, hp_.n_layer - 1, n_slots_, n_ctx_, kv_bytes_ / 1073741824.0);
+    size_t kv = 0;
+    for (const auto &d : devices_) kv += d->kv_bytes();
+    return fmt::format("{} | cpu threads={} kv=f32 {:.2f} GiB", placement_layout_line(plan_), n_threads_,
+                       kv / 1073741824.0);
 }
 
 std::map<std::string, double> cpu_engine::counters() const {
-    return {{"experts_touched_per_layer", experts_touched_}, {"threads", double(ctx_.n_threads)}};
+    return {{"experts_touched_per_layer", experts_touched_},
+            {"threads", double(n_threads_)},
+            {"devices", double(devices_.size())},
+            {"bytes_moved_last_step", double(bytes_moved_)}};
 }
 
 void cpu_engine::validate(std::span<const engine_row> rows) const {
@@ -93,118 +105,88 @@ void cpu_engine::validate(std::span<const engine_row> rows) const {
             fail(error_kind::invalid_request, "row {}: slot {} out of range 0..{}", i, r.slot, n_slots_ - 1);
         if (r.token < 0 || r.token >= hp_.n_vocab)
             fail(error_kind::invalid_request, "row {}: token {} out of range 0..{}", i, r.token, hp_.n_vocab - 1);
-        if (r.pos != next[r.slot])
-            fail(error_kind::invalid_request, "row {}: slot {} expects position {}, got {}", i, r.slot, next[r.slot], r.pos);
+        if (r.pos != next[size_t(r.slot)])
+            fail(error_kind::invalid_request, "row {}: slot {} expects position {}, got {}", i, r.slot,
+                 next[size_t(r.slot)], r.pos);
         if (r.pos >= n_ctx_)
             fail(error_kind::too_large, "row {}: position {} does not fit the context of {} tokens", i, r.pos, n_ctx_);
-        ++next[r.slot];
+        ++next[size_t(r.slot)];
     }
 }
 
-void cpu_engine::embed(std::span<const engine_row> rows, float *x) const {
-    const gguf_tensor_info *t = tensors_.tok_embd;
-    const size_t row_bytes = ggml_row_bytes(t->type, hp_.d_model);
-    for (size_t i = 0; i < rows.size(); ++i)
-        dequantize_row(t->type, t->data + size_t(rows[i].token) * row_bytes, x + i * hp_.d_model, hp_.d_model);
-}
-
-void cpu_engine::layer_attention(int32_t layer, std::span<const engine_row> rows, float *x) {
-    const layer_tensors &lt = tensors_.layers[layer];
-    const int64_t n = int64_t(rows.size()), d = hp_.d_model, dh = hp_.d_head;
-    const int64_t q_dim = int64_t(hp_.n_head) * dh;
-    std::vector<float> h(static_cast<size_t>(n * d)), q(static_cast<size_t>(n * q_dim)), k(static_cast<size_t>(n * kv_dim_)), v(static_cast<size_t>(n * kv_dim_));
-    std::vector<float> att(static_cast<size_t>(n * q_dim)), o(static_cast<size_t>(n * d));
-    std::vector<int32_t> pos(static_cast<size_t>(n));
-    for (int64_t i = 0; i < n; ++i) pos[i] = rows[i].pos;
-
-    cpu::rmsnorm(x, f32_data(lt.attn_norm), h.data(), n, d, hp_.rms_eps);
-    cpu::matmul(ctx_, matrix(lt.wq, d, q_dim), h.data(), q.data(), n);
-    cpu::matmul(ctx_, matrix(lt.wk, d, kv_dim_), h.data(), k.data(), n);
-    cpu::matmul(ctx_, matrix(lt.wv, d, kv_dim_), h.data(), v.data(), n);
-    cpu::rmsnorm(q.data(), f32_data(lt.q_norm), q.data(), n * hp_.n_head, dh, hp_.rms_eps);
-    cpu::rmsnorm(k.data(), f32_data(lt.k_norm), k.data(), n * hp_.n_head_kv, dh, hp_.rms_eps);
-    cpu::rope_neox(q.data(), pos.data(), n, hp_.n_head, dh, hp_.rope_theta);
-    cpu::rope_neox(k.data(), pos.data(), n, hp_.n_head_kv, dh, hp_.rope_theta);
-
-    // Every row's K/V goes into its slot before any row attends, so rows of one slot in this call
-    // see each other causally (position order), and rows of other slots never.
-    std::vector<const float *> kc(static_cast<size_t>(n)), vc(static_cast<size_t>(n));
-    for (int64_t i = 0; i < n; ++i) {
-        float *kd = k_cache(layer, rows[i].slot), *vd = v_cache(layer, rows[i].slot);
-        std::copy_n(k.data() + i * kv_dim_, kv_dim_, kd + int64_t(rows[i].pos) * kv_dim_);
-        std::copy_n(v.data() + i * kv_dim_, kv_dim_, vd + int64_t(rows[i].pos) * kv_dim_);
-        kc[i] = kd;
-        vc[i] = vd;
+void cpu_engine::run_stage(int32_t stage, std::span<const engine_row> rows, std::vector<float> &x) {
+    const std::vector<int32_t> &members = stage_members_[size_t(stage)];
+    const int64_t n = int64_t(rows.size()), d = hp_.d_model, k = hp_.n_expert_used;
+    const size_t n_pairs = size_t(n * k);
+    const cpu_part &part = devices_[size_t(members[0])]->part();
+    // Each member holds its own copy of the hidden states (attention is replicated in a pair).
+    std::vector<std::vector<float>> xs(members.size(), x);
+    if (members.size() > 1) bytes_moved_ += x.size() * sizeof(float) * (members.size() - 1);
+    std::vector<std::vector<float>> hs(members.size(), std::vector<float>(size_t(n * d)));
+    std::vector<std::vector<float>> outs(members.size(), std::vector<float>(n_pairs * size_t(d)));
+    std::vector<std::vector<int32_t>> ids(members.size(), std::vector<int32_t>(n_pairs));
+    std::vector<std::vector<float>> weights(members.size(), std::vector<float>(n_pairs));
+    int64_t touched = 0;
+    for (int32_t l = part.layer_begin; l < part.layer_end; ++l) {
+        for (size_t m = 0; m < members.size(); ++m) {
+            cpu_device &dev = *devices_[size_t(members[m])];
+            dev.layer_attention(l, rows, xs[m].data());
+            dev.layer_route(l, n, xs[m].data(), hs[m].data(), ids[m].data(), weights[m].data());
+            dev.layer_experts(l, n, hs[m].data(), ids[m].data(), outs[m].data());
+        }
+        // Exchange inside the pair: each member receives the slot outputs of the experts the
+        // other owns, so both hold every slot's output before combining in slot order.
+        for (size_t m = 0; m < members.size(); ++m)
+            for (size_t other = 0; other < members.size(); ++other) {
+                if (other == m) continue;
+                const cpu_device &src = *devices_[size_t(members[other])];
+                for (size_t p = 0; p < n_pairs; ++p)
+                    if (src.owns(l, ids[m][p])) {
+                        std::memcpy(outs[m].data() + p * size_t(d), outs[other].data() + p * size_t(d),
+                                    size_t(d) * sizeof(float));
+                        bytes_moved_ += size_t(d) * sizeof(float);
+                    }
+            }
+        for (size_t m = 0; m < members.size(); ++m)
+            cpu::moe_combine(xs[m].data(), outs[m].data(), weights[m].data(), n, k, d);
+        touched += cpu::moe_count_experts(ids[0].data(), int64_t(n_pairs), hp_.n_expert, nullptr);
     }
-    cpu::attention_args args{q.data(), kc.data(), vc.data(), pos.data(), att.data(),
-                             n, hp_.n_head, hp_.n_head_kv, dh, 1.0f / std::sqrt(float(dh))};
-    cpu::attention(ctx_, args);
-    cpu::matmul(ctx_, matrix(lt.wo, q_dim, d), att.data(), o.data(), n);
-    for (int64_t i = 0; i < n * d; ++i) x[i] += o[i];
-}
-
-void cpu_engine::layer_route(int32_t layer, int64_t n, const float *x, float *h, int32_t *ids, float *weights) {
-    const layer_tensors &lt = tensors_.layers[layer];
-    std::vector<float> router_logits(static_cast<size_t>(n * hp_.n_expert));
-    cpu::rmsnorm(x, f32_data(lt.ffn_norm), h, n, hp_.d_model, hp_.rms_eps);
-    cpu::matmul(ctx_, matrix(lt.router, hp_.d_model, hp_.n_expert), h, router_logits.data(), n);
-    cpu::moe_route(router_logits.data(), n, hp_.n_expert, hp_.n_expert_used, hp_.norm_topk, ids, weights);
-}
-
-void cpu_engine::layer_experts(int32_t layer, int64_t n, const float *h, const int32_t *ids, const uint8_t *owned,
-                               float *out) {
-    const layer_tensors &lt = tensors_.layers[layer];
-    const int64_t d = hp_.d_model, ff = hp_.d_ff_expert, ne = hp_.n_expert;
-    cpu::moe_grouped_args args;
-    args.gate_exps = matrix(lt.gate_exps, d, ff * ne);
-    args.up_exps = matrix(lt.up_exps, d, ff * ne);
-    args.down_exps = matrix(lt.down_exps, ff, d * ne);
-    args.x = h;
-    args.ids = ids;
-    args.out = out;
-    args.n_rows = n;
-    args.k = hp_.n_expert_used;
-    args.n_expert = ne;
-    args.d_model = d;
-    args.d_ff = ff;
-    args.owned = owned;
-    cpu::moe_grouped(ctx_, args);
-}
-
-void cpu_engine::head(std::span<const engine_row> rows, const float *x, int64_t row_begin, int64_t row_end,
-                      std::vector<float> &out) {
-    const int64_t d = hp_.d_model;
-    std::vector<int64_t> picked;
-    for (size_t i = 0; i < rows.size(); ++i)
-        if (rows[i].want_logits) picked.push_back(int64_t(i));
-    const int64_t n_out = int64_t(picked.size()), n_cols = row_end - row_begin;
-    std::vector<float> h(static_cast<size_t>(n_out * d));
-    for (int64_t j = 0; j < n_out; ++j)
-        cpu::rmsnorm(x + picked[j] * d, f32_data(tensors_.output_norm), h.data() + j * d, 1, d, hp_.rms_eps);
-    out.resize(static_cast<size_t>(n_out * n_cols));
-    const cpu::cpu_matrix w = matrix(tensors_.output, d, hp_.n_vocab).slice_rows(row_begin, n_cols);
-    cpu::matmul(ctx_, w, h.data(), out.data(), n_out);
+    experts_touched_ += double(touched);
+    x.swap(xs[0]);
 }
 
 void cpu_engine::forward(std::span<const engine_row> rows, std::vector<float> &logits) {
     logits.clear();
     if (rows.empty()) return;
     validate(rows);
-    const int64_t n = int64_t(rows.size()), d = hp_.d_model, k = hp_.n_expert_used;
-    std::vector<float> x(static_cast<size_t>(n * d)), h(static_cast<size_t>(n * d)), out(static_cast<size_t>(n * k * d)), weights(static_cast<size_t>(n * k));
-    std::vector<int32_t> ids(static_cast<size_t>(n * k));
-    embed(rows, x.data());
-    int64_t touched = 0;
-    for (int32_t l = 0; l < hp_.n_layer; ++l) {
-        layer_attention(l, rows, x.data());
-        layer_route(l, n, x.data(), h.data(), ids.data(), weights.data());
-        touched += cpu::moe_count_experts(ids.data(), n * k, hp_.n_expert, nullptr);
-        layer_experts(l, n, h.data(), ids.data(), nullptr, out.data());
-        cpu::moe_combine(x.data(), out.data(), weights.data(), n, k, d);
+    experts_touched_ = 0;
+    bytes_moved_ = 0;
+    const size_t n = rows.size(), d = size_t(hp_.d_model);
+    std::vector<float> x(n * d);
+    for (const auto &dev : devices_)
+        if (dev->part().embedding) dev->embed(rows, x.data());
+    for (int32_t s = 0; s < plan_.n_stages; ++s) {
+        if (s > 0) bytes_moved_ += x.size() * sizeof(float);  // hidden states to the next stage
+        run_stage(s, rows, x);
     }
-    experts_touched_ = double(touched) / hp_.n_layer;
-    head(rows, x.data(), 0, hp_.n_vocab, logits);
-    for (const engine_row &r : rows) slot_len_[r.slot] = std::max(slot_len_[r.slot], r.pos + 1);
+    experts_touched_ /= hp_.n_layer;
+
+    // Head shards: each device with head rows computes them; gather by vocab index.
+    size_t n_out = 0;
+    for (const engine_row &r : rows) n_out += r.want_logits ? 1 : 0;
+    logits.assign(n_out * size_t(hp_.n_vocab), 0.0f);
+    std::vector<float> shard;
+    for (const auto &dev : devices_) {
+        const cpu_part &part = dev->part();
+        if (part.head_end <= part.head_begin) continue;
+        dev->head(rows, x.data(), shard);
+        const size_t cols = size_t(part.head_end - part.head_begin);
+        for (size_t j = 0; j < n_out; ++j)
+            std::memcpy(logits.data() + j * size_t(hp_.n_vocab) + size_t(part.head_begin), shard.data() + j * cols,
+                        cols * sizeof(float));
+        if (devices_.size() > 1) bytes_moved_ += n_out * cols * sizeof(float);
+    }
+    for (const engine_row &r : rows) slot_len_[size_t(r.slot)] = std::max(slot_len_[size_t(r.slot)], r.pos + 1);
 }
 
 }  // namespace tandem

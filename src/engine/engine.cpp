@@ -9,11 +9,7 @@
 namespace tandem {
 
 std::unique_ptr<engine> engine_open(std::shared_ptr<const gguf_file> file, const engine_options &options) {
-    if (options.backend == "cpu") {
-        if (options.n_devices != 1)
-            fail(error_kind::unsupported, "--devices {}: CPU virtual devices are not implemented yet", options.n_devices);
-        return std::make_unique<cpu_engine>(std::move(file), options);
-    }
+    if (options.backend == "cpu") return std::make_unique<cpu_engine>(std::move(file), options);
     if (options.backend == "cuda") {
 #ifdef TANDEM_HAVE_CUDA
         return std::make_unique<cuda_engine>(std::move(file), options);

@@ -108,7 +108,7 @@ TANDEM_COMMAND(bench, "Measure prefill and multi-session decode throughput", [](
         const double roof = cli->bandwidth_gbps > 0 ? cli->bandwidth_gbps : (opt.backend == "cuda" ? 4300.0 : 0.0);
         std::mt19937 rng(1234);
         auto random_ids = [&](int n) {
-            std::vector<int32_t> ids(size_t(n));
+            std::vector<int32_t> ids(static_cast<size_t>(n));
             for (auto &t : ids) t = int32_t(rng() % uint32_t(hp.n_vocab));
             return ids;
         };
@@ -146,7 +146,7 @@ TANDEM_COMMAND(bench, "Measure prefill and multi-session decode throughput", [](
                 for (int i = 0; i < cli->decode_prompt; ++i) rows.push_back({s, i, ids[size_t(i)], i + 1 == cli->decode_prompt});
                 eng->forward(rows, logits);
             }
-            std::vector<int32_t> next(size_t(n));
+            std::vector<int32_t> next(static_cast<size_t>(n));
             for (int s = 0; s < n; ++s) next[size_t(s)] = int32_t(rng() % uint32_t(hp.n_vocab));
             std::vector<double> step_times;
             double touched_sum = 0;

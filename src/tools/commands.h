@@ -22,5 +22,6 @@ bool command_register(const command &cmd);
 }  // namespace tandem::tools
 
 // In a cmd_<name>.cpp: TANDEM_COMMAND(info, "Print ...", [](CLI::App &sub) { ...; return [=] { ... }; });
-#define TANDEM_COMMAND(name_, help_, setup_) \
-    static const bool tandem_command_##name_ = ::tandem::tools::command_register({#name_, help_, setup_})
+// Variadic so that braces and commas inside the setup lambda need no extra parentheses.
+#define TANDEM_COMMAND(name_, help_, ...) \
+    static const bool tandem_command_##name_ = ::tandem::tools::command_register({#name_, help_, __VA_ARGS__})

@@ -1,0 +1,145 @@
+// src/engine/cpu_device.cpp - the Qwen3-MoE layer code of one CPU device, built from the op
+// families in src/cpu/. Weights are read in place from the mapped GGUF file.
+#include "cpu_device.h"
+
+#include "tandem/error.h"
+#include "tandem/gguf.h"
+#include "tandem/quant.h"
+
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <cmath>
+
+namespace tandem {
+
+namespace {
+const float *f32_data(const gguf_tensor_info *t) { return reinterpret_cast<const float *>(t->data); }
+}  // namespace
+
+cpu_device::cpu_device(const model_hparams &hp, const model_tensors &tensors, cpu_part part, int32_t n_slots,
+                       int32_t n_ctx, int32_t n_threads)
+    : hp_(hp), tensors_(tensors), part_(std::move(part)), n_slots_(n_slots), n_ctx_(n_ctx) {
+    ctx_.n_threads = std::max(1, n_threads);
+    kv_dim_ = int64_t(hp_.n_head_kv) * hp_.d_head;
+    const size_t n_layers = size_t(part_.layer_end - part_.layer_begin);
+    kv_bytes_ = n_layers * 2 * size_t(n_slots_) * size_t(n_ctx_) * size_t(kv_dim_) * sizeof(float);
+    if (kv_bytes_ > 0) {
+        // Anonymous mapping: pages cost nothing until a slot writes them.
+        void *p = mmap(nullptr, kv_bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        if (p == MAP_FAILED)
+            fail(error_kind::config, "cannot reserve {:.2f} GiB for the KV cache", kv_bytes_ / 1073741824.0);
+        kv_ = static_cast<float *>(p);
+    }
+}
+
+cpu_device::~cpu_device() {
+    if (kv_) munmap(kv_, kv_bytes_);
+}
+
+float *cpu_device::k_cache(int32_t layer, int32_t slot) const {
+    const size_t l = size_t(layer - part_.layer_begin);
+    return kv_ + ((l * 2 + 0) * size_t(n_slots_) + size_t(slot)) * size_t(n_ctx_) * size_t(kv_dim_);
+}
+
+float *cpu_device::v_cache(int32_t layer, int32_t slot) const {
+    const size_t l = size_t(layer - part_.layer_begin);
+    return kv_ + ((l * 2 + 1) * size_t(n_slots_) + size_t(slot)) * size_t(n_ctx_) * size_t(kv_dim_);
+}
+
+cpu::cpu_matrix cpu_device::matrix(const gguf_tensor_info *t, int64_t n_in, int64_t n_out) const {
+    return {t->data, t->type, n_in, n_out, ggml_row_bytes(t->type, n_in)};
+}
+
+bool cpu_device::owns(int32_t layer, int32_t expert) const {
+    if (part_.owned.empty()) return true;
+    return part_.owned[size_t(layer - part_.layer_begin)][size_t(expert)] != 0;
+}
+
+void cpu_device::embed(std::span<const engine_row> rows, float *x) const {
+    const gguf_tensor_info *t = tensors_.tok_embd;
+    const size_t row_bytes = ggml_row_bytes(t->type, hp_.d_model);
+    for (size_t i = 0; i < rows.size(); ++i)
+        dequantize_row(t->type, t->data + size_t(rows[i].token) * row_bytes, x + i * size_t(hp_.d_model), hp_.d_model);
+}
+
+void cpu_device::layer_attention(int32_t layer, std::span<const engine_row> rows, float *x) {
+    TANDEM_ASSERT(layer >= part_.layer_begin && layer < part_.layer_end, "layer {} is not on this device", layer);
+    const layer_tensors &lt = tensors_.layers[size_t(layer)];
+    const int64_t n = int64_t(rows.size()), d = hp_.d_model, dh = hp_.d_head;
+    const int64_t q_dim = int64_t(hp_.n_head) * dh;
+    std::vector<float> h(static_cast<size_t>(n * d)), q(static_cast<size_t>(n * q_dim));
+    std::vector<float> k(static_cast<size_t>(n * kv_dim_)), v(static_cast<size_t>(n * kv_dim_));
+    std::vector<float> att(static_cast<size_t>(n * q_dim)), o(static_cast<size_t>(n * d));
+    std::vector<int32_t> pos(rows.size());
+    for (size_t i = 0; i < rows.size(); ++i) pos[i] = rows[i].pos;
+
+    cpu::rmsnorm(x, f32_data(lt.attn_norm), h.data(), n, d, hp_.rms_eps);
+    cpu::matmul(ctx_, matrix(lt.wq, d, q_dim), h.data(), q.data(), n);
+    cpu::matmul(ctx_, matrix(lt.wk, d, kv_dim_), h.data(), k.data(), n);
+    cpu::matmul(ctx_, matrix(lt.wv, d, kv_dim_), h.data(), v.data(), n);
+    cpu::rmsnorm(q.data(), f32_data(lt.q_norm), q.data(), n * hp_.n_head, dh, hp_.rms_eps);
+    cpu::rmsnorm(k.data(), f32_data(lt.k_norm), k.data(), n * hp_.n_head_kv, dh, hp_.rms_eps);
+    cpu::rope_neox(q.data(), pos.data(), n, hp_.n_head, dh, hp_.rope_theta);
+    cpu::rope_neox(k.data(), pos.data(), n, hp_.n_head_kv, dh, hp_.rope_theta);
+
+    // Every row's K/V goes into its slot before any row attends, so rows of one slot in this call
+    // see each other causally (by position), and rows of other slots never.
+    std::vector<const float *> kc(rows.size()), vc(rows.size());
+    for (size_t i = 0; i < rows.size(); ++i) {
+        float *kd = k_cache(layer, rows[i].slot), *vd = v_cache(layer, rows[i].slot);
+        std::copy_n(k.data() + i * size_t(kv_dim_), kv_dim_, kd + size_t(rows[i].pos) * size_t(kv_dim_));
+        std::copy_n(v.data() + i * size_t(kv_dim_), kv_dim_, vd + size_t(rows[i].pos) * size_t(kv_dim_));
+        kc[i] = kd;
+        vc[i] = vd;
+    }
+    const cpu::attention_args args{q.data(), kc.data(), vc.data(), pos.data(), att.data(),
+                                   n, hp_.n_head, hp_.n_head_kv, dh, 1.0f / std::sqrt(float(dh))};
+    cpu::attention(ctx_, args);
+    cpu::matmul(ctx_, matrix(lt.wo, q_dim, d), att.data(), o.data(), n);
+    for (int64_t i = 0; i < n * d; ++i) x[i] += o[size_t(i)];
+}
+
+void cpu_device::layer_route(int32_t layer, int64_t n, const float *x, float *h, int32_t *ids, float *weights) {
+    const layer_tensors &lt = tensors_.layers[size_t(layer)];
+    std::vector<float> router_logits(static_cast<size_t>(n * hp_.n_expert));
+    cpu::rmsnorm(x, f32_data(lt.ffn_norm), h, n, hp_.d_model, hp_.rms_eps);
+    cpu::matmul(ctx_, matrix(lt.router, hp_.d_model, hp_.n_expert), h, router_logits.data(), n);
+    cpu::moe_route(router_logits.data(), n, hp_.n_expert, hp_.n_expert_used, hp_.norm_topk, ids, weights);
+}
+
+void cpu_device::layer_experts(int32_t layer, int64_t n, const float *h, const int32_t *ids, float *out) {
+    const layer_tensors &lt = tensors_.layers[size_t(layer)];
+    const int64_t d = hp_.d_model, ff = hp_.d_ff_expert, ne = hp_.n_expert;
+    cpu::moe_grouped_args args;
+    args.gate_exps = matrix(lt.gate_exps, d, ff * ne);
+    args.up_exps = matrix(lt.up_exps, d, ff * ne);
+    args.down_exps = matrix(lt.down_exps, ff, d * ne);
+    args.x = h;
+    args.ids = ids;
+    args.out = out;
+    args.n_rows = n;
+    args.k = hp_.n_expert_used;
+    args.n_expert = ne;
+    args.d_model = d;
+    args.d_ff = ff;
+    args.owned = part_.owned.empty() ? nullptr : part_.owned[size_t(layer - part_.layer_begin)].data();
+    cpu::moe_grouped(ctx_, args);
+}
+
+void cpu_device::head(std::span<const engine_row> rows, const float *x, std::vector<float> &out) {
+    const int64_t d = hp_.d_model;
+    std::vector<size_t> picked;
+    for (size_t i = 0; i < rows.size(); ++i)
+        if (rows[i].want_logits) picked.push_back(i);
+    const int64_t n_out = int64_t(picked.size()), n_cols = part_.head_end - part_.head_begin;
+    std::vector<float> h(static_cast<size_t>(n_out * d));
+    for (size_t j = 0; j < picked.size(); ++j)
+        cpu::rmsnorm(x + picked[j] * size_t(d), f32_data(tensors_.output_norm), h.data() + j * size_t(d), 1, d,
+                     hp_.rms_eps);
+    out.resize(static_cast<size_t>(n_out * n_cols));
+    const cpu::cpu_matrix w = matrix(tensors_.output, d, hp_.n_vocab).slice_rows(part_.head_begin, n_cols);
+    cpu::matmul(ctx_, w, h.data(), out.data(), n_out);
+}
+
+}  // namespace tandem

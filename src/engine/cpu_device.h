@@ -1,0 +1,65 @@
+// src/engine/cpu_device.h - one CPU (virtual) device of a placement: its layers, the routed
+// experts it owns in each, its share of the head, and the K/V of its layers for every slot.
+#pragma once
+
+#include "src/cpu/cpu_ops.h"
+#include "tandem/engine.h"
+#include "tandem/model.h"
+
+#include <span>
+#include <string>
+#include <vector>
+
+namespace tandem {
+
+// What one device computes (from the placement plan; a single device has everything).
+struct cpu_part {
+    int32_t layer_begin = 0, layer_end = 0;
+    std::vector<std::vector<uint8_t>> owned;  // [layer - layer_begin][n_expert]; empty = all experts
+    bool embedding = false;
+    int64_t head_begin = 0, head_end = 0;     // vocab rows of the head computed here
+};
+
+class cpu_device {
+public:
+    cpu_device(const model_hparams &hp, const model_tensors &tensors, cpu_part part, int32_t n_slots, int32_t n_ctx,
+               int32_t n_threads);
+    ~cpu_device();
+    cpu_device(const cpu_device &) = delete;
+    cpu_device &operator=(const cpu_device &) = delete;
+
+    const cpu_part &part() const { return part_; }
+    size_t kv_bytes() const { return kv_bytes_; }
+    int32_t n_threads() const { return ctx_.n_threads; }
+
+    // x [n_rows][d_model] <- embedding rows of the tokens.
+    void embed(std::span<const engine_row> rows, float *x) const;
+    // Attention half of `layer` for the rows: writes their K/V into the slot caches, then adds
+    // the attention output to x [n_rows][d_model].
+    void layer_attention(int32_t layer, std::span<const engine_row> rows, float *x);
+    // h [n][d_model] <- ffn_norm(x); ids/weights [n][k] <- the router's top-k.
+    void layer_route(int32_t layer, int64_t n, const float *x, float *h, int32_t *ids, float *weights);
+    // out [n][k][d_model]: per-slot outputs of the experts this device owns (others untouched).
+    void layer_experts(int32_t layer, int64_t n, const float *h, const int32_t *ids, float *out);
+    // Whether this device owns expert e of `layer`.
+    bool owns(int32_t layer, int32_t expert) const;
+    // out [n_out][head_end - head_begin]: logits of this device's head rows for the rows that
+    // want logits (final norm applied to x [n_rows][d_model] first).
+    void head(std::span<const engine_row> rows, const float *x, std::vector<float> &out);
+
+private:
+    float *k_cache(int32_t layer, int32_t slot) const;
+    float *v_cache(int32_t layer, int32_t slot) const;
+    cpu::cpu_matrix matrix(const gguf_tensor_info *t, int64_t n_in, int64_t n_out) const;
+
+    const model_hparams &hp_;
+    const model_tensors &tensors_;
+    cpu_part part_;
+    cpu::cpu_context ctx_;
+    int32_t n_slots_ = 0, n_ctx_ = 0;
+    int64_t kv_dim_ = 0;
+    float *kv_ = nullptr;  // [layer_end - layer_begin][2][n_slots][n_ctx][kv_dim]; lazily backed
+    size_t kv_bytes_ = 0;
+};
+
+}  // namespace tandem
