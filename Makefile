@@ -38,5 +38,9 @@ $(DEMO_MODEL): build
 run: build $(DEMO_MODEL)
 	@$(BUILD)/tandem generate -m $(DEMO_MODEL) -p "Hello from Tandem" -n 32 --seed 1
 
+# CPU ratios (CI) or GPU floors (a GPU machine): scripts/perf-gate.sh, floors in perf/floors.json.
+perf-gate: build
+	@scripts/perf-gate.sh $(BUILD)
+
 clean:
 	rm -rf $(BUILD)

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# scripts/perf-gate.sh BUILD_DIR - the perf gate: on a machine with a GPU (and a CUDA build) the
+# GPU floors of perf/floors.json; otherwise the CPU ratio gate that CI runs. Exit 1 below a floor.
+set -euo pipefail
+build=${1:-build}
+dir="$build/perf"
+mkdir -p "$dir"
+tandem="$build/tandem"
+if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1 && [ "${TANDEM_GATE:-}" != cpu ]; then
+    gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
+    model="$dir/qwen3-30b-a3b-q4_k.gguf"
+    [ -f "$model" ] || "$tandem" synth --preset qwen3-30b-a3b --type q4_k --out "$model"
+    "$tandem" bench -m "$model" --backend cuda --prompt 2048 --gen 128 --sessions 1,4,16 --json "$dir/bench-gpu.json"
+    exec python3 scripts/perf_gate.py --floors perf/floors.json --bench "$dir/bench-gpu.json" --gpu "$gpu"
+fi
+model="$dir/qwen3-30b-a3b-2l-q4_k.gguf"
+[ -f "$model" ] || "$tandem" synth --preset qwen3-30b-a3b --layers 2 --type q4_k --out "$model"
+"$tandem" bench -m "$model" --backend cpu --prompt 0 --gen 6 --sessions 1,16 --json "$dir/bench-cpu.json"
+fair=()
+if [ -x tests/server/fairness.sh ] && [ -x "$build/tandem-server" ]; then
+    tests/server/fairness.sh "$build" "$dir/fairness.json"
+    fair=(--fairness "$dir/fairness.json")
+fi
+exec python3 scripts/perf_gate.py --floors perf/floors.json --bench "$dir/bench-cpu.json" "${fair[@]}"

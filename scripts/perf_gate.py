@@ -1,0 +1,87 @@
+#!/usr/bin/env python3
+"""scripts/perf_gate.py - checks `tandem bench --json` results against perf/floors.json.
+
+usage: perf_gate.py --floors perf/floors.json --bench B.json [--gpu NAME --preset P --type T]
+                    [--fairness F.json]
+Without --gpu: the CPU gate (ratios measured in one run, robust to a noisy machine).
+With --gpu: the GPU floors of that (gpu, preset, type) entry.
+Exit 0: pass (warnings printed for values within 5% of a floor); 1: below a floor; 2: bad input.
+"""
+import argparse
+import json
+import sys
+
+WARN_MARGIN = 0.05
+
+
+def load(path):
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except (OSError, ValueError) as e:
+        print(f"perf-gate: cannot read {path}: {e}", file=sys.stderr)
+        sys.exit(2)
+
+
+def check(name, value, floor, failures, higher_is_better=True):
+    if floor is None:
+        print(f"  {name:32s} {value:12.3f}   (no floor set yet)")
+        return
+    ok = value >= floor if higher_is_better else value <= floor
+    near = abs(value - floor) <= WARN_MARGIN * abs(floor)
+    verdict = "FAIL" if not ok else ("warn: within 5% of the floor" if near else "ok")
+    rel = ">=" if higher_is_better else "<="
+    print(f"  {name:32s} {value:12.3f}   floor {rel} {floor:<10g} {verdict}")
+    if not ok:
+        failures.append(name)
+
+
+def decode_rate(bench, sessions):
+    for row in bench.get("decode", []):
+        if row.get("sessions") == sessions:
+            return row["tok_per_s"]
+    print(f"perf-gate: bench has no decode row for {sessions} sessions", file=sys.stderr)
+    sys.exit(2)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--floors", required=True)
+    ap.add_argument("--bench", required=True)
+    ap.add_argument("--gpu")
+    ap.add_argument("--preset", default="qwen3-30b-a3b")
+    ap.add_argument("--type", default="q4_K")
+    ap.add_argument("--fairness", help="JSON from the server fairness scenario: {\"ratio\": r, ...}")
+    args = ap.parse_args()
+    floors = load(args.floors)
+    bench = load(args.bench)
+    failures = []
+    print(f"perf-gate: commit {bench.get('commit')} backend {bench.get('backend')}")
+    print(f"  {bench.get('layout', '')}")
+    if args.gpu:
+        entry = next((e for e in floors.get("gpu", []) if e["gpu"] == args.gpu and e["preset"] == args.preset
+                      and e["type"].lower() == args.type.lower()), None)
+        if entry is None:
+            print(f"perf-gate: no GPU floors for ({args.gpu}, {args.preset}, {args.type})", file=sys.stderr)
+            return 2
+        f = entry["floors"]
+        check("decode_1_tok_per_s", decode_rate(bench, 1), f["decode_1_tok_per_s"]["floor"], failures)
+        check("decode_16_tok_per_s", decode_rate(bench, 16), f["decode_16_tok_per_s"]["floor"], failures)
+        check("prefill_2048_tok_per_s", bench["prefill"]["tok_per_s"], f["prefill_2048_tok_per_s"]["floor"], failures)
+    else:
+        ratios = floors["cpu"]["ratios"]
+        ratio = decode_rate(bench, 16) / decode_rate(bench, 1)
+        check("decode_16_over_1_aggregate", ratio, ratios["decode_16_over_1_aggregate"]["floor"], failures)
+    if args.fairness:
+        fair = load(args.fairness)
+        limit = floors.get("fairness", {}).get("max_ratio", 3.0)
+        check("prefill_yield_fairness_ratio", fair["ratio"], limit, failures, higher_is_better=False)
+    if failures:
+        print(f"perf-gate: FAILED ({', '.join(failures)})")
+        return 1
+    print("perf-gate: passed")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
