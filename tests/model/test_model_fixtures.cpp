@@ -82,6 +82,8 @@ TEST_CASE("F32 engine matches transformers float64 logits and greedy tokens", "[
         const double err_first = rel_l2(r.first, p.logits_first);
         const double err_last = rel_l2(r.last, p.logits_last);
         INFO("rel L2 first " << err_first << ", last " << err_last);
+        WARN(fixture << " " << p.name << " F32 vs transformers float64: rel L2 first " << err_first << ", last "
+                     << err_last);
         CHECK(err_first <= 1e-4);
         CHECK(err_last <= 1e-4);
         INFO(first_divergence(r.greedy, p.greedy));
@@ -90,16 +92,16 @@ TEST_CASE("F32 engine matches transformers float64 logits and greedy tokens", "[
 }
 
 // Bounds against the F32 engine on the same checkpoint (last-position logits, relative L2).
-// q8_0: the issue's bound; weights err ~0.3% rel RMS, well inside 2e-2 after a few layers.
-// q6_k: weights err ~1% rel RMS; the tiny fixtures amplify it less than 5x -> 5e-2.
-// q4_k: weights err ~4-6% rel RMS (ggml's reference quantizer, no imatrix) -> 2e-1. Both
-// measured values are printed; the bounds leave ~2x headroom over what was measured.
+// q8_0: the issue's bound (weights err ~0.3% rel RMS). q6_k: weights err ~1% rel RMS, measured
+// 0.030-0.040 on qwen3moe-a -> 8e-2. q4_k: weights err ~4-6% rel RMS (ggml's reference
+// quantizer, no importance matrix), measured 0.135-0.144 -> 3e-1. The errors are deterministic
+// (same quantizer, same engine); the ~2x headroom absorbs legitimate rounding changes only.
 TEST_CASE("quantized fixtures stay within their bound of the F32 result", "[model][fixtures]") {
     struct quant_case { const char *fixture; ggml_type type; double bound; };
     const quant_case c = GENERATE(values<quant_case>({{"qwen3moe-a", ggml_type::q8_0, 2e-2},
                                                       {"qwen3moe-b", ggml_type::q8_0, 2e-2},
-                                                      {"qwen3moe-a", ggml_type::q6_k, 5e-2},
-                                                      {"qwen3moe-a", ggml_type::q4_k, 2e-1}}));
+                                                      {"qwen3moe-a", ggml_type::q6_k, 8e-2},
+                                                      {"qwen3moe-a", ggml_type::q4_k, 3e-1}}));
     const std::string f32 = fixture_gguf(c.fixture, ggml_type::f32);
     const std::string quant = fixture_gguf(c.fixture, c.type);
     for (const reference_prompt &p : load_reference(c.fixture)) {
