@@ -224,8 +224,8 @@ bool looks_special(const std::string &t) {
     auto wrapped = [&](std::string_view open, std::string_view close) {
         return t.size() >= open.size() + close.size() && t.starts_with(open) && t.ends_with(close);
     };
-    return wrapped("<|", "|>") || wrapped("<\xef\xbd\x9c", "\xef\xbd\x9c>") || t == "<pad>" || t == "<mask>" ||
-           t == "<unk>" || t == "<s>" || t == "</s>";
+    return wrapped("<|", "|>") || wrapped("<\xef\xbd\x9c", "\xef\xbd\x9c>") || wrapped("<unused", ">") ||
+           t == "<pad>" || t == "<mask>" || t == "<2mass>" || t == "[@BOS@]";
 }
 
 // A special token named in tokenizer_config.json: a string or an {"content": ...} object.
@@ -280,6 +280,11 @@ hf_vocab read_vocab(const fs::path &dir, const hf_config &cfg) {
                      it->second);
             const bool special = a.contains("special") && a["special"].is_boolean() && a["special"].get<bool>();
             added_type[id] = special || looks_special(content) ? token_control : token_user_defined;
+            if (added_type[id] == token_user_defined) {
+                // llama.cpp pre-normalises user-defined tokens: SentencePiece's U+2581 becomes a space.
+                std::string &text = by_id[id];
+                for (size_t at; (at = text.find("\xe2\x96\x81")) != std::string::npos;) text.replace(at, 3, " ");
+            }
         }
     }
     if (by_id.empty()) fail(error_kind::file_format, "{}: empty vocabulary", tpath);
@@ -473,7 +478,8 @@ convert_summary convert_hf(const convert_options &opts) {
                 sum.fallbacks.push_back(note);
             }
         }
-        plan.push_back({std::move(name), type, std::move(ne), std::move(rows)});
+        // llama.cpp names every weight "<tensor>.weight" (token_embd.weight, blk.0.attn_q.weight).
+        plan.push_back({std::move(name) + ".weight", type, std::move(ne), std::move(rows)});
     };
     auto whole = [&](const std::string &hf_name, const std::vector<int64_t> &shape) {
         const st_tensor &t = st.require(hf_name, shape);

@@ -36,7 +36,8 @@ converted run_convert(const fs::path &hf, ggml_type type, std::optional<ggml_typ
     return c;
 }
 
-// The GGUF tensors a tiny model must produce: name -> (ne, values in ggml order). HF matrices are
+// The GGUF tensors a tiny model must produce (llama.cpp names: "<tensor>.weight"): name -> (ne,
+// values in ggml order). HF matrices are
 // row-major [out][in], which is ggml's layout with ne = [in, out]; experts stack as the 3rd dim.
 struct expected_tensor {
     std::vector<int64_t> ne;
@@ -50,7 +51,7 @@ std::map<std::string, expected_tensor> expected_tensors(const tiny_model &m) {
     auto one = [&](const std::string &gg, const std::string &hf, bool f32) {
         const auto &shape = m.shapes.at(hf);
         std::vector<int64_t> ne(shape.rbegin(), shape.rend());
-        out[gg] = {ne, m.values.at(hf), f32};
+        out[gg + ".weight"] = {ne, m.values.at(hf), f32};
     };
     one("token_embd", "model.embed_tokens.weight", false);
     one("output_norm", "model.norm.weight", true);
@@ -76,7 +77,7 @@ std::map<std::string, expected_tensor> expected_tensors(const tiny_model &m) {
                 const auto &v = m.values.at(p + "mlp.experts." + std::to_string(e) + "." + w + "_proj.weight");
                 t.values.insert(t.values.end(), v.begin(), v.end());
             }
-            out[b + "ffn_" + w + "_exps"] = std::move(t);
+            out[b + "ffn_" + w + "_exps.weight"] = std::move(t);
         }
     }
     return out;

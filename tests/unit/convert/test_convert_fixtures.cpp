@@ -3,6 +3,7 @@
 // against the files themselves, read here with a separate minimal parser.
 #include "tandem/convert.h"
 #include "tandem/gguf.h"
+#include "tandem/model.h"
 #include "tandem/quant.h"
 
 #include <catch2/catch.hpp>
@@ -131,12 +132,20 @@ TEST_CASE("convert fixtures: vocab, merges and exact F32 tensors of qwen3moe-a a
         CHECK_FALSE(f->get_string("tokenizer.chat_template").empty());
         CHECK(f->get_int("tokenizer.ggml.eos_token_id") == cfg["eos_token_id"].get<int64_t>());
 
+        // The engine's reader takes the file: hyper-parameters as in config.json, every tensor bound.
+        const tandem::model_hparams hp = tandem::model_hparams_read(*f);
+        CHECK(hp.n_layer == cfg["num_hidden_layers"].get<int>());
+        CHECK(hp.d_model == cfg["hidden_size"].get<int>());
+        CHECK(hp.d_head == cfg["head_dim"].get<int>());
+        CHECK(hp.n_vocab == n_vocab);
+        CHECK_NOTHROW(tandem::model_tensors_bind(*f, hp));
+
         // Every checkpoint value lands in its GGUF tensor unchanged (F32 output).
         const auto ckpt = read_checkpoint(fixtures / name);
         const int64_t n_layer = cfg["num_hidden_layers"];
         const int64_t n_expert = cfg.contains("num_experts") ? cfg["num_experts"] : cfg["num_local_experts"];
-        auto values = [&](const char *gguf_name) {
-            const auto &t = f->tensor(gguf_name);
+        auto values = [&](const std::string &gguf_name) {
+            const auto &t = f->tensor(gguf_name + ".weight");
             REQUIRE(t.type == ggml_type::f32);
             std::vector<float> v(size_t(t.n_elements()));
             std::memcpy(v.data(), t.data, v.size() * 4);
@@ -147,17 +156,17 @@ TEST_CASE("convert fixtures: vocab, merges and exact F32 tensors of qwen3moe-a a
         CHECK(values("output_norm") == ckpt.at("model.norm.weight"));
         for (int64_t l = 0; l < n_layer; ++l) {
             const std::string p = "model.layers." + std::to_string(l) + ".", b = "blk." + std::to_string(l) + ".";
-            CHECK(values((b + "attn_q").c_str()) == ckpt.at(p + "self_attn.q_proj.weight"));
-            CHECK(values((b + "attn_output").c_str()) == ckpt.at(p + "self_attn.o_proj.weight"));
-            CHECK(values((b + "attn_k_norm").c_str()) == ckpt.at(p + "self_attn.k_norm.weight"));
-            CHECK(values((b + "ffn_gate_inp").c_str()) == ckpt.at(p + "mlp.gate.weight"));
+            CHECK(values(b + "attn_q") == ckpt.at(p + "self_attn.q_proj.weight"));
+            CHECK(values(b + "attn_output") == ckpt.at(p + "self_attn.o_proj.weight"));
+            CHECK(values(b + "attn_k_norm") == ckpt.at(p + "self_attn.k_norm.weight"));
+            CHECK(values(b + "ffn_gate_inp") == ckpt.at(p + "mlp.gate.weight"));
             for (const char *w : {"gate", "up", "down"}) {
                 std::vector<float> stacked;
                 for (int64_t e = 0; e < n_expert; ++e) {
                     const auto &v = ckpt.at(p + "mlp.experts." + std::to_string(e) + "." + w + "_proj.weight");
                     stacked.insert(stacked.end(), v.begin(), v.end());
                 }
-                CHECK(values((b + "ffn_" + w + "_exps").c_str()) == stacked);
+                CHECK(values(b + "ffn_" + w + "_exps") == stacked);
             }
         }
     }
@@ -172,11 +181,11 @@ TEST_CASE("convert fixtures: Q4_K applies to qwen3moe-a (rows of 256), falls bac
     tandem::convert_summary sum;
     const auto a = convert_fixture("qwen3moe-a", tmp.path, ggml_type::q4_k, &sum);
     CHECK(sum.fallbacks.empty());
-    CHECK(a->tensor("blk.1.ffn_down_exps").type == ggml_type::q4_k);
-    CHECK(a->tensor("blk.0.attn_k").type == ggml_type::q4_k);
-    CHECK(a->tensor("blk.0.ffn_gate_inp").type == ggml_type::f32);
+    CHECK(a->tensor("blk.1.ffn_down_exps.weight").type == ggml_type::q4_k);
+    CHECK(a->tensor("blk.0.attn_k.weight").type == ggml_type::q4_k);
+    CHECK(a->tensor("blk.0.ffn_gate_inp.weight").type == ggml_type::f32);
     const auto b = convert_fixture("qwen3moe-b", tmp.path, ggml_type::q4_k, &sum);
     CHECK_FALSE(sum.fallbacks.empty());
-    CHECK(b->tensor("blk.2.ffn_down_exps").type == ggml_type::q8_0);  // rows of 32
-    CHECK(b->tensor("blk.0.attn_output").type == ggml_type::q8_0);    // rows of 128
+    CHECK(b->tensor("blk.2.ffn_down_exps.weight").type == ggml_type::q8_0);  // rows of 32
+    CHECK(b->tensor("blk.0.attn_output.weight").type == ggml_type::q8_0);    // rows of 128
 }
