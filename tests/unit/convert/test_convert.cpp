@@ -373,3 +373,17 @@ TEST_CASE("convert: rope scaling keys as llama.cpp writes them", "[convert]") {
     write_json(hf / "config.json", cfg);
     require_error([&] { run_convert(hf, ggml_type::f32); }, tandem::error_kind::unsupported, "dynamic");
 }
+
+TEST_CASE("convert: tied embeddings write no output tensor", "[convert]") {
+    temp_dir tmp("tied");
+    const fs::path hf = tmp.path / "tied";
+    fs::create_directories(hf);
+    tiny_spec s;
+    s.tied = true;
+    tiny_model m = make_model(s, 18);
+    write_folder(hf, m, folder_style{});
+    const converted c = run_convert(hf, ggml_type::f32);
+    CHECK(c.file->find_tensor("output.weight") == nullptr);
+    CHECK(c.file->find_tensor("token_embd.weight") != nullptr);
+    check_tensors(*c.file, m, ggml_type::f32);
+}

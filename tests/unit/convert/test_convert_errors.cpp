@@ -8,6 +8,7 @@
 #include <catch2/catch.hpp>
 
 #include <functional>
+#include <limits>
 
 using namespace convert_test;
 using tandem::error_kind;
@@ -210,4 +211,11 @@ TEST_CASE("convert errors: broken tokenizer and index files", "[convert]") {
 
     write_json(f.hf / "model.safetensors.index.json", {{"weight_map", {{"model.norm.weight", "../x.safetensors"}}}});
     f.expect(error_kind::file_format, "../x.safetensors");
+}
+
+TEST_CASE("convert errors: a non-finite weight that cannot be quantized names its tensor", "[convert]") {
+    broken_folder f;
+    f.m.values["model.layers.1.self_attn.v_proj.weight"][5] = std::numeric_limits<float>::quiet_NaN();
+    f.rewrite([](std::vector<st_entry> &) {});
+    f.expect(error_kind::file_format, "model.layers.1.self_attn.v_proj.weight", ggml_type::q8_0);
 }
