@@ -87,7 +87,7 @@ struct convert_summary {
     int64_t n_vocab = 0;            // GGUF vocab (config vocab_size, padded beyond the tokenizer)
     int64_t n_tokenizer = 0;        // tokens the tokenizer defines
     int64_t n_tensors = 0;
-    uint32_t file_type = 0;         // general.file_type (llama_ftype)
+    uint32_t file_type = 0;         // general.file_type (llama_ftype) of the expert type: most bytes
     std::vector<std::string> fallbacks;  // "attn_q: q4_K -> q8_0 (row length 64)"
 };
 
@@ -96,8 +96,9 @@ struct convert_summary {
 // dtype or feature the engine cannot run: decoder_sparse_step != 1, mlp_only_layers, rope types).
 convert_summary convert_hf(const convert_options &opts);
 
-// The types a row of `row_len` elements can take when `wanted` is asked for: K-quants need rows of
-// 256 (else q8_0), q8_0 rows of 32 (else f16). Plain float types always fit.
+// The type a tensor whose rows hold `row_len` elements gets when `wanted` is asked for: K-quants
+// need rows that are a multiple of 256 (else q8_0), q8_0 a multiple of 32 (else f16); plain float
+// types always fit. convert_hf logs each fallback once per tensor class and lists it in the summary.
 ggml_type convert_fit_type(ggml_type wanted, int64_t row_len);
 
 }  // namespace tandem
