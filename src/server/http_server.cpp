@@ -94,7 +94,9 @@ private:
             return close();
         }
         if (ec == http::error::body_limit) {
-            std::string target = parser_->is_header_done() ? std::string(parser_->get().target()) : std::string("/");
+            // The limit trips on Content-Length while the header is being finished: the target is
+            // already parsed even though is_header_done() is still false.
+            std::string target(parser_->get().target());
             return write_reply(svc_.error_reply(service::api_of(target), 413,
                                                 fmt::format("the request body exceeds the limit of {} bytes", config_.body_limit)),
                                false);

@@ -116,7 +116,7 @@ int serve(server_config cfg) {
     eo.gpu_devices = cfg.gpu_devices;
     eo.tensor_parallel = cfg.tensor_parallel;
     std::unique_ptr<engine> eng = engine_open(file, eo);
-    log_info("layout: {}", eng->layout());
+    log_info("{}", eng->layout());  // the engine's one-line layout ("layout: ...")
 
     tokenizer tok = tokenizer::from_gguf(*file);
     chat_template tmpl = chat_template::detect(file->get_string("tokenizer.chat_template", ""));

@@ -1,0 +1,303 @@
+#!/usr/bin/env python3
+# tests/server/e2e_server.py - end-to-end tests of the real tandem-server (CPU engine, tiny synth
+# model) over loopback HTTP: curl, malformed input, auth, cancellation on disconnect (streaming
+# and queued), greedy batch invariance (alone vs among 15 others), a 64-client load test with no
+# slot leaked, /metrics through prometheus_client's strict parser, the official npm SDKs, and
+# SIGTERM exit 0. Usage: e2e_server.py --build-dir B [--only NAME] [--npm-dir D]
+import argparse
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+import traceback
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import server_harness as h  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+MODEL = "tiny.gguf"
+failures = []
+
+
+def check(cond, what):
+    if not cond:
+        failures.append(what)
+        print(f"  FAIL: {what}", flush=True)
+    return cond
+
+
+def completion(srv, prompt, n=8, **extra):
+    body = {"model": MODEL, "prompt": prompt, "max_tokens": n, "temperature": 0}
+    body.update(extra)
+    return srv.post_json("/v1/completions", body)
+
+
+def working_request(srv, what):
+    status, r = completion(srv, "after an error", 2)
+    check(status == 200 and r["choices"][0]["finish_reason"] in ("stop", "length"), f"a request works after {what}")
+
+
+def test_curl_and_basics(srv):
+    out = subprocess.run(["curl", "-sS", "--max-time", "120", f"http://127.0.0.1:{srv.port}/v1/chat/completions",
+                          "-H", "Content-Type: application/json", "-d",
+                          json.dumps({"model": MODEL, "messages": [{"role": "user", "content": "Hi"}],
+                                      "max_tokens": 6, "temperature": 0})],
+                         capture_output=True, timeout=150)
+    r = json.loads(out.stdout)
+    check(r["object"] == "chat.completion" and r["usage"]["completion_tokens"] >= 1, "curl chat completion")
+    check("timings" in r and r["timings"]["prompt_n"] + r["timings"]["cache_n"] == r["usage"]["prompt_tokens"],
+          "timings object matches usage")
+    out = subprocess.run(["curl", "-sSN", "--max-time", "120", f"http://127.0.0.1:{srv.port}/v1/chat/completions",
+                          "-H", "Content-Type: application/json", "-d",
+                          json.dumps({"model": MODEL, "messages": [{"role": "user", "content": "Hi"}],
+                                      "max_tokens": 6, "temperature": 0, "stream": True})],
+                         capture_output=True, timeout=150)
+    lines = [ln[6:] for ln in out.stdout.decode("utf-8", "replace").splitlines() if ln.startswith("data: ")]
+    check(lines and lines[-1] == "[DONE]", "curl stream ends with [DONE]")
+    text = "".join(json.loads(ln)["choices"][0]["delta"].get("content", "") for ln in lines[:-1]
+                   if json.loads(ln)["choices"])
+    check(text == r["choices"][0]["message"]["content"], "greedy streamed text equals the non-streamed text")
+    status, models = srv.get_json("/v1/models")
+    check(status == 200 and models["data"][0]["id"] == MODEL, "/v1/models lists the model")
+    status, props = srv.get_json("/props")
+    check(status == 200 and props["total_slots"] >= 1, "/props")
+    status, _, body = srv.request("GET", "/health")
+    check(status == 200 and json.loads(body) == {"status": "ok"}, "/health ok")
+
+
+def test_malformed(srv, ctx):
+    cases = [
+        ("bad JSON", "/v1/chat/completions", b"{not json", 400, "openai"),
+        ("wrong type", "/v1/chat/completions", {"messages": "hi"}, 400, "openai"),
+        ("wrong max_tokens type", "/v1/completions", {"prompt": "x", "max_tokens": "9"}, 400, "openai"),
+        ("unknown model", "/v1/chat/completions", {"model": "nope", "messages": [{"role": "user", "content": "x"}]}, 404, "openai"),
+        ("prompt longer than the context", "/v1/completions", {"prompt": "lorem ipsum " * (ctx * 2)}, 413, "openai"),
+        ("max_tokens beyond the context", "/v1/completions", {"prompt": "x", "max_tokens": ctx + 1}, 400, "openai"),
+        ("anthropic missing max_tokens", "/v1/messages", {"model": MODEL, "messages": [{"role": "user", "content": "x"}]}, 400, "anthropic"),
+        ("anthropic bad JSON", "/v1/messages", b"[", 400, "anthropic"),
+        ("unknown route", "/v1/nothing", {}, 404, "openai"),
+    ]
+    for what, path, body, want, shape in cases:
+        status, _, data = srv.request("POST", path, body)
+        ok = check(status == want, f"{what}: status {status}, want {want}")
+        if ok:
+            j = json.loads(data)
+            if shape == "openai":
+                check(isinstance(j.get("error", {}).get("message"), str), f"{what}: OpenAI error shape")
+            else:
+                check(j.get("type") == "error" and "type" in j.get("error", {}), f"{what}: Anthropic error shape")
+        working_request(srv, what)
+    # A body over --body-limit (64 KiB in this server).
+    status, _, data = srv.request("POST", "/v1/messages", b'{"x":"' + b"a" * 200000 + b'"}')
+    check(status == 413 and json.loads(data)["error"]["type"] == "request_too_large", f"oversized body: {status}")
+    working_request(srv, "an oversized body")
+    # Garbage that is not HTTP.
+    with socket.create_connection((h.HOST, srv.port), timeout=10) as s:
+        s.sendall(b"\x16\x03\x01 definitely not http\r\n\r\n")
+        reply = s.recv(200)
+    check(reply.startswith(b"HTTP/1.1 400"), f"non-HTTP bytes get a 400: {reply[:40]!r}")
+    working_request(srv, "non-HTTP bytes")
+
+
+def test_cancel_streaming(srv):
+    got = []
+
+    def on_data(d, t):
+        got.append(d)
+        return len(got) < 3  # disconnect after a few chunks
+    h.stream_events(srv.port, "/v1/completions", {"model": MODEL, "prompt": "cancel me", "max_tokens": 400,
+                                                   "temperature": 0, "stream": True}, on_data)
+    check(srv.wait_idle(20), "a client that disconnects mid-stream frees its slot")
+
+
+def test_cancel_queued(build_dir):
+    # One slot: a streaming request holds it, a second waits in the queue, then disconnects.
+    with h.running(build_dir, ["--ctx", "1024", "--batched-session", "1"], "e2e-queue.log") as srv:
+        holder_started = threading.Event()
+        release = threading.Event()
+
+        def hold():
+            def on_data(d, t):
+                holder_started.set()
+                return not release.is_set()
+            h.stream_events(srv.port, "/v1/completions", {"model": MODEL, "prompt": "hold", "max_tokens": 900,
+                                                           "temperature": 0, "stream": True}, on_data)
+        t = threading.Thread(target=hold)
+        t.start()
+        holder_started.wait(60)
+        body = json.dumps({"model": MODEL, "prompt": "queued", "max_tokens": 4}).encode()
+        s = socket.create_connection((h.HOST, srv.port), timeout=10)
+        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n" +
+                  f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
+
+        def deferred():
+            _, _, m = srv.request("GET", "/metrics")
+            return [float(ln.split()[1]) for ln in m.decode().splitlines() if ln.startswith("llamacpp:requests_deferred ")][0]
+        deadline = time.time() + 10
+        while deferred() < 1 and time.time() < deadline:
+            time.sleep(0.05)
+        check(deferred() == 1, "the second request is queued")
+        s.close()
+        deadline = time.time() + 10
+        while deferred() > 0 and time.time() < deadline:
+            time.sleep(0.05)
+        check(deferred() == 0, "a queued request whose client left is dropped")
+        release.set()
+        t.join(60)
+        check(srv.wait_idle(20), "the holder's slot is freed after it disconnects")
+        working_request(srv, "cancellations")
+
+
+def test_batch_invariance(srv):
+    prompts = [f"invariance prompt {i}: " + "abc " * (i % 5) for i in range(16)]
+    alone = []
+    for p in prompts:
+        status, r = completion(srv, p, 12)
+        alone.append(r["choices"][0]["text"] if status == 200 else None)
+    together = [None] * 16
+
+    def run(i):
+        status, r = completion(srv, prompts[i], 12)
+        together[i] = r["choices"][0]["text"] if status == 200 else None
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(16)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(300)
+    for i in range(16):
+        check(alone[i] is not None and alone[i] == together[i], f"greedy output {i} identical alone and among 15 others")
+    m = srv.request("GET", "/metrics")[2].decode()
+    rows = [float(ln.split()[1]) for ln in m.splitlines() if ln.startswith("tandem_max_rows_per_decode_step ")]
+    check(rows and rows[0] >= 8, f"concurrent requests decoded together (max rows per step {rows})")
+
+
+def test_load(srv):
+    prompts = [f"load prompt {k}" for k in range(4)]
+    expected = {}
+    for p in prompts:
+        status, r = completion(srv, p, 6)
+        expected[p] = r["choices"][0]["text"]
+    results = [None] * 64
+
+    def client(i):
+        p = prompts[i % 4]
+        try:
+            status, r = completion(srv, p, 6)
+            results[i] = status == 200 and r["choices"][0]["text"] == expected[p]
+        except Exception as e:  # noqa: BLE001 - any failure is a wrong answer
+            results[i] = f"{type(e).__name__}: {e}"
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(64)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(600)
+    bad = [(i, r) for i, r in enumerate(results) if r is not True]
+    check(not bad, f"64 concurrent clients answered correctly (bad: {bad[:5]})")
+    check(srv.wait_idle(20), "no slot leaked after the load test")
+
+
+def test_metrics(srv):
+    from prometheus_client.parser import text_string_to_metric_families
+    status, headers, body = srv.request("GET", "/metrics")
+    check(status == 200 and headers.get("Content-Type", "").startswith("text/plain"), "/metrics content type")
+    families = {f.name: f for f in text_string_to_metric_families(body.decode())}
+    want = {
+        "llamacpp:prompt_tokens": "counter", "llamacpp:prompt_seconds": "counter",
+        "llamacpp:tokens_predicted": "counter", "llamacpp:tokens_predicted_seconds": "counter",
+        "llamacpp:n_decode": "counter", "llamacpp:prompt_tokens_seconds": "gauge",
+        "llamacpp:predicted_tokens_seconds": "gauge", "llamacpp:requests_processing": "gauge",
+        "llamacpp:requests_deferred": "gauge", "tandem_slots_in_use": "gauge", "tandem_queue_depth": "gauge",
+        "tandem_rows_per_decode_step": "gauge", "tandem_prefill_yields": "counter", "tandem_kv_tokens_cached": "gauge",
+    }
+    for name, typ in want.items():
+        check(name in families and families[name].type == typ, f"metric {name} ({typ}) present")
+    pt = families["llamacpp:prompt_tokens"].samples[0].value
+    check(pt > 0, f"prompt tokens counted ({pt})")
+
+
+def test_sdks(srv, npm_dir):
+    if not npm_dir or not os.path.isdir(os.path.join(npm_dir, "node_modules", "openai")):
+        check(False, f"npm SDKs installed under {npm_dir}")
+        return
+    env = dict(os.environ, NODE_PATH=os.path.join(npm_dir, "node_modules"), TANDEM_URL=f"http://127.0.0.1:{srv.port}",
+               TANDEM_MODEL=MODEL, TANDEM_KEY="sdk-key")
+    out = subprocess.run(["node", os.path.join(HERE, "sdk_clients.cjs")], capture_output=True, env=env, timeout=300,
+                         cwd=npm_dir)
+    print(out.stdout.decode()[-3000:], out.stderr.decode()[-3000:])
+    check(out.returncode == 0, "openai and @anthropic-ai/sdk clients")
+
+
+def test_auth(build_dir, npm_dir):
+    key = "sdk-key"
+    with h.running(build_dir, ["--ctx", "512", "--batched-session", "2", "--api-key", key], "e2e-auth.log") as srv:
+        status, _, _ = srv.request("GET", "/health")
+        check(status == 200, "/health needs no key")
+        for path in ["/v1/models", "/metrics", "/slots", "/props"]:
+            status, _, _ = srv.request("GET", path)
+            check(status == 401, f"{path} without a key is 401")
+        status, _, _ = srv.request("GET", "/v1/models", headers={"Authorization": "Bearer wrong"})
+        check(status == 401, "a wrong Bearer key is 401")
+        status, _, _ = srv.request("GET", "/v1/models", headers={"Authorization": f"Bearer {key}"})
+        check(status == 200, "the right Bearer key works")
+        msg = {"model": MODEL, "max_tokens": 2, "messages": [{"role": "user", "content": "x"}]}
+        status, r = srv.post_json("/v1/messages", msg, headers={"x-api-key": key})
+        check(status == 200 and r["type"] == "message", "x-api-key works on Anthropic routes")
+        status, r = srv.post_json("/v1/messages", msg)
+        check(status == 401 and r["error"]["type"] == "authentication_error", "Anthropic route without a key: 401 in its shape")
+        status, _, _ = srv.request("POST", "/v1/completions", {"prompt": "x", "max_tokens": 1}, headers={"x-api-key": key})
+        check(status == 401, "x-api-key is not accepted on OpenAI routes")
+        test_sdks(srv, npm_dir)
+        check(srv.stop() == 0, "SIGTERM exits 0")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--build-dir", required=True)
+    ap.add_argument("--npm-dir", default="")
+    ap.add_argument("--only", default="")
+    a = ap.parse_args()
+    ctx = 1024
+    tests = {
+        "basic": lambda srv: test_curl_and_basics(srv),
+        "malformed": lambda srv: test_malformed(srv, ctx),
+        "cancel": lambda srv: test_cancel_streaming(srv),
+        "invariance": lambda srv: test_batch_invariance(srv),
+        "load": lambda srv: test_load(srv),
+        "metrics": lambda srv: test_metrics(srv),
+    }
+    selected = [n for n in tests if not a.only or n in a.only.split(",")]
+    srv = h.server(a.build_dir, ["--ctx", str(ctx), "--batched-session", "16", "--max-queue", "64",
+                                 "--body-limit", "0.0625"], "e2e.log")
+    try:
+        srv.wait_ready()
+        for name in selected:
+            print(f"[{name}]", flush=True)
+            t0 = time.time()
+            try:
+                tests[name](srv)
+            except Exception:  # noqa: BLE001 - report and go on with the other scenarios
+                check(False, f"{name} raised:\n{traceback.format_exc()}")
+            print(f"  {time.time() - t0:.1f} s", flush=True)
+    finally:
+        code = srv.stop()
+    check(code == 0, f"SIGTERM exits 0 (got {code})")
+    for name, fn in [("queue", lambda: test_cancel_queued(a.build_dir)), ("auth", lambda: test_auth(a.build_dir, a.npm_dir))]:
+        if a.only and name not in a.only.split(","):
+            continue
+        print(f"[{name}]", flush=True)
+        try:
+            fn()
+        except Exception:  # noqa: BLE001
+            check(False, f"{name} raised:\n{traceback.format_exc()}")
+    n_fail = len(failures)
+    print(f"e2e_server: {n_fail} failed" if n_fail else "e2e_server: all passed")
+    if n_fail:
+        print(srv.log_tail(30))
+    return 1 if n_fail else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
