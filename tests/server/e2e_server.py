@@ -259,6 +259,7 @@ def main():
     ap.add_argument("--npm-dir", default="")
     ap.add_argument("--only", default="")
     a = ap.parse_args()
+    a.npm_dir = os.path.abspath(a.npm_dir) if a.npm_dir else ""
     ctx = 1024
     tests = {
         "basic": lambda srv: test_curl_and_basics(srv),

@@ -146,3 +146,9 @@ def stream_events(port, path, body, on_data, timeout=300, headers=None):
                 return
     finally:
         conn.close()
+
+
+if __name__ == "__main__":
+    # Test set-up: `server_harness.py BUILD_DIR` writes the tiny model once for all server tests.
+    import sys
+    print(tiny_model(sys.argv[1]))
