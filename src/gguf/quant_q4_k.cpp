@@ -24,7 +24,7 @@ constexpr float max_abs_input = 1e12f;
 // Eight candidate steps at a time in one 8-float vector (GCC/Clang vector extensions, no
 // intrinsics): each lane runs ggml's per-step float operations in ggml's order, so every
 // lane's numbers are bitwise those of the scalar loop. Written out because g++ -O2 keeps
-// per-lane accumulator arrays in memory when it vectorizes such a loop itself (4x slower).
+// per-lane accumulator arrays in memory when it vectorizes such a loop itself (half the speed).
 constexpr int group = 8;
 using v8f = float __attribute__((vector_size(32)));
 using v8i = int32_t __attribute__((vector_size(32)));
