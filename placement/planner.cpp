@@ -86,11 +86,14 @@ struct pairing {
 
 pairing pair_devices(const std::vector<int32_t> &ids, const topology &topo) {
     const size_t n = ids.size();
-    auto rank_of = [&](size_t i, size_t j) -> int64_t {
-        if (ids[i] == ids[j]) return 0;
-        const topology_link *l = topo.link(ids[i], ids[j]);
-        return l && l->p2p ? l->rank : -1;
-    };
+    // Link ranks looked up once: the subset DP below visits each pair up to 2^(n-2) times.
+    std::vector<int64_t> ranks(n * n, -1);  // -1: no P2P
+    for (size_t i = 0; i < n; ++i)
+        for (size_t j = 0; j < n; ++j) {
+            const topology_link *l = ids[i] == ids[j] ? nullptr : topo.link(ids[i], ids[j]);
+            ranks[i * n + j] = ids[i] == ids[j] ? 0 : l && l->p2p ? l->rank : -1;
+        }
+    auto rank_of = [&](size_t i, size_t j) { return ranks[i * n + j]; };
     pairing out;
     if (n > 20) {
         std::vector<std::tuple<int64_t, size_t, size_t>> cand;

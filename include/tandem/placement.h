@@ -102,7 +102,7 @@ struct placement_request {
     placement_mode mode = placement_mode::single;
     bool auto_order = false;          // --gpu-devices auto: the planner picks devices and order
     std::vector<int32_t> devices;     // physical ids in logical order (duplicates allowed)
-    std::vector<uint64_t> budgets;    // bytes per logical device; empty = auto
+    std::vector<uint64_t> budgets;    // bytes per logical device, or one for all; empty = auto
     int64_t n_sessions = 1;           // --batched-session
     int64_t n_ctx = 4096;             // tokens per session
     uint64_t scratch_bytes = 0;       // per logical device (activations, workspaces)

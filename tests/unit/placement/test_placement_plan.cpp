@@ -470,3 +470,20 @@ TEST_CASE("expert_traffic_split on its own: bound, fallbacks, determinism", "[pl
         CHECK(std::abs(double(host) - double(total) / 2.0) <= double(hottest) / 2.0);
     }
 }
+
+TEST_CASE("auto order on big all-to-all boxes: exact up to 20 devices, greedy beyond", "[placement]") {
+    for (int32_t n : {16, 20, 24}) {
+        INFO(n << " devices");
+        topology t;
+        for (int32_t i = 0; i < n; ++i) t.devices.push_back({i, "gpu", 80.0, 0, std::nullopt});
+        for (int32_t a = 0; a < n; ++a)
+            for (int32_t b = a + 1; b < n; ++b) t.links.push_back({a, b, true, (a / 2 == b / 2) ? 0 : 1, ""});
+        const std::vector<int32_t> order = placement_auto_order(t, placement_mode::tensor_parallel);
+        REQUIRE(order.size() == size_t(n));
+        for (int32_t i = 0; i < n / 2; ++i) {
+            // Rank 0 links join (0,1), (2,3), ...: every pair must use one.
+            CHECK(order[i] / 2 == order[i + n / 2] / 2);
+            CHECK(order[i] == 2 * i);
+        }
+    }
+}

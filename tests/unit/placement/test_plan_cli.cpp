@@ -1,0 +1,115 @@
+// tests/unit/placement/test_plan_cli.cpp - `tandem plan` end to end on the tiny synthetic model:
+// JSON and text agree, CPU virtual devices, topology files, traffic files, exit codes of errors.
+#include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
+
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+namespace {
+
+struct run_result {
+    int code = -1;
+    std::string out, err;
+};
+
+// Runs the tandem binary with `args`; stdout is captured, stderr goes through a file.
+run_result run_tandem(const std::string &args) {
+    const std::string err_path = std::string(TANDEM_BINARY_DIR) + "/test_plan_cli.stderr";
+    const std::string cmd = std::string(TANDEM_BINARY_DIR) + "/tandem " + args + " 2>" + err_path;
+    run_result r;
+    FILE *pipe = popen(cmd.c_str(), "r");
+    REQUIRE(pipe != nullptr);
+    char buf[4096];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof buf, pipe)) > 0) r.out.append(buf, n);
+    const int status = pclose(pipe);
+    r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    std::ifstream in(err_path);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    r.err = ss.str();
+    return r;
+}
+
+const std::string &tiny_model() {
+    static const std::string path = [] {
+        const std::string p = std::string(TANDEM_BINARY_DIR) + "/test_plan_cli_tiny.gguf";
+        const run_result r = run_tandem("synth --preset tiny --seed 1 --threads 1 --out " + p);
+        INFO(r.err);
+        REQUIRE(r.code == 0);
+        return p;
+    }();
+    return path;
+}
+
+std::string topo(const char *name) { return std::string(TANDEM_SOURCE_DIR) + "/tests/fixtures/topologies/" + name; }
+
+}  // namespace
+
+TEST_CASE("tandem plan: CPU virtual devices with pairs, JSON and text agree", "[placement][cli]") {
+    const std::string base = "plan -m " + tiny_model() + " --backend cpu --devices 4 --tensor-parallel --ctx 256 "
+                             "--batched-session 2 --scratch-mib 8";
+    const run_result js = run_tandem(base + " --json");
+    INFO(js.err);
+    REQUIRE(js.code == 0);
+    const nlohmann::json j = nlohmann::json::parse(js.out);
+    CHECK(j["mode"] == "tp");
+    CHECK(j["n_stages"] == 2);
+    CHECK(j["n_ctx"] == 256);
+    CHECK(j["n_sessions"] == 2);
+    REQUIRE(j["devices"].size() == 4);
+    CHECK(j["devices"][0]["embedding"] == true);
+    CHECK(j["devices"][3]["head_end"] == j["n_vocab"]);
+    const run_result text = run_tandem(base);
+    REQUIRE(text.code == 0);
+    CHECK(text.out.substr(0, text.out.find('\n')) == j["layout"].get<std::string>());
+}
+
+TEST_CASE("tandem plan: topology files, traffic files and configuration errors", "[placement][cli]") {
+    const std::string m = "plan -m " + tiny_model() + " ";
+    const run_result ok = run_tandem(m + "--topology " + topo("l40s-8-pairs.json") + " --gpu-devices auto --tensor-parallel --json");
+    INFO(ok.err);
+    REQUIRE(ok.code == 0);
+    const nlohmann::json j = nlohmann::json::parse(ok.out);
+    std::vector<int> physical;
+    for (const auto &d : j["devices"]) physical.push_back(d["physical"]);
+    // The tiny model has 4 layers: 4 pairs fit, one layer each.
+    CHECK(physical == std::vector<int>{0, 2, 4, 6, 1, 3, 5, 7});
+
+    const run_result bad_pair = run_tandem(m + "--topology " + topo("l40s-8-pairs.json") + " --gpu-devices 0,1,2,3 --tensor-parallel");
+    CHECK(bad_pair.code == 2);
+    CHECK(bad_pair.err.find("--gpu-devices 0,2,1,3") != std::string::npos);
+    const run_result odd = run_tandem(m + "--backend cpu --devices 3 --tensor-parallel");
+    CHECK(odd.code == 2);
+    CHECK(odd.err.find("even") != std::string::npos);
+    const run_result vram = run_tandem(m + "--backend cpu --devices 2 --gpu-vram 1,2,3");
+    CHECK(vram.code == 2);
+    CHECK(vram.err.find("3 values") != std::string::npos);
+    const run_result small = run_tandem(m + "--backend cpu --gpu-vram 0.01");
+    CHECK(small.code == 2);
+    CHECK(small.err.find("GiB missing") != std::string::npos);
+
+    // Traffic: tiny has 4 layers x 8 experts; a file of another shape is refused.
+    const std::string good = std::string(TANDEM_BINARY_DIR) + "/test_plan_cli_traffic.json";
+    std::ofstream(good) << R"({"n_layer": 4, "n_expert": 8, "counts": [[9,1,1,1,1,1,1,1],[1,2,3,4,5,6,7,8],
+                             [0,0,0,0,0,0,0,0],[5,5,5,5,5,5,5,5]]})";
+    const run_result traffic = run_tandem(m + "--backend cpu --devices 2 --tensor-parallel --json --expert-balance " + good);
+    INFO(traffic.err);
+    REQUIRE(traffic.code == 0);
+    CHECK(nlohmann::json::parse(traffic.out)["traffic_balanced"] == true);
+    const std::string wrong = std::string(TANDEM_BINARY_DIR) + "/test_plan_cli_traffic_wrong.json";
+    std::ofstream(wrong) << R"({"counts": [[1,2,3]]})";
+    const run_result mismatch = run_tandem(m + "--backend cpu --devices 2 --tensor-parallel --expert-balance " + wrong);
+    CHECK(mismatch.code == 2);
+    CHECK(mismatch.err.find("1 layers x 3 experts") != std::string::npos);
+#ifndef TANDEM_HAVE_CUDA
+    const run_result no_probe = run_tandem(m + "--backend cuda");
+    CHECK(no_probe.code == 2);
+    CHECK(no_probe.err.find("--topology") != std::string::npos);
+#endif
+}
