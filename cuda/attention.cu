@@ -4,6 +4,7 @@
 #include "attention.h"
 
 #include "cuda_check.h"
+#include "launch.cuh"
 #include "warp_reduce.cuh"
 
 #include <cmath>
@@ -18,6 +19,8 @@ constexpr int max_dpl = 8;          // d_head up to 256 (8 elements per lane)
 // Per-head RMSNorm (bitwise the CPU's order: element i in lane i % 32, butterfly) and NeoX RoPE
 // with float32 angles and double cos/sin rounded to float, as the CPU twin computes them.
 __global__ void __launch_bounds__(rope_warps * 32) qk_rope_kv_kernel(const qk_rope_kv_args a) {
+    pdl_wait();
+    pdl_trigger();
     const int r = blockIdx.x, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int slot = a.slots[r], pos = a.positions[r];
     const int dh = a.d_head, dpl = dh / 32, kv_dim = a.n_head_kv * dh;
@@ -86,6 +89,8 @@ __global__ void __launch_bounds__(attn_warps * 32) attention_partial_kernel(cons
     constexpr int dh = dpl * 32;
     __shared__ float s_acc[attn_warps][group][dh];
     __shared__ float s_m[attn_warps][group], s_l[attn_warps][group];
+    pdl_wait();
+    pdl_trigger();
     const int slot = a.slots[r];
     if (slot < 0) return;
     const int pos = a.positions[r];
@@ -160,6 +165,8 @@ __global__ void __launch_bounds__(attn_warps * 32) attention_partial_kernel(cons
 
 // One block per (query head, row): merges the row's chunk partials in chunk order.
 __global__ void attention_combine_kernel(const attention_args a, int n_chunks) {
+    pdl_wait();
+    pdl_trigger();
     const int h = blockIdx.x, r = blockIdx.y, dh = a.d_head;
     float *out = a.out + (int64_t(r) * a.n_head + h) * dh;
     if (a.slots[r] < 0) {
@@ -183,7 +190,7 @@ __global__ void attention_combine_kernel(const attention_args a, int n_chunks) {
 template <int dpl, int group>
 void launch_attention_partial(const attention_args &a, int n_chunks, cudaStream_t stream) {
     const dim3 grid(a.n_head_kv, n_chunks, a.n_rows);
-    attention_partial_kernel<dpl, group><<<grid, attn_warps * 32, 0, stream>>>(a, n_chunks);
+    launch_pdl(attention_partial_kernel<dpl, group>, grid, dim3(attn_warps * 32), stream, a, n_chunks);
 }
 
 template <int dpl>
@@ -215,7 +222,7 @@ void qk_rope_kv(const qk_rope_kv_args &a, cudaStream_t stream) {
     TANDEM_CUDA_REQUIRE(a.q && a.k && a.v && a.q_norm && a.k_norm && a.inv_freq && a.slots && a.positions &&
                             a.k_cache && a.v_cache, "qk_rope_kv: null pointer");
     if (a.n_rows == 0) return;
-    qk_rope_kv_kernel<<<a.n_rows, rope_warps * 32, 0, stream>>>(a);
+    launch_pdl(qk_rope_kv_kernel, dim3(a.n_rows), dim3(rope_warps * 32), stream, a);
     TANDEM_CUDA_CHECK_LAUNCH();
 }
 
@@ -233,7 +240,7 @@ void attention(const attention_args &a, cudaStream_t stream) {
     default: TANDEM_CUDA_REQUIRE(false, "attention: d_head must be 64, 128 or 256");
     }
     TANDEM_CUDA_CHECK_LAUNCH();
-    attention_combine_kernel<<<dim3(a.n_head, a.n_rows), a.d_head, 0, stream>>>(a, n_chunks);
+    launch_pdl(attention_combine_kernel, dim3(a.n_head, a.n_rows), dim3(a.d_head), stream, a, n_chunks);
     TANDEM_CUDA_CHECK_LAUNCH();
 }
 

@@ -5,6 +5,7 @@
 #include "matvec.h"
 
 #include "cuda_check.h"
+#include "launch.cuh"
 #include "quant_decode.cuh"
 
 namespace tandem::cuda {
@@ -39,22 +40,61 @@ __device__ __forceinline__ float warp_sum(float v) {
 }
 
 template <ggml_type T, bool swiglu>
-__global__ void __launch_bounds__(warps_per_block * 32) matvec_kernel(const matvec_args a, int64_t row_bytes) {
+__global__ void __launch_bounds__(warps_per_block * 32)
+    matvec_kernel(const matvec_args a, int64_t row_bytes, int blocks0, int blocks1) {
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int j = blockIdx.x * warps_per_block + warp;
-    if (j >= a.n_out) return;
+    // Which matrix of a fused launch this block computes (uniform per block).
+    int bx = blockIdx.x, n_out = a.n_out;
+    const void *w = a.w;
+    float *y_base = a.y;
+    int64_t y_stride = a.y_stride;
+    if (a.n_extra > 0 && bx >= blocks0) {
+        bx -= blocks0;
+        int part = 0;
+        if (a.n_extra > 1 && bx >= blocks1) {
+            bx -= blocks1;
+            part = 1;
+        }
+        w = a.extra[part].w;
+        n_out = a.extra[part].n_out;
+        y_base = a.extra[part].y;
+        y_stride = a.extra[part].y_stride;
+    }
+    const int j = bx * warps_per_block + warp;
+    if (j >= n_out) return;
+    const bool grouped = a.group_off != nullptr;
+    const bool early = !grouped || a.groups_settled;  // weights known before the wait
+    const int n_items = a.n_in / 32;
     int begin = 0, end = a.n_pairs, mat = 0;
-    if (a.group_off) {
+    float v0[32];
+    int start0[4];
+    bool have0 = false;
+    if (early) {
+        if (grouped) {
+            const int g = blockIdx.y;
+            if (g >= *a.n_groups) return;
+            begin = a.group_off[g];
+            end = a.group_off[g + 1];
+            mat = a.group_mat[g];
+        }
+        if (!swiglu && lane < n_items) {
+            // Stream this lane's first weights while the previous kernel finishes.
+            decode_item<T>(static_cast<const uint8_t *>(w) + (size_t(mat) * n_out + j) * size_t(row_bytes), lane, v0, start0);
+            have0 = true;
+        }
+    }
+    pdl_wait();
+    pdl_trigger();
+    if (!early) {
         const int g = blockIdx.y;
         if (g >= *a.n_groups) return;
         begin = a.group_off[g];
         end = a.group_off[g + 1];
         mat = a.group_mat[g];
     }
-    const size_t offset = (size_t(mat) * a.n_out + j) * size_t(row_bytes);
-    const uint8_t *w_row = static_cast<const uint8_t *>(a.w) + offset;
+    const size_t offset = (size_t(mat) * n_out + j) * size_t(row_bytes);
+    const uint8_t *w_row = static_cast<const uint8_t *>(w) + offset;
     const uint8_t *u_row = swiglu ? static_cast<const uint8_t *>(a.w_up) + offset : nullptr;
-    const int n_items = a.n_in / 32;
     for (int p0 = begin; p0 < end; p0 += pair_batch) {
         const float *xr[pair_batch];
         float acc[pair_batch], acc_up[pair_batch];
@@ -68,7 +108,14 @@ __global__ void __launch_bounds__(warps_per_block * 32) matvec_kernel(const matv
         for (int item = lane; item < n_items; item += 32) {
             float v[32], vu[32];
             int start[4];
-            decode_item<T>(w_row, item, v, start);
+            if (have0 && item == lane && p0 == begin) {
+#pragma unroll
+                for (int i = 0; i < 32; ++i) v[i] = v0[i];
+#pragma unroll
+                for (int t = 0; t < 4; ++t) start[t] = start0[t];
+            } else {
+                decode_item<T>(w_row, item, v, start);
+            }
             if constexpr (swiglu) decode_item<T>(u_row, item, vu, start);
 #pragma unroll
             for (int p = 0; p < pair_batch; ++p) {
@@ -87,7 +134,7 @@ __global__ void __launch_bounds__(warps_per_block * 32) matvec_kernel(const matv
             }
             if (lane == 0) {
                 const int i = p0 + p;
-                float *y = a.y + int64_t(a.y_rows ? a.y_rows[i] : i) * a.y_stride + j;
+                float *y = y_base + int64_t(a.y_rows ? a.y_rows[i] : i) * y_stride + j;
                 *y = a.accumulate ? *y + r : r;
             }
         }
@@ -96,12 +143,15 @@ __global__ void __launch_bounds__(warps_per_block * 32) matvec_kernel(const matv
 
 template <ggml_type T>
 void launch_matvec_type(const matvec_args &a, cudaStream_t stream) {
-    const dim3 grid((a.n_out + warps_per_block - 1) / warps_per_block, a.group_off ? a.max_groups : 1);
+    const int blocks0 = (a.n_out + warps_per_block - 1) / warps_per_block;
+    const int blocks1 = a.n_extra > 0 ? (a.extra[0].n_out + warps_per_block - 1) / warps_per_block : 0;
+    const int blocks2 = a.n_extra > 1 ? (a.extra[1].n_out + warps_per_block - 1) / warps_per_block : 0;
+    const dim3 grid(blocks0 + blocks1 + blocks2, a.group_off ? a.max_groups : 1);
     const int64_t row_bytes = matvec_row_bytes(a.type, a.n_in);
     if (a.w_up)
-        matvec_kernel<T, true><<<grid, warps_per_block * 32, 0, stream>>>(a, row_bytes);
+        launch_pdl(matvec_kernel<T, true>, grid, dim3(warps_per_block * 32), stream, a, row_bytes, blocks0, blocks1);
     else
-        matvec_kernel<T, false><<<grid, warps_per_block * 32, 0, stream>>>(a, row_bytes);
+        launch_pdl(matvec_kernel<T, false>, grid, dim3(warps_per_block * 32), stream, a, row_bytes, blocks0, blocks1);
 }
 
 }  // namespace
@@ -125,6 +175,10 @@ void matvec(const matvec_args &a, cudaStream_t stream) {
     TANDEM_CUDA_REQUIRE(!a.group_off || (a.group_mat && a.n_groups && a.max_groups >= 1 && a.max_groups <= 65535),
                         "matvec: grouped mode needs group_mat, n_groups and 1 <= max_groups <= 65535");
     TANDEM_CUDA_REQUIRE(!(a.w_up && a.accumulate), "matvec: SwiGLU and accumulate do not combine");
+    TANDEM_CUDA_REQUIRE(a.n_extra >= 0 && a.n_extra <= 2 && (a.n_extra == 0 || (!a.group_off && !a.w_up)),
+                        "matvec: up to 2 extra matrices, dense and without SwiGLU only");
+    for (int i = 0; i < a.n_extra; ++i)
+        TANDEM_CUDA_REQUIRE(a.extra[i].w && a.extra[i].y && a.extra[i].n_out > 0, "matvec: empty extra matrix");
     if (!a.group_off && a.n_pairs == 0) return;
     switch (a.type) {
     case ggml_type::q4_k:

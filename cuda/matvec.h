@@ -17,6 +17,14 @@
 
 namespace tandem::cuda {
 
+// A further matrix of a fused dense launch (same type and n_in, same x): Q, K and V together.
+struct matvec_part {
+    const void *w = nullptr;  // [n_out][row_bytes]
+    int32_t n_out = 0;
+    float *y = nullptr;       // [*][y_stride]
+    int64_t y_stride = 0;
+};
+
 struct matvec_args {
     const void *w = nullptr;        // [n_mat][n_out][row_bytes] of `type` (n_mat = experts, or 1)
     const void *w_up = nullptr;     // same shape as w: SwiGLU mode, y = silu(W x) * (W_up x); else nullptr
@@ -36,6 +44,11 @@ struct matvec_args {
     const int32_t *group_off = nullptr;  // [max_groups + 1]
     const int32_t *n_groups = nullptr;   // device scalar
     int32_t max_groups = 1;
+    // PDL (launch.cuh): the group arrays were written two or more launches before this one, so
+    // the kernel may read them, and start streaming weights, before waiting on its predecessor.
+    bool groups_settled = false;
+    matvec_part extra[2];            // dense mode only: more matrices over the same x
+    int32_t n_extra = 0;
 };
 
 // Bytes of one weight row (n_in elements of type).

@@ -3,6 +3,7 @@
 #include "moe.h"
 
 #include "cuda_check.h"
+#include "launch.cuh"
 #include "warp_reduce.cuh"
 
 #include <cmath>
@@ -16,6 +17,8 @@ constexpr int max_k = 32;
 
 __global__ void __launch_bounds__(route_threads) moe_route_kernel(const moe_route_args a) {
     __shared__ int32_t s_count[max_epl * 32], s_cursor[max_epl * 32];
+    pdl_wait();
+    pdl_trigger();
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, n_warps = route_threads / 32;
     for (int r = warp; r < a.n_rows; r += n_warps) {
         int32_t *ids = a.ids + int64_t(r) * a.k;
@@ -117,6 +120,8 @@ constexpr int combine_threads = 256;
 
 __global__ void __launch_bounds__(combine_threads) moe_combine_kernel(const moe_combine_args a) {
     __shared__ float s_part[1];
+    pdl_wait();
+    pdl_trigger();
     const int r = blockIdx.x;
     float *x = a.x + int64_t(r) * a.d_model;
     if (a.slots[r] >= 0) {
@@ -150,14 +155,14 @@ void moe_route(const moe_route_args &a, cudaStream_t stream) {
     TANDEM_CUDA_REQUIRE(a.n_expert >= 1 && a.n_expert <= 32 * max_epl, "moe_route: n_expert must be in 1..512");
     TANDEM_CUDA_REQUIRE(a.k >= 1 && a.k <= a.n_expert && a.k <= max_k, "moe_route: k must be in 1..min(n_expert, 32)");
     if (a.n_rows == 0) return;
-    moe_route_kernel<<<1, route_threads, 0, stream>>>(a);
+    launch_pdl(moe_route_kernel, dim3(1), dim3(route_threads), stream, a);
     TANDEM_CUDA_CHECK_LAUNCH();
 }
 
 void moe_combine(const moe_combine_args &a, cudaStream_t stream) {
     TANDEM_CUDA_REQUIRE(a.x && a.out && a.weights && a.slots && (!a.norm || a.h), "moe_combine: null pointer");
     if (a.n_rows == 0) return;
-    moe_combine_kernel<<<a.n_rows, combine_threads, 0, stream>>>(a);
+    launch_pdl(moe_combine_kernel, dim3(a.n_rows), dim3(combine_threads), stream, a);
     TANDEM_CUDA_CHECK_LAUNCH();
 }
 

@@ -2,6 +2,7 @@
 #include "norm.h"
 
 #include "cuda_check.h"
+#include "launch.cuh"
 #include "matvec.h"
 #include "quant_decode.cuh"
 #include "warp_reduce.cuh"
@@ -12,6 +13,8 @@ namespace {
 constexpr int norm_threads = 32;  // one warp per row: lane j sums elements j, j+32, ... like dot_f32
 
 __global__ void rmsnorm_kernel(const rmsnorm_args a) {
+    pdl_wait();
+    pdl_trigger();
     const int r = blockIdx.x, lane = threadIdx.x;
     const float *x = a.x + int64_t(r) * a.n;
     float *y = a.y + int64_t(r) * a.n;
@@ -24,6 +27,8 @@ __global__ void rmsnorm_kernel(const rmsnorm_args a) {
 
 template <ggml_type T>
 __global__ void embed_kernel(const embed_args a, int64_t row_bytes) {
+    pdl_wait();
+    pdl_trigger();
     const int r = blockIdx.x;
     const uint8_t *row = static_cast<const uint8_t *>(a.table) + size_t(a.tokens[r]) * size_t(row_bytes);
     decode_row<T>(row, a.x + int64_t(r) * a.d_model, a.d_model, threadIdx.x, blockDim.x);
@@ -34,7 +39,7 @@ __global__ void embed_kernel(const embed_args a, int64_t row_bytes) {
 void rmsnorm(const rmsnorm_args &a, cudaStream_t stream) {
     TANDEM_CUDA_REQUIRE(a.x && a.w && a.y && a.n > 0 && a.n_rows >= 0, "rmsnorm: bad arguments");
     if (a.n_rows == 0) return;
-    rmsnorm_kernel<<<a.n_rows, norm_threads, 0, stream>>>(a);
+    launch_pdl(rmsnorm_kernel, dim3(a.n_rows), dim3(norm_threads), stream, a);
     TANDEM_CUDA_CHECK_LAUNCH();
 }
 
@@ -44,12 +49,12 @@ void embed(const embed_args &a, cudaStream_t stream) {
     const int64_t row_bytes = matvec_row_bytes(a.type, a.d_model);
     constexpr int threads = 64;
     switch (a.type) {
-    case ggml_type::q4_k: embed_kernel<ggml_type::q4_k><<<a.n_rows, threads, 0, stream>>>(a, row_bytes); break;
-    case ggml_type::q6_k: embed_kernel<ggml_type::q6_k><<<a.n_rows, threads, 0, stream>>>(a, row_bytes); break;
-    case ggml_type::q8_0: embed_kernel<ggml_type::q8_0><<<a.n_rows, threads, 0, stream>>>(a, row_bytes); break;
-    case ggml_type::f16: embed_kernel<ggml_type::f16><<<a.n_rows, threads, 0, stream>>>(a, row_bytes); break;
-    case ggml_type::bf16: embed_kernel<ggml_type::bf16><<<a.n_rows, threads, 0, stream>>>(a, row_bytes); break;
-    case ggml_type::f32: embed_kernel<ggml_type::f32><<<a.n_rows, threads, 0, stream>>>(a, row_bytes); break;
+    case ggml_type::q4_k: launch_pdl(embed_kernel<ggml_type::q4_k>, dim3(a.n_rows), dim3(threads), stream, a, row_bytes); break;
+    case ggml_type::q6_k: launch_pdl(embed_kernel<ggml_type::q6_k>, dim3(a.n_rows), dim3(threads), stream, a, row_bytes); break;
+    case ggml_type::q8_0: launch_pdl(embed_kernel<ggml_type::q8_0>, dim3(a.n_rows), dim3(threads), stream, a, row_bytes); break;
+    case ggml_type::f16: launch_pdl(embed_kernel<ggml_type::f16>, dim3(a.n_rows), dim3(threads), stream, a, row_bytes); break;
+    case ggml_type::bf16: launch_pdl(embed_kernel<ggml_type::bf16>, dim3(a.n_rows), dim3(threads), stream, a, row_bytes); break;
+    case ggml_type::f32: launch_pdl(embed_kernel<ggml_type::f32>, dim3(a.n_rows), dim3(threads), stream, a, row_bytes); break;
     default: TANDEM_CUDA_REQUIRE(false, "embed: table type not supported on CUDA");
     }
     TANDEM_CUDA_CHECK_LAUNCH();

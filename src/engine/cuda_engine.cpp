@@ -312,9 +312,28 @@ int64_t enqueue_step(const cuda_engine::impl &m, const model_hparams &hp, int32_
         const dev_layer &L = m.layers[size_t(l)];
         float *k_cache = m.kv + (size_t(l) * 2 + 0) * size_t(n_slots) * size_t(n_ctx) * size_t(kv_dim);
         float *v_cache = m.kv + (size_t(l) * 2 + 1) * size_t(n_slots) * size_t(n_ctx) * size_t(kv_dim);
-        dense(L.wq, m.h, d, m.q, q_dim, false);
-        dense(L.wk, m.h, d, m.kb, kv_dim, false);
-        dense(L.wv, m.h, d, m.vb, kv_dim, false);
+        if (L.wq.type == L.wk.type && L.wq.type == L.wv.type) {
+            // Q, K and V in one launch: one weight stream over the same normalised rows.
+            cuda::matvec_args a;
+            a.w = L.wq.data;
+            a.type = L.wq.type;
+            a.n_in = L.wq.n_in;
+            a.n_out = L.wq.n_out;
+            a.x = m.h;
+            a.x_stride = d;
+            a.y = m.q;
+            a.y_stride = q_dim;
+            a.n_pairs = n;
+            a.extra[0] = {L.wk.data, L.wk.n_out, m.kb, kv_dim};
+            a.extra[1] = {L.wv.data, L.wv.n_out, m.vb, kv_dim};
+            a.n_extra = 2;
+            cuda::matvec(a, s);
+            ++launches;
+        } else {
+            dense(L.wq, m.h, d, m.q, q_dim, false);
+            dense(L.wk, m.h, d, m.kb, kv_dim, false);
+            dense(L.wv, m.h, d, m.vb, kv_dim, false);
+        }
         cuda::qk_rope_kv_args qa;
         qa.q = m.q;
         qa.k = m.kb;
@@ -401,6 +420,7 @@ int64_t enqueue_step(const cuda_engine::impl &m, const model_hparams &hp, int32_
         dn.y = m.eout;
         dn.y_stride = d;
         dn.x_rows = m.pair_y;
+        dn.groups_settled = true;  // written by moe_route, two launches back
         cuda::matvec(dn, s);
         launches += 2;
 

@@ -88,6 +88,29 @@ TEST_CASE("matvec matches the CPU matmul for every weight type, and rows are bat
                 CHECK(std::memcmp(alone.data(), got.data() + size_t(r) * sh.n_out, alone.size() * sizeof(float)) == 0);
             }
 
+            // Fused launch (Q, K, V style): two more matrices over the same x, each bitwise
+            // what its own launch gives.
+            if (sh.n_out > 1) {
+                const int32_t n1 = sh.n_out / 2 + 1, n2 = 3;
+                const auto w1 = random_matrix(rng, type, sh.n_in, n1, 0.05f), w2 = random_matrix(rng, type, sh.n_in, n2, 0.05f);
+                device_buffer<uint8_t> dw1(w1), dw2(w2);
+                device_buffer<float> y0(ref.size()), y1(size_t(n1) * sh.n_rows), y2(size_t(n2) * sh.n_rows), s1(y1.count), s2(y2.count);
+                cuda::matvec_args f = a;
+                f.y = y0.ptr;
+                f.extra[0] = {dw1.ptr, n1, y1.ptr, n1};
+                f.extra[1] = {dw2.ptr, n2, y2.ptr, n2};
+                f.n_extra = 2;
+                cuda::matvec(f, nullptr);
+                cuda::matvec_args s = a;
+                s.w = dw1.ptr; s.n_out = n1; s.y = s1.ptr; s.y_stride = n1;
+                cuda::matvec(s, nullptr);
+                s.w = dw2.ptr; s.n_out = n2; s.y = s2.ptr; s.y_stride = n2;
+                cuda::matvec(s, nullptr);
+                CHECK(std::memcmp(y0.download().data(), got.data(), got.size() * sizeof(float)) == 0);
+                CHECK(std::memcmp(y1.download().data(), s1.download().data(), s1.count * sizeof(float)) == 0);
+                CHECK(std::memcmp(y2.download().data(), s2.download().data(), s2.count * sizeof(float)) == 0);
+            }
+
             // accumulate: y += W x.
             const auto base = test::random_floats(rng, ref.size());
             dy.upload(base);

@@ -1,0 +1,44 @@
+// cuda/launch.cuh - kernel launches with programmatic dependent launch (PDL, sm_90): a kernel
+// may be scheduled while its predecessor in the stream finishes; it calls pdl_wait() before its
+// first read of anything an earlier kernel wrote, then pdl_trigger() so its own successor can be
+// scheduled. Every kernel of the forward follows that order, so when kernel N starts, kernel
+// N - 2 is complete and its writes are visible (N - 1 passed its wait before triggering).
+// Reads of immutable weights may come before the wait: that overlaps them with the predecessor.
+#pragma once
+
+#include "cuda_check.h"
+
+#include <cuda_runtime.h>
+
+#include <utility>
+
+namespace tandem::cuda {
+
+__device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void pdl_trigger() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" :::);
+#endif
+}
+
+template <class... Params, class... Args>
+void launch_pdl(void (*kernel)(Params...), dim3 grid, dim3 block, cudaStream_t stream, Args &&...args) {
+    cudaLaunchConfig_t cfg{};
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = 0;
+    cfg.stream = stream;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    TANDEM_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...));
+}
+
+}  // namespace tandem::cuda
