@@ -10,6 +10,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <memory>
 #include <numeric>
 #include <string>
@@ -27,7 +28,7 @@ struct plan_cli {
     std::string traffic_path;
     bool json = false;
     std::string backend = "cpu";
-    int32_t n_devices = 0;          // CPU virtual devices; 0: as many as --gpu-devices lists, else 1
+    int32_t n_devices = 0;          // CPU virtual devices; 0: enough for the ids --gpu-devices lists, else 1
     double scratch_mib = 512.0;
 };
 
@@ -48,7 +49,9 @@ int plan_run(const plan_cli &cli) {
     if (!cli.topology_path.empty()) {
         topo = topology_load(cli.topology_path);
     } else if (cli.backend == "cpu") {
-        const int32_t n = cli.n_devices > 0 ? cli.n_devices : std::max<int32_t>(1, int32_t(devices.ids.size()));
+        // Enough virtual devices for every id listed (0,0,0,0 is one device shared four ways).
+        const int32_t listed = devices.ids.empty() ? 1 : *std::max_element(devices.ids.begin(), devices.ids.end()) + 1;
+        const int32_t n = cli.n_devices > 0 ? cli.n_devices : listed;
         topo = topology_cpu_virtual(n, host_memory_read().available_bytes);
     } else {
         topo = topology_probe();
@@ -108,7 +111,7 @@ TANDEM_COMMAND(plan, "Plan devices, pairs and budgets for a model and print the 
     sub.add_option("--expert-balance", cli->traffic_path, "Expert traffic JSON: split experts by routed rows");
     sub.add_flag("--json", cli->json, "Print the plan as JSON");
     sub.add_option("--backend", cli->backend, "cpu (virtual devices) or cuda")->capture_default_str();
-    sub.add_option("--devices", cli->n_devices, "CPU virtual devices (default: one per --gpu-devices entry)");
+    sub.add_option("--devices", cli->n_devices, "CPU virtual devices (default: enough for the --gpu-devices ids)");
     sub.add_option("--scratch-mib", cli->scratch_mib, "Scratch (activations, workspaces) per device in MiB")
         ->capture_default_str();
     return [cli] { return plan_run(*cli); };

@@ -68,6 +68,18 @@ TEST_CASE("tandem plan: CPU virtual devices with pairs, JSON and text agree", "[
     const run_result text = run_tandem(base);
     REQUIRE(text.code == 0);
     CHECK(text.out.substr(0, text.out.find('\n')) == j["layout"].get<std::string>());
+
+    // Four logical devices on one virtual device: one budget split four ways.
+    const run_result shared = run_tandem("plan -m " + tiny_model() + " --backend cpu --gpu-devices 0,0,0,0 "
+                                         "--tensor-parallel --ctx 256 --batched-session 2 --scratch-mib 8 --json");
+    INFO(shared.err);
+    REQUIRE(shared.code == 0);
+    const nlohmann::json s = nlohmann::json::parse(shared.out);
+    REQUIRE(s["devices"].size() == 4);
+    for (const auto &d : s["devices"]) {
+        CHECK(d["physical"] == 0);
+        CHECK(d["budget"] == s["devices"][0]["budget"]);
+    }
 }
 
 TEST_CASE("tandem plan: topology files, traffic files and configuration errors", "[placement][cli]") {
