@@ -30,6 +30,9 @@ struct engine_options {
     int32_t n_devices = 1;              // CPU virtual devices (placement)
     std::vector<int32_t> gpu_devices;   // CUDA device ordinals (placement)
     bool tensor_parallel = false;
+    // With several pipeline stages, rows are split into this many micro-batches that move
+    // through the stages concurrently (0: one per stage; 1: no overlap).
+    int32_t micro_batches = 0;
 };
 
 class engine {

@@ -9,7 +9,10 @@
 #include "tandem/error.h"
 
 #include <algorithm>
+#include <condition_variable>
 #include <cstring>
+#include <exception>
+#include <mutex>
 #include <thread>
 
 namespace tandem {
@@ -28,6 +31,8 @@ cpu_engine::cpu_engine(std::shared_ptr<const gguf_file> file, const engine_optio
         fail(error_kind::config, "--devices must be in 1..64, got {}", options.n_devices);
     n_slots_ = options.n_slots;
     n_ctx_ = options.n_ctx;
+    if (options.micro_batches < 0) fail(error_kind::config, "micro-batches must be >= 0, got {}", options.micro_batches);
+    micro_batches_ = options.micro_batches;
     n_threads_ = options.n_threads > 0 ? options.n_threads : int32_t(std::max(1u, std::thread::hardware_concurrency()));
 
     // The plan: N CPU virtual devices, all-to-all "P2P", sharing the host's RAM.
@@ -86,8 +91,8 @@ void cpu_engine::slot_truncate(int32_t slot, int32_t n_keep) {
 std::string cpu_engine::layout() const {
     size_t kv = 0;
     for (const auto &d : devices_) kv += d->kv_bytes();
-    return fmt::format("{} | cpu threads={} kv=f32 {:.2f} GiB", placement_layout_line(plan_), n_threads_,
-                       kv / 1073741824.0);
+    return fmt::format("{} | cpu threads={} micro-batches={} kv=f32 {:.2f} GiB", placement_layout_line(plan_),
+                       n_threads_, micro_batches_ > 0 ? micro_batches_ : plan_.n_stages, kv / 1073741824.0);
 }
 
 std::map<std::string, double> cpu_engine::counters() const {
@@ -114,14 +119,16 @@ void cpu_engine::validate(std::span<const engine_row> rows) const {
     }
 }
 
-void cpu_engine::run_stage(int32_t stage, std::span<const engine_row> rows, std::vector<float> &x) {
+void cpu_engine::run_stage(int32_t stage, std::span<const engine_row> rows, std::vector<float> &x,
+                           stage_stats &stats) {
     const std::vector<int32_t> &members = stage_members_[size_t(stage)];
     const int64_t n = int64_t(rows.size()), d = hp_.d_model, k = hp_.n_expert_used;
     const size_t n_pairs = size_t(n * k);
     const cpu_part &part = devices_[size_t(members[0])]->part();
     // Each member holds its own copy of the hidden states (attention is replicated in a pair).
     std::vector<std::vector<float>> xs(members.size(), x);
-    if (members.size() > 1) bytes_moved_ += x.size() * sizeof(float) * (members.size() - 1);
+    if (stage > 0) stats.bytes_moved += x.size() * sizeof(float);  // hidden states from the previous stage
+    if (members.size() > 1) stats.bytes_moved += x.size() * sizeof(float) * (members.size() - 1);
     std::vector<std::vector<float>> hs(members.size(), std::vector<float>(size_t(n * d)));
     std::vector<std::vector<float>> outs(members.size(), std::vector<float>(n_pairs * size_t(d)));
     std::vector<std::vector<int32_t>> ids(members.size(), std::vector<int32_t>(n_pairs));
@@ -144,47 +151,106 @@ void cpu_engine::run_stage(int32_t stage, std::span<const engine_row> rows, std:
                     if (src.owns(l, ids[m][p])) {
                         std::memcpy(outs[m].data() + p * size_t(d), outs[other].data() + p * size_t(d),
                                     size_t(d) * sizeof(float));
-                        bytes_moved_ += size_t(d) * sizeof(float);
+                        stats.bytes_moved += size_t(d) * sizeof(float);
                     }
             }
         for (size_t m = 0; m < members.size(); ++m)
             cpu::moe_combine(xs[m].data(), outs[m].data(), weights[m].data(), n, k, d);
         touched += cpu::moe_count_experts(ids[0].data(), int64_t(n_pairs), hp_.n_expert, nullptr);
     }
-    experts_touched_ += double(touched);
+    stats.experts_touched += touched;
     x.swap(xs[0]);
+}
+
+void cpu_engine::run_pipeline(const std::vector<std::span<const engine_row>> &groups,
+                              std::vector<std::vector<float>> &xs, std::vector<stage_stats> &stats) {
+    const int32_t n_stages = plan_.n_stages, n_groups = int32_t(groups.size());
+    std::mutex mu;
+    std::condition_variable cv;
+    std::vector<int32_t> done(size_t(n_stages), 0);  // micro-batches each stage has finished
+    bool failed = false;
+    std::exception_ptr error;
+    auto worker = [&](int32_t s) {
+        try {
+            for (int32_t m = 0; m < n_groups; ++m) {
+                {
+                    std::unique_lock lock(mu);
+                    cv.wait(lock, [&] { return failed || s == 0 || done[size_t(s - 1)] > m; });
+                    if (failed) return;
+                }
+                run_stage(s, groups[size_t(m)], xs[size_t(m)], stats[size_t(s)]);
+                std::lock_guard lock(mu);
+                ++done[size_t(s)];
+                cv.notify_all();
+            }
+        } catch (...) {
+            std::lock_guard lock(mu);
+            if (!failed) error = std::current_exception();
+            failed = true;
+            cv.notify_all();
+        }
+    };
+    std::vector<std::thread> threads;
+    for (int32_t s = 0; s < n_stages; ++s) threads.emplace_back(worker, s);
+    for (auto &t : threads) t.join();
+    if (error) std::rethrow_exception(error);
 }
 
 void cpu_engine::forward(std::span<const engine_row> rows, std::vector<float> &logits) {
     logits.clear();
     if (rows.empty()) return;
     validate(rows);
+    const size_t n = rows.size(), d = size_t(hp_.d_model);
+
+    // Micro-batches: contiguous row ranges, so a slot's rows keep their order across batches;
+    // every stage runs them in order, so a later batch sees the K/V an earlier one wrote.
+    int32_t n_groups = plan_.n_stages == 1 ? 1 : (micro_batches_ > 0 ? micro_batches_ : plan_.n_stages);
+    n_groups = int32_t(std::min<size_t>(size_t(n_groups), n));
+    std::vector<std::span<const engine_row>> groups;
+    for (int32_t m = 0; m < n_groups; ++m) {
+        const size_t begin = n * size_t(m) / size_t(n_groups), end = n * size_t(m + 1) / size_t(n_groups);
+        groups.push_back(rows.subspan(begin, end - begin));
+    }
+    std::vector<std::vector<float>> xs(static_cast<size_t>(n_groups));
+    for (int32_t m = 0; m < n_groups; ++m) {
+        xs[size_t(m)].assign(groups[size_t(m)].size() * d, 0.0f);
+        for (const auto &dev : devices_)
+            if (dev->part().embedding) dev->embed(groups[size_t(m)], xs[size_t(m)].data());
+    }
+    std::vector<stage_stats> stats(static_cast<size_t>(plan_.n_stages));
+    if (n_groups == 1) {
+        for (int32_t s = 0; s < plan_.n_stages; ++s) run_stage(s, rows, xs[0], stats[size_t(s)]);
+    } else {
+        run_pipeline(groups, xs, stats);
+    }
     experts_touched_ = 0;
     bytes_moved_ = 0;
-    const size_t n = rows.size(), d = size_t(hp_.d_model);
-    std::vector<float> x(n * d);
-    for (const auto &dev : devices_)
-        if (dev->part().embedding) dev->embed(rows, x.data());
-    for (int32_t s = 0; s < plan_.n_stages; ++s) {
-        if (s > 0) bytes_moved_ += x.size() * sizeof(float);  // hidden states to the next stage
-        run_stage(s, rows, x);
+    for (const stage_stats &st : stats) {
+        experts_touched_ += double(st.experts_touched);
+        bytes_moved_ += st.bytes_moved;
     }
     experts_touched_ /= hp_.n_layer;
 
-    // Head shards: each device with head rows computes them; gather by vocab index.
+    // Head shards: each device with head rows computes them; gather by vocab index, in row order.
     size_t n_out = 0;
     for (const engine_row &r : rows) n_out += r.want_logits ? 1 : 0;
     logits.assign(n_out * size_t(hp_.n_vocab), 0.0f);
     std::vector<float> shard;
-    for (const auto &dev : devices_) {
-        const cpu_part &part = dev->part();
-        if (part.head_end <= part.head_begin) continue;
-        dev->head(rows, x.data(), shard);
-        const size_t cols = size_t(part.head_end - part.head_begin);
-        for (size_t j = 0; j < n_out; ++j)
-            std::memcpy(logits.data() + j * size_t(hp_.n_vocab) + size_t(part.head_begin), shard.data() + j * cols,
-                        cols * sizeof(float));
-        if (devices_.size() > 1) bytes_moved_ += n_out * cols * sizeof(float);
+    size_t out_row = 0;
+    for (int32_t m = 0; m < n_groups; ++m) {
+        size_t group_out = 0;
+        for (const engine_row &r : groups[size_t(m)]) group_out += r.want_logits ? 1 : 0;
+        for (const auto &dev : devices_) {
+            const cpu_part &part = dev->part();
+            if (part.head_end <= part.head_begin || group_out == 0) continue;
+            dev->head(groups[size_t(m)], xs[size_t(m)].data(), shard);
+            const size_t cols = size_t(part.head_end - part.head_begin);
+            for (size_t j = 0; j < group_out; ++j)
+                std::memcpy(logits.data() + (out_row + j) * size_t(hp_.n_vocab) + size_t(part.head_begin),
+                            shard.data() + j * cols, cols * sizeof(float));
+            if (devices_.size() > 1) bytes_moved_ += group_out * cols * sizeof(float);
+        }
+        out_row += group_out;
     }
     for (const engine_row &r : rows) slot_len_[size_t(r.slot)] = std::max(slot_len_[size_t(r.slot)], r.pos + 1);
 }

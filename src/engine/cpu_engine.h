@@ -29,9 +29,17 @@ public:
     const placement_plan &plan() const { return plan_; }
 
 private:
+    struct stage_stats {
+        int64_t experts_touched = 0;  // summed over the stage's layers
+        uint64_t bytes_moved = 0;
+    };
     void validate(std::span<const engine_row> rows) const;
     // Runs one stage's layers on its members (one device, or a tensor-parallel pair).
-    void run_stage(int32_t stage, std::span<const engine_row> rows, std::vector<float> &x);
+    void run_stage(int32_t stage, std::span<const engine_row> rows, std::vector<float> &x, stage_stats &stats);
+    // Runs every stage over the micro-batches; stage s works on micro-batch m while stage s+1
+    // works on m-1 (one thread per stage, each with its devices' share of the cores).
+    void run_pipeline(const std::vector<std::span<const engine_row>> &groups, std::vector<std::vector<float>> &xs,
+                      std::vector<stage_stats> &stats);
 
     std::shared_ptr<const gguf_file> file_;
     model_hparams hp_;
@@ -39,7 +47,7 @@ private:
     placement_plan plan_;
     std::vector<std::unique_ptr<cpu_device>> devices_;   // by logical index
     std::vector<std::vector<int32_t>> stage_members_;     // [stage] -> logical devices (host first)
-    int32_t n_slots_ = 0, n_ctx_ = 0, n_threads_ = 0;
+    int32_t n_slots_ = 0, n_ctx_ = 0, n_threads_ = 0, micro_batches_ = 0;
     std::vector<int32_t> slot_len_;
     double experts_touched_ = 0;     // distinct experts per layer in the last forward (average)
     uint64_t bytes_moved_ = 0;       // hidden states, expert outputs and logits between devices

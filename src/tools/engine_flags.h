@@ -13,6 +13,8 @@ inline void add_engine_flags(CLI::App &sub, engine_options &opt) {
     sub.add_option("--ctx", opt.n_ctx, "Tokens per KV slot");
     sub.add_option("--devices", opt.n_devices, "CPU virtual devices (placement)");
     sub.add_flag("--tensor-parallel", opt.tensor_parallel, "Pair devices: split routed experts 50/50");
+    sub.add_option("--micro-batches", opt.micro_batches,
+                   "Micro-batches moving through pipeline stages concurrently (0: one per stage, 1: no overlap)");
 }
 
 }  // namespace tandem::tools

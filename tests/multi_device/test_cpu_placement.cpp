@@ -19,6 +19,7 @@ namespace {
 struct plan_case {
     int32_t devices;
     bool tensor_parallel;
+    int32_t micro_batches = 0;
 };
 
 // Three sessions: prefill prompts of different lengths in one call, then decode steps with all
@@ -30,6 +31,7 @@ std::vector<std::vector<float>> run_sessions(const std::string &model, plan_case
     opt.n_threads = 2;
     opt.n_devices = pc.devices;
     opt.tensor_parallel = pc.tensor_parallel;
+    opt.micro_batches = pc.micro_batches;
     auto eng = engine_open(gguf_file::open(model), opt);
     std::mt19937 rng(seed);
     const int32_t nv = eng->hparams().n_vocab;
@@ -59,8 +61,10 @@ std::vector<std::vector<float>> run_sessions(const std::string &model, plan_case
 TEST_CASE("decode logits are bitwise equal on every CPU placement plan", "[multi_device][invariance]") {
     const std::string model = synth_gguf("tiny", ggml_type::q4_k, 4);
     const auto single = run_sessions(model, {1, false}, 11);
-    const plan_case pc = GENERATE(values<plan_case>({{2, false}, {4, false}, {2, true}, {4, true}, {8, true}}));
-    INFO(pc.devices << " devices, " << (pc.tensor_parallel ? "tensor-parallel pairs" : "pipeline only"));
+    const plan_case pc = GENERATE(values<plan_case>({{2, false}, {4, false}, {2, true}, {4, true}, {8, true},
+                                                     {2, false, 1}, {4, false, 3}, {4, true, 2}}));
+    INFO(pc.devices << " devices, " << (pc.tensor_parallel ? "tensor-parallel pairs" : "pipeline only")
+                    << ", micro-batches " << pc.micro_batches);
     const auto placed = run_sessions(model, pc, 11);
     REQUIRE(placed.size() == single.size());
     for (size_t i = 0; i < single.size(); ++i) {
