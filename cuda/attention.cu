@@ -12,7 +12,7 @@
 namespace tandem::cuda {
 namespace {
 
-constexpr int rope_warps = 8;       // heads handled concurrently per row
+constexpr int rope_warps = 16;      // heads handled concurrently per row (latency-bound: many in flight)
 constexpr int attn_warps = 4;       // warps per (row, KV head, chunk); positions interleave over them
 constexpr int max_dpl = 8;          // d_head up to 256 (8 elements per lane)
 
@@ -54,13 +54,26 @@ __global__ void __launch_bounds__(rope_warps * 32) qk_rope_kv_kernel(const qk_ro
 #pragma unroll
             for (int t = 0; t < max_dpl; ++t)
                 if (t < dpl) val[t] = __fmul_rn(__fmul_rn(val[t], inv), norm[lane + 32 * t]);
+            if (dpl == 1) {
+                // d_head 32: element i (lane i) rotates with lane i + 16.
+                const int i = lane & 15;
+                const float angle = __fmul_rn(float(pos), a.inv_freq[i]);
+                double sd, cd;
+                sincos(double(angle), &sd, &cd);
+                const float c = float(cd), sn = float(sd);
+                const float other = __shfl_xor_sync(0xFFFFFFFFu, val[0], 16);
+                val[0] = lane < 16 ? __fsub_rn(__fmul_rn(val[0], c), __fmul_rn(other, sn))
+                                   : __fadd_rn(__fmul_rn(val[0], c), __fmul_rn(other, sn));
+            }
             // NeoX: element i rotates with i + d_head/2, which sits in the same lane dpl/2 slots on.
             const int half_t = dpl / 2;
 #pragma unroll
             for (int t = 0; t < max_dpl / 2; ++t) {
                 if (t >= half_t) continue;
                 const float angle = __fmul_rn(float(pos), a.inv_freq[lane + 32 * t]);
-                const float c = float(cos(double(angle))), s = float(sin(double(angle)));
+                double sd, cd;
+                sincos(double(angle), &sd, &cd);
+                const float c = float(cd), s = float(sd);
                 float x0 = val[t], x1 = val[t];
 #pragma unroll
                 for (int u = 0; u < max_dpl; ++u)
@@ -214,11 +227,12 @@ void launch_attention_dpl(const attention_args &a, int group, int n_chunks, cuda
 int32_t attention_chunk(int32_t n_ctx) {
     const int32_t per = (n_ctx + attention_max_chunks - 1) / attention_max_chunks;
     const int32_t rounded = (per + 31) / 32 * 32;
-    return rounded < 128 ? 128 : rounded;
+    return rounded < 64 ? 64 : rounded;  // short contexts: more blocks, fewer positions per warp
 }
 
 void qk_rope_kv(const qk_rope_kv_args &a, cudaStream_t stream) {
-    TANDEM_CUDA_REQUIRE(a.d_head % 64 == 0 && a.d_head <= 32 * max_dpl, "qk_rope_kv: d_head must be 64, 128, 192 or 256");
+    TANDEM_CUDA_REQUIRE((a.d_head == 32 || a.d_head % 64 == 0) && a.d_head <= 32 * max_dpl,
+                        "qk_rope_kv: d_head must be 32, 64, 128, 192 or 256");
     TANDEM_CUDA_REQUIRE(a.q && a.k && a.v && a.q_norm && a.k_norm && a.inv_freq && a.slots && a.positions &&
                             a.k_cache && a.v_cache, "qk_rope_kv: null pointer");
     if (a.n_rows == 0) return;
@@ -234,10 +248,11 @@ void attention(const attention_args &a, cudaStream_t stream) {
     TANDEM_CUDA_REQUIRE(n_chunks <= 65535, "attention: too many chunks");
     const int group = a.n_head / a.n_head_kv;
     switch (a.d_head) {
+    case 32: launch_attention_dpl<1>(a, group, n_chunks, stream); break;
     case 64: launch_attention_dpl<2>(a, group, n_chunks, stream); break;
     case 128: launch_attention_dpl<4>(a, group, n_chunks, stream); break;
     case 256: launch_attention_dpl<8>(a, group, n_chunks, stream); break;
-    default: TANDEM_CUDA_REQUIRE(false, "attention: d_head must be 64, 128 or 256");
+    default: TANDEM_CUDA_REQUIRE(false, "attention: d_head must be 32, 64, 128 or 256");
     }
     TANDEM_CUDA_CHECK_LAUNCH();
     launch_pdl(attention_combine_kernel, dim3(a.n_head, a.n_rows), dim3(a.d_head), stream, a, n_chunks);

@@ -42,7 +42,7 @@ struct attention_args {
 };
 // Chunk length the engine uses for a context size: at most attention_max_chunks chunks.
 int32_t attention_chunk(int32_t n_ctx);
-constexpr int32_t attention_max_chunks = 32;
+constexpr int32_t attention_max_chunks = 64;
 void attention(const attention_args &args, cudaStream_t stream);
 
 }  // namespace tandem::cuda

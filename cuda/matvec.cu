@@ -39,7 +39,7 @@ __device__ __forceinline__ float warp_sum(float v) {
     return v;
 }
 
-template <ggml_type T, bool swiglu>
+template <ggml_type T, bool swiglu, int batch>
 __global__ void __launch_bounds__(warps_per_block * 32)
     matvec_kernel(const matvec_args a, int64_t row_bytes, int blocks0, int blocks1) {
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -63,69 +63,77 @@ __global__ void __launch_bounds__(warps_per_block * 32)
     const int j = bx * warps_per_block + warp;
     if (j >= n_out) return;
     const bool grouped = a.group_off != nullptr;
-    const bool early = !grouped || a.groups_settled;  // weights known before the wait
+    const bool early = !grouped || a.groups_settled;  // the weight row is known before the wait
     const int n_items = a.n_in / 32;
     int begin = 0, end = a.n_pairs, mat = 0;
-    float v0[32];
-    int start0[4];
-    bool have0 = false;
+    auto resolve_group = [&]() {
+        const int g = blockIdx.y;
+        if (g >= *a.n_groups) return false;
+        begin = a.group_off[g];
+        end = a.group_off[g + 1];
+        mat = a.group_mat[g];
+        return true;
+    };
+    const uint8_t *w_row = nullptr, *u_row = nullptr;
+    auto resolve_rows = [&]() {
+        const size_t offset = (size_t(mat) * n_out + j) * size_t(row_bytes);
+        w_row = static_cast<const uint8_t *>(w) + offset;
+        if constexpr (swiglu) u_row = static_cast<const uint8_t *>(a.w_up) + offset;
+    };
+    item_raw<T> cur{}, cur_u{};
+    bool prefetched = false;
     if (early) {
-        if (grouped) {
-            const int g = blockIdx.y;
-            if (g >= *a.n_groups) return;
-            begin = a.group_off[g];
-            end = a.group_off[g + 1];
-            mat = a.group_mat[g];
-        }
-        if (!swiglu && lane < n_items) {
+        if (grouped && !resolve_group()) return;
+        resolve_rows();
+        if (lane < n_items) {
             // Stream this lane's first weights while the previous kernel finishes.
-            decode_item<T>(static_cast<const uint8_t *>(w) + (size_t(mat) * n_out + j) * size_t(row_bytes), lane, v0, start0);
-            have0 = true;
+            cur = load_item<T>(w_row, lane);
+            if constexpr (swiglu) cur_u = load_item<T>(u_row, lane);
+            prefetched = true;
         }
     }
     pdl_wait();
     pdl_trigger();
     if (!early) {
-        const int g = blockIdx.y;
-        if (g >= *a.n_groups) return;
-        begin = a.group_off[g];
-        end = a.group_off[g + 1];
-        mat = a.group_mat[g];
+        if (!resolve_group()) return;
+        resolve_rows();
     }
-    const size_t offset = (size_t(mat) * n_out + j) * size_t(row_bytes);
-    const uint8_t *w_row = static_cast<const uint8_t *>(w) + offset;
-    const uint8_t *u_row = swiglu ? static_cast<const uint8_t *>(a.w_up) + offset : nullptr;
-    for (int p0 = begin; p0 < end; p0 += pair_batch) {
-        const float *xr[pair_batch];
-        float acc[pair_batch], acc_up[pair_batch];
+    for (int p0 = begin; p0 < end; p0 += batch) {
+        const float *xr[batch];
+        float acc[batch], acc_up[batch];
 #pragma unroll
-        for (int p = 0; p < pair_batch; ++p) {
+        for (int p = 0; p < batch; ++p) {
             const int i = p0 + p;
             xr[p] = i < end ? a.x + int64_t(a.x_rows ? a.x_rows[i] : i) * a.x_stride : nullptr;
             acc[p] = 0.0f;
             acc_up[p] = 0.0f;
         }
+        if (!(prefetched && p0 == begin) && lane < n_items) {
+            cur = load_item<T>(w_row, lane);
+            if constexpr (swiglu) cur_u = load_item<T>(u_row, lane);
+        }
         for (int item = lane; item < n_items; item += 32) {
+            // Next item's loads go out before this one is decoded (software pipelining).
+            item_raw<T> nxt{}, nxt_u{};
+            if (item + 32 < n_items) {
+                nxt = load_item<T>(w_row, item + 32);
+                if constexpr (swiglu) nxt_u = load_item<T>(u_row, item + 32);
+            }
             float v[32], vu[32];
             int start[4];
-            if (have0 && item == lane && p0 == begin) {
+            decode_raw<T>(cur, item, v, start);
+            if constexpr (swiglu) decode_raw<T>(cur_u, item, vu, start);
 #pragma unroll
-                for (int i = 0; i < 32; ++i) v[i] = v0[i];
-#pragma unroll
-                for (int t = 0; t < 4; ++t) start[t] = start0[t];
-            } else {
-                decode_item<T>(w_row, item, v, start);
-            }
-            if constexpr (swiglu) decode_item<T>(u_row, item, vu, start);
-#pragma unroll
-            for (int p = 0; p < pair_batch; ++p) {
+            for (int p = 0; p < batch; ++p) {
                 if (!xr[p]) continue;
                 acc[p] += dot_item(v, xr[p], start);
                 if constexpr (swiglu) acc_up[p] += dot_item(vu, xr[p], start);
             }
+            cur = nxt;
+            cur_u = nxt_u;
         }
 #pragma unroll
-        for (int p = 0; p < pair_batch; ++p) {
+        for (int p = 0; p < batch; ++p) {
             if (!xr[p]) continue;
             float r = warp_sum(acc[p]);
             if constexpr (swiglu) {
@@ -141,17 +149,29 @@ __global__ void __launch_bounds__(warps_per_block * 32)
     }
 }
 
-template <ggml_type T>
-void launch_matvec_type(const matvec_args &a, cudaStream_t stream) {
+template <ggml_type T, int batch>
+void launch_matvec_batch(const matvec_args &a, cudaStream_t stream) {
     const int blocks0 = (a.n_out + warps_per_block - 1) / warps_per_block;
     const int blocks1 = a.n_extra > 0 ? (a.extra[0].n_out + warps_per_block - 1) / warps_per_block : 0;
     const int blocks2 = a.n_extra > 1 ? (a.extra[1].n_out + warps_per_block - 1) / warps_per_block : 0;
     const dim3 grid(blocks0 + blocks1 + blocks2, a.group_off ? a.max_groups : 1);
     const int64_t row_bytes = matvec_row_bytes(a.type, a.n_in);
     if (a.w_up)
-        launch_pdl(matvec_kernel<T, true>, grid, dim3(warps_per_block * 32), stream, a, row_bytes, blocks0, blocks1);
+        launch_pdl(matvec_kernel<T, true, batch>, grid, dim3(warps_per_block * 32), stream, a, row_bytes, blocks0, blocks1);
     else
-        launch_pdl(matvec_kernel<T, false>, grid, dim3(warps_per_block * 32), stream, a, row_bytes, blocks0, blocks1);
+        launch_pdl(matvec_kernel<T, false, batch>, grid, dim3(warps_per_block * 32), stream, a, row_bytes, blocks0, blocks1);
+}
+
+// Rows sharing one pass over the weights: fewer registers (more warps in flight) when a step
+// has few rows per matrix. The batch changes no value: each row keeps its own accumulator.
+template <ggml_type T>
+void launch_matvec_type(const matvec_args &a, cudaStream_t stream) {
+    const int32_t rows = a.group_off ? a.max_pairs_per_group : a.n_pairs;
+    if constexpr (T == ggml_type::q4_k) {
+        if (rows == 1) return launch_matvec_batch<T, 1>(a, stream);
+        if (rows >= 1 && rows <= 4) return launch_matvec_batch<T, 4>(a, stream);
+    }
+    launch_matvec_batch<T, pair_batch>(a, stream);
 }
 
 }  // namespace

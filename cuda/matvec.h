@@ -47,6 +47,7 @@ struct matvec_args {
     // PDL (launch.cuh): the group arrays were written two or more launches before this one, so
     // the kernel may read them, and start streaming weights, before waiting on its predecessor.
     bool groups_settled = false;
+    int32_t max_pairs_per_group = 0; // grouped mode: bound on a group's pairs (rows of the step); 0: unknown
     matvec_part extra[2];            // dense mode only: more matrices over the same x
     int32_t n_extra = 0;
 };

@@ -89,20 +89,36 @@ __global__ void __launch_bounds__(route_threads) moe_route_kernel(const moe_rout
         if (e >= 0) atomicAdd(&s_count[e], 1);
     }
     __syncthreads();
-    if (threadIdx.x == 0) {
-        int off = 0, g = 0;
-        for (int e = 0; e < a.n_expert; ++e) {
-            s_cursor[e] = off;
-            if (s_count[e] > 0) {
-                a.group_expert[g] = e;
-                a.group_off[g] = off;
-                ++g;
+    if (threadIdx.x < 32) {
+        // Warp 0: exclusive scans of the counts and of the non-empty flags, 32 experts at a time.
+        const int lane = threadIdx.x;
+        int off_base = 0, g_base = 0;
+        for (int e0 = 0; e0 < a.n_expert; e0 += 32) {
+            const int e = e0 + lane;
+            const int c = e < a.n_expert ? s_count[e] : 0;
+            int sc = c, sg = c > 0 ? 1 : 0;
+#pragma unroll
+            for (int o = 1; o < 32; o <<= 1) {
+                const int tc = __shfl_up_sync(0xFFFFFFFFu, sc, o), tg = __shfl_up_sync(0xFFFFFFFFu, sg, o);
+                if (lane >= o) {
+                    sc += tc;
+                    sg += tg;
+                }
             }
-            off += s_count[e];
+            const int excl = sc - c, gexcl = sg - (c > 0 ? 1 : 0);
+            if (e < a.n_expert) s_cursor[e] = off_base + excl;
+            if (c > 0) {
+                a.group_expert[g_base + gexcl] = e;
+                a.group_off[g_base + gexcl] = off_base + excl;
+            }
+            off_base += __shfl_sync(0xFFFFFFFFu, sc, 31);
+            g_base += __shfl_sync(0xFFFFFFFFu, sg, 31);
         }
-        a.group_off[g] = off;
-        *a.n_groups = g;
-        if (a.groups_total) *a.groups_total += g;
+        if (lane == 0) {
+            a.group_off[g_base] = off_base;
+            *a.n_groups = g_base;
+            if (a.groups_total) *a.groups_total += g_base;
+        }
     }
     __syncthreads();
     // Order inside a group is whatever the atomics give: each pair's product is computed on its
@@ -117,36 +133,50 @@ __global__ void __launch_bounds__(route_threads) moe_route_kernel(const moe_rout
 }
 
 constexpr int combine_threads = 256;
+constexpr int combine_max_d = 8192;  // row held in shared memory for the norm
 
 __global__ void __launch_bounds__(combine_threads) moe_combine_kernel(const moe_combine_args a) {
-    __shared__ float s_part[1];
+    __shared__ float s_x[combine_max_d];
+    __shared__ float s_inv;
     pdl_wait();
     pdl_trigger();
     const int r = blockIdx.x;
     float *x = a.x + int64_t(r) * a.d_model;
-    if (a.slots[r] >= 0) {
-        const float *o = a.out + int64_t(r) * a.k * a.d_model;
-        const float *w = a.weights + int64_t(r) * a.k;
-        for (int i = threadIdx.x; i < a.d_model; i += combine_threads) {
+    const bool real = a.slots[r] >= 0;
+    const float *o = a.out + int64_t(r) * a.k * a.d_model;
+    const float *w = a.weights + int64_t(r) * a.k;
+    for (int i = threadIdx.x; i < a.d_model; i += combine_threads) {
+        float xi = x[i];
+        if (real) {
+            float prod[max_k];
+#pragma unroll
+            for (int s = 0; s < max_k; ++s) prod[s] = s < a.k ? __fmul_rn(w[s], o[int64_t(s) * a.d_model + i]) : 0.0f;
             float acc = 0.0f;  // fixed slot order, no FMA: bitwise the CPU twin's moe_combine
-            for (int s = 0; s < a.k; ++s) acc = __fadd_rn(acc, __fmul_rn(w[s], o[int64_t(s) * a.d_model + i]));
-            x[i] = __fadd_rn(x[i], acc);
+#pragma unroll
+            for (int s = 0; s < max_k; ++s)
+                if (s < a.k) acc = __fadd_rn(acc, prod[s]);
+            xi = __fadd_rn(xi, acc);
+            x[i] = xi;
         }
+        s_x[i] = xi;
     }
     if (!a.norm) return;
     __syncthreads();
     // RMSNorm of the updated row in the CPU twin's order (warp 0: element i in lane i % 32).
     if (threadIdx.x < 32) {
         float sq = 0.0f;
-        for (int i = threadIdx.x; i < a.d_model; i += 32) sq = __fadd_rn(sq, __fmul_rn(x[i], x[i]));
+#pragma unroll 8
+        for (int i = threadIdx.x; i < a.d_model; i += 32) sq = __fadd_rn(sq, __fmul_rn(s_x[i], s_x[i]));
         sq = warp_sum_fixed(sq);
-        if (threadIdx.x == 0) s_part[0] = sq;
+        if (threadIdx.x == 0) {
+            const float mean_sq = __fdiv_rn(sq, float(a.d_model));
+            s_inv = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(mean_sq, a.eps)));
+        }
     }
     __syncthreads();
-    const float mean_sq = __fdiv_rn(s_part[0], float(a.d_model));
-    const float inv = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(mean_sq, a.eps)));
+    const float inv = s_inv;
     float *h = a.h + int64_t(r) * a.d_model;
-    for (int i = threadIdx.x; i < a.d_model; i += combine_threads) h[i] = __fmul_rn(__fmul_rn(x[i], inv), a.norm[i]);
+    for (int i = threadIdx.x; i < a.d_model; i += combine_threads) h[i] = __fmul_rn(__fmul_rn(s_x[i], inv), a.norm[i]);
 }
 
 }  // namespace
@@ -161,6 +191,7 @@ void moe_route(const moe_route_args &a, cudaStream_t stream) {
 
 void moe_combine(const moe_combine_args &a, cudaStream_t stream) {
     TANDEM_CUDA_REQUIRE(a.x && a.out && a.weights && a.slots && (!a.norm || a.h), "moe_combine: null pointer");
+    TANDEM_CUDA_REQUIRE(a.k >= 1 && a.k <= max_k && a.d_model <= combine_max_d, "moe_combine: k up to 32, d_model up to 8192");
     if (a.n_rows == 0) return;
     launch_pdl(moe_combine_kernel, dim3(a.n_rows), dim3(combine_threads), stream, a);
     TANDEM_CUDA_CHECK_LAUNCH();

@@ -10,19 +10,34 @@
 namespace tandem::cuda {
 namespace {
 
-constexpr int norm_threads = 32;  // one warp per row: lane j sums elements j, j+32, ... like dot_f32
+constexpr int norm_threads = 256;    // loads in parallel; the sum itself runs in warp 0
+constexpr int norm_max_n = 8192;     // row held in shared memory (32 KiB)
 
-__global__ void rmsnorm_kernel(const rmsnorm_args a) {
+// The row goes to shared memory with every load in flight at once; warp 0 then sums it in the
+// CPU twin's order (element i in lane i % 32, butterfly), so the result stays bitwise the CPU's.
+__global__ void __launch_bounds__(norm_threads) rmsnorm_kernel(const rmsnorm_args a) {
+    __shared__ float s_x[norm_max_n];
+    __shared__ float s_inv;
     pdl_wait();
     pdl_trigger();
-    const int r = blockIdx.x, lane = threadIdx.x;
+    const int r = blockIdx.x;
     const float *x = a.x + int64_t(r) * a.n;
     float *y = a.y + int64_t(r) * a.n;
-    float acc = 0.0f;
-    for (int i = lane; i < a.n; i += 32) acc = __fadd_rn(acc, __fmul_rn(x[i], x[i]));
-    const float mean_sq = __fdiv_rn(__shfl_sync(0xFFFFFFFFu, warp_sum_fixed(acc), 0), float(a.n));
-    const float inv = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(mean_sq, a.eps)));
-    for (int i = lane; i < a.n; i += 32) y[i] = __fmul_rn(__fmul_rn(x[i], inv), a.w[i]);
+    for (int i = threadIdx.x; i < a.n; i += norm_threads) s_x[i] = x[i];
+    __syncthreads();
+    if (threadIdx.x < 32) {
+        float acc = 0.0f;
+#pragma unroll 8
+        for (int i = threadIdx.x; i < a.n; i += 32) acc = __fadd_rn(acc, __fmul_rn(s_x[i], s_x[i]));
+        acc = warp_sum_fixed(acc);
+        if (threadIdx.x == 0) {
+            const float mean_sq = __fdiv_rn(acc, float(a.n));
+            s_inv = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(mean_sq, a.eps)));
+        }
+    }
+    __syncthreads();
+    const float inv = s_inv;
+    for (int i = threadIdx.x; i < a.n; i += norm_threads) y[i] = __fmul_rn(__fmul_rn(s_x[i], inv), a.w[i]);
 }
 
 template <ggml_type T>
@@ -37,7 +52,7 @@ __global__ void embed_kernel(const embed_args a, int64_t row_bytes) {
 }  // namespace
 
 void rmsnorm(const rmsnorm_args &a, cudaStream_t stream) {
-    TANDEM_CUDA_REQUIRE(a.x && a.w && a.y && a.n > 0 && a.n_rows >= 0, "rmsnorm: bad arguments");
+    TANDEM_CUDA_REQUIRE(a.x && a.w && a.y && a.n > 0 && a.n <= norm_max_n && a.n_rows >= 0, "rmsnorm: bad arguments (n up to 8192)");
     if (a.n_rows == 0) return;
     launch_pdl(rmsnorm_kernel, dim3(a.n_rows), dim3(norm_threads), stream, a);
     TANDEM_CUDA_CHECK_LAUNCH();

@@ -43,30 +43,56 @@ __device__ __forceinline__ void q4_k_scale_min_dev(uint32_t s0, uint32_t s1, uin
 // Items per row of n_in elements (n_in a multiple of 32 and of the block).
 __host__ __device__ constexpr int64_t items_per_row(int64_t n_in) { return n_in / 32; }
 
+// Q4_K in two steps, so a loop can issue the next item's loads before decoding this one.
+struct q4_k_raw {
+    uint4 q;                  // 16 bytes of quants: 32 elements
+    uint32_t dd, s0, s1, s2;  // d | dmin << 16, the 12 packed scale bytes
+};
+__device__ __forceinline__ q4_k_raw load_q4_k(const uint8_t *__restrict__ row, int item) {
+    const uint8_t *blk = row + size_t(item >> 3) * 144;
+    const int u = item & 7, c = u >> 1, hf = u & 1;
+    const uint32_t *sw = reinterpret_cast<const uint32_t *>(blk);
+    q4_k_raw r;
+    r.dd = sw[0];
+    r.s0 = sw[1];
+    r.s1 = sw[2];
+    r.s2 = sw[3];
+    r.q = *reinterpret_cast<const uint4 *>(blk + 16 + 32 * c + 16 * hf);
+    return r;
+}
+__device__ __forceinline__ void decode_q4_k(const q4_k_raw &r, int item, float (&v)[32], int (&start)[4]) {
+    const int u = item & 7, c = u >> 1, hf = u & 1;
+    const float d = half_bits_to_float(r.dd), dmin = half_bits_to_float(r.dd >> 16);
+    float sc1, m1s, sc2, m2s;
+    q4_k_scale_min_dev(r.s0, r.s1, r.s2, 2 * c, sc1, m1s);
+    q4_k_scale_min_dev(r.s0, r.s1, r.s2, 2 * c + 1, sc2, m2s);
+    const float d1 = __fmul_rn(d, sc1), m1 = __fmul_rn(dmin, m1s);
+    const float d2 = __fmul_rn(d, sc2), m2 = __fmul_rn(dmin, m2s);
+    const uint32_t qw[4] = {r.q.x, r.q.y, r.q.z, r.q.w};
+#pragma unroll
+    for (int b = 0; b < 16; ++b) {
+        const uint32_t byte = (qw[b >> 2] >> (8 * (b & 3))) & 0xFFu;
+        v[b] = __fsub_rn(__fmul_rn(d1, float(byte & 0xFu)), m1);
+        v[16 + b] = __fsub_rn(__fmul_rn(d2, float(byte >> 4)), m2);
+    }
+    const int s = (item >> 3) * 256 + 64 * c + 16 * hf;
+    start[0] = s; start[1] = s + 8; start[2] = s + 32; start[3] = s + 40;
+}
+
+// Generic two-step form: Q4_K loads early; other types load inside decode.
+template <ggml_type T>
+struct item_raw {
+    const uint8_t *row;
+};
+template <>
+struct item_raw<ggml_type::q4_k> {
+    q4_k_raw r;
+};
+
 template <ggml_type T>
 __device__ __forceinline__ void decode_item(const uint8_t *__restrict__ row, int item, float (&v)[32], int (&start)[4]) {
     if constexpr (T == ggml_type::q4_k) {
-        const uint8_t *blk = row + size_t(item >> 3) * 144;
-        const int u = item & 7, c = u >> 1, hf = u & 1;
-        const uint32_t dd = *reinterpret_cast<const uint32_t *>(blk);
-        const uint32_t *sw = reinterpret_cast<const uint32_t *>(blk + 4);
-        const uint32_t s0 = sw[0], s1 = sw[1], s2 = sw[2];
-        const uint4 q = *reinterpret_cast<const uint4 *>(blk + 16 + 32 * c + 16 * hf);
-        const float d = half_bits_to_float(dd), dmin = half_bits_to_float(dd >> 16);
-        float sc1, m1s, sc2, m2s;
-        q4_k_scale_min_dev(s0, s1, s2, 2 * c, sc1, m1s);
-        q4_k_scale_min_dev(s0, s1, s2, 2 * c + 1, sc2, m2s);
-        const float d1 = __fmul_rn(d, sc1), m1 = __fmul_rn(dmin, m1s);
-        const float d2 = __fmul_rn(d, sc2), m2 = __fmul_rn(dmin, m2s);
-        const uint32_t qw[4] = {q.x, q.y, q.z, q.w};
-#pragma unroll
-        for (int b = 0; b < 16; ++b) {
-            const uint32_t byte = (qw[b >> 2] >> (8 * (b & 3))) & 0xFFu;
-            v[b] = __fsub_rn(__fmul_rn(d1, float(byte & 0xFu)), m1);
-            v[16 + b] = __fsub_rn(__fmul_rn(d2, float(byte >> 4)), m2);
-        }
-        const int s = (item >> 3) * 256 + 64 * c + 16 * hf;
-        start[0] = s; start[1] = s + 8; start[2] = s + 32; start[3] = s + 40;
+        decode_q4_k(load_q4_k(row, item), item, v, start);
     } else if constexpr (T == ggml_type::q6_k) {
         const uint8_t *blk = row + size_t(item >> 3) * 210;
         const int u = item & 7, h = u >> 2, l0 = 8 * (u & 3), k = l0 >> 4;
@@ -129,6 +155,17 @@ __device__ __forceinline__ void decode_item(const uint8_t *__restrict__ row, int
         const int s0 = item * 32;
         start[0] = s0; start[1] = s0 + 8; start[2] = s0 + 16; start[3] = s0 + 24;
     }
+}
+
+template <ggml_type T>
+__device__ __forceinline__ item_raw<T> load_item(const uint8_t *__restrict__ row, int item) {
+    if constexpr (T == ggml_type::q4_k) return {load_q4_k(row, item)};
+    else return {row};
+}
+template <ggml_type T>
+__device__ __forceinline__ void decode_raw(const item_raw<T> &raw, int item, float (&v)[32], int (&start)[4]) {
+    if constexpr (T == ggml_type::q4_k) decode_q4_k(raw.r, item, v, start);
+    else decode_item<T>(raw.row, item, v, start);
 }
 
 // Dequantises a whole row of n elements, items split over n_threads threads (embedding lookup).

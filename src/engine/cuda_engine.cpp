@@ -408,6 +408,7 @@ int64_t enqueue_step(const cuda_engine::impl &m, const model_hparams &hp, int32_
         g.group_off = m.group_off;
         g.n_groups = m.n_groups;
         g.max_groups = max_groups;
+        g.max_pairs_per_group = n;  // a row routes to k distinct experts: at most n pairs per expert
         cuda::matvec(g, s);
         cuda::matvec_args dn = g;
         dn.w = L.down.data;

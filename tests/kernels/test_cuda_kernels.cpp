@@ -163,7 +163,7 @@ TEST_CASE("QK norm, RoPE, KV write and chunked attention match the CPU", "[gpu][
     if (!test::gpu_present()) return;
     struct shape { int32_t n_head, n_head_kv, d_head; };
     uint64_t seed = 50;
-    for (const shape &sh : {shape{4, 2, 64}, shape{8, 8, 64}, shape{8, 2, 128}, shape{32, 4, 128}, shape{4, 4, 256}}) {
+    for (const shape &sh : {shape{4, 2, 32}, shape{4, 2, 64}, shape{8, 8, 64}, shape{8, 2, 128}, shape{32, 4, 128}, shape{4, 4, 256}}) {
         ++seed;
         INFO("heads " << sh.n_head << "/" << sh.n_head_kv << " d_head " << sh.d_head << " seed " << seed);
         std::mt19937_64 rng(seed);
@@ -343,6 +343,7 @@ TEST_CASE("routing, grouping by expert, grouped SwiGLU experts and the combine m
         g.w = dgate.ptr; g.w_up = dup.ptr; g.type = sh.type; g.n_in = d; g.n_out = ff;
         g.x = dh.ptr; g.x_stride = d; g.y = dact.ptr; g.y_stride = ff; g.x_rows = dpx.ptr; g.y_rows = dpy.ptr;
         g.group_mat = dge.ptr; g.group_off = dgo.ptr; g.n_groups = dng.ptr; g.max_groups = max_groups;
+        g.max_pairs_per_group = n;
         cuda::matvec(g, nullptr);
         cuda::matvec_args dn = g;
         dn.w = ddown.ptr; dn.w_up = nullptr; dn.n_in = ff; dn.n_out = d; dn.x = dact.ptr; dn.x_stride = ff;
