@@ -178,8 +178,9 @@ placement_plan placement_plan_make(const placement_request &request, const topol
                                    const placement_model &model);
 
 // The one line the server logs at start-up and `tandem plan` prints, e.g.
-// layout: tp pairs=2 stages=2 devices=4 kv=16x4096 | s0 L0-23 [d0:gpu0 E0-63 emb 9.1/44.0G +
-// d2:gpu2 E64-127 8.9/44.0G] | s1 L24-47 [d1:gpu1 E0-63 head 0-75967 ... + d3:gpu3 ...]
+// layout: tp pairs=2 stages=2 devices=4 kv=16x4096 | s0 L0-23 [d0@0 E0-63 emb 7.7/132.8G +
+// d2@2 E64-127 7.6/132.8G] | s1 L24-47 [d1@1 E0-63 head 0-75967 7.6/132.8G + d3@3 E64-127 head
+// 75968-151935 7.6/132.8G]   (dI@P: logical device I on physical P; ranges inclusive; GiB used/budget)
 std::string placement_layout_line(const placement_plan &plan);
 // A per-device table of bytes by class (GiB), one row per logical device.
 std::string placement_table(const placement_plan &plan);
