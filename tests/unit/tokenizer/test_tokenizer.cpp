@@ -203,6 +203,25 @@ TEST_CASE("bad input is an error, not a crash", "[tokenizer][errors]") {
     CHECK_THROWS_AS(tok.decode(ids), error);
 }
 
+TEST_CASE("random bytes: tokens or invalid_request, never a crash", "[tokenizer][errors]") {
+    const tokenizer &tok = toy();
+    for (uint32_t seed = 1; seed <= 500; ++seed) {
+        INFO("seed " << seed);
+        std::mt19937 rng(seed);
+        std::string bytes(rng() % 64, '\0');
+        for (auto &c : bytes) c = static_cast<char>(rng() % 4 == 0 ? 0x80 + rng() % 0x80 : rng() % 0x80);
+        const bool ok = utf8::first_invalid(bytes) == std::string::npos;
+        try {
+            const auto ids = tok.encode(bytes, seed % 2 == 0);
+            CHECK(ok);
+            CHECK(tok.decode(ids) == nfc(bytes));
+        } catch (const error &e) {
+            CHECK_FALSE(ok);
+            CHECK(e.kind() == error_kind::invalid_request);
+        }
+    }
+}
+
 TEST_CASE("vocab validation names what is wrong", "[tokenizer][errors]") {
     {
         auto v = test::toy_vocab();
