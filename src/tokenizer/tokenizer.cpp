@@ -47,7 +47,9 @@ struct tokenizer::impl {
     std::vector<std::string> texts;
     std::vector<std::string> bytes;
     std::vector<token_type> types;
-    std::unordered_map<std::string, int32_t> ids;  // every entry but unused padding
+    // Entry text -> id for all but unused padding; the keys view `texts`, which never changes
+    // after loading (impl lives behind a shared_ptr and is never moved).
+    std::unordered_map<std::string_view, int32_t> ids;
     std::array<int32_t, 256> byte_ids{};           // id of each byte's single-symbol token
     std::unordered_map<uint64_t, merge_info> merges;
     std::array<std::vector<int32_t>, 256> specials;  // control/user-defined by first byte, longest first
@@ -157,20 +159,22 @@ tokenizer tokenizer::from_vocab(tokenizer_vocab v) {
     }
 
     p->merges.reserve(v.merges.size());
+    std::string joined;
     for (size_t r = 0; r < v.merges.size(); ++r) {
         const std::string &m = v.merges[r];
         const size_t space = m.size() > 1 ? m.find(' ', 1) : std::string::npos;
         if (space == std::string::npos || space + 1 >= m.size())
             fail(error_kind::file_format, "tokenizer.ggml.merges[{}] '{}' is not 'left right'", r, m);
-        const std::string left = m.substr(0, space), right = m.substr(space + 1);
-        const auto lookup = [&](const std::string &sym) {
+        const std::string_view left = std::string_view(m).substr(0, space), right = std::string_view(m).substr(space + 1);
+        joined.assign(left).append(right);
+        const auto lookup = [&](std::string_view sym) {
             auto it = p->ids.find(sym);
             if (it == p->ids.end())
                 fail(error_kind::file_format, "tokenizer.ggml.merges[{}] '{}' names '{}', which is not in the vocabulary",
                      r, m, sym);
             return it->second;
         };
-        const int32_t l = lookup(left), rt = lookup(right), res = lookup(left + right);
+        const int32_t l = lookup(left), rt = lookup(right), res = lookup(joined);
         // A later duplicate overrides an earlier one, as HF's merge map is built.
         p->merges[pair_key(l, rt)] = merge_info{static_cast<int32_t>(r), res};
     }
@@ -320,7 +324,7 @@ token_type tokenizer::type(int32_t id) const {
 }
 
 std::optional<int32_t> tokenizer::find(std::string_view token_text) const {
-    auto it = impl_->ids.find(std::string(token_text));
+    auto it = impl_->ids.find(token_text);
     if (it == impl_->ids.end()) return std::nullopt;
     return it->second;
 }
