@@ -36,7 +36,9 @@ $(DEMO_MODEL): build
 	@test -f $(DEMO_MODEL) || $(BUILD)/tandem synth --preset tiny --out $(DEMO_MODEL) --seed 1
 
 run: build $(DEMO_MODEL)
-	@$(BUILD)/tandem generate -m $(DEMO_MODEL) -p "Hello from Tandem" -n 32 --seed 1
+	@echo "tandem-server on http://127.0.0.1:$(PORT) (Ctrl-C stops it). Try:"
+	@echo "  curl -s http://127.0.0.1:$(PORT)/v1/chat/completions -H 'Content-Type: application/json' -d '{\"messages\":[{\"role\":\"user\",\"content\":\"Hello from Tandem\"}],\"max_tokens\":32}'"
+	@$(BUILD)/tandem-server -m $(DEMO_MODEL) --port $(PORT) --ctx 4096 --batched-session 4
 
 # CPU ratios (CI) or GPU floors (a GPU machine): scripts/perf-gate.sh, floors in perf/floors.json.
 perf-gate: build

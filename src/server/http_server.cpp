@@ -59,6 +59,10 @@ public:
     void on_gen_event(gen_event &&ev) {
         if (gen_done_ || !job_) return;
         bool done = ev.type == gen_event::kind::done;
+        // Prefill progress becomes an SSE keep-alive comment at most once a second.
+        auto now = std::chrono::steady_clock::now();
+        if (ev.type == gen_event::kind::progress && now - last_sent_ < std::chrono::seconds(1)) return;
+        last_sent_ = now;
         std::string bytes = job_->on_event(ev);
         if (job_->streaming()) {
             if (!bytes.empty()) queue_chunk(bytes);
@@ -243,6 +247,7 @@ private:
     bool close_after_write_ = false;
     bool closed_ = false;
     bool watching_ = false;  // a read on the raw socket is pending
+    std::chrono::steady_clock::time_point last_sent_ = std::chrono::steady_clock::now();
     std::array<char, 256> scratch_{};
 };
 

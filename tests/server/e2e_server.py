@@ -253,6 +253,35 @@ def test_auth(build_dir, npm_dir):
         check(srv.stop() == 0, "SIGTERM exits 0")
 
 
+def test_shutdown_in_flight(build_dir):
+    srv = h.server(build_dir, ["--ctx", "1024", "--batched-session", "2", "--shutdown-grace", "1"], "e2e-shutdown.log")
+    srv.wait_ready()
+    got = []
+
+    def on_data(d, t):
+        got.append(d)
+        if len(got) == 2:
+            srv.proc.send_signal(15)  # SIGTERM while this stream is generating
+        return True
+    try:
+        h.stream_events(srv.port, "/v1/completions", {"model": MODEL, "prompt": "long", "max_tokens": 1000,
+                                                       "temperature": 0, "stream": True}, on_data, timeout=60)
+    finally:
+        code = srv.stop(30)
+    last = got[-1] if got else None
+    check(last == "[DONE]" or (isinstance(last, dict) and "error" in last),
+          f"an in-flight stream ends cleanly on SIGTERM (last event {str(last)[:80]})")
+    check(code == 0, f"SIGTERM with work in flight exits 0 (got {code})")
+
+
+def test_memory_plan(build_dir):
+    out = subprocess.run([os.path.join(build_dir, "tandem-server"), "-m", h.tiny_model(build_dir), "--port", "0",
+                          "--mem-budget", "0.01", "--ctx", "4096"], capture_output=True, timeout=60)
+    err = out.stdout.decode() + out.stderr.decode()
+    check(out.returncode == 2 and "short" in err and "--batched-session" in err,
+          f"a memory plan over budget refuses to start naming the shortfall (exit {out.returncode}: {err[-300:]})")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--build-dir", required=True)
@@ -285,7 +314,8 @@ def main():
     finally:
         code = srv.stop()
     check(code == 0, f"SIGTERM exits 0 (got {code})")
-    for name, fn in [("queue", lambda: test_cancel_queued(a.build_dir)), ("auth", lambda: test_auth(a.build_dir, a.npm_dir))]:
+    for name, fn in [("queue", lambda: test_cancel_queued(a.build_dir)), ("auth", lambda: test_auth(a.build_dir, a.npm_dir)),
+                     ("shutdown", lambda: test_shutdown_in_flight(a.build_dir)), ("plan", lambda: test_memory_plan(a.build_dir))]:
         if a.only and name not in a.only.split(","):
             continue
         print(f"[{name}]", flush=True)
