@@ -12,7 +12,7 @@
 namespace tandem::cuda {
 namespace {
 
-constexpr int rope_warps = 16;      // heads handled concurrently per row (latency-bound: many in flight)
+constexpr int rope_warps = 8;       // heads per block; blocks over (row, head group)
 constexpr int attn_warps = 4;       // warps per (row, KV head, chunk); positions interleave over them
 constexpr int max_dpl = 8;          // d_head up to 256 (8 elements per lane)
 
@@ -25,7 +25,8 @@ __global__ void __launch_bounds__(rope_warps * 32) qk_rope_kv_kernel(const qk_ro
     const int slot = a.slots[r], pos = a.positions[r];
     const int dh = a.d_head, dpl = dh / 32, kv_dim = a.n_head_kv * dh;
     const int n_heads_all = a.n_head + 2 * a.n_head_kv;
-    for (int hh = warp; hh < n_heads_all; hh += rope_warps) {
+    // blockIdx.y picks a group of rope_warps heads: every head of the row in flight at once.
+    for (int hh = blockIdx.y * rope_warps + warp; hh < n_heads_all; hh += rope_warps * gridDim.y) {
         const float *src;
         float *dst;
         const float *norm = nullptr;
@@ -236,7 +237,8 @@ void qk_rope_kv(const qk_rope_kv_args &a, cudaStream_t stream) {
     TANDEM_CUDA_REQUIRE(a.q && a.k && a.v && a.q_norm && a.k_norm && a.inv_freq && a.slots && a.positions &&
                             a.k_cache && a.v_cache, "qk_rope_kv: null pointer");
     if (a.n_rows == 0) return;
-    launch_pdl(qk_rope_kv_kernel, dim3(a.n_rows), dim3(rope_warps * 32), stream, a);
+    const int head_groups = (a.n_head + 2 * a.n_head_kv + rope_warps - 1) / rope_warps;
+    launch_pdl(qk_rope_kv_kernel, dim3(a.n_rows, head_groups), dim3(rope_warps * 32), stream, a);
     TANDEM_CUDA_CHECK_LAUNCH();
 }
 

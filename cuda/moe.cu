@@ -132,7 +132,7 @@ __global__ void __launch_bounds__(route_threads) moe_route_kernel(const moe_rout
     }
 }
 
-constexpr int combine_threads = 256;
+constexpr int combine_threads = 1024;  // latency-bound: few elements (round trips) per thread
 constexpr int combine_max_d = 8192;  // row held in shared memory for the norm
 
 __global__ void __launch_bounds__(combine_threads) moe_combine_kernel(const moe_combine_args a) {

@@ -10,7 +10,7 @@
 namespace tandem::cuda {
 namespace {
 
-constexpr int norm_threads = 256;    // loads in parallel; the sum itself runs in warp 0
+constexpr int norm_threads = 1024;   // loads in parallel (few round trips per thread); the sum runs in warp 0
 constexpr int norm_max_n = 8192;     // row held in shared memory (32 KiB)
 
 // The row goes to shared memory with every load in flight at once; warp 0 then sums it in the
