@@ -23,8 +23,10 @@ constexpr const char *qwen2_pattern =
     "| ?[^" TANDEM_WS "\\p{L}\\p{N}]+[\\r\\n]*|[" TANDEM_WS "]*[\\r\\n]+"
     "|[" TANDEM_WS "]+(?![^" TANDEM_WS "])|[" TANDEM_WS "]+";
 
-// GPT-2's ByteLevel(use_regex=true) pattern, for vocabs whose pre is "default" or missing
-// (llama.cpp does the same); note it joins digit runs (" ?\p{N}+") where qwen2 splits them.
+// GPT-2's own pattern (what HF's ByteLevel(use_regex=true) runs), for vocabs whose pre is
+// "default" or missing. llama.cpp's "default" differs: it first splits punctuation runs and
+// 3-digit groups; files we write always say "qwen2", so this is a best effort for others.
+// Note it joins digit runs (" ?\p{N}+") where qwen2 splits them.
 constexpr const char *gpt2_pattern =
     "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^" TANDEM_WS "\\p{L}\\p{N}]+"
     "|[" TANDEM_WS "]+(?![^" TANDEM_WS "])|[" TANDEM_WS "]+";

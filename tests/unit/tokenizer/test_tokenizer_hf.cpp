@@ -1,9 +1,11 @@
 // tests/unit/tokenizer/test_tokenizer_hf.cpp - ids must equal those Hugging Face `tokenizers`
 // recorded in tests/fixtures/*/tokenizer_cases.json: once through `tandem convert` (GGUF), once
 // from tokenizer.json read here (so a converter bug and a tokenizer bug cannot hide each other).
+#include "src/tokenizer/byte_level.h"
 #include "src/tokenizer/pre_tokenizer.h"
 #include "tandem/chat_template.h"
 #include "tandem/convert.h"
+#include "tandem/error.h"
 #include "tandem/gguf.h"
 #include "tandem/tokenizer.h"
 #include "src/model/synth_vocab.h"
@@ -15,6 +17,7 @@
 
 #include <chrono>
 #include <filesystem>
+#include <functional>
 #include <random>
 #include <fstream>
 #include <sstream>
@@ -182,4 +185,81 @@ TEST_CASE("full-size synthetic vocab: loads, round-trips, encodes fast", "[token
                                   << " bytes in " << enc_s << " s");
     CHECK(tok.decode(ids) == text);
     CHECK(tok.is_eog(sv.im_end));
+}
+
+namespace {
+
+// Writes a GGUF holding only tokenizer keys (set by `fill`) and loads its tokenizer.
+tokenizer load_written(const std::function<void(gguf_writer &)> &fill) {
+    const fs::path path = fs::temp_directory_path() / ("tandem_test_tokenizer_gguf_" + std::to_string(::getpid()) + ".gguf");
+    gguf_writer w;
+    w.set_string("general.architecture", "qwen3moe");
+    fill(w);
+    w.write(path.string(), 1);
+    struct remove_at_exit {
+        fs::path p;
+        ~remove_at_exit() { fs::remove(p); }
+    } cleanup{path};
+    auto file = gguf_file::open(path.string());
+    return tokenizer::from_gguf(*file);
+}
+
+void write_toy(gguf_writer &w) {
+    std::vector<std::string> tokens;
+    std::vector<int32_t> types;
+    for (int b = 0; b < 256; ++b) {
+        tokens.push_back(byte_level::get().text[b]);
+        types.push_back(1);
+    }
+    tokens.push_back("\xC4\xA0" "t");  // "Ġt"
+    types.push_back(1);
+    tokens.push_back("<|im_end|>");
+    types.push_back(3);
+    w.set_string("tokenizer.ggml.model", "gpt2");
+    w.set_string("tokenizer.ggml.pre", "qwen2");
+    w.set_array_string("tokenizer.ggml.tokens", tokens);
+    w.set_array_i32("tokenizer.ggml.token_type", types);
+    w.set_array_string("tokenizer.ggml.merges", {"\xC4\xA0 t"});
+    w.set_u32("tokenizer.ggml.eos_token_id", 257);
+}
+
+template <class F>
+void expect_gguf_error(F &&fill, error_kind kind, const std::string &needle) {
+    try {
+        load_written(fill);
+        FAIL("accepted; expected " << needle);
+    } catch (const error &e) {
+        INFO(e.what());
+        CHECK(e.kind() == kind);
+        CHECK(std::string(e.what()).find(needle) != std::string::npos);
+    }
+}
+
+}  // namespace
+
+TEST_CASE("from_gguf reads the tokenizer keys and names bad ones", "[tokenizer][gguf]") {
+    const tokenizer tok = load_written(write_toy);
+    CHECK(tok.n_vocab() == 258);
+    CHECK(tok.pre() == "qwen2");
+    CHECK(tok.eos_id() == 257);
+    CHECK(tok.bos_id() == -1);
+    CHECK(tok.is_eog(257));
+    CHECK(tok.encode(" t<|im_end|>", true) == std::vector<int32_t>{256, 257});
+    CHECK(tok.encode(" t", false) == std::vector<int32_t>{256});
+
+    expect_gguf_error([](gguf_writer &) {}, error_kind::file_format, "tokenizer.ggml.model");
+    expect_gguf_error([](gguf_writer &w) { write_toy(w); w.set_string("tokenizer.ggml.model", "llama"); },
+                      error_kind::unsupported, "'llama'");
+    expect_gguf_error([](gguf_writer &w) { write_toy(w); w.set_string("tokenizer.ggml.pre", "tekken"); },
+                      error_kind::unsupported, "tekken");
+    expect_gguf_error([](gguf_writer &w) { write_toy(w); w.set_array_i32("tokenizer.ggml.token_type", {1, 1}); },
+                      error_kind::file_format, "token_type");
+    expect_gguf_error([](gguf_writer &w) { write_toy(w); w.set_array_string("tokenizer.ggml.token_type", {"a"}); },
+                      error_kind::file_format, "token_type");
+    expect_gguf_error([](gguf_writer &w) { write_toy(w); w.set_array_i32("tokenizer.ggml.tokens", {1}); },
+                      error_kind::file_format, "tokenizer.ggml.tokens");
+    expect_gguf_error([](gguf_writer &w) { write_toy(w); w.set_u32("tokenizer.ggml.eos_token_id", 999); },
+                      error_kind::file_format, "eos_token_id");
+    expect_gguf_error([](gguf_writer &w) { write_toy(w); w.set_array_string("tokenizer.ggml.merges", {"\xC4\xA0 q"}); },
+                      error_kind::file_format, "merges[0]");
 }
