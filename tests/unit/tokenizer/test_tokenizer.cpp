@@ -222,6 +222,27 @@ TEST_CASE("random bytes: tokens or invalid_request, never a crash", "[tokenizer]
     }
 }
 
+TEST_CASE("long single pieces and long whitespace runs", "[tokenizer][long]") {
+    // Regex backtracking and the BPE heap over pieces of 200k bytes must neither fail nor
+    // exhaust PCRE2's JIT stack (it falls back to the interpreter).
+    const tokenizer &tok = toy();
+    const std::string letters(200000, 'a');
+    const std::string spaces = std::string(200000, ' ') + "x";
+    const std::string newlines = std::string(100000, '\n') + std::string(100000, ' ') + "\n";
+    std::string cjk;
+    for (int i = 0; i < 50000; ++i) cjk += "\xE4\xB8\x96";  // one 150k-byte letter run
+    for (const std::string *s : std::initializer_list<const std::string *>{&letters, &spaces, &newlines, &cjk}) {
+        const auto ids = tok.encode(*s, false);
+        CHECK(tok.decode(ids) == *s);
+    }
+    // Every rank-16 "a a" entry pops before any rank-17 "aa a" one, left to right, so an even
+    // run becomes all "aa" and no single "a" is left for "aa a".
+    const auto ids = tok.encode(letters, false);
+    CHECK(ids.size() == letters.size() / 2);
+    const int32_t aa = id_of("aa");
+    CHECK(std::all_of(ids.begin(), ids.end(), [&](int32_t id) { return id == aa; }));
+}
+
 TEST_CASE("vocab validation names what is wrong", "[tokenizer][errors]") {
     {
         auto v = test::toy_vocab();
