@@ -24,12 +24,18 @@ struct chat_template {
     // system message (Qwen2/Qwen2.5: "You are a helpful assistant." / "You are Qwen, ..."),
     // found as a literal '<|im_start|>system\n...<|im_end|>' in the source; "" when none.
     std::string default_system;
+    // qwen3 only, read from the source: whether it honours enable_thinking (Qwen3-2507 Instruct
+    // templates do not), and whether its generation prompt itself opens "<think>\n" (QwQ,
+    // Qwen3-2507 Thinking).
+    bool thinking_switch = true;
+    bool think_prefill = false;
 
     // Detects the family from the template text; unknown text gives `fallback` (callers warn).
     static chat_template detect(const std::string &source);
 
     // add_generation_prompt opens an assistant turn; with enable_thinking false, Qwen3 gets an
-    // empty "<think>\n\n</think>\n\n" block as its own template does. chatml and qwen3 take
+    // empty "<think>\n\n</think>\n\n" block as its own template does (when it has the switch;
+    // a think_prefill template gets "<think>\n" instead, whatever enable_thinking says). chatml and qwen3 take
     // the roles system, user and assistant (others throw error(invalid_request)). fallback
     // writes "role: content\n" per message and "assistant:" as the generation prompt.
     std::string render(const std::vector<chat_message> &messages, bool add_generation_prompt,

@@ -71,7 +71,8 @@ bool is_tool_response(std::string_view s) {
 // Qwen3's template for string contents without tools. Assistant turns before the last real user
 // query lose their <think> block; turns after it (the current agentic step) keep their
 // reasoning, and the last message, if an assistant turn, always gets a (possibly empty) block.
-std::string render_qwen3(const std::vector<chat_message> &messages, bool add_generation_prompt, bool enable_thinking) {
+std::string render_qwen3(const chat_template &t, const std::vector<chat_message> &messages, bool add_generation_prompt,
+                         bool enable_thinking) {
     for (const auto &m : messages) check_role(m);
     const size_t n = messages.size();
     // The template's namespace starts at len-1 and moves to the last user message that is not
@@ -116,7 +117,8 @@ std::string render_qwen3(const std::vector<chat_message> &messages, bool add_gen
     }
     if (add_generation_prompt) {
         out.append(im_start).append("assistant\n");
-        if (!enable_thinking) out.append("<think>\n\n</think>\n\n");
+        if (t.think_prefill) out.append("<think>\n");
+        else if (t.thinking_switch && !enable_thinking) out.append("<think>\n\n</think>\n\n");
     }
     return out;
 }
@@ -138,6 +140,10 @@ chat_template chat_template::detect(const std::string &source) {
         t.family = chat_template_family::fallback;
     } else if (source.find("<think>") != std::string::npos) {
         t.family = chat_template_family::qwen3;
+        t.thinking_switch = source.find("enable_thinking") != std::string::npos;
+        // The quoted literal, with the Jinja escape "\n" or a real newline.
+        t.think_prefill = source.find("<|im_start|>assistant\\n<think>\\n") != std::string::npos ||
+                          source.find("<|im_start|>assistant\n<think>\n") != std::string::npos;
     } else {
         t.family = chat_template_family::chatml;
         t.default_system = find_default_system(source);
@@ -149,7 +155,7 @@ std::string chat_template::render(const std::vector<chat_message> &messages, boo
                                   bool enable_thinking) const {
     switch (family) {
     case chat_template_family::chatml: return render_chatml(*this, messages, add_generation_prompt);
-    case chat_template_family::qwen3: return render_qwen3(messages, add_generation_prompt, enable_thinking);
+    case chat_template_family::qwen3: return render_qwen3(*this, messages, add_generation_prompt, enable_thinking);
     case chat_template_family::fallback: return render_fallback(messages, add_generation_prompt);
     }
     return render_fallback(messages, add_generation_prompt);

@@ -20,7 +20,16 @@ const std::string chatml_source =
     "'<|im_end|>' + '\\n'}}{% endfor %}";
 const std::string qwen3_source =
     "{%- if messages[0].role == 'system' %}{{- '<|im_start|>system\\n' + messages[0].content + '<|im_end|>\\n' }}"
-    "{%- endif %} ... {%- if '</think>' in content %} ... '\\n<think>\\n' ... {%- endif %}";
+    "{%- endif %} ... {%- if '</think>' in content %} ... '\\n<think>\\n' ... {%- endif %}"
+    "{%- if enable_thinking is defined and enable_thinking is false %}{{- '<think>\\n\\n</think>\\n\\n' }}{%- endif %}";
+// Qwen3-2507 Instruct keeps the <think> history rules but has no enable_thinking switch;
+// Qwen3-2507 Thinking (and QwQ) open the block in the generation prompt themselves.
+const std::string qwen3_instruct_2507_source =
+    "{%- if '</think>' in content %} ... '\\n<think>\\n' ... {%- endif %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}";
+const std::string qwen3_thinking_2507_source =
+    "{%- if '</think>' in content %} ... {%- endif %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n<think>\\n' }}{%- endif %}";
 
 using msgs = std::vector<chat_message>;
 
@@ -70,6 +79,22 @@ TEST_CASE("qwen3: generation prompt and enable_thinking", "[chat_template]") {
     // No default system prompt; system messages anywhere render like user turns.
     CHECK(t.render({{"system", "S"}, {"user", "U"}, {"system", "S2"}}, false) ==
           "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nU<|im_end|>\n<|im_start|>system\nS2<|im_end|>\n");
+}
+
+TEST_CASE("qwen3 variants: no switch, or a prefilled <think>", "[chat_template]") {
+    const chat_template instruct = chat_template::detect(qwen3_instruct_2507_source);
+    CHECK(instruct.family == chat_template_family::qwen3);
+    CHECK_FALSE(instruct.thinking_switch);
+    CHECK(instruct.render({{"user", "Hi"}}, true, false) == "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
+    const chat_template thinking = chat_template::detect(qwen3_thinking_2507_source);
+    CHECK(thinking.family == chat_template_family::qwen3);
+    CHECK(thinking.think_prefill);
+    for (bool enable : {true, false})
+        CHECK(thinking.render({{"user", "Hi"}}, true, enable) ==
+              "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n<think>\n");
+    const chat_template plain = chat_template::detect(qwen3_source);
+    CHECK(plain.thinking_switch);
+    CHECK_FALSE(plain.think_prefill);
 }
 
 TEST_CASE("qwen3: assistant turns before the last user query lose their reasoning", "[chat_template]") {
