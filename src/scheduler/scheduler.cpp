@@ -90,7 +90,9 @@ uint64_t scheduler::submit(gen_request request) {
         ++stats_.requests_rejected;
         fail(error_kind::unavailable, "the server is shutting down");
     }
-    if (static_cast<int64_t>(queue_.size()) >= options_.max_queue) {
+    // --max-queue counts requests that must wait: those a free slot will take at the next step
+    // do not (so --max-queue 0 still serves up to n_slots requests at once).
+    if (static_cast<int64_t>(queue_.size()) >= static_cast<int64_t>(options_.max_queue) + n_free_) {
         ++stats_.requests_rejected;
         fail(error_kind::unavailable, "the request queue is full ({} waiting); retry later", queue_.size());
     }
@@ -167,6 +169,7 @@ void scheduler::admit() {
             queue_.pop_front();
             --n_free;
         }
+        n_free_ = n_free;
         stats_.queue_depth = static_cast<int32_t>(queue_.size());
     }
     for (auto &q : taken) {
@@ -444,6 +447,7 @@ void scheduler::publish() {
         }
     }
     std::lock_guard lock(mutex_);
+    n_free_ = static_cast<int32_t>(slots_.size()) - in_use;
     slot_view_ = std::move(view);
     stats_.kv_tokens = kv;
     stats_.slots_in_use = in_use;

@@ -178,6 +178,7 @@ private:
     std::vector<uint64_t> cancels_;
     uint64_t next_id_ = 1;
     bool stopping_ = false;
+    int32_t n_free_ = 0;  // free slots as of the last step (admission control in submit)
     std::chrono::steady_clock::time_point deadline_{};
     scheduler_stats stats_;
     std::vector<slot_info> slot_view_;

@@ -115,7 +115,7 @@ def test_cancel_streaming(srv):
 
 def test_cancel_queued(build_dir):
     # One slot: a streaming request holds it, a second waits in the queue, then disconnects.
-    with h.running(build_dir, ["--ctx", "1024", "--batched-session", "1"], "e2e-queue.log") as srv:
+    with h.running(build_dir, ["--ctx", "1024", "--batched-session", "1", "--max-queue", "1"], "e2e-queue.log") as srv:
         holder_started = threading.Event()
         release = threading.Event()
 
@@ -140,6 +140,12 @@ def test_cancel_queued(build_dir):
         while deferred() < 1 and time.time() < deadline:
             time.sleep(0.05)
         check(deferred() == 1, "the second request is queued")
+        # The queue (--max-queue 1) is full now: 503 with Retry-After, in each API's shape.
+        status, hdrs, data = srv.request("POST", "/v1/completions", {"prompt": "third", "max_tokens": 2})
+        check(status == 503 and "Retry-After" in hdrs and "error" in json.loads(data), f"a full queue answers 503 + Retry-After ({status})")
+        status, _, data = srv.request("POST", "/v1/messages", {"model": MODEL, "max_tokens": 2,
+                                                               "messages": [{"role": "user", "content": "x"}]})
+        check(status == 503 and json.loads(data)["error"]["type"] == "overloaded_error", "a full queue on /v1/messages: overloaded_error")
         s.close()
         deadline = time.time() + 10
         while deferred() > 0 and time.time() < deadline:

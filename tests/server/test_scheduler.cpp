@@ -269,6 +269,24 @@ TEST_CASE("admission is FIFO and the queue is bounded", "[scheduler]") {
     CHECK(s.stats().requests_rejected == 1);
 }
 
+TEST_CASE("--max-queue 0 still fills the free slots before refusing", "[scheduler]") {
+    fake_engine eng(2, 512, n_vocab);
+    scheduler_options opt;
+    opt.max_queue = 0;
+    scheduler s(eng, opt, fake_hooks(-1));
+    auto a = std::make_shared<collect_sink>(), b = std::make_shared<collect_sink>(), c = std::make_shared<collect_sink>();
+    s.submit(make_request(make_prompt(1, 4), 50, a));
+    s.submit(make_request(make_prompt(2, 4), 50, b));
+    CHECK_THROWS_AS(s.submit(make_request(make_prompt(3, 4), 50, c)), error);
+    s.step();
+    CHECK(s.stats().slots_in_use == 2);
+    CHECK_THROWS_AS(s.submit(make_request(make_prompt(3, 4), 50, c)), error);
+    run_until_done(s, {a, b});
+    s.submit(make_request(make_prompt(3, 4), 5, c));
+    run_until_done(s, {c});
+    CHECK(c->last().finish == finish_reason::length);
+}
+
 TEST_CASE("cancellation drops a queued request at once and frees an active slot", "[scheduler]") {
     fake_engine eng(1, 512, n_vocab);
     scheduler s(eng, {}, fake_hooks(-1));
