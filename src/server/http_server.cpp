@@ -89,6 +89,24 @@ private:
         parser_.emplace();
         parser_->body_limit(config_.body_limit);
         stream_.expires_after(std::chrono::seconds(config_.read_timeout_s));
+        http::async_read_header(stream_, buffer_, *parser_, beast::bind_front_handler(&session::on_header, shared_from_this()));
+    }
+
+    // curl sends "Expect: 100-continue" with bodies over 1 KiB and waits a second for the go-ahead.
+    void on_header(beast::error_code ec, size_t n) {
+        if (ec || parser_->is_done()) return on_read(ec, n);
+        if (beast::iequals(parser_->get()[http::field::expect], "100-continue")) {
+            auto cont = std::make_shared<std::string>("HTTP/1.1 100 Continue\r\n\r\n");
+            net::async_write(stream_, net::buffer(*cont), [self = shared_from_this(), cont](beast::error_code wec, size_t) {
+                if (wec) return self->close();
+                self->read_body();
+            });
+            return;
+        }
+        read_body();
+    }
+
+    void read_body() {
         http::async_read(stream_, buffer_, *parser_, beast::bind_front_handler(&session::on_read, shared_from_this()));
     }
 

@@ -60,6 +60,13 @@ def test_curl_and_basics(srv):
     text = "".join(json.loads(ln)["choices"][0]["delta"].get("content", "") for ln in lines[:-1]
                    if json.loads(ln)["choices"])
     check(text == r["choices"][0]["message"]["content"], "greedy streamed text equals the non-streamed text")
+    # A body over 1 KiB makes curl send "Expect: 100-continue"; the reply must not wait for curl's
+    # one-second fallback, but no timing is asserted: only that the request succeeds.
+    out = subprocess.run(["curl", "-sS", "--max-time", "120", f"http://127.0.0.1:{srv.port}/v1/completions",
+                          "-H", "Content-Type: application/json", "-w", "\n%{http_code}", "-d",
+                          json.dumps({"model": MODEL, "prompt": "x " * 700, "max_tokens": 2, "temperature": 0})],
+                         capture_output=True, timeout=150)
+    check(out.stdout.decode().rstrip().endswith("200"), f"curl with a large body (Expect: 100-continue): {out.stdout[-80:]!r}")
     status, models = srv.get_json("/v1/models")
     check(status == 200 and models["data"][0]["id"] == MODEL, "/v1/models lists the model")
     status, props = srv.get_json("/props")
