@@ -60,6 +60,10 @@ def test_curl_and_basics(srv):
     text = "".join(json.loads(ln)["choices"][0]["delta"].get("content", "") for ln in lines[:-1]
                    if json.loads(ln)["choices"])
     check(text == r["choices"][0]["message"]["content"], "greedy streamed text equals the non-streamed text")
+    # The same prompt again reuses the slot's cached prefix (all but the last prompt token).
+    final = [json.loads(ln) for ln in lines[:-1] if "timings" in json.loads(ln)]
+    check(final and final[-1]["timings"]["cache_n"] == r["usage"]["prompt_tokens"] - 1,
+          f"a repeated prompt reuses its cached prefix ({final[-1]['timings'] if final else None})")
     # A body over 1 KiB makes curl send "Expect: 100-continue"; the reply must not wait for curl's
     # one-second fallback, but no timing is asserted: only that the request succeeds.
     out = subprocess.run(["curl", "-sS", "--max-time", "120", f"http://127.0.0.1:{srv.port}/v1/completions",
