@@ -11,26 +11,37 @@
 namespace tandem::cuda {
 namespace {
 
-constexpr int warps_per_block = 4;  // one output element per warp; 4 per block keeps grids large
+constexpr int warps_per_block = 4;  // each warp computes R output elements (matvec_kernel); 4 warps per block
 constexpr int pair_batch = 8;       // rows sharing one decode of the weights; 8 covers most decode groups
 
-__device__ __forceinline__ float dot_item(const float (&v)[32], const float *__restrict__ x, const int (&start)[4]) {
-    float part[4];
+// The 32 activations an item multiplies (runs of 8 at start[t]), as dot_vals takes them.
+__device__ __forceinline__ void load_x(const float *__restrict__ x, const int (&start)[4], float (&xv)[32]) {
 #pragma unroll
     for (int t = 0; t < 4; ++t) {
         const float4 a = *reinterpret_cast<const float4 *>(x + start[t]);
         const float4 b = *reinterpret_cast<const float4 *>(x + start[t] + 4);
-        float s = v[8 * t] * a.x;
-        s = fmaf(v[8 * t + 1], a.y, s);
-        s = fmaf(v[8 * t + 2], a.z, s);
-        s = fmaf(v[8 * t + 3], a.w, s);
-        s = fmaf(v[8 * t + 4], b.x, s);
-        s = fmaf(v[8 * t + 5], b.y, s);
-        s = fmaf(v[8 * t + 6], b.z, s);
-        s = fmaf(v[8 * t + 7], b.w, s);
+        xv[8 * t] = a.x; xv[8 * t + 1] = a.y; xv[8 * t + 2] = a.z; xv[8 * t + 3] = a.w;
+        xv[8 * t + 4] = b.x; xv[8 * t + 5] = b.y; xv[8 * t + 6] = b.z; xv[8 * t + 7] = b.w;
+    }
+}
+
+// One item's products, in a fixed order: four runs of 8 chained FMAs, then (r0 + r1) + (r2 + r3).
+__device__ __forceinline__ float dot_vals(const float (&v)[32], const float (&xv)[32]) {
+    float part[4];
+#pragma unroll
+    for (int t = 0; t < 4; ++t) {
+        float s = v[8 * t] * xv[8 * t];
+#pragma unroll
+        for (int i = 1; i < 8; ++i) s = fmaf(v[8 * t + i], xv[8 * t + i], s);
         part[t] = s;
     }
     return (part[0] + part[1]) + (part[2] + part[3]);
+}
+
+__device__ __forceinline__ float dot_item(const float (&v)[32], const float *__restrict__ x, const int (&start)[4]) {
+    float xv[32];
+    load_x(x, start, xv);
+    return dot_vals(v, xv);
 }
 
 __device__ __forceinline__ float warp_sum(float v) {
@@ -39,7 +50,11 @@ __device__ __forceinline__ float warp_sum(float v) {
     return v;
 }
 
-template <ggml_type T, bool swiglu, int batch>
+// R output rows per warp, U items per lane per chunk: the R x U (x2 with SwiGLU) weight loads of a
+// chunk are all issued before the first is decoded, so each lane keeps several 16-byte loads in
+// flight. Lane l still visits items l, l + 32, ... of each row in ascending order and adds them into
+// that row's accumulator one by one: R and U change which loads overlap, never an output's value.
+template <ggml_type T, bool swiglu, int batch, int R, int U>
 __global__ void __launch_bounds__(warps_per_block * 32)
     matvec_kernel(const matvec_args a, int64_t row_bytes, int blocks0, int blocks1) {
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -60,10 +75,10 @@ __global__ void __launch_bounds__(warps_per_block * 32)
         y_base = a.extra[part].y;
         y_stride = a.extra[part].y_stride;
     }
-    const int j = bx * warps_per_block + warp;
-    if (j >= n_out) return;
+    const int j0 = (bx * warps_per_block + warp) * R;
+    if (j0 >= n_out) return;
     const bool grouped = a.group_off != nullptr;
-    const bool early = !grouped || a.groups_settled;  // the weight row is known before the wait
+    const bool early = !grouped || a.groups_settled;  // the weight rows are known before the wait
     const int n_items = a.n_in / 32;
     int begin = 0, end = a.n_pairs, mat = 0;
     auto resolve_group = [&]() {
@@ -74,21 +89,35 @@ __global__ void __launch_bounds__(warps_per_block * 32)
         mat = a.group_mat[g];
         return true;
     };
-    const uint8_t *w_row = nullptr, *u_row = nullptr;
+    const uint8_t *w_row[R], *u_row[R];
     auto resolve_rows = [&]() {
-        const size_t offset = (size_t(mat) * n_out + j) * size_t(row_bytes);
-        w_row = static_cast<const uint8_t *>(w) + offset;
-        if constexpr (swiglu) u_row = static_cast<const uint8_t *>(a.w_up) + offset;
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+            const size_t offset = (size_t(mat) * n_out + size_t(j0 + r)) * size_t(row_bytes);
+            w_row[r] = static_cast<const uint8_t *>(w) + offset;
+            u_row[r] = swiglu ? static_cast<const uint8_t *>(a.w_up) + offset : nullptr;
+        }
     };
-    item_raw<T> cur{}, cur_u{};
+    item_raw<T> cur[R][U], cur_u[R][U];
+    auto load_chunk = [&](int item0) {
+#pragma unroll
+        for (int r = 0; r < R; ++r)
+#pragma unroll
+            for (int u = 0; u < U; ++u) {
+                const int item = item0 + 32 * u;
+                if (j0 + r < n_out && item < n_items) {
+                    cur[r][u] = load_item<T>(w_row[r], item);
+                    if constexpr (swiglu) cur_u[r][u] = load_item<T>(u_row[r], item);
+                }
+            }
+    };
     bool prefetched = false;
     if (early) {
         if (grouped && !resolve_group()) return;
         resolve_rows();
         if (lane < n_items) {
             // Stream this lane's first weights while the previous kernel finishes.
-            cur = load_item<T>(w_row, lane);
-            if constexpr (swiglu) cur_u = load_item<T>(u_row, lane);
+            load_chunk(lane);
             prefetched = true;
         }
     }
@@ -100,78 +129,126 @@ __global__ void __launch_bounds__(warps_per_block * 32)
     }
     for (int p0 = begin; p0 < end; p0 += batch) {
         const float *xr[batch];
-        float acc[batch], acc_up[batch];
+        float acc[R][batch], acc_up[R][batch];
 #pragma unroll
         for (int p = 0; p < batch; ++p) {
             const int i = p0 + p;
             xr[p] = i < end ? a.x + int64_t(a.x_rows ? a.x_rows[i] : i) * a.x_stride : nullptr;
-            acc[p] = 0.0f;
-            acc_up[p] = 0.0f;
-        }
-        if (!(prefetched && p0 == begin) && lane < n_items) {
-            cur = load_item<T>(w_row, lane);
-            if constexpr (swiglu) cur_u = load_item<T>(u_row, lane);
-        }
-        for (int item = lane; item < n_items; item += 32) {
-            // Next item's loads go out before this one is decoded (software pipelining).
-            item_raw<T> nxt{}, nxt_u{};
-            if (item + 32 < n_items) {
-                nxt = load_item<T>(w_row, item + 32);
-                if constexpr (swiglu) nxt_u = load_item<T>(u_row, item + 32);
+#pragma unroll
+            for (int r = 0; r < R; ++r) {
+                acc[r][p] = 0.0f;
+                acc_up[r][p] = 0.0f;
             }
-            float v[32], vu[32];
-            int start[4];
-            decode_raw<T>(cur, item, v, start);
-            if constexpr (swiglu) decode_raw<T>(cur_u, item, vu, start);
+        }
+        for (int item0 = lane; item0 < n_items; item0 += 32 * U) {
+            if (!(prefetched && p0 == begin && item0 == lane)) load_chunk(item0);
+            if constexpr (R == 1) {
+#pragma unroll
+                for (int u = 0; u < U; ++u) {
+                    const int item = item0 + 32 * u;
+                    if (item >= n_items) continue;
+                    float v[32], vu[32];
+                    int start[4];
+                    decode_raw<T>(cur[0][u], item, v, start);
+                    if constexpr (swiglu) decode_raw<T>(cur_u[0][u], item, vu, start);
+#pragma unroll
+                    for (int p = 0; p < batch; ++p) {
+                        if (!xr[p]) continue;
+                        acc[0][p] += dot_item(v, xr[p], start);
+                        if constexpr (swiglu) acc_up[0][p] += dot_item(vu, xr[p], start);
+                    }
+                }
+            } else {
+                // One row of the step (batch 1): each item's activations are read once for the
+                // warp's R weight rows instead of once per row.
+                static_assert(batch == 1, "several weight rows per warp only for one-row steps");
+#pragma unroll
+                for (int u = 0; u < U; ++u) {
+                    const int item = item0 + 32 * u;
+                    if (item >= n_items) continue;
+                    float xv[32];
+#pragma unroll
+                    for (int r = 0; r < R; ++r) {
+                        if (j0 + r >= n_out) continue;
+                        float v[32], vu[32];
+                        int start[4];
+                        decode_raw<T>(cur[r][u], item, v, start);
+                        if constexpr (swiglu) decode_raw<T>(cur_u[r][u], item, vu, start);
+                        if (r == 0) load_x(xr[0], start, xv);
+                        acc[r][0] += dot_vals(v, xv);
+                        if constexpr (swiglu) acc_up[r][0] += dot_vals(vu, xv);
+                    }
+                }
+            }
+        }
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+            if (j0 + r >= n_out) continue;
 #pragma unroll
             for (int p = 0; p < batch; ++p) {
                 if (!xr[p]) continue;
-                acc[p] += dot_item(v, xr[p], start);
-                if constexpr (swiglu) acc_up[p] += dot_item(vu, xr[p], start);
-            }
-            cur = nxt;
-            cur_u = nxt_u;
-        }
-#pragma unroll
-        for (int p = 0; p < batch; ++p) {
-            if (!xr[p]) continue;
-            float r = warp_sum(acc[p]);
-            if constexpr (swiglu) {
-                const float u = warp_sum(acc_up[p]);
-                r = r / (1.0f + expf(-r)) * u;  // silu(gate) * up, as the CPU twin writes it
-            }
-            if (lane == 0) {
-                const int i = p0 + p;
-                float *y = y_base + int64_t(a.y_rows ? a.y_rows[i] : i) * y_stride + j;
-                *y = a.accumulate ? *y + r : r;
+                float y_val = warp_sum(acc[r][p]);
+                if constexpr (swiglu) {
+                    const float u = warp_sum(acc_up[r][p]);
+                    y_val = y_val / (1.0f + expf(-y_val)) * u;  // silu(gate) * up, as the CPU twin writes it
+                }
+                if (lane == 0) {
+                    const int i = p0 + p;
+                    float *y = y_base + int64_t(a.y_rows ? a.y_rows[i] : i) * y_stride + j0 + r;
+                    *y = a.accumulate ? *y + y_val : y_val;
+                }
             }
         }
     }
 }
 
-template <ggml_type T, int batch>
-void launch_matvec_batch(const matvec_args &a, cudaStream_t stream) {
-    const int blocks0 = (a.n_out + warps_per_block - 1) / warps_per_block;
-    const int blocks1 = a.n_extra > 0 ? (a.extra[0].n_out + warps_per_block - 1) / warps_per_block : 0;
-    const int blocks2 = a.n_extra > 1 ? (a.extra[1].n_out + warps_per_block - 1) / warps_per_block : 0;
+template <ggml_type T, bool swiglu, int batch, int R, int U>
+void launch_matvec_shape(const matvec_args &a, cudaStream_t stream) {
+    constexpr int per_block = warps_per_block * R;
+    const int blocks0 = (a.n_out + per_block - 1) / per_block;
+    const int blocks1 = a.n_extra > 0 ? (a.extra[0].n_out + per_block - 1) / per_block : 0;
+    const int blocks2 = a.n_extra > 1 ? (a.extra[1].n_out + per_block - 1) / per_block : 0;
     const dim3 grid(blocks0 + blocks1 + blocks2, a.group_off ? a.max_groups : 1);
-    const int64_t row_bytes = matvec_row_bytes(a.type, a.n_in);
+    launch_pdl(matvec_kernel<T, swiglu, batch, R, U>, grid, dim3(warps_per_block * 32), stream, a,
+               matvec_row_bytes(a.type, a.n_in), blocks0, blocks1);
+}
+
+template <ggml_type T, int batch, int R, int U>
+void launch_matvec_batch(const matvec_args &a, cudaStream_t stream) {
     if (a.w_up)
-        launch_pdl(matvec_kernel<T, true, batch>, grid, dim3(warps_per_block * 32), stream, a, row_bytes, blocks0, blocks1);
+        launch_matvec_shape<T, true, batch, R, U>(a, stream);
     else
-        launch_pdl(matvec_kernel<T, false, batch>, grid, dim3(warps_per_block * 32), stream, a, row_bytes, blocks0, blocks1);
+        launch_matvec_shape<T, false, batch, R, U>(a, stream);
 }
 
 // Rows sharing one pass over the weights: fewer registers (more warps in flight) when a step
 // has few rows per matrix. The batch changes no value: each row keeps its own accumulator.
+// Q4_K: a lane's items of a row (up to 2) are loaded together; with one row per matrix
+// (one-session decode) a warp without SwiGLU computes 2 outputs and reads each item's
+// activations once for both. Measured on the H200 (docs/perf-notes.md): 4 outputs per warp, or
+// 2 with SwiGLU, cost occupancy (167 registers) and were slower.
 template <ggml_type T>
 void launch_matvec_type(const matvec_args &a, cudaStream_t stream) {
     const int32_t rows = a.group_off ? a.max_pairs_per_group : a.n_pairs;
     if constexpr (T == ggml_type::q4_k) {
-        if (rows == 1) return launch_matvec_batch<T, 1>(a, stream);
-        if (rows >= 1 && rows <= 4) return launch_matvec_batch<T, 4>(a, stream);
+        const bool one_item = a.n_in <= 32 * 32;  // each lane holds at most one item of a row
+        if (rows == 1) {
+            if (a.w_up) {
+                if (one_item) return launch_matvec_shape<T, true, 1, 1, 1>(a, stream);
+                return launch_matvec_shape<T, true, 1, 1, 2>(a, stream);
+            }
+            if (one_item) return launch_matvec_shape<T, false, 1, 2, 1>(a, stream);
+            return launch_matvec_shape<T, false, 1, 2, 2>(a, stream);
+        }
+        if (rows >= 1 && rows <= 4) {
+            if (one_item) return launch_matvec_batch<T, 4, 1, 1>(a, stream);
+            return launch_matvec_batch<T, 4, 1, 2>(a, stream);
+        }
+        if (one_item) return launch_matvec_batch<T, pair_batch, 1, 1>(a, stream);
+        launch_matvec_batch<T, pair_batch, 1, 2>(a, stream);
+    } else {
+        launch_matvec_batch<T, pair_batch, 1, 1>(a, stream);
     }
-    launch_matvec_batch<T, pair_batch>(a, stream);
 }
 
 }  // namespace

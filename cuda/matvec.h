@@ -3,8 +3,8 @@
 // Owns: every weight-times-activation product of the forward (attention projections, router,
 // experts, head). Does not own: routing and the pair sort (moe.h), norms (norm.h).
 //
-// Each output element is computed by one warp: lane l dequantises the 32-element items
-// l, l + 32, ... of the weight row in that order and accumulates each row's products in its own
+// Each output element is computed by one warp (a warp may compute several): lane l dequantises
+// the 32-element items l, l + 32, ... of the weight row in that order and accumulates each row's products in its own
 // register; the 32 lanes are combined by xor-shuffles 16, 8, 4, 2, 1. The order depends only on
 // n_in, never on the number of rows or groups: decode logits are batch invariant, bitwise.
 #pragma once

@@ -51,12 +51,12 @@ struct q4_k_raw {
 __device__ __forceinline__ q4_k_raw load_q4_k(const uint8_t *__restrict__ row, int item) {
     const uint8_t *blk = row + size_t(item >> 3) * 144;
     const int u = item & 7, c = u >> 1, hf = u & 1;
-    const uint32_t *sw = reinterpret_cast<const uint32_t *>(blk);
+    const uint4 head = *reinterpret_cast<const uint4 *>(blk);  // d, dmin and the scales: one 16-byte load
     q4_k_raw r;
-    r.dd = sw[0];
-    r.s0 = sw[1];
-    r.s1 = sw[2];
-    r.s2 = sw[3];
+    r.dd = head.x;
+    r.s0 = head.y;
+    r.s1 = head.z;
+    r.s2 = head.w;
     r.q = *reinterpret_cast<const uint4 *>(blk + 16 + 32 * c + 16 * hf);
     return r;
 }

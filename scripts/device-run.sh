@@ -39,7 +39,7 @@ if [ "$mode" = profile ] || [ "$mode" = all ]; then
         "$carry/bin/tandem" bench -m /tmp/m.gguf --backend cuda --prompt 0 --gen 2 --sessions 1 > "$out/ncu.csv" 2> "$out/ncu.err"
     python3 - "$out/ncu.csv" > "$out/profile.txt" <<'PY'
 import csv, sys, collections
-scale = {"nsecond": 1e-3, "usecond": 1.0, "msecond": 1e3, "second": 1e6}
+scale = {"nsecond": 1e-3, "usecond": 1.0, "msecond": 1e3, "second": 1e6, "ns": 1e-3, "us": 1.0, "ms": 1e3, "s": 1e6}
 tot = collections.defaultdict(float); cnt = collections.Counter(); grids = {}
 lines = [l for l in open(sys.argv[1]) if l.startswith('"')]
 for row in csv.DictReader(lines):
