@@ -80,7 +80,7 @@ int plan_run(const plan_cli &cli) {
 
     auto file = gguf_file::open(cli.model);
     const model_hparams hp = model_hparams_read(*file);
-    const uint32_t kv_elem_bytes = cli.backend == "cpu" ? 4 : 2;  // the CPU engine keeps K/V in f32, CUDA in f16
+    const uint32_t kv_elem_bytes = 4;  // both engines keep K/V in f32 (closest to the reference)
     placement_model model;
     model.bytes = model_bytes_read(*file, hp, kv_elem_bytes);
     model.n_layer = hp.n_layer;

@@ -74,7 +74,7 @@ std::string config_line(const server_config &c) {
 int serve(server_config cfg) {
     auto file = gguf_file::open(cfg.model_path);
     model_hparams hp = model_hparams_read(*file);
-    const uint32_t kv_elem_bytes = cfg.backend == "cpu" ? 4 : 2;  // the CPU engine keeps K/V in f32
+    const uint32_t kv_elem_bytes = 4;  // both engines keep K/V in f32 (closest to the reference)
     model_bytes bytes = model_bytes_read(*file, hp, kv_elem_bytes);
     if (cfg.alias.empty()) cfg.alias = std::filesystem::path(cfg.model_path).filename().string();
 
