@@ -18,19 +18,11 @@
 namespace tandem {
 
 cpu_engine::cpu_engine(std::shared_ptr<const gguf_file> file, const engine_options &options)
-    : file_(std::move(file)) {
-    hp_ = model_hparams_read(*file_);
-    tensors_ = model_tensors_bind(*file_, hp_);
-    if (options.n_slots < 1 || options.n_slots > 1024)
-        fail(error_kind::config, "number of sessions (KV slots) must be in 1..1024, got {}", options.n_slots);
-    if (options.n_ctx < 1) fail(error_kind::config, "context size must be at least 1, got {}", options.n_ctx);
-    if (options.n_ctx > hp_.n_ctx_train)
-        fail(error_kind::config, "context size {} exceeds the model's trained context {} (no RoPE scaling yet)",
-             options.n_ctx, hp_.n_ctx_train);
+    : file_(std::move(file)), hp_(model_hparams_read(*file_)), tensors_(model_tensors_bind(*file_, hp_)),
+      slots_(options, hp_) {
     if (options.n_devices < 1 || options.n_devices > 64)
         fail(error_kind::config, "--devices must be in 1..64, got {}", options.n_devices);
-    n_slots_ = options.n_slots;
-    n_ctx_ = options.n_ctx;
+    const int32_t n_slots = options.n_slots, n_ctx = options.n_ctx;
     if (options.micro_batches < 0) fail(error_kind::config, "micro-batches must be >= 0, got {}", options.micro_batches);
     micro_batches_ = options.micro_batches;
     n_threads_ = options.n_threads > 0 ? options.n_threads : int32_t(std::max(1u, std::thread::hardware_concurrency()));
@@ -47,8 +39,8 @@ cpu_engine::cpu_engine(std::shared_ptr<const gguf_file> file, const engine_optio
                : options.tensor_parallel ? placement_mode::tensor_parallel
                                          : placement_mode::pipeline;
     for (int32_t i = 0; i < options.n_devices; ++i) req.devices.push_back(i);
-    req.n_sessions = n_slots_;
-    req.n_ctx = n_ctx_;
+    req.n_sessions = n_slots;
+    req.n_ctx = n_ctx;
     const uint64_t host_bytes = mem.total_bytes ? mem.total_bytes : (uint64_t(1) << 40);
     plan_ = placement_plan_make(req, topology_cpu_virtual(options.n_devices, host_bytes), pm);
 
@@ -67,26 +59,17 @@ cpu_engine::cpu_engine(std::shared_ptr<const gguf_file> file, const engine_optio
                 for (int32_t e : ids) mask[size_t(e)] = 1;
                 part.owned.push_back(std::move(mask));
             }
-        devices_.push_back(std::make_unique<cpu_device>(hp_, tensors_, std::move(part), n_slots_, n_ctx_,
+        devices_.push_back(std::make_unique<cpu_device>(hp_, tensors_, std::move(part), n_slots, n_ctx,
                                                         options.n_devices == 1 ? n_threads_ : threads_each));
         auto &members = stage_members_[size_t(dp.stage)];
         if (dp.role == placement_role::partner) members.push_back(dp.logical);
         else members.insert(members.begin(), dp.logical);
     }
-    slot_len_.assign(size_t(n_slots_), 0);
 }
 
-int32_t cpu_engine::slot_length(int32_t slot) const {
-    if (slot < 0 || slot >= n_slots_) fail(error_kind::invalid_request, "slot {} out of range 0..{}", slot, n_slots_ - 1);
-    return slot_len_[size_t(slot)];
-}
+int32_t cpu_engine::slot_length(int32_t slot) const { return slots_.length(slot); }
 
-void cpu_engine::slot_truncate(int32_t slot, int32_t n_keep) {
-    const int32_t len = slot_length(slot);
-    if (n_keep < 0 || n_keep > len)
-        fail(error_kind::invalid_request, "cannot keep {} tokens of slot {} which holds {}", n_keep, slot, len);
-    slot_len_[size_t(slot)] = n_keep;
-}
+void cpu_engine::slot_truncate(int32_t slot, int32_t n_keep) { slots_.truncate(slot, n_keep); }
 
 std::string cpu_engine::layout() const {
     size_t kv = 0;
@@ -100,23 +83,6 @@ std::map<std::string, double> cpu_engine::counters() const {
             {"threads", double(n_threads_)},
             {"devices", double(devices_.size())},
             {"bytes_moved_last_step", double(bytes_moved_)}};
-}
-
-void cpu_engine::validate(std::span<const engine_row> rows) const {
-    std::vector<int32_t> next = slot_len_;
-    for (size_t i = 0; i < rows.size(); ++i) {
-        const engine_row &r = rows[i];
-        if (r.slot < 0 || r.slot >= n_slots_)
-            fail(error_kind::invalid_request, "row {}: slot {} out of range 0..{}", i, r.slot, n_slots_ - 1);
-        if (r.token < 0 || r.token >= hp_.n_vocab)
-            fail(error_kind::invalid_request, "row {}: token {} out of range 0..{}", i, r.token, hp_.n_vocab - 1);
-        if (r.pos != next[size_t(r.slot)])
-            fail(error_kind::invalid_request, "row {}: slot {} expects position {}, got {}", i, r.slot,
-                 next[size_t(r.slot)], r.pos);
-        if (r.pos >= n_ctx_)
-            fail(error_kind::too_large, "row {}: position {} does not fit the context of {} tokens", i, r.pos, n_ctx_);
-        ++next[size_t(r.slot)];
-    }
 }
 
 void cpu_engine::run_stage(int32_t stage, std::span<const engine_row> rows, std::vector<float> &x,
@@ -199,7 +165,7 @@ void cpu_engine::run_pipeline(const std::vector<std::span<const engine_row>> &gr
 void cpu_engine::forward(std::span<const engine_row> rows, std::vector<float> &logits) {
     logits.clear();
     if (rows.empty()) return;
-    validate(rows);
+    slots_.validate(rows);
     const size_t n = rows.size(), d = size_t(hp_.d_model);
 
     // Micro-batches: contiguous row ranges, so a slot's rows keep their order across batches;
@@ -252,7 +218,7 @@ void cpu_engine::forward(std::span<const engine_row> rows, std::vector<float> &l
         }
         out_row += group_out;
     }
-    for (const engine_row &r : rows) slot_len_[size_t(r.slot)] = std::max(slot_len_[size_t(r.slot)], r.pos + 1);
+    slots_.advance(rows);
 }
 
 }  // namespace tandem

@@ -3,6 +3,7 @@
 #pragma once
 
 #include "cpu_device.h"
+#include "slot_table.h"
 #include "tandem/engine.h"
 #include "tandem/gguf.h"
 #include "tandem/model.h"
@@ -18,8 +19,8 @@ public:
     cpu_engine(std::shared_ptr<const gguf_file> file, const engine_options &options);
 
     const model_hparams &hparams() const override { return hp_; }
-    int32_t n_slots() const override { return n_slots_; }
-    int32_t n_ctx() const override { return n_ctx_; }
+    int32_t n_slots() const override { return slots_.n_slots(); }
+    int32_t n_ctx() const override { return slots_.n_ctx(); }
     void forward(std::span<const engine_row> rows, std::vector<float> &logits) override;
     int32_t slot_length(int32_t slot) const override;
     void slot_truncate(int32_t slot, int32_t n_keep) override;
@@ -33,7 +34,6 @@ private:
         int64_t experts_touched = 0;  // summed over the stage's layers
         uint64_t bytes_moved = 0;
     };
-    void validate(std::span<const engine_row> rows) const;
     // Runs one stage's layers on its members (one device, or a tensor-parallel pair).
     void run_stage(int32_t stage, std::span<const engine_row> rows, std::vector<float> &x, stage_stats &stats);
     // Runs every stage over the micro-batches; stage s works on micro-batch m while stage s+1
@@ -47,8 +47,8 @@ private:
     placement_plan plan_;
     std::vector<std::unique_ptr<cpu_device>> devices_;   // by logical index
     std::vector<std::vector<int32_t>> stage_members_;     // [stage] -> logical devices (host first)
-    int32_t n_slots_ = 0, n_ctx_ = 0, n_threads_ = 0, micro_batches_ = 0;
-    std::vector<int32_t> slot_len_;
+    slot_table slots_;
+    int32_t n_threads_ = 0, micro_batches_ = 0;
     double experts_touched_ = 0;     // distinct experts per layer in the last forward (average)
     uint64_t bytes_moved_ = 0;       // hidden states, expert outputs and logits between devices
 };

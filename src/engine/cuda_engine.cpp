@@ -92,21 +92,12 @@ struct cuda_engine::impl {
 };
 
 cuda_engine::cuda_engine(std::shared_ptr<const gguf_file> file, const engine_options &options)
-    : file_(std::move(file)), impl_(std::make_unique<impl>()) {
-    hp_ = model_hparams_read(*file_);
-    tensors_ = model_tensors_bind(*file_, hp_);
-    if (options.n_slots < 1 || options.n_slots > 1024)
-        fail(error_kind::config, "number of sessions (KV slots) must be in 1..1024, got {}", options.n_slots);
-    if (options.n_ctx < 1)
-        fail(error_kind::config, "context size must be at least 1, got {}", options.n_ctx);
-    if (options.n_ctx > hp_.n_ctx_train)
-        fail(error_kind::config, "context size {} exceeds the model's trained context {} (no RoPE scaling yet)",
-             options.n_ctx, hp_.n_ctx_train);
+    : file_(std::move(file)), hp_(model_hparams_read(*file_)), tensors_(model_tensors_bind(*file_, hp_)),
+      slots_(options, hp_), impl_(std::make_unique<impl>()) {
     if (options.tensor_parallel || options.gpu_devices.size() > 1 || options.n_devices != 1)
         fail(error_kind::unsupported, "the CUDA backend runs on one GPU for now (no --tensor-parallel, one --gpu-devices entry)");
     n_slots_ = options.n_slots;
     n_ctx_ = options.n_ctx;
-    slot_len_.assign(size_t(n_slots_), 0);
 
     impl &m = *impl_;
     int n_dev = 0;
@@ -237,17 +228,9 @@ cuda_engine::cuda_engine(std::shared_ptr<const gguf_file> file, const engine_opt
 
 cuda_engine::~cuda_engine() = default;
 
-int32_t cuda_engine::slot_length(int32_t slot) const {
-    if (slot < 0 || slot >= n_slots_) fail(error_kind::invalid_request, "slot {} out of range 0..{}", slot, n_slots_ - 1);
-    return slot_len_[size_t(slot)];
-}
+int32_t cuda_engine::slot_length(int32_t slot) const { return slots_.length(slot); }
 
-void cuda_engine::slot_truncate(int32_t slot, int32_t n_keep) {
-    const int32_t len = slot_length(slot);
-    if (n_keep < 0 || n_keep > len)
-        fail(error_kind::invalid_request, "cannot keep {} tokens of slot {} which holds {}", n_keep, slot, len);
-    slot_len_[size_t(slot)] = n_keep;
-}
+void cuda_engine::slot_truncate(int32_t slot, int32_t n_keep) { slots_.truncate(slot, n_keep); }
 
 std::string cuda_engine::layout() const {
     return fmt::format("layout: cuda device={} ({}) | L0-{} all experts, head | slots={} x ctx={} kv=f32 {:.2f} GiB | "
@@ -259,23 +242,6 @@ std::string cuda_engine::layout() const {
 std::map<std::string, double> cuda_engine::counters() const {
     return {{"launches_per_step", double(impl_->launches_per_step)},
             {"experts_touched_per_layer", impl_->experts_touched_per_layer}};
-}
-
-// Identical checks and messages to the CPU engine's (the engine contract).
-void cuda_engine::validate(std::span<const engine_row> rows) const {
-    std::vector<int32_t> next = slot_len_;
-    for (size_t i = 0; i < rows.size(); ++i) {
-        const engine_row &r = rows[i];
-        if (r.slot < 0 || r.slot >= n_slots_)
-            fail(error_kind::invalid_request, "row {}: slot {} out of range 0..{}", i, r.slot, n_slots_ - 1);
-        if (r.token < 0 || r.token >= hp_.n_vocab)
-            fail(error_kind::invalid_request, "row {}: token {} out of range 0..{}", i, r.token, hp_.n_vocab - 1);
-        if (r.pos != next[size_t(r.slot)])
-            fail(error_kind::invalid_request, "row {}: slot {} expects position {}, got {}", i, r.slot, next[size_t(r.slot)], r.pos);
-        if (r.pos >= n_ctx_)
-            fail(error_kind::too_large, "row {}: position {} does not fit the context of {} tokens", i, r.pos, n_ctx_);
-        ++next[size_t(r.slot)];
-    }
 }
 
 namespace {
@@ -507,7 +473,7 @@ void cuda_engine::run_step(std::span<const engine_row> rows, float *logits_out) 
 void cuda_engine::forward(std::span<const engine_row> rows, std::vector<float> &logits) {
     logits.clear();
     if (rows.empty()) return;
-    validate(rows);
+    slots_.validate(rows);
     size_t n_wanted = 0;
     for (const engine_row &r : rows) n_wanted += r.want_logits ? 1 : 0;
     logits.resize(n_wanted * size_t(hp_.n_vocab));
@@ -517,7 +483,7 @@ void cuda_engine::forward(std::span<const engine_row> rows, std::vector<float> &
         run_step(step, logits.data() + written * size_t(hp_.n_vocab));
         for (const engine_row &r : step) written += r.want_logits ? 1 : 0;
     }
-    for (const engine_row &r : rows) slot_len_[size_t(r.slot)] = std::max(slot_len_[size_t(r.slot)], r.pos + 1);
+    slots_.advance(rows);
 }
 
 }  // namespace tandem

@@ -2,6 +2,7 @@
 // op on the device, weights in their GGUF types, F32 KV cache, decode steps as CUDA graphs.
 #pragma once
 
+#include "slot_table.h"
 #include "tandem/engine.h"
 #include "tandem/gguf.h"
 #include "tandem/model.h"
@@ -35,14 +36,13 @@ public:
     struct impl;  // device state (opaque here: no CUDA types in this header)
 
 private:
-    void validate(std::span<const engine_row> rows) const;
     void run_step(std::span<const engine_row> rows, float *logits_out);
 
     std::shared_ptr<const gguf_file> file_;
     model_hparams hp_;
     model_tensors tensors_;
+    slot_table slots_;
     int32_t n_slots_ = 0, n_ctx_ = 0;
-    std::vector<int32_t> slot_len_;
     std::unique_ptr<impl> impl_;
 };
 
