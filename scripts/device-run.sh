@@ -11,8 +11,11 @@ carry=${CARRY:-carry-cuda}
 out=${OUT:-/tmp/out}
 mkdir -p "$out"
 export LD_LIBRARY_PATH="$PWD/$carry/lib:${LD_LIBRARY_PATH:-}"
-# The tests find fixtures under the source dir compiled in (/work/main).
-[ -e /work/main ] || { mkdir -p /work && ln -s "$PWD" /work/main; }
+# The tests find fixtures under the source dir compiled into them (TANDEM_SOURCE_DIR at build
+# time); set TANDEM_BUILD_SOURCE to that path and this copy of the tree is linked there.
+if [ -n "${TANDEM_BUILD_SOURCE:-}" ] && [ ! -e "$TANDEM_BUILD_SOURCE" ]; then
+    mkdir -p "$(dirname "$TANDEM_BUILD_SOURCE")" && ln -s "$PWD" "$TANDEM_BUILD_SOURCE"
+fi
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv > "$out/gpu.txt" 2>&1
 summary=()
 run() {  # name, command...
