@@ -116,11 +116,7 @@ public:
         return body;
     }
 
-    int final_status() const override {
-        if (done_.finish == finish_reason::cancelled) return 503;
-        if (done_.finish == finish_reason::error) return 500;
-        return 200;
-    }
+    int final_status() const override { return finish_http_status(done_.finish); }
 
 private:
     json message_base() const {

@@ -132,4 +132,10 @@ json timings_json(const gen_timings &t) {
     };
 }
 
+int finish_http_status(finish_reason finish) {
+    if (finish == finish_reason::cancelled) return 503;
+    if (finish == finish_reason::error) return 500;
+    return 200;
+}
+
 }  // namespace tandem::server

@@ -93,4 +93,8 @@ public:
 // llama.cpp's timings object.
 json timings_json(const gen_timings &t);
 
+// HTTP status of a finished non-streaming reply: 503 when cancelled (shutdown), 500 on an engine
+// failure, else 200.
+int finish_http_status(finish_reason finish);
+
 }  // namespace tandem::server
