@@ -37,6 +37,12 @@ const char *model_arch_name(model_arch arch);
 // Throws file_format/unsupported naming the key when a value is missing or inconsistent.
 model_hparams model_hparams_read(const gguf_file &file);
 
+class gguf_writer;
+// The inverse of model_hparams_read for the architecture keys (general.architecture and
+// <arch>.*; feed_forward_length only when d_ff > 0), in llama.cpp's converter's order and types.
+// n_vocab comes from token_embd, name from the caller; neither is written here.
+void model_hparams_write(gguf_writer &w, const model_hparams &hp, int32_t d_ff);
+
 // Bytes of the model's tensors by placement class, as stored in the file.
 struct model_bytes {
     std::vector<uint64_t> layer_replicated;  // per layer: attention, norms, router, shared experts

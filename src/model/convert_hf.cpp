@@ -5,6 +5,7 @@
 
 #include "tandem/error.h"
 #include "tandem/gguf.h"
+#include "tandem/model.h"
 #include "tandem/log.h"
 #include "tandem/quant.h"
 
@@ -546,22 +547,22 @@ convert_summary convert_hf(const convert_options &opts) {
     std::string name = opts.name;
     if (name.empty()) name = fs::absolute(dir).lexically_normal().filename().string();
     if (name.empty()) name = fs::absolute(dir).lexically_normal().parent_path().filename().string();
-    w.set_string("general.architecture", arch);
+    model_hparams hp;
+    hp.arch_name = arch;
+    hp.n_layer = int32_t(c.n_layer);
+    hp.d_model = int32_t(c.d_model);
+    hp.n_head = int32_t(c.n_head);
+    hp.n_head_kv = int32_t(c.n_head_kv);
+    hp.d_head = hp.d_head_v = int32_t(c.d_head);
+    hp.n_expert = int32_t(c.n_expert);
+    hp.n_expert_used = int32_t(c.n_expert_used);
+    hp.d_ff_expert = int32_t(c.d_ff_expert);
+    hp.n_ctx_train = int32_t(c.n_ctx);
+    hp.rms_eps = float(c.rms_eps);
+    hp.rope_theta = float(c.rope_theta);
+    model_hparams_write(w, hp, int32_t(c.d_ff));
     w.set_string("general.type", "model");
     w.set_string("general.name", name);
-    w.set_u32(arch + ".block_count", uint32_t(c.n_layer));
-    w.set_u32(arch + ".context_length", uint32_t(c.n_ctx));
-    w.set_u32(arch + ".embedding_length", uint32_t(c.d_model));
-    if (c.d_ff > 0) w.set_u32(arch + ".feed_forward_length", uint32_t(c.d_ff));
-    w.set_u32(arch + ".attention.head_count", uint32_t(c.n_head));
-    w.set_u32(arch + ".attention.head_count_kv", uint32_t(c.n_head_kv));
-    w.set_f32(arch + ".rope.freq_base", float(c.rope_theta));
-    w.set_f32(arch + ".attention.layer_norm_rms_epsilon", float(c.rms_eps));
-    w.set_u32(arch + ".expert_used_count", uint32_t(c.n_expert_used));
-    w.set_u32(arch + ".attention.key_length", uint32_t(c.d_head));
-    w.set_u32(arch + ".attention.value_length", uint32_t(c.d_head));
-    w.set_u32(arch + ".expert_count", uint32_t(c.n_expert));
-    w.set_u32(arch + ".expert_feed_forward_length", uint32_t(c.d_ff_expert));
     if (c.rope_type != "default") {
         w.set_string(arch + ".rope.scaling.type", c.rope_type);
         w.set_f32(arch + ".rope.scaling.factor", float(c.rope_factor));

@@ -95,6 +95,24 @@ model_hparams model_hparams_read(const gguf_file &file) {
     return hp;
 }
 
+void model_hparams_write(gguf_writer &w, const model_hparams &hp, int32_t d_ff) {
+    const std::string a = hp.arch_name + ".";
+    w.set_string("general.architecture", hp.arch_name);
+    w.set_u32(a + "block_count", uint32_t(hp.n_layer));
+    w.set_u32(a + "context_length", uint32_t(hp.n_ctx_train));
+    w.set_u32(a + "embedding_length", uint32_t(hp.d_model));
+    if (d_ff > 0) w.set_u32(a + "feed_forward_length", uint32_t(d_ff));
+    w.set_u32(a + "attention.head_count", uint32_t(hp.n_head));
+    w.set_u32(a + "attention.head_count_kv", uint32_t(hp.n_head_kv));
+    w.set_f32(a + "rope.freq_base", hp.rope_theta);
+    w.set_f32(a + "attention.layer_norm_rms_epsilon", hp.rms_eps);
+    w.set_u32(a + "expert_used_count", uint32_t(hp.n_expert_used));
+    w.set_u32(a + "attention.key_length", uint32_t(hp.d_head));
+    w.set_u32(a + "attention.value_length", uint32_t(hp.d_head_v));
+    w.set_u32(a + "expert_count", uint32_t(hp.n_expert));
+    w.set_u32(a + "expert_feed_forward_length", uint32_t(hp.d_ff_expert));
+}
+
 model_bytes model_bytes_read(const gguf_file &file, const model_hparams &hp, uint32_t kv_elem_bytes) {
     model_bytes bytes;
     bytes.layer_replicated.assign(hp.n_layer, 0);

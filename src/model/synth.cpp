@@ -6,6 +6,7 @@
 #include "tandem/error.h"
 #include "tandem/gguf.h"
 #include "tandem/log.h"
+#include "tandem/model.h"
 #include "tandem/quant.h"
 
 #include <cmath>
@@ -140,22 +141,21 @@ void synth_write(const synth_options &options, const std::string &path) {
                  p.name, row, traits.name, traits.block_elems);
 
     gguf_writer w;
-    const std::string a = "qwen3moe.";
-    w.set_string("general.architecture", "qwen3moe");
+    model_hparams hp;
+    hp.arch_name = "qwen3moe";
+    hp.n_layer = n_layer;
+    hp.d_model = p.d_model;
+    hp.n_head = p.n_head;
+    hp.n_head_kv = p.n_head_kv;
+    hp.d_head = hp.d_head_v = p.d_head;
+    hp.n_expert = p.n_expert;
+    hp.n_expert_used = p.n_expert_used;
+    hp.d_ff_expert = p.d_ff_expert;
+    hp.n_ctx_train = p.n_ctx_train;
+    hp.rms_eps = p.rms_eps;
+    hp.rope_theta = p.rope_theta;
+    model_hparams_write(w, hp, p.d_ff);
     w.set_string("general.name", "tandem-synth-" + p.name);
-    w.set_u32(a + "block_count", uint32_t(n_layer));
-    w.set_u32(a + "context_length", uint32_t(p.n_ctx_train));
-    w.set_u32(a + "embedding_length", uint32_t(p.d_model));
-    w.set_u32(a + "feed_forward_length", uint32_t(p.d_ff));
-    w.set_u32(a + "expert_feed_forward_length", uint32_t(p.d_ff_expert));
-    w.set_u32(a + "attention.head_count", uint32_t(p.n_head));
-    w.set_u32(a + "attention.head_count_kv", uint32_t(p.n_head_kv));
-    w.set_u32(a + "attention.key_length", uint32_t(p.d_head));
-    w.set_u32(a + "attention.value_length", uint32_t(p.d_head));
-    w.set_f32(a + "rope.freq_base", p.rope_theta);
-    w.set_f32(a + "attention.layer_norm_rms_epsilon", p.rms_eps);
-    w.set_u32(a + "expert_count", uint32_t(p.n_expert));
-    w.set_u32(a + "expert_used_count", uint32_t(p.n_expert_used));
     w.set_u32("general.quantization_version", 2);
     // llama_ftype of a file whose matrices are all `type` (all-Q4_K is closest to Q4_K_S).
     switch (type) {
