@@ -1,5 +1,6 @@
 // src/scheduler/scheduler.cpp - the engine loop: FIFO admission, longest-prefix slot choice,
-// decode-first steps with yielding prefill, sampling, stop conditions, stats for /metrics.
+// decode-first steps with a prefill share sized by step time (prefill_budget.h), sampling, stop
+// conditions, stats for /metrics.
 #include "src/scheduler/scheduler.h"
 
 #include "src/scheduler/stop_matcher.h"
@@ -47,9 +48,8 @@ struct scheduler::active {
 };
 
 scheduler::scheduler(engine &eng, const scheduler_options &options, scheduler_hooks hooks)
-    : engine_(eng), options_(options), hooks_(std::move(hooks)) {
+    : engine_(eng), options_(options), hooks_(std::move(hooks)), budget_(options.prefill_yield, options.itl_budget) {
     if (options_.prefill_chunk < 1) fail(error_kind::config, "--prefill-chunk must be >= 1, got {}", options_.prefill_chunk);
-    if (options_.prefill_yield < 1) fail(error_kind::config, "--prefill-yield must be >= 1, got {}", options_.prefill_yield);
     if (options_.max_queue < 0) fail(error_kind::config, "--max-queue must be >= 0, got {}", options_.max_queue);
     TANDEM_ASSERT(hooks_.is_eog && hooks_.make_text_stream && hooks_.make_picker);
     slots_.resize(static_cast<size_t>(engine_.n_slots()));
@@ -58,6 +58,7 @@ scheduler::scheduler(engine &eng, const scheduler_options &options, scheduler_ho
         if (engine_.slot_length(s) != 0) engine_.slot_truncate(s, 0);
     }
     stats_.n_slots = engine_.n_slots();
+    stats_.prefill_budget = options_.prefill_yield;
     publish();
 }
 
@@ -325,8 +326,10 @@ bool scheduler::step() {
         logit_owner.push_back(a.get());
         ++n_decode;
     }
-    // Then prefill, FIFO, within this step's budget: a yield while anyone decodes.
-    int32_t budget = n_decode > 0 ? options_.prefill_yield : options_.prefill_chunk;
+    // Then prefill, FIFO, within this step's budget: while anyone decodes, as many prompt tokens
+    // as keep the step within --itl-budget x a decode-only step, at most --prefill-yield.
+    const int32_t step_budget = n_decode > 0 ? budget_.tokens(n_decode) : options_.prefill_chunk;
+    int32_t budget = step_budget;
     int32_t n_prefill = 0;
     bool yielded = false;
     for (auto &a : active_) {
@@ -367,6 +370,7 @@ bool scheduler::step() {
         return true;
     }
     double dt = std::chrono::duration<double>(clock_type::now() - t0).count();
+    budget_.record(static_cast<int32_t>(rows.size()), dt);
 
     const size_t n_vocab = static_cast<size_t>(engine_.hparams().n_vocab);
     TANDEM_ASSERT(logits_.size() >= logit_owner.size() * n_vocab, "engine returned {} logits for {} rows",
@@ -415,6 +419,7 @@ bool scheduler::step() {
             stats_.max_rows_per_decode = std::max(stats_.max_rows_per_decode, n_decode);
         }
         if (yielded) stats_.prefill_yields += 1;
+        if (n_decode > 0) stats_.prefill_budget = step_budget;
     }
     publish();
     return true;

@@ -4,6 +4,7 @@
 // so the policy is testable with a fake engine before any backend exists.
 #pragma once
 
+#include "src/scheduler/prefill_budget.h"
 #include "tandem/engine.h"
 #include "tandem/sampler.h"
 
@@ -45,7 +46,9 @@ struct scheduler_hooks {
 
 struct scheduler_options {
     int32_t prefill_chunk = 2048;  // prompt tokens per step while nobody decodes
-    int32_t prefill_yield = 128;   // prompt tokens per step while anyone decodes
+    int32_t prefill_yield = 128;   // most prompt tokens per step while anyone decodes
+    double itl_budget = 2.0;       // ... and fewer when a step would take longer than this many
+                                   // times a decode-only step (prefill_budget.h)
     int32_t max_queue = 64;        // requests waiting for a slot; beyond it submit() throws 503
 };
 
@@ -118,7 +121,8 @@ struct scheduler_stats {
     uint64_t busy_slot_steps = 0;      // sum over steps of slots in the call
     uint64_t decode_steps = 0;         // steps with at least one decode row
     uint64_t decode_rows = 0;          // decode rows over those steps
-    uint64_t prefill_yields = 0;       // steps where a prefill was capped by --prefill-yield
+    uint64_t prefill_yields = 0;       // steps where a prefill was capped by the prefill budget
+    int32_t prefill_budget = 0;        // prompt tokens the last step with decode rows could carry
     uint64_t requests_total = 0, requests_cancelled = 0, requests_rejected = 0;
     uint64_t cached_prompt_tokens = 0; // prompt tokens reused from slot caches
     int32_t slots_in_use = 0, queue_depth = 0, n_slots = 0;
@@ -193,6 +197,7 @@ private:
     std::vector<std::unique_ptr<active>> active_;  // in admission order
     uint64_t use_clock_ = 0;
     std::vector<float> logits_;
+    prefill_budget budget_;
     std::thread thread_;
 };
 

@@ -17,6 +17,7 @@ struct server_config {
     int32_t n_slots = 16;                    // --batched-session
     int32_t prefill_chunk = 2048;
     int32_t prefill_yield = 128;
+    double itl_budget = 2.0;                 // step time with prompt rows / decode-only, while decoding
     int32_t max_queue = 64;
     std::string alias;                       // model id in the APIs (default: file name)
     std::string api_key;                     // empty: no auth

@@ -70,7 +70,7 @@ http_reply service::route(const http_request_view &req, const std::string &path,
         return r;
     }
     if (!authorized(req, api)) return error_reply(api, 401, "invalid or missing API key");
-    if (!ready()) return error_reply(api, 503, "loading model");
+    if (!ready()) return error_reply(api, 503, "model is loading; retry when GET /health returns 200");
 
     auto post_only = [&] {
         if (req.method != "POST") fail(error_kind::not_found, "{} {} is not a route (use POST)", req.method, path);
@@ -218,8 +218,11 @@ std::string service::metrics_text() const {
     family("tandem_rows_per_decode_step", "gauge", "Average decode rows per decode step.",
            s.decode_steps ? static_cast<double>(s.decode_rows) / static_cast<double>(s.decode_steps) : 0.0);
     family("tandem_max_rows_per_decode_step", "gauge", "Most decode rows in one step so far.", s.max_rows_per_decode);
-    family("tandem_prefill_yields_total", "counter", "Steps where a prefill was capped by --prefill-yield.",
+    family("tandem_prefill_yields_total", "counter", "Steps where a prefill was capped while sessions decode.",
            static_cast<double>(s.prefill_yields));
+    family("tandem_prefill_budget_tokens", "gauge",
+           "Prompt tokens a step may carry while sessions decode (--prefill-yield, fewer to hold --itl-budget).",
+           s.prefill_budget);
     family("tandem_prompt_tokens_cached_total", "counter", "Prompt tokens reused from slot caches.",
            static_cast<double>(s.cached_prompt_tokens));
     family("tandem_requests_total", "counter", "Generation requests accepted.", static_cast<double>(s.requests_total));
@@ -269,6 +272,7 @@ json service::props_json() const {
         {"layout", model_.eng ? model_.eng->layout() : std::string()},
         {"prefill_chunk", config_.prefill_chunk},
         {"prefill_yield", config_.prefill_yield},
+        {"itl_budget", config_.itl_budget},
         {"max_queue", config_.max_queue},
     };
 }

@@ -20,6 +20,7 @@
 
 #include <condition_variable>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <mutex>
@@ -60,11 +61,25 @@ std::vector<int32_t> parse_devices(const std::string &text) {
     return out;
 }
 
+// Test-only: TANDEM_TEST_LOAD_DELAY_MS holds the server in its loading state (listening, /health
+// 503) this many milliseconds before the weights load, so tests can observe that state with the
+// tiny model, which loads in milliseconds. Not a tuning knob: start-up reads it once, here.
+void test_load_delay() {
+    const char *text = std::getenv("TANDEM_TEST_LOAD_DELAY_MS");
+    if (text == nullptr || *text == '\0') return;
+    char *end = nullptr;
+    long ms = std::strtol(text, &end, 10);
+    if (*end != '\0' || ms < 0 || ms > 600000)
+        fail(error_kind::config, "TANDEM_TEST_LOAD_DELAY_MS '{}' must be milliseconds in 0..600000", text);
+    log_warn("TANDEM_TEST_LOAD_DELAY_MS: holding the loading state for {} ms (a test setting)", ms);
+    std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+}
+
 std::string config_line(const server_config &c) {
     return fmt::format("config: model={} host={} port={} ctx={} batched-session={} prefill-chunk={} prefill-yield={} "
-                       "max-queue={} alias={} api-key={} threads={} http-threads={} body-limit={} timeouts={}s/{}s "
+                       "itl-budget={} max-queue={} alias={} api-key={} threads={} http-threads={} body-limit={} timeouts={}s/{}s "
                        "backend={} devices={} gpu-devices={} gpu-vram={} tensor-parallel={} mem-budget={}",
-                       c.model_path, c.host, c.port, c.n_ctx, c.n_slots, c.prefill_chunk, c.prefill_yield, c.max_queue,
+                       c.model_path, c.host, c.port, c.n_ctx, c.n_slots, c.prefill_chunk, c.prefill_yield, c.itl_budget, c.max_queue,
                        c.alias, c.api_key.empty() ? "off" : "on", c.n_threads, c.http_threads, c.body_limit,
                        c.read_timeout_s, c.write_timeout_s, c.backend, c.n_devices,
                        c.gpu_devices.empty() ? std::string("auto") : fmt::format("{}", fmt::join(c.gpu_devices, ",")),
@@ -99,6 +114,12 @@ int serve(server_config cfg) {
     boost::asio::signal_set signals(http.io(), SIGINT, SIGTERM);
     signals.async_wait([&](const boost::system::error_code &ec, int sig) {
         if (ec) return;
+        if (!svc.ready()) {
+            // Nothing is in flight while the weights load (every request gets 503): exit now
+            // rather than after a load that may take minutes.
+            log_info("signal {} while loading the model: exiting", sig);
+            std::_Exit(0);
+        }
         std::lock_guard lock(mutex);
         stop_requested = true;
         stop_signal = sig;
@@ -106,6 +127,7 @@ int serve(server_config cfg) {
     });
     http.run(cfg.http_threads);
     log_info("listening on http://{}:{} (health 503 until the model is loaded)", cfg.host, http.port());
+    test_load_delay();
 
     engine_options eo;
     eo.backend = cfg.backend;
@@ -126,6 +148,7 @@ int serve(server_config cfg) {
     scheduler_options so;
     so.prefill_chunk = cfg.prefill_chunk;
     so.prefill_yield = cfg.prefill_yield;
+    so.itl_budget = cfg.itl_budget;
     so.max_queue = cfg.max_queue;
     scheduler sched(*eng, so, make_scheduler_hooks(tok));
     sched.start();
@@ -175,7 +198,11 @@ int main(int argc, char **argv) {
     app.add_option("--ctx", cfg.n_ctx, "tokens per KV slot")->check(CLI::Range(16, 1 << 24));
     app.add_option("--batched-session", cfg.n_slots, "resident KV slots (concurrent sessions)")->check(CLI::Range(1, 1024));
     app.add_option("--prefill-chunk", cfg.prefill_chunk, "prompt tokens per step while nobody decodes")->check(CLI::Range(1, 1 << 20));
-    app.add_option("--prefill-yield", cfg.prefill_yield, "prompt tokens per step while others decode")->check(CLI::Range(1, 1 << 20));
+    app.add_option("--prefill-yield", cfg.prefill_yield, "most prompt tokens per step while others decode")->check(CLI::Range(1, 1 << 20));
+    app.add_option("--itl-budget", cfg.itl_budget,
+                   "while others decode, a step with prompt tokens may take at most this many times a decode-only "
+                   "step (measured; >= 1.0)")
+        ->check(CLI::Range(1.0, 1e6));
     app.add_option("--max-queue", cfg.max_queue, "requests waiting for a slot before 503")->check(CLI::Range(0, 1 << 20));
     app.add_option("--alias", cfg.alias, "model id shown by the APIs (default: the file name)");
     auto *key = app.add_option("--api-key", cfg.api_key, "require this key (Bearer; x-api-key on Anthropic routes)");

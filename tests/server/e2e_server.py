@@ -2,8 +2,9 @@
 # tests/server/e2e_server.py - end-to-end tests of the real tandem-server (CPU engine, tiny synth
 # model) over loopback HTTP: curl, malformed input, auth, cancellation on disconnect (streaming
 # and queued), greedy batch invariance (alone vs among 15 others), a 64-client load test with no
-# slot leaked, /metrics through prometheus_client's strict parser, the official npm SDKs, and
-# SIGTERM exit 0. Usage: e2e_server.py --build-dir B [--only NAME] [--npm-dir D]
+# slot leaked, /metrics through prometheus_client's strict parser, the official npm SDKs,
+# /health 503 while the model loads, and SIGTERM exit 0.
+# Usage: e2e_server.py --build-dir B [--only NAME] [--npm-dir D]
 import argparse
 import json
 import os
@@ -228,6 +229,7 @@ def test_metrics(srv):
         "llamacpp:predicted_tokens_seconds": "gauge", "llamacpp:requests_processing": "gauge",
         "llamacpp:requests_deferred": "gauge", "tandem_slots_in_use": "gauge", "tandem_queue_depth": "gauge",
         "tandem_rows_per_decode_step": "gauge", "tandem_prefill_yields": "counter", "tandem_kv_tokens_cached": "gauge",
+        "tandem_prefill_budget_tokens": "gauge",
     }
     for name, typ in want.items():
         check(name in families and families[name].type == typ, f"metric {name} ({typ}) present")
@@ -291,6 +293,65 @@ def test_shutdown_in_flight(build_dir):
     check(code == 0, f"SIGTERM with work in flight exits 0 (got {code})")
 
 
+def test_loading(build_dir):
+    """/health is 503 while the model loads, then 200; other routes are 503 in their API's shape.
+    TANDEM_TEST_LOAD_DELAY_MS (test-only) holds the loading state: the tiny model loads at once."""
+    delay_ms = 3000
+    srv = h.server(build_dir, ["--ctx", "256", "--batched-session", "2"], "e2e-loading.log",
+                   env={"TANDEM_TEST_LOAD_DELAY_MS": str(delay_ms)})
+    seen, first_503 = [], None
+    try:
+        deadline = time.time() + 60 + delay_ms / 1e3
+        while time.time() < deadline and srv.proc.poll() is None:
+            try:
+                status, headers, body = srv.request("GET", "/health", timeout=2)
+            except OSError:
+                time.sleep(0.02)  # not listening yet (the memory plan comes first)
+                continue
+            if not seen or seen[-1] != status:
+                seen.append(status)
+            if status == 503 and first_503 is None:
+                first_503 = json.loads(body)
+                s1, h1, b1 = srv.request("GET", "/v1/models")
+                check(s1 == 503 and "loading" in json.loads(b1)["error"]["message"] and h1.get("Retry-After") == "1",
+                      f"GET /v1/models while loading: 503 in OpenAI's error shape with Retry-After ({s1} {b1[:120]!r})")
+                s2, r2 = srv.post_json("/v1/messages", {"model": MODEL, "max_tokens": 1,
+                                                        "messages": [{"role": "user", "content": "x"}]})
+                check(s2 == 503 and r2.get("type") == "error" and "loading" in r2["error"]["message"],
+                      f"POST /v1/messages while loading: 503 in Anthropic's error shape ({s2} {r2})")
+                s3, r3 = completion(srv, "x", 1)
+                check(s3 == 503 and "loading" in r3["error"]["message"], f"a completion while loading: 503 ({s3})")
+            if status == 200:
+                break
+            time.sleep(0.05)
+        check(seen == [503, 200], f"/health goes 503 -> 200 while the model loads (saw {seen})")
+        check(first_503 == {"status": "loading model"}, f"/health body while loading ({first_503})")
+        status, r = completion(srv, "after loading", 2)
+        check(status == 200, f"a completion works once /health is 200 ({status})")
+    finally:
+        code = srv.stop()
+    check(code == 0, f"SIGTERM after loading exits 0 (got {code})")
+
+    # A signal while loading ends the process at once instead of after the load.
+    srv = h.server(build_dir, ["--ctx", "256", "--batched-session", "2"], "e2e-loading-stop.log",
+                   env={"TANDEM_TEST_LOAD_DELAY_MS": "60000"})
+    try:
+        deadline = time.time() + 60
+        status = None
+        while time.time() < deadline and status != 503 and srv.proc.poll() is None:
+            try:
+                status, _, _ = srv.request("GET", "/health", timeout=2)
+            except OSError:
+                time.sleep(0.02)
+        check(status == 503, f"/health is 503 during a 60 s load ({status})")
+        t0 = time.time()
+        code = srv.stop(limit_s=20)
+        check(code == 0 and time.time() - t0 < 10, f"SIGTERM while loading exits 0 at once (exit {code} after "
+              f"{time.time() - t0:.1f} s)")
+    finally:
+        srv.stop()
+
+
 def test_memory_plan(build_dir):
     out = subprocess.run([os.path.join(build_dir, "tandem-server"), "-m", h.tiny_model(build_dir), "--port", "0",
                           "--mem-budget", "0.01", "--ctx", "4096"], capture_output=True, timeout=60)
@@ -332,7 +393,8 @@ def main():
         code = srv.stop()
     check(code == 0, f"SIGTERM exits 0 (got {code})")
     for name, fn in [("queue", lambda: test_cancel_queued(a.build_dir)), ("auth", lambda: test_auth(a.build_dir, a.npm_dir)),
-                     ("shutdown", lambda: test_shutdown_in_flight(a.build_dir)), ("plan", lambda: test_memory_plan(a.build_dir))]:
+                     ("shutdown", lambda: test_shutdown_in_flight(a.build_dir)), ("plan", lambda: test_memory_plan(a.build_dir)),
+                     ("loading", lambda: test_loading(a.build_dir))]:
         if a.only and name not in a.only.split(","):
             continue
         print(f"[{name}]", flush=True)

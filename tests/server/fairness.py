@@ -38,7 +38,7 @@ def main():
     ap.add_argument("--prompt-tokens", type=int, default=8000)
     ap.add_argument("--sessions", type=int, default=3)
     ap.add_argument("--baseline-tokens", type=int, default=12, help="tokens per session before the long prompt")
-    ap.add_argument("--prefill-yield", type=int, default=16)
+    ap.add_argument("--prefill-yield", type=int, default=128, help="the server's default")
     ap.add_argument("--max-ratio", type=float, default=0.0)
     ap.add_argument("--server-args", default="", help="extra tandem-server flags")
     a = ap.parse_args()
@@ -90,6 +90,7 @@ def main():
         during, n_during = mean_gap(marks["arrive"], marks["done"])
         _, metrics, body = srv.request("GET", "/metrics")
         yields = [ln for ln in body.decode().splitlines() if ln.startswith("tandem_prefill_yields_total ")]
+        budget = [ln for ln in body.decode().splitlines() if ln.startswith("tandem_prefill_budget_tokens ")]
         result = {
             "metric": "fairness_itl_ratio",
             "ratio": during / base if base > 0 else float("nan"),
@@ -102,6 +103,7 @@ def main():
             "sessions": a.sessions,
             "prefill_yield": a.prefill_yield,
             "prefill_yields": int(float(yields[0].split()[1])) if yields else None,
+            "prefill_budget_tokens": int(float(budget[0].split()[1])) if budget else None,
             "max_ratio": a.max_ratio or None,
         }
     print(json.dumps(result))

@@ -31,7 +31,7 @@ def tiny_model(build_dir):
 
 
 class server:
-    def __init__(self, build_dir, args, log_name="server.log"):
+    def __init__(self, build_dir, args, log_name="server.log", env=None):
         self.port = free_port()
         self.build_dir = build_dir
         self.log_path = os.path.join(build_dir, "server-tests", log_name)
@@ -39,7 +39,8 @@ class server:
         cmd = [os.path.join(build_dir, "tandem-server"), "-m", tiny_model(build_dir), "--host", HOST,
                "--port", str(self.port)] + list(args)
         self.log = open(self.log_path, "w")
-        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT)
+        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT,
+                                     env=dict(os.environ, **env) if env else None)
         self.exit_code = None
 
     def wait_ready(self, limit_s=120):

@@ -158,6 +158,7 @@ TEST_CASE("a long prompt arriving mid-generation yields to decode rows every ste
     scheduler_options opt;
     opt.prefill_chunk = 512;
     opt.prefill_yield = 16;
+    opt.itl_budget = 1e9;  // no step time comes near this: only the token cap is in play
     scheduler s(eng, opt, fake_hooks(-1));
     auto a = std::make_shared<collect_sink>();
     auto pa = make_prompt(11, 8);
@@ -186,6 +187,51 @@ TEST_CASE("a long prompt arriving mid-generation yields to decode rows every ste
     CHECK(b->tokens() == fake_greedy_reference(n_vocab, pb, 4));
     run_until_done(s, {a});
     CHECK(a->tokens() == fake_greedy_reference(n_vocab, pa, 200));
+}
+
+TEST_CASE("each step with decode rows carries at most the published prefill budget", "[scheduler]") {
+    // The budget itself comes from measured step times (test_prefill_budget.cpp drives it with
+    // synthetic ones); here only the contract between it, the rows and the gauge is checked.
+    fake_engine eng(4, 2048, n_vocab);
+    scheduler_options opt;
+    opt.prefill_yield = 32;
+    opt.itl_budget = 1.5;
+    scheduler s(eng, opt, fake_hooks(-1));
+    CHECK(s.stats().prefill_budget == 32);  // until steps are measured: --prefill-yield
+    auto a = std::make_shared<collect_sink>();
+    auto pa = make_prompt(31, 6);
+    uint64_t ida = s.submit(make_request(pa, 1500, a));  // decodes for the whole test
+    for (int i = 0; i < 3; ++i) s.step();
+    const int32_t a_slot = eng.calls().at(0).at(0).slot;
+    auto b = std::make_shared<collect_sink>();
+    auto pb = make_prompt(32, 600);
+    s.submit(make_request(pb, 2, b));
+    int32_t prompt_done = 0;
+    for (int i = 0; i < 2000 && !b->done(); ++i) {
+        eng.clear_calls();
+        s.step();
+        int32_t budget = s.stats().prefill_budget;
+        CHECK(budget >= 1);
+        CHECK(budget <= 32);
+        auto calls = eng.calls();
+        REQUIRE(calls.size() == 1);
+        int32_t n_b = 0;
+        CHECK(calls[0][0].slot == a_slot);  // a's decode row comes first in every step
+        for (auto &r : calls[0]) n_b += r.slot != a_slot && r.pos < 600;
+        CHECK(n_b <= budget);
+        prompt_done += n_b;
+    }
+    CHECK(prompt_done == 600);  // the prefill always advanced and finished
+    CHECK(b->tokens() == fake_greedy_reference(n_vocab, pb, 2));
+    s.cancel(ida);
+    run_until_done(s, {a});
+}
+
+TEST_CASE("--itl-budget below 1 is a configuration error", "[scheduler]") {
+    fake_engine eng(2, 256, n_vocab);
+    scheduler_options opt;
+    opt.itl_budget = 0.9;
+    CHECK_THROWS_AS(scheduler(eng, opt, fake_hooks(-1)), error);
 }
 
 TEST_CASE("a request reuses the longest cached prefix and recomputes at least one token", "[scheduler]") {

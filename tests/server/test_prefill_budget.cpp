@@ -1,0 +1,168 @@
+// tests/server/test_prefill_budget.cpp - the time-sized prefill budget on synthetic step timings:
+// the latency bound, the floor, the --prefill-yield cap, adaptation, a CUDA-graph-like cost
+// step, and the closed-form search against a brute-force scan. No real clock is read.
+#include "src/scheduler/prefill_budget.h"
+#include "tandem/error.h"
+
+#include <catch2/catch.hpp>
+
+#include <cstdint>
+#include <functional>
+#include <random>
+#include <set>
+
+using namespace tandem;
+
+namespace {
+
+constexpr double ms = 1e-3;
+
+// Runs the policy the way the scheduler does: each step carries n_decode rows plus the prompt
+// tokens the policy allows, and the step's time comes from `cost` (rows -> seconds).
+int32_t settle(prefill_budget &b, int32_t n_decode, const std::function<double(int32_t)> &cost, int steps = 200) {
+    int32_t k = 0;
+    for (int i = 0; i < steps; ++i) {
+        k = b.tokens(n_decode);
+        b.record(n_decode + k, cost(n_decode + k));
+    }
+    return b.tokens(n_decode);
+}
+
+// Largest k in [1, yield] with predict(n_decode + k) within the limit, by trying every k.
+int32_t brute_force(const prefill_budget &b, int32_t n_decode) {
+    double limit = b.itl_budget() * b.predict(n_decode) * (1.0 + 1e-9);
+    for (int32_t k = b.prefill_yield(); k >= 1; --k)
+        if (b.predict(n_decode + k) <= limit) return k;
+    return prefill_budget::min_tokens;
+}
+
+}  // namespace
+
+TEST_CASE("prefill budget: --prefill-yield until step times are known", "[prefill_budget]") {
+    prefill_budget b(128, 2.0);
+    CHECK(b.tokens(8) == 128);
+    CHECK(b.predict(8) < 0.0);
+    b.record(8, 1.0 * ms);  // one row count: no slope to extrapolate with yet
+    CHECK(b.tokens(8) == 128);
+}
+
+TEST_CASE("prefill budget: 1 ms decode steps and 0.1 ms per prompt row, budget 2.0 gives 10 rows", "[prefill_budget]") {
+    auto cost = [](int32_t rows) { return 1.0 * ms + 0.1 * ms * (rows - 4); };
+    prefill_budget b(128, 2.0);
+    b.record(4, cost(4));
+    b.record(4 + 128, cost(4 + 128));  // the first mixed step, at the token cap
+    CHECK(b.tokens(4) == 10);
+    CHECK(settle(b, 4, cost) == 10);
+    // A looser budget allows proportionally more.
+    prefill_budget loose(128, 3.0);
+    loose.record(4, cost(4));
+    loose.record(132, cost(132));
+    CHECK(loose.tokens(4) == 20);
+}
+
+TEST_CASE("prefill budget: never below the floor, never above --prefill-yield", "[prefill_budget]") {
+    SECTION("prompt rows far dearer than the budget allows") {
+        prefill_budget b(128, 1.0);
+        auto cost = [](int32_t rows) { return 1.0 * ms + 50.0 * ms * (rows - 8); };
+        b.record(8, cost(8));
+        b.record(136, cost(136));
+        CHECK(b.tokens(8) == prefill_budget::min_tokens);
+        CHECK(settle(b, 8, cost) == prefill_budget::min_tokens);
+    }
+    SECTION("prompt rows almost free") {
+        prefill_budget b(64, 2.0);
+        auto cost = [](int32_t rows) { return 1.0 * ms + 1e-6 * ms * rows; };
+        b.record(8, cost(8));
+        b.record(72, cost(72));
+        CHECK(b.tokens(8) == 64);
+        CHECK(settle(b, 8, cost) == 64);
+    }
+    SECTION("time that falls with rows (noise) extrapolates flat, capped by the yield") {
+        prefill_budget b(32, 2.0);
+        b.record(2, 2.0 * ms);
+        b.record(4, 1.0 * ms);
+        CHECK(b.tokens(4) == 32);
+        CHECK(b.tokens(1) == 32);
+    }
+    SECTION("--itl-budget below 1 and --prefill-yield below 1 are configuration errors") {
+        CHECK_THROWS_AS(prefill_budget(128, 0.5), error);
+        CHECK_THROWS_AS(prefill_budget(0, 2.0), error);
+    }
+}
+
+TEST_CASE("prefill budget: adapts when the costs change", "[prefill_budget]") {
+    prefill_budget b(128, 2.0);
+    double per_row = 0.1 * ms;
+    auto cost = [&](int32_t rows) { return 1.0 * ms + per_row * (rows - 4); };
+    b.record(4, cost(4));
+    CHECK(settle(b, 4, cost) == 10);
+    per_row = 0.05 * ms;  // prompt rows got cheaper: the budget grows
+    int32_t cheaper = settle(b, 4, cost, 400);
+    CHECK(cheaper > 10);
+    CHECK(cheaper <= 20);
+    CHECK(cost(4 + cheaper) <= 2.0 * cost(4) * (1 + 1e-9));
+    per_row = 0.25 * ms;  // dearer: it shrinks back within the bound
+    int32_t dearer = settle(b, 4, cost, 400);
+    CHECK(dearer <= 4);
+    CHECK(dearer >= 3);
+    CHECK(cost(4 + dearer) <= 2.0 * cost(4) * (1 + 1e-9));
+}
+
+TEST_CASE("prefill budget: a cost step at 16 rows (CUDA graphs) keeps calls within the graph", "[prefill_budget]") {
+    // The H200 measurement in docs/perf-notes.md: up to 16 rows replay a graph (0.39 ms); more
+    // rows take the direct path (about 1.5 ms + 0.004 ms per row, 2.08 ms at 136 rows).
+    auto cost = [](int32_t rows) { return rows <= 16 ? 0.39 * ms : 1.5 * ms + 0.0043 * ms * rows; };
+    prefill_budget b(128, 2.0);
+    for (int32_t d = 1; d <= 8; ++d) b.record(d, cost(d));  // sessions join one by one
+    int32_t slow_steps = 0, steps = 0;
+    double worst = 0.0;
+    for (int i = 0; i < 400; ++i) {
+        int32_t k = b.tokens(8);
+        double t = cost(8 + k);
+        worst = std::max(worst, t);
+        slow_steps += t > 2.0 * cost(8);
+        ++steps;
+        b.record(8 + k, t);
+    }
+    INFO("steps over the budget: " << slow_steps << " of " << steps);
+    // A handful of exploring steps land past the graph; then every step stays within it.
+    CHECK(slow_steps <= 8);
+    int32_t k = b.tokens(8);
+    CHECK(k >= 1);
+    CHECK(8 + k <= 16);
+    CHECK(worst <= cost(136) * 1.001);
+}
+
+TEST_CASE("prefill budget: predictions interpolate between measured row counts", "[prefill_budget]") {
+    prefill_budget b(128, 2.0);
+    b.record(10, 1.0 * ms);
+    b.record(20, 3.0 * ms);
+    CHECK(b.predict(5) == Approx(1.0 * ms));   // below the smallest: flat
+    CHECK(b.predict(15) == Approx(2.0 * ms));  // between: linear
+    CHECK(b.predict(30) == Approx(5.0 * ms));  // above: the last slope
+    // A repeated row count is a moving average, not the last sample.
+    b.record(10, 2.0 * ms);
+    CHECK(b.predict(10) > 1.0 * ms);
+    CHECK(b.predict(10) < 2.0 * ms);
+}
+
+TEST_CASE("prefill budget: the closed-form search equals trying every token count", "[prefill_budget]") {
+    const uint32_t seed = 20261129;
+    std::mt19937 rng(seed);
+    INFO("seed " << seed);
+    for (int trial = 0; trial < 300; ++trial) {
+        std::uniform_int_distribution<int32_t> yield_d(1, 96), rows_d(1, 160), n_d(1, 8), dec_d(1, 20);
+        std::uniform_real_distribution<double> t_d(0.2, 4.0);
+        prefill_budget b(yield_d(rng), 1.0 + (trial % 5) * 0.5);
+        std::set<int32_t> row_counts;
+        for (int32_t p = n_d(rng); p > 0; --p) {
+            int32_t rows = rows_d(rng);
+            row_counts.insert(rows);
+            b.record(rows, t_d(rng) * ms);
+        }
+        int32_t n_decode = dec_d(rng);
+        INFO("trial " << trial << " yield " << b.prefill_yield() << " decode rows " << n_decode);
+        int32_t want = row_counts.size() < 2 ? b.prefill_yield() : brute_force(b, n_decode);
+        CHECK(b.tokens(n_decode) == want);
+    }
+}
