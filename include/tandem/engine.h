@@ -28,7 +28,11 @@ struct engine_options {
     int32_t n_ctx = 4096;               // tokens per slot
     int32_t n_threads = 0;              // CPU threads (0: all cores)
     int32_t n_devices = 1;              // CPU virtual devices (placement)
-    std::vector<int32_t> gpu_devices;   // CUDA device ordinals (placement)
+    std::vector<int32_t> gpu_devices;   // CUDA device ordinals in logical order (duplicates share a
+                                        // GPU); empty: auto (pairs from the topology with
+                                        // tensor_parallel, else the GPU with the most memory)
+    std::string gpu_vram = "auto";      // per-GPU budgets: "auto", or GiB for all / per device
+    std::string transport = "auto";     // CUDA transfers between devices: auto, p2p or host
     bool tensor_parallel = false;
     // With several pipeline stages, rows are split into this many micro-batches that move
     // through the stages concurrently (0: one per stage; 1: no overlap).

@@ -1,17 +1,23 @@
-// src/engine/cuda_engine.h - the CUDA engine on one GPU: Qwen3-MoE forward over rows with every
-// op on the device, weights in their GGUF types, F32 KV cache, decode steps as CUDA graphs.
+// src/engine/cuda_engine.h - the CUDA engine: a placement plan over logical CUDA devices (one GPU,
+// pipeline stages, tensor-parallel pairs; several logical devices may share a GPU), every op on
+// the devices, weights in their GGUF types, F32 KV cache. One-device decode steps replay CUDA
+// graphs; with several devices, rows move through the stages in micro-batches.
 #pragma once
 
 #include "slot_table.h"
 #include "tandem/engine.h"
 #include "tandem/gguf.h"
 #include "tandem/model.h"
+#include "tandem/placement.h"
 
 #include <map>
 #include <memory>
 #include <vector>
 
 namespace tandem {
+
+class cuda_device;
+class cuda_links;
 
 class cuda_engine final : public engine {
 public:
@@ -27,23 +33,38 @@ public:
     std::string layout() const override;
     std::map<std::string, double> counters() const override;
 
+    const placement_plan &plan() const { return plan_; }
+
     // Rows per device step: larger calls run as consecutive steps (same result: a slot's rows
     // are in position order, and every step writes its K/V before the next one reads it).
     static constexpr int32_t max_step_rows = 512;
-    // Calls of up to this many rows replay a CUDA graph captured for the next power of two.
+    // One-device calls of up to this many rows replay a CUDA graph captured for the next power of two.
     static constexpr int32_t max_graph_rows = 16;
 
-    struct impl;  // device state (opaque here: no CUDA types in this header)
+    struct host_state;  // pinned buffers and graphs (opaque here: no CUDA types in this header)
 
 private:
     void run_step(std::span<const engine_row> rows, float *logits_out);
+    // Enqueues the whole step on every device; returns the launches.
+    int64_t enqueue(const std::vector<int32_t> &mb_begin, const std::vector<int32_t> &mb_out, int32_t n_out);
 
     std::shared_ptr<const gguf_file> file_;
     model_hparams hp_;
     model_tensors tensors_;
     slot_table slots_;
-    int32_t n_slots_ = 0, n_ctx_ = 0;
-    std::unique_ptr<impl> impl_;
+    int32_t n_slots_ = 0, n_ctx_ = 0, micro_batches_ = 0;
+    placement_plan plan_;
+    std::vector<std::unique_ptr<cuda_device>> devices_;  // by logical index
+    std::vector<std::vector<int32_t>> stage_members_;    // [stage] -> logical devices (host first)
+    std::unique_ptr<cuda_links> links_;
+    std::unique_ptr<host_state> host_;
+    int64_t launches_per_step_ = 0;
+    double experts_touched_per_layer_ = 0;
+    uint64_t bytes_moved_ = 0;
 };
+
+// The topology of the visible CUDA devices (names, memory, SMs, peer access and rank): the
+// probe `tandem plan --backend cuda` and the engine use.
+topology cuda_topology_probe();
 
 }  // namespace tandem

@@ -8,6 +8,16 @@
 
 namespace tandem {
 
+#ifdef TANDEM_HAVE_CUDA
+namespace {
+// `tandem plan --backend cuda` and the planner's --gpu-devices auto read the GPUs through this.
+const bool cuda_probe_registered = [] {
+    topology_probe_register(cuda_topology_probe);
+    return true;
+}();
+}  // namespace
+#endif
+
 std::unique_ptr<engine> engine_open(std::shared_ptr<const gguf_file> file, const engine_options &options) {
     if (options.backend == "cpu") return std::make_unique<cpu_engine>(std::move(file), options);
     if (options.backend == "cuda") {

@@ -2,6 +2,7 @@
 #pragma once
 
 #include "tandem/engine.h"
+#include "tandem/placement.h"
 
 #include <CLI/CLI.hpp>
 
@@ -12,6 +13,15 @@ inline void add_engine_flags(CLI::App &sub, engine_options &opt) {
     sub.add_option("--threads", opt.n_threads, "CPU threads (default: all cores)");
     sub.add_option("--ctx", opt.n_ctx, "Tokens per KV slot");
     sub.add_option("--devices", opt.n_devices, "CPU virtual devices (placement)");
+    sub.add_option_function<std::string>(
+        "--gpu-devices",
+        [&opt](const std::string &spec) {
+            const device_list list = placement_parse_devices(spec);
+            opt.gpu_devices = list.auto_order ? std::vector<int32_t>{} : list.ids;
+        },
+        "CUDA devices in logical order, e.g. 0,1 or 0,0,0,0 (logical devices sharing GPU 0), or auto");
+    sub.add_option("--gpu-vram", opt.gpu_vram, "Per-GPU budget: auto (free memory minus a reserve), or GiB for all / per device");
+    sub.add_option("--transport", opt.transport, "CUDA transfers between devices: auto, p2p or host (staged, the fallback)");
     sub.add_flag("--tensor-parallel", opt.tensor_parallel, "Pair devices: split routed experts 50/50");
     sub.add_option("--micro-batches", opt.micro_batches,
                    "Micro-batches moving through pipeline stages concurrently (0: one per stage, 1: no overlap)");

@@ -1,0 +1,547 @@
+// src/engine/cuda_device.cpp - one logical CUDA device: uploads its part of the model in the file's
+// types, keeps the K/V of its layers, and enqueues the launches of the cuda/ families for its
+// share of each step. The launch sequence of a whole-model device is the single-GPU forward.
+#include "cuda_device_state.h"
+
+#include "cuda/attention.h"
+#include "cuda/cuda_check.h"
+#include "cuda/matvec.h"
+#include "cuda/moe.h"
+#include "cuda/moe_split.h"
+#include "cuda/norm.h"
+#include "tandem/error.h"
+
+#include <cmath>
+#include <map>
+
+namespace tandem {
+
+namespace {
+
+template <class T>
+T *device_alloc(size_t count) {
+    void *p = nullptr;
+    if (count == 0) count = 1;
+    TANDEM_CUDA_CHECK(cudaMalloc(&p, count * sizeof(T)));
+    return static_cast<T *>(p);
+}
+
+// The step buffers in floats (ints counted as floats), for max_step_rows rows.
+size_t step_floats(const model_hparams &hp, int32_t n_ctx) {
+    const size_t r = cuda_device::max_step_rows, k = size_t(hp.n_expert_used), d = size_t(hp.d_model);
+    const size_t dh = size_t(hp.d_head), q_dim = size_t(hp.n_head) * dh, kv_dim = size_t(hp.n_head_kv) * dh;
+    const int32_t chunk = cuda::attention_chunk(n_ctx);
+    const size_t n_chunks = size_t((n_ctx + chunk - 1) / chunk);
+    return r * (2 * d + 2 * q_dim + 2 * kv_dim + size_t(hp.n_expert) + 2 * k + k * size_t(hp.d_ff_expert) + k * d +
+                size_t(hp.n_head) * n_chunks * (dh + 2) + 4);
+}
+
+// The weights of one device as regions of one allocation; a region concatenates slices of the
+// mapped file (all of a tensor, a run of its experts, or its head rows).
+struct upload_plan {
+    struct slice {
+        const uint8_t *src;
+        size_t bytes;
+    };
+    struct region {
+        std::vector<slice> slices;
+        size_t offset = 0, bytes = 0;
+    };
+    std::vector<region> regions;
+    std::map<std::pair<const uint8_t *, size_t>, size_t> whole;  // tensors uploaded whole: once
+    size_t total = 0;
+
+    size_t add(std::vector<slice> slices) {
+        if (slices.size() == 1) {
+            auto it = whole.find({slices[0].src, slices[0].bytes});
+            if (it != whole.end()) return it->second;
+        }
+        region r;
+        r.offset = total;
+        for (const slice &s : slices) r.bytes += s.bytes;
+        r.slices = std::move(slices);
+        total += (r.bytes + 255) / 256 * 256;
+        if (r.slices.size() == 1) whole[{r.slices[0].src, r.slices[0].bytes}] = r.offset;
+        regions.push_back(std::move(r));
+        return regions.back().offset;
+    }
+};
+
+}  // namespace
+
+uint64_t cuda_device::scratch_bytes(const model_hparams &hp, int32_t n_ctx, bool has_head, bool paired) {
+    const size_t r = max_step_rows, k = size_t(hp.n_expert_used), d = size_t(hp.d_model);
+    size_t floats = step_floats(hp, n_ctx);
+    if (has_head) floats += r * size_t(hp.n_vocab);
+    if (paired) floats += 2 * r * k * d + 2 * r * k + 2 * size_t(hp.n_expert) + 2;
+    return uint64_t(floats) * 4 + (uint64_t(64) << 20);  // + allocator slack and the graphs
+}
+
+cuda_device::cuda_device(const model_hparams &hp, const model_tensors &tensors, const placement_device_plan &part,
+                         int32_t n_slots, int32_t n_ctx)
+    : s_(std::make_unique<state>()) {
+    state &m = *s_;
+    m.hp = &hp;
+    m.part = part;
+    m.n_slots = n_slots;
+    m.n_ctx = n_ctx;
+    m.device = part.physical;
+    TANDEM_CUDA_CHECK(cudaSetDevice(m.device));
+    cudaDeviceProp prop{};
+    TANDEM_CUDA_CHECK(cudaGetDeviceProperties(&prop, m.device));
+    m.name = prop.name;
+    TANDEM_CUDA_CHECK(cudaStreamCreateWithFlags(&m.stream, cudaStreamNonBlocking));
+    TANDEM_CUDA_CHECK(cudaEventCreateWithFlags(&m.event, cudaEventDisableTiming));
+
+    const int64_t d = hp.d_model, dh = hp.d_head, kv_dim = int64_t(hp.n_head_kv) * dh, q_dim = int64_t(hp.n_head) * dh;
+    const size_t k = size_t(hp.n_expert_used), R = max_step_rows;
+    const bool split = m.paired() && !part.experts.empty();
+    if (split && hp.n_expert > cuda::moe_split_max_experts)
+        fail(error_kind::unsupported, "the CUDA tensor-parallel split handles at most {} experts per layer, the model has {}",
+             cuda::moe_split_max_experts, hp.n_expert);
+
+    // Which bytes go where.
+    upload_plan up;
+    auto whole = [&](const gguf_tensor_info *t) { return up.add({{t->data, t->n_bytes}}); };
+    auto experts = [&](const gguf_tensor_info *t, const std::vector<int32_t> &held) {
+        if (!split) return whole(t);
+        const size_t each = t->n_bytes / size_t(hp.n_expert);
+        std::vector<upload_plan::slice> slices;
+        for (int32_t e : held) slices.push_back({t->data + size_t(e) * each, each});
+        return up.add(std::move(slices));
+    };
+    struct layer_offsets {
+        size_t attn_norm, q_norm, k_norm, ffn_norm, wq, wk, wv, wo, router, gate, up, down;
+    };
+    std::vector<layer_offsets> offs;
+    std::vector<std::vector<int32_t>> local;  // per layer here: expert -> matrix index
+    for (int32_t l = part.layer_begin; l < part.layer_end; ++l) {
+        const layer_tensors &lt = tensors.layers[size_t(l)];
+        const std::vector<int32_t> held = split ? part.experts[size_t(l - part.layer_begin)] : std::vector<int32_t>{};
+        if (split) {
+            std::vector<int32_t> map(size_t(hp.n_expert), -1);
+            for (size_t i = 0; i < held.size(); ++i) map[size_t(held[i])] = int32_t(i);
+            local.push_back(std::move(map));
+        }
+        offs.push_back({whole(lt.attn_norm), whole(lt.q_norm), whole(lt.k_norm), whole(lt.ffn_norm), whole(lt.wq),
+                        whole(lt.wk), whole(lt.wv), whole(lt.wo), whole(lt.router), experts(lt.gate_exps, held),
+                        experts(lt.up_exps, held), experts(lt.down_exps, held)});
+    }
+    const bool last = part.layer_end == hp.n_layer;
+    const bool has_head = part.head_end > part.head_begin;
+    const size_t next_norm_off = last ? whole(tensors.output_norm)
+                                       : whole(tensors.layers[size_t(part.layer_end)].attn_norm);
+    const size_t output_norm_off = has_head ? whole(tensors.output_norm) : 0;
+    const size_t embd_off = part.embedding ? whole(tensors.tok_embd) : 0;
+    size_t head_off = 0;
+    if (has_head) {
+        const size_t row = size_t(ggml_row_bytes(tensors.output->type, d));
+        head_off = up.add({{tensors.output->data + size_t(part.head_begin) * row,
+                            size_t(part.head_end - part.head_begin) * row}});
+    }
+
+    // Upload.
+    m.weight_bytes = up.total;
+    m.weights = device_alloc<uint8_t>(m.weight_bytes);
+    for (const upload_plan::region &r : up.regions) {
+        size_t at = r.offset;
+        for (const upload_plan::slice &s : r.slices) {
+            TANDEM_CUDA_CHECK(cudaMemcpy(m.weights + at, s.src, s.bytes, cudaMemcpyHostToDevice));
+            at += s.bytes;
+        }
+    }
+    auto vec = [&](size_t off) { return reinterpret_cast<const float *>(m.weights + off); };
+    auto mat = [&](size_t off, const gguf_tensor_info *t, int32_t n_out) {
+        cuda_matrix cm;
+        cm.data = m.weights + off;
+        cm.type = t->type;
+        cm.n_in = int32_t(t->ne[0]);
+        cm.n_out = n_out;
+        return cm;
+    };
+    auto rows_of = [](const gguf_tensor_info *t) { return int32_t(t->ne.size() > 1 ? t->ne[1] : 1); };
+    int32_t *local_dev = nullptr;
+    if (split) {
+        local_dev = device_alloc<int32_t>(local.size() * size_t(hp.n_expert));
+        for (size_t i = 0; i < local.size(); ++i)
+            TANDEM_CUDA_CHECK(cudaMemcpy(local_dev + i * size_t(hp.n_expert), local[i].data(),
+                                         size_t(hp.n_expert) * sizeof(int32_t), cudaMemcpyHostToDevice));
+    }
+    for (int32_t l = part.layer_begin; l < part.layer_end; ++l) {
+        const size_t i = size_t(l - part.layer_begin);
+        const layer_tensors &lt = tensors.layers[size_t(l)];
+        const layer_offsets &o = offs[i];
+        cuda_layer cl;
+        cl.attn_norm = vec(o.attn_norm);
+        cl.q_norm = vec(o.q_norm);
+        cl.k_norm = vec(o.k_norm);
+        cl.ffn_norm = vec(o.ffn_norm);
+        cl.wq = mat(o.wq, lt.wq, rows_of(lt.wq));
+        cl.wk = mat(o.wk, lt.wk, rows_of(lt.wk));
+        cl.wv = mat(o.wv, lt.wv, rows_of(lt.wv));
+        cl.wo = mat(o.wo, lt.wo, rows_of(lt.wo));
+        cl.router = mat(o.router, lt.router, rows_of(lt.router));
+        cl.gate = mat(o.gate, lt.gate_exps, rows_of(lt.gate_exps));
+        cl.up = mat(o.up, lt.up_exps, rows_of(lt.up_exps));
+        cl.down = mat(o.down, lt.down_exps, rows_of(lt.down_exps));
+        cl.local = split ? local_dev + i * size_t(hp.n_expert) : nullptr;
+        for (const cuda_matrix *cm : {&cl.wq, &cl.wk, &cl.wv, &cl.wo, &cl.router, &cl.gate, &cl.up, &cl.down})
+            if (cuda::matvec_row_bytes(cm->type, cm->n_in) == 0)
+                fail(error_kind::unsupported, "the CUDA backend cannot compute tensors of type {}", ggml_type_name(cm->type));
+        if (cl.gate.type != cl.up.type)
+            fail(error_kind::unsupported, "the CUDA backend needs gate and up experts of one type ({} vs {})",
+                 ggml_type_name(cl.gate.type), ggml_type_name(cl.up.type));
+        m.layers.push_back(cl);
+    }
+    m.next_norm = vec(next_norm_off);
+    if (has_head) {
+        m.output_norm = vec(output_norm_off);
+        m.head = mat(head_off, tensors.output, part.head_end - part.head_begin);
+        if (cuda::matvec_row_bytes(m.head.type, m.head.n_in) == 0)
+            fail(error_kind::unsupported, "the CUDA backend cannot compute tensors of type {}", ggml_type_name(m.head.type));
+    }
+    if (part.embedding) m.tok_embd = mat(embd_off, tensors.tok_embd, rows_of(tensors.tok_embd));
+
+    // K/V of the layers here (F32, like the CPU twin); RoPE frequencies computed as the CPU does.
+    m.chunk = cuda::attention_chunk(n_ctx);
+    m.n_chunks = (n_ctx + m.chunk - 1) / m.chunk;
+    m.kv_bytes = size_t(part.layer_end - part.layer_begin) * 2 * size_t(n_slots) * size_t(n_ctx) * size_t(kv_dim) * sizeof(float);
+    m.kv = device_alloc<float>(m.kv_bytes / sizeof(float));
+    std::vector<float> inv_freq(size_t(dh / 2));
+    for (int64_t i = 0; i < dh / 2; ++i)
+        inv_freq[size_t(i)] = 1.0f / static_cast<float>(std::pow(double(hp.rope_theta), double(float(2 * i) / float(dh))));
+    m.inv_freq = device_alloc<float>(inv_freq.size());
+    TANDEM_CUDA_CHECK(cudaMemcpy(m.inv_freq, inv_freq.data(), inv_freq.size() * sizeof(float), cudaMemcpyHostToDevice));
+
+    m.rows = device_alloc<int32_t>(4 * R);
+    TANDEM_CUDA_CHECK(cudaMemset(m.rows, 0, 4 * R * sizeof(int32_t)));
+    m.x = device_alloc<float>(R * d);
+    m.h = device_alloc<float>(R * d);
+    m.q = device_alloc<float>(R * q_dim);
+    m.att = device_alloc<float>(R * q_dim);
+    m.kb = device_alloc<float>(R * kv_dim);
+    m.vb = device_alloc<float>(R * kv_dim);
+    m.router_logits = device_alloc<float>(R * hp.n_expert);
+    m.ids = device_alloc<int32_t>(R * k);
+    m.route_w = device_alloc<float>(R * k);
+    m.group_expert = device_alloc<int32_t>(size_t(hp.n_expert));
+    m.group_off = device_alloc<int32_t>(size_t(hp.n_expert) + 1);
+    m.n_groups = device_alloc<int32_t>(1);
+    m.groups_total = device_alloc<int32_t>(1);
+    TANDEM_CUDA_CHECK(cudaMemset(m.groups_total, 0, sizeof(int32_t)));
+    m.pair_x = device_alloc<int32_t>(R * k);
+    m.pair_y = device_alloc<int32_t>(R * k);
+    m.act = device_alloc<float>(R * k * hp.d_ff_expert);
+    m.eout = device_alloc<float>(R * k * d);
+    m.partial = device_alloc<float>(R * size_t(hp.n_head) * m.n_chunks * (dh + 2));
+    if (split) {
+        for (float *&e : m.exchange) e = device_alloc<float>(R * k * d);
+        m.own_mat = device_alloc<int32_t>(size_t(hp.n_expert));
+        m.own_off = device_alloc<int32_t>(size_t(hp.n_expert) + 1);
+        m.own_n = device_alloc<int32_t>(1);
+        m.own_x = device_alloc<int32_t>(R * k);
+        m.own_y = device_alloc<int32_t>(R * k);
+    }
+    if (has_head) m.logits = device_alloc<float>(R * size_t(part.head_end - part.head_begin));
+    TANDEM_CUDA_CHECK(cudaDeviceSynchronize());
+}
+
+cuda_device::~cuda_device() {
+    state &m = *s_;
+    cudaSetDevice(m.device);
+    if (m.stream) cudaStreamSynchronize(m.stream);
+    const int32_t *local = m.layers.empty() ? nullptr : m.layers.front().local;
+    for (const void *p : std::initializer_list<const void *>{
+             m.weights, m.kv, m.inv_freq, m.rows, m.x, m.h, m.q, m.kb, m.vb, m.att, m.router_logits, m.route_w, m.act,
+             m.eout, m.partial, m.exchange[0], m.exchange[1], m.ids, m.group_expert, m.group_off, m.n_groups, m.pair_x,
+             m.pair_y, m.groups_total, m.own_mat, m.own_off, m.own_n, m.own_x, m.own_y, m.logits, local})
+        if (p) cudaFree(const_cast<void *>(p));
+    if (m.event) cudaEventDestroy(m.event);
+    if (m.stream) cudaStreamDestroy(m.stream);
+}
+
+const placement_device_plan &cuda_device::part() const { return s_->part; }
+int32_t cuda_device::physical() const { return s_->device; }
+const std::string &cuda_device::name() const { return s_->name; }
+uint64_t cuda_device::weight_bytes() const { return s_->weight_bytes; }
+uint64_t cuda_device::kv_bytes() const { return s_->kv_bytes; }
+size_t cuda_device::d_model_bytes() const { return size_t(s_->hp->d_model) * sizeof(float); }
+size_t cuda_device::pair_row_bytes() const { return size_t(s_->hp->d_model) * size_t(s_->hp->n_expert_used) * sizeof(float); }
+float *cuda_device::x_rows(int32_t r0) { return s_->x + size_t(r0) * size_t(s_->hp->d_model); }
+float *cuda_device::h_rows(int32_t r0) { return s_->h + size_t(r0) * size_t(s_->hp->d_model); }
+float *cuda_device::expert_out_rows(int32_t r0) { return s_->eout + size_t(r0) * pair_row_bytes() / sizeof(float); }
+float *cuda_device::exchange_rows(int32_t parity, int32_t r0) {
+    TANDEM_ASSERT(s_->exchange[parity & 1], "device {} has no exchange buffers", s_->part.logical);
+    return s_->exchange[parity & 1] + size_t(r0) * pair_row_bytes() / sizeof(float);
+}
+
+void cuda_device::upload_rows(const int32_t *rows_host_pinned) {
+    TANDEM_CUDA_CHECK(cudaSetDevice(s_->device));
+    TANDEM_CUDA_CHECK(cudaMemcpyAsync(s_->rows, rows_host_pinned, 4 * size_t(max_step_rows) * sizeof(int32_t),
+                                      cudaMemcpyHostToDevice, s_->stream));
+}
+
+int64_t cuda_device::embed(int32_t r0, int32_t n) {
+    state &m = *s_;
+    const model_hparams &hp = *m.hp;
+    TANDEM_ASSERT(m.part.embedding, "device {} holds no embedding", m.part.logical);
+    TANDEM_CUDA_CHECK(cudaSetDevice(m.device));
+    cuda::embed({m.tok_embd.data, m.tok_embd.type, m.tokens() + r0, x_rows(r0), n, hp.d_model}, m.stream);
+    cuda::rmsnorm({x_rows(r0), m.layer(m.part.layer_begin).attn_norm, h_rows(r0), n, hp.d_model, hp.rms_eps}, m.stream);
+    return 2;
+}
+
+int64_t cuda_device::layer_experts(int32_t l, int32_t r0, int32_t n) {
+    state &m = *s_;
+    const model_hparams &hp = *m.hp;
+    TANDEM_CUDA_CHECK(cudaSetDevice(m.device));
+    const cudaStream_t s = m.stream;
+    int64_t launches = 0;
+    const int32_t d = hp.d_model, dh = hp.d_head, q_dim = hp.n_head * dh, kv_dim = hp.n_head_kv * dh;
+    const int32_t k = hp.n_expert_used, ff = hp.d_ff_expert;
+    const int32_t *slots = m.slots() + r0, *positions = m.positions() + r0;
+    float *x = x_rows(r0), *h = h_rows(r0);
+    float *q = m.q + size_t(r0) * q_dim, *kb = m.kb + size_t(r0) * kv_dim, *vb = m.vb + size_t(r0) * kv_dim;
+    float *att = m.att + size_t(r0) * q_dim, *eout = expert_out_rows(r0);
+    float *route_w = m.route_w + size_t(r0) * k, *router_logits = m.router_logits + size_t(r0) * hp.n_expert;
+    int32_t *ids = m.ids + size_t(r0) * k;
+    float *act = m.act + size_t(r0) * k * ff;
+    const cuda_layer &L = m.layer(l);
+    const size_t layer_here = size_t(l - m.part.layer_begin);
+    float *k_cache = m.kv + (layer_here * 2 + 0) * size_t(m.n_slots) * size_t(m.n_ctx) * size_t(kv_dim);
+    float *v_cache = m.kv + (layer_here * 2 + 1) * size_t(m.n_slots) * size_t(m.n_ctx) * size_t(kv_dim);
+
+    auto dense = [&](const cuda_matrix &w, const float *in, int64_t in_stride, float *out, int64_t out_stride, bool acc) {
+        cuda::matvec_args a;
+        a.w = w.data;
+        a.type = w.type;
+        a.n_in = w.n_in;
+        a.n_out = w.n_out;
+        a.x = in;
+        a.x_stride = in_stride;
+        a.y = out;
+        a.y_stride = out_stride;
+        a.accumulate = acc;
+        a.n_pairs = n;
+        cuda::matvec(a, s);
+        ++launches;
+    };
+    if (L.wq.type == L.wk.type && L.wq.type == L.wv.type) {
+        // Q, K and V in one launch: one weight stream over the same normalised rows.
+        cuda::matvec_args a;
+        a.w = L.wq.data;
+        a.type = L.wq.type;
+        a.n_in = L.wq.n_in;
+        a.n_out = L.wq.n_out;
+        a.x = h;
+        a.x_stride = d;
+        a.y = q;
+        a.y_stride = q_dim;
+        a.n_pairs = n;
+        a.extra[0] = {L.wk.data, L.wk.n_out, kb, kv_dim};
+        a.extra[1] = {L.wv.data, L.wv.n_out, vb, kv_dim};
+        a.n_extra = 2;
+        cuda::matvec(a, s);
+        ++launches;
+    } else {
+        dense(L.wq, h, d, q, q_dim, false);
+        dense(L.wk, h, d, kb, kv_dim, false);
+        dense(L.wv, h, d, vb, kv_dim, false);
+    }
+    cuda::qk_rope_kv_args qa;
+    qa.q = q;
+    qa.k = kb;
+    qa.v = vb;
+    qa.q_norm = L.q_norm;
+    qa.k_norm = L.k_norm;
+    qa.inv_freq = m.inv_freq;
+    qa.slots = slots;
+    qa.positions = positions;
+    qa.k_cache = k_cache;
+    qa.v_cache = v_cache;
+    qa.n_rows = n;
+    qa.n_head = hp.n_head;
+    qa.n_head_kv = hp.n_head_kv;
+    qa.d_head = dh;
+    qa.n_ctx = m.n_ctx;
+    qa.eps = hp.rms_eps;
+    cuda::qk_rope_kv(qa, s);
+    cuda::attention_args aa;
+    aa.q = q;
+    aa.k_cache = k_cache;
+    aa.v_cache = v_cache;
+    aa.slots = slots;
+    aa.positions = positions;
+    aa.partial = m.partial + size_t(r0) * size_t(hp.n_head) * m.n_chunks * (dh + 2);
+    aa.out = att;
+    aa.n_rows = n;
+    aa.n_head = hp.n_head;
+    aa.n_head_kv = hp.n_head_kv;
+    aa.d_head = dh;
+    aa.n_ctx = m.n_ctx;
+    aa.chunk = m.chunk;
+    aa.scale = 1.0f / std::sqrt(float(dh));
+    cuda::attention(aa, s);
+    launches += 3;  // the attention family counts as two
+    dense(L.wo, att, q_dim, x, d, true);
+    cuda::rmsnorm({x, L.ffn_norm, h, n, d, hp.rms_eps}, s);
+    ++launches;
+    dense(L.router, h, d, router_logits, hp.n_expert, false);
+
+    cuda::moe_route_args ra;
+    ra.logits = router_logits;
+    ra.slots = slots;
+    ra.ids = ids;
+    ra.weights = route_w;
+    ra.group_expert = m.group_expert;
+    ra.group_off = m.group_off;
+    ra.n_groups = m.n_groups;
+    ra.pair_x = m.pair_x;
+    ra.pair_y = m.pair_y;
+    // Statistics count each layer's groups once: on the host of a pair.
+    ra.groups_total = m.part.role == placement_role::partner ? nullptr : m.groups_total;
+    ra.n_rows = n;
+    ra.n_expert = hp.n_expert;
+    ra.k = k;
+    ra.renormalise = hp.norm_topk;
+    cuda::moe_route(ra, s);
+    ++launches;
+    const int32_t max_groups = cuda::moe_max_groups(n, hp.n_expert, k);
+
+    cuda::matvec_args g;
+    g.w = L.gate.data;
+    g.w_up = L.up.data;
+    g.type = L.gate.type;
+    g.n_in = L.gate.n_in;
+    g.n_out = L.gate.n_out;
+    g.x = h;
+    g.x_stride = d;
+    g.y = act;
+    g.y_stride = ff;
+    g.x_rows = m.pair_x;
+    g.y_rows = m.pair_y;
+    g.group_mat = m.group_expert;
+    g.group_off = m.group_off;
+    g.n_groups = m.n_groups;
+    g.max_groups = max_groups;
+    g.max_pairs_per_group = n;  // a row routes to k distinct experts: at most n pairs per expert
+    if (L.local) {
+        // Only the experts held here: narrow the groups (matrix index = position in the upload).
+        cuda::moe_groups_filter_args fa;
+        fa.group_expert = m.group_expert;
+        fa.group_off = m.group_off;
+        fa.n_groups = m.n_groups;
+        fa.pair_x = m.pair_x;
+        fa.pair_y = m.pair_y;
+        fa.local = L.local;
+        fa.out_group_mat = m.own_mat;
+        fa.out_group_off = m.own_off;
+        fa.out_n_groups = m.own_n;
+        fa.out_pair_x = m.own_x;
+        fa.out_pair_y = m.own_y;
+        fa.max_groups = max_groups;
+        cuda::moe_groups_filter(fa, s);
+        ++launches;
+        g.x_rows = m.own_x;
+        g.y_rows = m.own_y;
+        g.group_mat = m.own_mat;
+        g.group_off = m.own_off;
+        g.n_groups = m.own_n;
+    }
+    cuda::matvec(g, s);
+    cuda::matvec_args dn = g;
+    dn.w = L.down.data;
+    dn.w_up = nullptr;
+    dn.type = L.down.type;
+    dn.n_in = L.down.n_in;
+    dn.n_out = L.down.n_out;
+    dn.x = act;
+    dn.x_stride = ff;
+    dn.y = eout;
+    dn.y_stride = d;
+    dn.x_rows = g.y_rows;
+    dn.groups_settled = true;  // written by the launch before the gate/up launch
+    cuda::matvec(dn, s);
+    launches += 2;
+    return launches;
+}
+
+int64_t cuda_device::merge_partner(int32_t l, int32_t r0, int32_t n, int32_t parity) {
+    state &m = *s_;
+    const model_hparams &hp = *m.hp;
+    TANDEM_CUDA_CHECK(cudaSetDevice(m.device));
+    cuda::moe_pairs_merge_args a;
+    a.out = expert_out_rows(r0);
+    a.other = exchange_rows(parity, r0);
+    a.ids = m.ids + size_t(r0) * size_t(hp.n_expert_used);
+    a.slots = m.slots() + r0;
+    a.local = m.layer(l).local;
+    a.n_rows = n;
+    a.k = hp.n_expert_used;
+    a.d_model = hp.d_model;
+    cuda::moe_pairs_merge(a, m.stream);
+    return 1;
+}
+
+int64_t cuda_device::combine(int32_t l, int32_t r0, int32_t n) {
+    state &m = *s_;
+    const model_hparams &hp = *m.hp;
+    TANDEM_CUDA_CHECK(cudaSetDevice(m.device));
+    cuda::moe_combine_args ca;
+    ca.x = x_rows(r0);
+    ca.out = expert_out_rows(r0);
+    ca.weights = m.route_w + size_t(r0) * size_t(hp.n_expert_used);
+    ca.slots = m.slots() + r0;
+    ca.norm = l + 1 < m.part.layer_end ? m.layer(l + 1).attn_norm : m.next_norm;
+    ca.h = h_rows(r0);
+    ca.n_rows = n;
+    ca.k = hp.n_expert_used;
+    ca.d_model = hp.d_model;
+    ca.eps = hp.rms_eps;
+    cuda::moe_combine(ca, m.stream);
+    return 1;
+}
+
+int64_t cuda_device::head(int32_t r0, int32_t n_out, int32_t out0) {
+    state &m = *s_;
+    const model_hparams &hp = *m.hp;
+    TANDEM_ASSERT(m.logits, "device {} holds no head rows", m.part.logical);
+    if (n_out == 0) return 0;
+    TANDEM_CUDA_CHECK(cudaSetDevice(m.device));
+    const int32_t cols = m.head.n_out;
+    cuda::matvec_args a;
+    a.w = m.head.data;
+    a.type = m.head.type;
+    a.n_in = m.head.n_in;
+    a.n_out = cols;
+    a.x = h_rows(r0);
+    a.x_stride = hp.d_model;
+    a.x_rows = m.head_rows() + r0;
+    a.y = m.logits + size_t(out0) * size_t(cols);
+    a.y_stride = cols;
+    a.n_pairs = n_out;
+    cuda::matvec(a, m.stream);
+    return 1;
+}
+
+void cuda_device::download_logits(float *host_pinned, int32_t n_out) {
+    state &m = *s_;
+    if (n_out == 0 || !m.logits) return;
+    TANDEM_CUDA_CHECK(cudaSetDevice(m.device));
+    const size_t cols = size_t(m.head.n_out), vocab = size_t(m.hp->n_vocab);
+    TANDEM_CUDA_CHECK(cudaMemcpy2DAsync(host_pinned + m.part.head_begin, vocab * sizeof(float), m.logits,
+                                        cols * sizeof(float), cols * sizeof(float), size_t(n_out),
+                                        cudaMemcpyDeviceToHost, m.stream));
+}
+
+void cuda_device::download_groups_total(int32_t *host_pinned) {
+    TANDEM_CUDA_CHECK(cudaSetDevice(s_->device));
+    TANDEM_CUDA_CHECK(cudaMemcpyAsync(host_pinned, s_->groups_total, sizeof(int32_t), cudaMemcpyDeviceToHost, s_->stream));
+}
+
+void cuda_device::synchronize() {
+    TANDEM_CUDA_CHECK(cudaSetDevice(s_->device));
+    TANDEM_CUDA_CHECK(cudaStreamSynchronize(s_->stream));
+}
+
+}  // namespace tandem

@@ -1,0 +1,76 @@
+// src/engine/cuda_device.h - one logical CUDA device of a placement plan: the weights of its
+// part (its layers, the routed experts it holds in each, the embedding, its rows of the head) in
+// their GGUF types, the F32 K/V of its layers for every slot, its step buffers and stream, and
+// the launches of each piece of the forward. Several logical devices may share one GPU.
+// No CUDA types in this header: the engine front and the tests stay plain C++.
+#pragma once
+
+#include "tandem/model.h"
+#include "tandem/placement.h"
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace tandem {
+
+class cuda_device {
+public:
+    // Rows per step the buffers hold (larger engine calls run as consecutive steps).
+    static constexpr int32_t max_step_rows = 512;
+
+    // Bytes the device will allocate besides weights and K/V (step buffers, head logits,
+    // exchange buffers) for a plan's part: the planner's scratch figure.
+    static uint64_t scratch_bytes(const model_hparams &hp, int32_t n_ctx, bool has_head, bool paired);
+
+    cuda_device(const model_hparams &hp, const model_tensors &tensors, const placement_device_plan &part,
+                int32_t n_slots, int32_t n_ctx);
+    ~cuda_device();
+    cuda_device(const cuda_device &) = delete;
+    cuda_device &operator=(const cuda_device &) = delete;
+
+    const placement_device_plan &part() const;
+    int32_t physical() const;
+    const std::string &name() const;
+    uint64_t weight_bytes() const;
+    uint64_t kv_bytes() const;
+
+    // Every launch below goes to this device's stream (the caller need not select the device).
+    // Row arrays: the engine copies tokens / slots / positions / head rows for the whole step
+    // (max_step_rows each) from pinned host memory; launches address rows [r0, r0 + n).
+    void upload_rows(const int32_t *rows_host_pinned);
+    // x, h [r0, r0+n) <- embedding rows, then the first layer's attention norm.
+    int64_t embed(int32_t r0, int32_t n);
+    // Attention, the FFN norm, the router, routing and this device's experts for layer l:
+    // pair outputs land in the expert-output buffer (pairs of experts held elsewhere are stale).
+    int64_t layer_experts(int32_t layer, int32_t r0, int32_t n);
+    // Pairs of experts held by the partner <- the partner's outputs in exchange buffer `parity`.
+    int64_t merge_partner(int32_t layer, int32_t r0, int32_t n, int32_t parity);
+    // x += the routed experts in slot order; h <- the next layer's attention norm (or the output
+    // norm after the last layer).
+    int64_t combine(int32_t layer, int32_t r0, int32_t n);
+    // This device's head rows of the logits of the n_out rows listed at head-row index r0
+    // (relative to r0) into its logits buffer rows [out0, out0 + n_out).
+    int64_t head(int32_t r0, int32_t n_out, int32_t out0);
+    // Logits rows [0, n_out) -> host rows (pitch n_vocab floats, at this device's head columns).
+    void download_logits(float *host_pinned, int32_t n_out);
+    // Adds the number of expert groups routed so far to `total` once the stream is done.
+    void download_groups_total(int32_t *host_pinned);
+    void synchronize();
+
+    // Buffers other devices copy from or into (device pointers), offsets in rows.
+    float *x_rows(int32_t r0);
+    float *h_rows(int32_t r0);
+    float *expert_out_rows(int32_t r0);
+    float *exchange_rows(int32_t parity, int32_t r0);
+    size_t d_model_bytes() const;      // one row of x / h
+    size_t pair_row_bytes() const;     // one row of expert outputs (k pairs)
+
+    struct state;  // CUDA objects (opaque here)
+    state &impl() { return *s_; }
+
+private:
+    std::unique_ptr<state> s_;
+};
+
+}  // namespace tandem

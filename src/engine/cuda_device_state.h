@@ -1,0 +1,66 @@
+// src/engine/cuda_device_state.h - the CUDA objects behind a cuda_device, for the engine front
+// and the transfers between devices (the public cuda_device.h stays free of CUDA types).
+#pragma once
+
+#include "cuda_device.h"
+#include "tandem/gguf.h"
+
+#include <cuda_runtime.h>
+
+#include <vector>
+
+namespace tandem {
+
+// A weight matrix on the device: n_mat stacked matrices of n_out rows of n_in elements.
+struct cuda_matrix {
+    const void *data = nullptr;
+    ggml_type type = ggml_type::f32;
+    int32_t n_in = 0, n_out = 0;
+};
+
+struct cuda_layer {
+    const float *attn_norm = nullptr, *q_norm = nullptr, *k_norm = nullptr, *ffn_norm = nullptr;
+    cuda_matrix wq, wk, wv, wo, router, gate, up, down;  // gate/up/down: the experts held here
+    const int32_t *local = nullptr;  // [n_expert] expert -> matrix index here, -1: partner's; nullptr: all here
+};
+
+struct cuda_device::state {
+    const model_hparams *hp = nullptr;
+    placement_device_plan part;
+    int32_t n_slots = 0, n_ctx = 0;
+    int device = 0;
+    std::string name;
+    cudaStream_t stream = nullptr;
+    cudaEvent_t event = nullptr;    // recorded after a send; the receiver's stream waits on it
+
+    uint8_t *weights = nullptr;
+    size_t weight_bytes = 0;
+    float *kv = nullptr;            // [layers here][2][n_slots][n_ctx][kv_dim]
+    size_t kv_bytes = 0;
+    float *inv_freq = nullptr;
+    cuda_matrix tok_embd, head;     // head: this device's vocab rows
+    const float *output_norm = nullptr;
+    const float *next_norm = nullptr;  // attention norm of layer_end, or the output norm
+    std::vector<cuda_layer> layers;    // [layer - layer_begin]
+    int32_t chunk = 0, n_chunks = 0;
+
+    // Step buffers for max_step_rows rows.
+    int32_t *rows = nullptr;        // [4][max_step_rows]: tokens, slots, positions, head rows
+    float *x = nullptr, *h = nullptr, *q = nullptr, *kb = nullptr, *vb = nullptr, *att = nullptr;
+    float *router_logits = nullptr, *route_w = nullptr, *act = nullptr, *eout = nullptr, *partial = nullptr;
+    float *exchange[2] = {nullptr, nullptr};  // partner's expert outputs (pairs only)
+    int32_t *ids = nullptr, *group_expert = nullptr, *group_off = nullptr, *n_groups = nullptr;
+    int32_t *pair_x = nullptr, *pair_y = nullptr, *groups_total = nullptr;
+    // The groups narrowed to the experts held here (pairs only).
+    int32_t *own_mat = nullptr, *own_off = nullptr, *own_n = nullptr, *own_x = nullptr, *own_y = nullptr;
+    float *logits = nullptr;        // [max_step_rows][head columns]
+
+    const int32_t *tokens() const { return rows; }
+    const int32_t *slots() const { return rows + max_step_rows; }
+    const int32_t *positions() const { return rows + 2 * max_step_rows; }
+    const int32_t *head_rows() const { return rows + 3 * max_step_rows; }
+    const cuda_layer &layer(int32_t l) const { return layers[size_t(l - part.layer_begin)]; }
+    bool paired() const { return part.partner >= 0; }
+};
+
+}  // namespace tandem

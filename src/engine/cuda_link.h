@@ -1,0 +1,49 @@
+// src/engine/cuda_link.h - moving activations between the logical CUDA devices of a plan:
+// peer-to-peer copies where two GPUs have peer access, a plain device copy when two logical
+// devices share a GPU, and staged copies through pinned host memory otherwise (or everywhere
+// with --transport host, the validated fallback). Each send is ordered after the sender's work
+// and before the receiver's next launch by an event; nothing blocks the host.
+#pragma once
+
+#include "cuda_device.h"
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace tandem {
+
+enum class cuda_transport { automatic, p2p, host };
+cuda_transport cuda_transport_parse(const std::string &name);  // "auto", "p2p", "host"
+const char *cuda_transport_name(cuda_transport t);
+
+class cuda_links {
+public:
+    cuda_links(const std::vector<std::unique_ptr<cuda_device>> &devices, cuda_transport mode);
+    ~cuda_links();
+    cuda_links(const cuda_links &) = delete;
+    cuda_links &operator=(const cuda_links &) = delete;
+
+    // Copies bytes from src's buffer to dst's buffer after everything enqueued on src so far;
+    // dst's later launches wait for it. `capacity` bounds every send to this dst_ptr (the
+    // staging buffer of the host path is sized by it once).
+    void send(cuda_device &src, const void *src_ptr, cuda_device &dst, void *dst_ptr, size_t bytes, size_t capacity);
+
+    // How the two logical devices exchange data: "same-gpu", "p2p" or "host".
+    const char *path(const cuda_device &a, const cuda_device &b) const;
+    uint64_t bytes_moved() const { return bytes_moved_; }
+    void reset_counters() { bytes_moved_ = 0; }
+    std::string describe() const;  // e.g. "transport=p2p (0<->1 p2p)"
+
+private:
+    bool peer(int a, int b) const;
+
+    cuda_transport mode_;
+    std::map<std::pair<int, int>, bool> peer_;  // physical pairs with peer access enabled
+    std::map<void *, std::pair<void *, size_t>> staging_;  // dst_ptr -> pinned buffer, bytes
+    uint64_t bytes_moved_ = 0;
+};
+
+}  // namespace tandem

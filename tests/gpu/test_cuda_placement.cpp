@@ -1,0 +1,159 @@
+// tests/gpu/test_cuda_placement.cpp - placement invariance on CUDA devices: decode logits on every
+// plan (pipeline stages, tensor-parallel pairs, micro-batches, both transports) are bitwise equal
+// to the one-GPU run. Logical devices share GPU 0 (--gpu-devices 0,0,0,0), so this runs on one
+// GPU; with two or more visible GPUs the same plans also run across GPUs 0 and 1.
+#include "gpu_test_util.h"
+#include "model_test_util.h"
+
+#include "tandem/error.h"
+#include "tandem/sampler.h"
+
+#include <cstring>
+#include <random>
+#include <sstream>
+
+using namespace tandem;
+using namespace tandem::test;
+
+namespace {
+
+struct gpu_plan {
+    std::vector<int32_t> devices;
+    bool tensor_parallel = false;
+    int32_t micro_batches = 0;
+    std::string transport = "auto";
+};
+
+std::string describe(const gpu_plan &p) {
+    std::ostringstream os;
+    for (size_t i = 0; i < p.devices.size(); ++i) os << (i ? "," : "") << p.devices[i];
+    os << (p.tensor_parallel ? " tensor-parallel" : " pipeline") << " micro-batches " << p.micro_batches
+       << " transport " << p.transport;
+    return os.str();
+}
+
+// Three sessions: prefill prompts of different lengths in one call, then greedy decode steps with
+// all sessions in one call, the last steps with a fourth session's prompt riding along.
+std::vector<std::vector<float>> run_sessions(const std::string &model, const gpu_plan &p, uint32_t seed,
+                                             std::string *layout = nullptr) {
+    engine_options opt;
+    opt.backend = "cuda";
+    opt.n_slots = 4;
+    opt.n_ctx = 160;
+    opt.gpu_devices = p.devices;
+    opt.tensor_parallel = p.tensor_parallel;
+    opt.micro_batches = p.micro_batches;
+    opt.transport = p.transport;
+    auto eng = engine_open(gguf_file::open(model), opt);
+    if (layout) *layout = eng->layout();
+    std::mt19937 rng(seed);
+    const int32_t nv = eng->hparams().n_vocab;
+    std::vector<engine_row> rows;
+    const int lengths[3] = {7, 1, 40};
+    for (int32_t s = 0; s < 3; ++s)
+        for (int32_t i = 0; i < lengths[s]; ++i)
+            rows.push_back({s, i, int32_t(rng() % uint32_t(nv)), i + 1 == lengths[s]});
+    std::vector<std::vector<float>> out;
+    std::vector<float> logits;
+    eng->forward(rows, logits);
+    out.push_back(logits);
+    for (int step = 0; step < 8; ++step) {
+        rows.clear();
+        for (int32_t s = 0; s < 3; ++s) {
+            const int32_t next = argmax({logits.data() + size_t(s) * size_t(nv), size_t(nv)});
+            rows.push_back({s, eng->slot_length(s), next, true});
+        }
+        if (step >= 5)  // a stranger's prefill in the same call (rows without logits)
+            for (int32_t i = 0; i < 9; ++i) rows.push_back({3, eng->slot_length(3) + i, int32_t(rng() % uint32_t(nv)), false});
+        eng->forward(rows, logits);
+        logits.resize(3 * size_t(nv));
+        out.push_back(logits);
+    }
+    return out;
+}
+
+void require_same(const std::vector<std::vector<float>> &a, const std::vector<std::vector<float>> &b) {
+    REQUIRE(a.size() == b.size());
+    for (size_t i = 0; i < a.size(); ++i) {
+        INFO("call " << i);
+        REQUIRE(a[i].size() == b[i].size());
+        CHECK(std::memcmp(a[i].data(), b[i].data(), a[i].size() * sizeof(float)) == 0);
+    }
+}
+
+int visible_gpus() {
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) {
+        cudaGetLastError();
+        return 0;
+    }
+    return n;
+}
+
+std::vector<gpu_plan> plans() {
+    std::vector<gpu_plan> v = {
+        {{0, 0}, false},          {{0, 0}, true},           {{0, 0, 0}, false},
+        {{0, 0, 0, 0}, true},     {{0, 0, 0, 0}, false, 1}, {{0, 0, 0, 0}, true, 3},
+        {{0, 0}, true, 0, "host"}, {{0, 0, 0, 0}, true, 2, "host"}, {{0, 0, 0, 0, 0, 0, 0, 0}, true},
+    };
+    if (visible_gpus() >= 2) {
+        v.push_back({{0, 1}, false});
+        v.push_back({{0, 1}, true});
+        v.push_back({{0, 1}, true, 0, "host"});
+        v.push_back({{0, 0, 1, 1}, true});
+        v.push_back({{1, 0, 0, 1}, false, 2});
+    }
+    return v;
+}
+
+}  // namespace
+
+TEST_CASE("CUDA decode logits are bitwise equal on every placement plan", "[gpu][placement]") {
+    if (!gpu_present()) return;
+    const std::string model = synth_gguf("tiny", ggml_type::q4_k, 4);
+    const auto single = run_sessions(model, {{0}}, 11);
+    for (const gpu_plan &p : plans()) {
+        std::string layout;
+        INFO(describe(p));
+        const auto placed = run_sessions(model, p, 11, &layout);
+        INFO(layout);
+        WARN(describe(p) << ": " << layout);
+        require_same(placed, single);
+    }
+}
+
+TEST_CASE("CUDA fixture logits are bitwise equal on pairs and stages", "[gpu][placement][fixtures]") {
+    if (!gpu_present()) return;
+    for (const char *name : {"qwen3moe-a", "qwen3moe-b"})
+        for (ggml_type type : {ggml_type::f32, ggml_type::q4_k}) {
+            INFO(name << " " << ggml_type_name(type));
+            const std::string model = fixture_gguf(name, type);
+            const auto single = run_sessions(model, {{0}}, 5);
+            require_same(run_sessions(model, {{0, 0}, true}, 5), single);
+            require_same(run_sessions(model, {{0, 0, 0}, false}, 5), single);
+            if (visible_gpus() >= 2) require_same(run_sessions(model, {{0, 1}, true}, 5), single);
+        }
+}
+
+TEST_CASE("CUDA placements that cannot work are refused with a clear error", "[gpu][placement]") {
+    if (!gpu_present()) return;
+    const std::string model = synth_gguf("tiny", ggml_type::q4_k, 4);
+    auto open = [&](std::vector<int32_t> devices, bool tp, const std::string &vram = "auto",
+                    const std::string &transport = "auto") {
+        engine_options opt;
+        opt.backend = "cuda";
+        opt.n_slots = 2;
+        opt.n_ctx = 64;
+        opt.gpu_devices = std::move(devices);
+        opt.tensor_parallel = tp;
+        opt.gpu_vram = vram;
+        opt.transport = transport;
+        return engine_open(gguf_file::open(model), opt);
+    };
+    CHECK_THROWS_WITH(open({0, 0, 0}, true), Catch::Contains("even"));
+    CHECK_THROWS_WITH(open({0, 99}, false), Catch::Contains("99"));
+    CHECK_THROWS_WITH(open({0, 0}, true, "0.001"), Catch::Contains("GiB"));
+    CHECK_THROWS_WITH(open({0}, false, "auto", "pigeon"), Catch::Contains("--transport"));
+    // Still usable after the refusals.
+    CHECK(run_sessions(model, {{0, 0}, true}, 3).size() == 9);
+}
