@@ -1,6 +1,8 @@
 // cuda/attention.cu - QK norm + RoPE + KV write, and chunked causal attention over each row's
 // slot cache (flash-decoding style: chunk partials with their own max and sum, merged in chunk
-// order). One block handles every query head of a KV head (GQA), so K/V are read once per group.
+// order). One block handles every query head of a KV head (GQA), so K/V are read once per group;
+// its 8 warps split the chunk's positions and load them all at once (short decode contexts are
+// latency-bound: one dependent round trip per position was the cost).
 #include "attention.h"
 
 #include "cuda_check.h"
@@ -13,34 +15,58 @@ namespace tandem::cuda {
 namespace {
 
 constexpr int rope_warps = 8;       // heads per block; blocks over (row, head group)
-constexpr int attn_warps = 4;       // warps per (row, KV head, chunk); positions interleave over them
+constexpr int attn_warps = 8;       // warps per (row, KV head, chunk); positions interleave over them
+constexpr int attn_threads = attn_warps * 32;
 constexpr int max_dpl = 8;          // d_head up to 256 (8 elements per lane)
 
 // Per-head RMSNorm (bitwise the CPU's order: element i in lane i % 32, butterfly) and NeoX RoPE
 // with float32 angles and double cos/sin rounded to float, as the CPU twin computes them.
+// The row's slot and position, the angles' cos/sin and the norm weights do not depend on the
+// previous kernel (slots and positions are written before the step's first kernel, attention.h),
+// so they are computed before the PDL wait, overlapping the projection that precedes.
 __global__ void __launch_bounds__(rope_warps * 32) qk_rope_kv_kernel(const qk_rope_kv_args a) {
-    pdl_wait();
-    pdl_trigger();
     const int r = blockIdx.x, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int slot = a.slots[r], pos = a.positions[r];
     const int dh = a.d_head, dpl = dh / 32, kv_dim = a.n_head_kv * dh;
     const int n_heads_all = a.n_head + 2 * a.n_head_kv;
+    const int half_t = dpl / 2;
+    float cs[max_dpl / 2], sn[max_dpl / 2], qn[max_dpl], kn[max_dpl];
+#pragma unroll
+    for (int t = 0; t < max_dpl / 2; ++t) {
+        // d_head 32: element i (lane i) rotates with lane i + 16, angle index lane % 16.
+        const int fi = dpl == 1 ? (lane & 15) : lane + 32 * t;
+        cs[t] = sn[t] = 0.0f;
+        if (t < half_t || (dpl == 1 && t == 0)) {
+            const float angle = __fmul_rn(float(pos), a.inv_freq[fi]);
+            double sd, cd;
+            sincos(double(angle), &sd, &cd);
+            cs[t] = float(cd);
+            sn[t] = float(sd);
+        }
+    }
+#pragma unroll
+    for (int t = 0; t < max_dpl; ++t) {
+        qn[t] = t < dpl ? a.q_norm[lane + 32 * t] : 0.0f;
+        kn[t] = t < dpl ? a.k_norm[lane + 32 * t] : 0.0f;
+    }
+    pdl_wait();
+    pdl_trigger();
     // blockIdx.y picks a group of rope_warps heads: every head of the row in flight at once.
     for (int hh = blockIdx.y * rope_warps + warp; hh < n_heads_all; hh += rope_warps * gridDim.y) {
         const float *src;
         float *dst;
-        const float *norm = nullptr;
+        bool norm = false, is_q = false;
         if (hh < a.n_head) {
             src = a.q + (int64_t(r) * a.n_head + hh) * dh;
             dst = a.q + (int64_t(r) * a.n_head + hh) * dh;
-            norm = a.q_norm;
+            norm = is_q = true;
         } else {
             if (slot < 0) continue;
             const bool is_k = hh < a.n_head + a.n_head_kv;
             const int kh = is_k ? hh - a.n_head : hh - a.n_head - a.n_head_kv;
             src = (is_k ? a.k : a.v) + (int64_t(r) * a.n_head_kv + kh) * dh;
             dst = (is_k ? a.k_cache : a.v_cache) + (int64_t(slot) * a.n_ctx + pos) * kv_dim + int64_t(kh) * dh;
-            if (is_k) norm = a.k_norm;
+            norm = is_k;
         }
         float val[max_dpl];
 #pragma unroll
@@ -54,27 +80,17 @@ __global__ void __launch_bounds__(rope_warps * 32) qk_rope_kv_kernel(const qk_ro
             const float inv = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(mean_sq, a.eps)));
 #pragma unroll
             for (int t = 0; t < max_dpl; ++t)
-                if (t < dpl) val[t] = __fmul_rn(__fmul_rn(val[t], inv), norm[lane + 32 * t]);
+                if (t < dpl) val[t] = __fmul_rn(__fmul_rn(val[t], inv), is_q ? qn[t] : kn[t]);
             if (dpl == 1) {
-                // d_head 32: element i (lane i) rotates with lane i + 16.
-                const int i = lane & 15;
-                const float angle = __fmul_rn(float(pos), a.inv_freq[i]);
-                double sd, cd;
-                sincos(double(angle), &sd, &cd);
-                const float c = float(cd), sn = float(sd);
                 const float other = __shfl_xor_sync(0xFFFFFFFFu, val[0], 16);
-                val[0] = lane < 16 ? __fsub_rn(__fmul_rn(val[0], c), __fmul_rn(other, sn))
-                                   : __fadd_rn(__fmul_rn(val[0], c), __fmul_rn(other, sn));
+                val[0] = lane < 16 ? __fsub_rn(__fmul_rn(val[0], cs[0]), __fmul_rn(other, sn[0]))
+                                   : __fadd_rn(__fmul_rn(val[0], cs[0]), __fmul_rn(other, sn[0]));
             }
             // NeoX: element i rotates with i + d_head/2, which sits in the same lane dpl/2 slots on.
-            const int half_t = dpl / 2;
 #pragma unroll
             for (int t = 0; t < max_dpl / 2; ++t) {
                 if (t >= half_t) continue;
-                const float angle = __fmul_rn(float(pos), a.inv_freq[lane + 32 * t]);
-                double sd, cd;
-                sincos(double(angle), &sd, &cd);
-                const float c = float(cd), s = float(sd);
+                const float c = cs[t], s = sn[t];
                 float x0 = val[t], x1 = val[t];
 #pragma unroll
                 for (int u = 0; u < max_dpl; ++u)
@@ -93,27 +109,38 @@ __global__ void __launch_bounds__(rope_warps * 32) qk_rope_kv_kernel(const qk_ro
     }
 }
 
-// One block per (KV head, chunk, row): each warp runs an online softmax over positions
-// p_begin + warp, + attn_warps, ...; the warps merge in warp order, then the chunk partial
-// (unnormalised output, max, sum) goes to `partial`.
+// Positions of a chunk are taken in tiles; tile * d_head floats of the per-warp accumulators are
+// merged through shared memory at the end, so the tile bounds the registers, not shared memory.
+template <int dpl>
+constexpr int attn_tile() { return dpl == 8 ? 32 : 64; }
+
+// One block per (KV head, chunk, row), 8 warps. Per tile of positions: (A) warp w takes positions
+// w, w + 8, ... of the tile, issues all their K and V loads at once, and computes the scores of
+// all `group` query heads with one transposing warp sum per position; (B) warp g runs the online
+// softmax of head g over the tile (one max and rescale per tile, shared by every warp); (C) each
+// warp adds p * V for its own positions to its registers. The warps' accumulators are summed in
+// warp order at the end, and the chunk partial (unnormalised output, max, sum) goes to `partial`.
 template <int dpl, int group>
-__global__ void __launch_bounds__(attn_warps * 32) attention_partial_kernel(const attention_args a, int n_chunks) {
+__global__ void __launch_bounds__(attn_threads) attention_partial_kernel(const attention_args a, int n_chunks) {
+    constexpr int dh = dpl * 32, tile = attn_tile<dpl>(), ppw = tile / attn_warps;
+    static_assert(tile % attn_warps == 0 && tile <= 64, "a lane holds at most 2 scores of a tile in phase B");
+    static_assert(group <= attn_warps, "phase B: one warp per query head of the group");
+    __shared__ float s_p[tile][group];                  // scores, then probabilities
+    __shared__ float s_corr[group];
+    __shared__ float s_acc[attn_warps][group * dh];     // per-warp accumulators for the final sum
     const int kh = blockIdx.x, c = blockIdx.y, r = blockIdx.z;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    constexpr int dh = dpl * 32;
-    __shared__ float s_acc[attn_warps][group][dh];
-    __shared__ float s_m[attn_warps][group], s_l[attn_warps][group];
+    // Slots and positions are written before the step's first kernel (attention.h).
+    const int slot = a.slots[r], pos = a.positions[r];
     pdl_wait();
     pdl_trigger();
-    const int slot = a.slots[r];
     if (slot < 0) return;
-    const int pos = a.positions[r];
     const int p_begin = c * a.chunk;
     if (p_begin > pos) return;
     const int p_end = min(p_begin + a.chunk, pos + 1);
     const int kv_dim = a.n_head_kv * dh;
 
-    float qv[group][dpl], acc[group][dpl], m[group], l[group];
+    float qv[group][dpl], acc[group][dpl];
 #pragma unroll
     for (int g = 0; g < group; ++g) {
         const float *q = a.q + (int64_t(r) * a.n_head + kh * group + g) * dh;
@@ -122,89 +149,136 @@ __global__ void __launch_bounds__(attn_warps * 32) attention_partial_kernel(cons
             qv[g][t] = q[lane + 32 * t];
             acc[g][t] = 0.0f;
         }
-        m[g] = -INFINITY;
-        l[g] = 0.0f;
     }
+    float m_run = -INFINITY, l_run = 0.0f;  // head `warp`'s running max and sum (warps < group)
     const float *kb = a.k_cache + int64_t(slot) * a.n_ctx * kv_dim + int64_t(kh) * dh + lane;
     const float *vb = a.v_cache + int64_t(slot) * a.n_ctx * kv_dim + int64_t(kh) * dh + lane;
-    for (int p = p_begin + warp; p < p_end; p += attn_warps) {
-        float kv[dpl], vv[dpl];
+    for (int t0 = p_begin; t0 < p_end; t0 += tile) {
+        // (A) every K and V load of this warp's positions in flight together.
+        float kv[ppw][dpl], vv[ppw][dpl];
 #pragma unroll
-        for (int t = 0; t < dpl; ++t) {
-            kv[t] = kb[int64_t(p) * kv_dim + 32 * t];
-            vv[t] = vb[int64_t(p) * kv_dim + 32 * t];
+        for (int i = 0; i < ppw; ++i) {
+            const int p = t0 + warp + attn_warps * i;
+#pragma unroll
+            for (int t = 0; t < dpl; ++t) {
+                kv[i][t] = p < p_end ? kb[int64_t(p) * kv_dim + 32 * t] : 0.0f;
+                vv[i][t] = p < p_end ? vb[int64_t(p) * kv_dim + 32 * t] : 0.0f;
+            }
         }
+#pragma unroll
+        for (int i = 0; i < ppw; ++i) {
+            const int p = t0 + warp + attn_warps * i;
+            if (p >= p_end) continue;  // warp-uniform
+            float part[group];
+#pragma unroll
+            for (int g = 0; g < group; ++g) {
+                float d = 0.0f;
+#pragma unroll
+                for (int t = 0; t < dpl; ++t) d = fmaf(qv[g][t], kv[i][t], d);
+                part[g] = d;
+            }
+            const float sc = warp_sum_transposed<group>(part);
+            if (lane % (32 / group) == 0) s_p[p - t0][lane / (32 / group)] = sc * a.scale;
+        }
+        __syncthreads();
+        // (B) head `warp`: tile max, rescale factor, probabilities, running sum.
+        if (warp < group) {
+            float sv[2];
+            float tmax = -INFINITY;
+#pragma unroll
+            for (int j = 0; j < 2; ++j) {
+                const int idx = lane + 32 * j;
+                sv[j] = idx < tile && t0 + idx < p_end ? s_p[idx][warp] : -INFINITY;
+                tmax = fmaxf(tmax, sv[j]);
+            }
+            tmax = warp_max(tmax);
+            const float m_new = fmaxf(m_run, tmax);
+            const float corr = expf(m_run - m_new);  // 0 on the first tile (m_run = -inf)
+            float psum = 0.0f;
+#pragma unroll
+            for (int j = 0; j < 2; ++j) {
+                const int idx = lane + 32 * j;
+                const float pr = idx < tile && t0 + idx < p_end ? expf(sv[j] - m_new) : 0.0f;
+                if (idx < tile) s_p[idx][warp] = pr;
+                psum += pr;
+            }
+            psum = warp_sum_fixed(psum);
+            l_run = l_run * corr + psum;
+            m_run = m_new;
+            if (lane == 0) s_corr[warp] = corr;
+        }
+        __syncthreads();
+        // (C) rescale, then p * V for this warp's positions.
 #pragma unroll
         for (int g = 0; g < group; ++g) {
-            float s = 0.0f;
+            const float cg = s_corr[g];
 #pragma unroll
-            for (int t = 0; t < dpl; ++t) s = fmaf(qv[g][t], kv[t], s);
-            s = warp_sum_fixed(s) * a.scale;
-            const float m_new = fmaxf(m[g], s);
-            const float corr = expf(m[g] - m_new), pr = expf(s - m_new);
-            l[g] = l[g] * corr + pr;
-#pragma unroll
-            for (int t = 0; t < dpl; ++t) acc[g][t] = acc[g][t] * corr + pr * vv[t];
-            m[g] = m_new;
+            for (int t = 0; t < dpl; ++t) acc[g][t] *= cg;
         }
+#pragma unroll
+        for (int i = 0; i < ppw; ++i) {
+            const int p = t0 + warp + attn_warps * i;
+            if (p >= p_end) continue;
+#pragma unroll
+            for (int g = 0; g < group; ++g) {
+                const float pr = s_p[p - t0][g];
+#pragma unroll
+                for (int t = 0; t < dpl; ++t) acc[g][t] = fmaf(pr, vv[i][t], acc[g][t]);
+            }
+        }
+        __syncthreads();  // s_p and s_corr are rewritten by the next tile
     }
 #pragma unroll
-    for (int g = 0; g < group; ++g) {
+    for (int g = 0; g < group; ++g)
 #pragma unroll
-        for (int t = 0; t < dpl; ++t) s_acc[warp][g][lane + 32 * t] = acc[g][t];
-        if (lane == 0) {
-            s_m[warp][g] = m[g];
-            s_l[warp][g] = l[g];
-        }
+        for (int t = 0; t < dpl; ++t) s_acc[warp][g * dh + lane + 32 * t] = acc[g][t];
+    if (warp < group && lane == 0) {
+        float *dst = a.partial + ((int64_t(r) * a.n_head + kh * group + warp) * n_chunks + c) * (dh + 2);
+        dst[dh] = m_run;
+        dst[dh + 1] = l_run;
     }
     __syncthreads();
-    for (int idx = threadIdx.x; idx < group * dh; idx += attn_warps * 32) {
+    for (int idx = threadIdx.x; idx < group * dh; idx += attn_threads) {
         const int g = idx / dh, e = idx % dh;
-        float mx = -INFINITY;
-        for (int w = 0; w < attn_warps; ++w) mx = fmaxf(mx, s_m[w][g]);
-        float sum = 0.0f, out = 0.0f;
-        for (int w = 0; w < attn_warps; ++w) {
-            const float f = expf(s_m[w][g] - mx);  // 0 for a warp that saw no position
-            sum += s_l[w][g] * f;
-            out += s_acc[w][g][e] * f;
-        }
-        float *dst = a.partial + ((int64_t(r) * a.n_head + kh * group + g) * n_chunks + c) * (dh + 2);
-        dst[e] = out;
-        if (e == 0) {
-            dst[dh] = mx;
-            dst[dh + 1] = sum;
-        }
+        float out = 0.0f;
+#pragma unroll
+        for (int w = 0; w < attn_warps; ++w) out += s_acc[w][idx];
+        a.partial[((int64_t(r) * a.n_head + kh * group + g) * n_chunks + c) * (dh + 2) + e] = out;
     }
 }
 
 // One block per (query head, row): merges the row's chunk partials in chunk order.
 __global__ void attention_combine_kernel(const attention_args a, int n_chunks) {
+    const int h = blockIdx.x, r = blockIdx.y, dh = a.d_head;
+    const int slot = a.slots[r], pos = a.positions[r];  // written before the step (attention.h)
     pdl_wait();
     pdl_trigger();
-    const int h = blockIdx.x, r = blockIdx.y, dh = a.d_head;
     float *out = a.out + (int64_t(r) * a.n_head + h) * dh;
-    if (a.slots[r] < 0) {
+    if (slot < 0) {
         for (int e = threadIdx.x; e < dh; e += blockDim.x) out[e] = 0.0f;
         return;
     }
-    const int nc = a.positions[r] / a.chunk + 1;
+    const int nc = pos / a.chunk + 1;
     const float *part = a.partial + (int64_t(r) * a.n_head + h) * n_chunks * (dh + 2);
     float mx = -INFINITY;
+#pragma unroll 8
     for (int c = 0; c < nc; ++c) mx = fmaxf(mx, part[c * (dh + 2) + dh]);
-    float sum = 0.0f;
-    for (int c = 0; c < nc; ++c) sum += part[c * (dh + 2) + dh + 1] * expf(part[c * (dh + 2) + dh] - mx);
-    const float inv = 1.0f / sum;
     for (int e = threadIdx.x; e < dh; e += blockDim.x) {
-        float acc = 0.0f;
-        for (int c = 0; c < nc; ++c) acc += part[c * (dh + 2) + e] * expf(part[c * (dh + 2) + dh] - mx);
-        out[e] = acc * inv;
+        float sum = 0.0f, acc = 0.0f;
+#pragma unroll 8
+        for (int c = 0; c < nc; ++c) {
+            const float f = expf(part[c * (dh + 2) + dh] - mx);
+            sum += part[c * (dh + 2) + dh + 1] * f;
+            acc += part[c * (dh + 2) + e] * f;
+        }
+        out[e] = acc * (1.0f / sum);
     }
 }
 
 template <int dpl, int group>
 void launch_attention_partial(const attention_args &a, int n_chunks, cudaStream_t stream) {
     const dim3 grid(a.n_head_kv, n_chunks, a.n_rows);
-    launch_pdl(attention_partial_kernel<dpl, group>, grid, dim3(attn_warps * 32), stream, a, n_chunks);
+    launch_pdl(attention_partial_kernel<dpl, group>, grid, dim3(attn_threads), stream, a, n_chunks);
 }
 
 template <int dpl>

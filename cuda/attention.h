@@ -4,6 +4,9 @@
 // Owns: the F32 KV cache layout [slot][n_ctx][n_head_kv][d_head] of one layer. Does not own the
 // projections (matvec.h). A row's result depends only on its own slot, position and cache: the
 // chunking is a function of n_ctx, never of the batch, so decode stays batch invariant.
+// Precondition of both launches: `slots` and `positions` are written before the step's first
+// kernel (the engine copies them in before it), since the kernels read them before their PDL
+// wait (launch.cuh) to overlap the address and angle work with the kernel before.
 #pragma once
 
 #include <cuda_runtime.h>

@@ -1,5 +1,9 @@
-// cuda/moe.cu - routing (one warp per row) and the counting sort of pairs by expert (one block
-// for the whole step, so no host round trip), and the fused combine + RMSNorm.
+// cuda/moe.cu - routing and the counting sort of pairs by expert (one block for the whole step,
+// so no host round trip), and the fused combine + RMSNorm.
+// Routing: a warp per row computes the softmax; then a thread per (row, expert) finds the
+// expert's rank among the row's probabilities (higher first, lower id on ties) in one pass over
+// shared memory, instead of k dependent warp-wide argmax rounds; the histogram, a two-level scan
+// and the scatter follow on shared memory.
 #include "moe.h"
 
 #include "cuda_check.h"
@@ -12,171 +16,237 @@ namespace tandem::cuda {
 namespace {
 
 constexpr int route_threads = 1024;  // one block routes and sorts the whole step
+constexpr int route_warps = route_threads / 32;
 constexpr int max_epl = 16;          // experts per lane: n_expert up to 512
+constexpr int max_experts = 32 * max_epl;
 constexpr int max_k = 32;
+constexpr int route_prob_cap = 4096;  // probabilities of one batch of rows in shared memory (16 KiB)
+constexpr int route_ids_cap = 4096;   // pair experts kept in shared memory up to this many pairs (16 KiB)
+static_assert(route_prob_cap >= max_experts, "a batch holds at least one row");
 
 __global__ void __launch_bounds__(route_threads) moe_route_kernel(const moe_route_args a) {
-    __shared__ int32_t s_count[max_epl * 32], s_cursor[max_epl * 32];
+    __shared__ float s_prob[route_prob_cap];           // [rows of the batch][n_expert]
+    __shared__ float s_w[route_warps][max_k];          // selected probabilities, slot order
+    __shared__ int32_t s_ids[route_ids_cap];           // [n_pairs] expert of each pair (when it fits)
+    __shared__ int32_t s_count[max_experts], s_cursor[max_experts];
+    __shared__ int32_t s_wsum[route_warps], s_gsum[route_warps];
+    __shared__ bool s_pad[route_warps];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int ne = a.n_expert, k = a.k, n_pairs = a.n_rows * a.k;
+    const bool ids_shared = n_pairs <= route_ids_cap;
+    for (int e = threadIdx.x; e < ne; e += route_threads) s_count[e] = 0;
     pdl_wait();
     pdl_trigger();
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, n_warps = route_threads / 32;
-    for (int r = warp; r < a.n_rows; r += n_warps) {
-        int32_t *ids = a.ids + int64_t(r) * a.k;
-        float *wts = a.weights + int64_t(r) * a.k;
-        if (a.slots[r] < 0) {
-            for (int s = lane; s < a.k; s += 32) {
-                ids[s] = -1;
-                wts[s] = 0.0f;
-            }
-            continue;
-        }
-        const float *l = a.logits + int64_t(r) * a.n_expert;
-        float p[max_epl];
-        float mx = -INFINITY;
+    // Rows in batches whose probabilities fit s_prob, at most one row per warp.
+    const int batch = min(route_warps, route_prob_cap / ne);
+    for (int r0 = 0; r0 < a.n_rows; r0 += batch) {
+        const int nb = min(batch, a.n_rows - r0);
+        if (warp < nb) {
+            const int r = r0 + warp;
+            // The logits are loaded with the slot, not after it (one round trip): every row of
+            // the step has router logits, padding rows' are just not used.
+            const float *l = a.logits + int64_t(r) * ne;
+            float p[max_epl];
 #pragma unroll
-        for (int t = 0; t < max_epl; ++t) {
-            p[t] = lane + 32 * t < a.n_expert ? l[lane + 32 * t] : -INFINITY;
-            mx = fmaxf(mx, p[t]);
-        }
-        mx = warp_max(mx);
-        float sum = 0.0f;
-#pragma unroll
-        for (int t = 0; t < max_epl; ++t) {
-            p[t] = lane + 32 * t < a.n_expert ? expf(p[t] - mx) : 0.0f;
-            sum += p[t];
-        }
-        sum = warp_sum_fixed(sum);
-#pragma unroll
-        for (int t = 0; t < max_epl; ++t) p[t] = lane + 32 * t < a.n_expert ? p[t] / sum : -1.0f;  // -1: never chosen
-        for (int s = 0; s < a.k; ++s) {
-            // Lane's best (highest probability, lowest id on ties), then the warp's.
-            float best = -2.0f;
-            int best_id = 0x7FFFFFFF;
-#pragma unroll
-            for (int t = 0; t < max_epl; ++t)
-                if (p[t] > best) {  // strict: the earlier (lower) id wins a tie inside the lane
-                    best = p[t];
-                    best_id = lane + 32 * t;
+            for (int t = 0; t < max_epl; ++t) p[t] = lane + 32 * t < ne ? l[lane + 32 * t] : -INFINITY;
+            const bool pad = a.slots[r] < 0;
+            if (lane == 0) s_pad[warp] = pad;
+            if (pad) {
+                for (int s = lane; s < k; s += 32) {
+                    a.ids[int64_t(r) * k + s] = -1;
+                    a.weights[int64_t(r) * k + s] = 0.0f;
+                    if (ids_shared) s_ids[r * k + s] = -1;
                 }
+            } else {
+                // Softmax exactly as before this file learnt ranks: lane's experts lane + 32 t.
+                float mx = -INFINITY;
 #pragma unroll
-            for (int w = 16; w >= 1; w >>= 1) {
-                const float ob = __shfl_xor_sync(0xFFFFFFFFu, best, w);
-                const int oid = __shfl_xor_sync(0xFFFFFFFFu, best_id, w);
-                if (ob > best || (ob == best && oid < best_id)) {
-                    best = ob;
-                    best_id = oid;
+                for (int t = 0; t < max_epl; ++t) mx = fmaxf(mx, p[t]);
+                mx = warp_max(mx);
+                float sum = 0.0f;
+#pragma unroll
+                for (int t = 0; t < max_epl; ++t) {
+                    p[t] = lane + 32 * t < ne ? expf(p[t] - mx) : 0.0f;
+                    sum += p[t];
+                }
+                sum = warp_sum_fixed(sum);
+#pragma unroll
+                for (int t = 0; t < max_epl; ++t) {
+                    const float pt = p[t] / sum;
+                    // NaN (from NaN or infinite logits) ranks as -1: the ranks stay a permutation,
+                    // so every slot gets exactly one expert and no expert id goes out of range.
+                    if (lane + 32 * t < ne) s_prob[warp * ne + lane + 32 * t] = pt == pt ? pt : -1.0f;
                 }
             }
-#pragma unroll
-            for (int t = 0; t < max_epl; ++t)
-                if (lane + 32 * t == best_id) p[t] = -1.0f;
-            if (lane == 0) {
-                ids[s] = best_id;
-                wts[s] = best;
+        }
+        __syncthreads();
+        // Rank of each (row, expert): the experts before it in (probability desc, id asc) order.
+        // `split` threads (adjacent lanes) share an item when the batch leaves threads idle.
+        const int n_items = nb * ne;
+        int split = 1;
+        while (split < 8 && n_items * split * 2 <= route_threads) split *= 2;
+        for (int base = 0; base < n_items * split; base += route_threads) {  // block-uniform trip count
+            const int tt = base + threadIdx.x, item = tt / split, sub = tt % split;
+            const int rb = item / ne, e = item - rb * ne;
+            const bool active = item < n_items && !s_pad[min(rb, nb - 1)];
+            const float *row = s_prob + rb * ne;
+            const float pe = active ? row[e] : 0.0f;
+            int rank = 0;
+            if (active) {
+#pragma unroll 8
+                for (int j = sub; j < ne; j += split) {
+                    const float pj = row[j];
+                    rank += (pj > pe || (pj == pe && j < e)) ? 1 : 0;
+                }
+            }
+            for (int o = 1; o < split; o <<= 1) rank += __shfl_xor_sync(0xFFFFFFFFu, rank, o);
+            if (active && sub == 0 && rank < k) {
+                const int r = r0 + rb;
+                a.ids[int64_t(r) * k + rank] = e;
+                if (ids_shared) s_ids[r * k + rank] = e;
+                s_w[rb][rank] = pe;
+                atomicAdd(&s_count[e], 1);
             }
         }
-        if (lane == 0 && a.renormalise) {
+        __syncthreads();
+        // Weights: renormalised over the slots in slot order, like the CPU twin.
+        if (threadIdx.x < nb && !s_pad[threadIdx.x]) {
+            const int rb = threadIdx.x, r = r0 + rb;
             float top = 0.0f;
-            for (int s = 0; s < a.k; ++s) top += wts[s];  // slot order, like the CPU twin
-            for (int s = 0; s < a.k; ++s) wts[s] = wts[s] / top;
+            for (int s = 0; s < k; ++s) top += s_w[rb][s];
+            for (int s = 0; s < k; ++s) a.weights[int64_t(r) * k + s] = a.renormalise ? s_w[rb][s] / top : s_w[rb][s];
         }
+        if (r0 + batch < a.n_rows) __syncthreads();  // s_prob, s_w and s_pad are reused by the next batch
     }
-    for (int e = threadIdx.x; e < a.n_expert; e += route_threads) s_count[e] = 0;
-    __syncthreads();
-    const int n_pairs = a.n_rows * a.k;
-    for (int p = threadIdx.x; p < n_pairs; p += route_threads) {
-        const int e = a.ids[p];
-        if (e >= 0) atomicAdd(&s_count[e], 1);
-    }
-    __syncthreads();
-    if (threadIdx.x < 32) {
-        // Warp 0: exclusive scans of the counts and of the non-empty flags, 32 experts at a time.
-        const int lane = threadIdx.x;
-        int off_base = 0, g_base = 0;
-        for (int e0 = 0; e0 < a.n_expert; e0 += 32) {
-            const int e = e0 + lane;
-            const int c = e < a.n_expert ? s_count[e] : 0;
-            int sc = c, sg = c > 0 ? 1 : 0;
+    // Exclusive scans of the counts and of the non-empty flags: each warp scans 32 experts, then
+    // adds the totals of the warps before it.
+    const int n_scan_warps = (ne + 31) / 32;
+    int c = 0, sc = 0, sg = 0;
+    if (warp < n_scan_warps) {
+        const int e = warp * 32 + lane;
+        c = e < ne ? s_count[e] : 0;
+        sc = c;
+        sg = c > 0 ? 1 : 0;
 #pragma unroll
-            for (int o = 1; o < 32; o <<= 1) {
-                const int tc = __shfl_up_sync(0xFFFFFFFFu, sc, o), tg = __shfl_up_sync(0xFFFFFFFFu, sg, o);
-                if (lane >= o) {
-                    sc += tc;
-                    sg += tg;
-                }
+        for (int o = 1; o < 32; o <<= 1) {
+            const int tc = __shfl_up_sync(0xFFFFFFFFu, sc, o), tg = __shfl_up_sync(0xFFFFFFFFu, sg, o);
+            if (lane >= o) {
+                sc += tc;
+                sg += tg;
             }
-            const int excl = sc - c, gexcl = sg - (c > 0 ? 1 : 0);
-            if (e < a.n_expert) s_cursor[e] = off_base + excl;
-            if (c > 0) {
-                a.group_expert[g_base + gexcl] = e;
-                a.group_off[g_base + gexcl] = off_base + excl;
-            }
-            off_base += __shfl_sync(0xFFFFFFFFu, sc, 31);
-            g_base += __shfl_sync(0xFFFFFFFFu, sg, 31);
         }
-        if (lane == 0) {
-            a.group_off[g_base] = off_base;
-            *a.n_groups = g_base;
-            if (a.groups_total) *a.groups_total += g_base;
+        if (lane == 31) {
+            s_wsum[warp] = sc;
+            s_gsum[warp] = sg;
+        }
+    }
+    __syncthreads();
+    if (warp < n_scan_warps) {
+        int off_base = 0, g_base = 0;
+        for (int w = 0; w < warp; ++w) {
+            off_base += s_wsum[w];
+            g_base += s_gsum[w];
+        }
+        const int e = warp * 32 + lane;
+        const int off = off_base + sc - c, g = g_base + sg - (c > 0 ? 1 : 0);
+        if (e < ne) s_cursor[e] = off;
+        if (c > 0) {
+            a.group_expert[g] = e;
+            a.group_off[g] = off;
+        }
+        if (warp == n_scan_warps - 1 && lane == 31) {
+            a.group_off[g_base + sg] = off_base + sc;
+            *a.n_groups = g_base + sg;
+            if (a.groups_total) atomicAdd(a.groups_total, g_base + sg);  // no round trip: the result is unused
         }
     }
     __syncthreads();
     // Order inside a group is whatever the atomics give: each pair's product is computed on its
-    // own (matvec.h), so the order changes no value.
+    // own (matvec.h), so the order changes no value. a.ids written above by this block are
+    // visible after the barrier.
     for (int p = threadIdx.x; p < n_pairs; p += route_threads) {
-        const int e = a.ids[p];
+        const int e = ids_shared ? s_ids[p] : a.ids[p];
         if (e < 0) continue;
         const int at = atomicAdd(&s_cursor[e], 1);
-        a.pair_x[at] = p / a.k;
+        a.pair_x[at] = p / k;
         a.pair_y[at] = p;
     }
 }
 
 constexpr int combine_threads = 1024;  // latency-bound: few elements (round trips) per thread
-constexpr int combine_max_d = 8192;  // row held in shared memory for the norm
+constexpr int combine_max_d = 8192;    // squares held in shared memory for the norm
 
+// One block per row; `per` = ceil(d_model / combine_threads) elements per thread, kept in
+// registers from the loads to the stores. The norm's weights are immutable and read before the
+// PDL wait. Sums in fixed slot order without FMA, and the norm in the CPU twin's order (warp 0:
+// element i in lane i % 32): bitwise the CPU's moe_combine then rmsnorm.
+template <int per>
 __global__ void __launch_bounds__(combine_threads) moe_combine_kernel(const moe_combine_args a) {
-    __shared__ float s_x[combine_max_d];
+    __shared__ float s_sq[combine_max_d];
     __shared__ float s_inv;
+    const int r = blockIdx.x, d = a.d_model;
+    float nw[per];
+#pragma unroll
+    for (int t = 0; t < per; ++t) {
+        const int i = threadIdx.x + t * combine_threads;
+        nw[t] = a.norm && i < d ? a.norm[i] : 0.0f;
+    }
     pdl_wait();
     pdl_trigger();
-    const int r = blockIdx.x;
-    float *x = a.x + int64_t(r) * a.d_model;
-    const bool real = a.slots[r] >= 0;
-    const float *o = a.out + int64_t(r) * a.k * a.d_model;
+    float *x = a.x + int64_t(r) * d;
+    float xv[per], acc[per];
+#pragma unroll
+    for (int t = 0; t < per; ++t) {
+        const int i = threadIdx.x + t * combine_threads;
+        xv[t] = i < d ? x[i] : 0.0f;
+        acc[t] = 0.0f;
+    }
+    // The expert outputs are loaded with the slot, not after it (one round trip); a padding
+    // row's sums (of whatever its buffer holds) are dropped below.
+    const float *o = a.out + int64_t(r) * a.k * d;
     const float *w = a.weights + int64_t(r) * a.k;
-    for (int i = threadIdx.x; i < a.d_model; i += combine_threads) {
-        float xi = x[i];
-        if (real) {
-            float prod[max_k];
+#pragma unroll 8
+    for (int s = 0; s < a.k; ++s) {
+        const float ws = w[s];
 #pragma unroll
-            for (int s = 0; s < max_k; ++s) prod[s] = s < a.k ? __fmul_rn(w[s], o[int64_t(s) * a.d_model + i]) : 0.0f;
-            float acc = 0.0f;  // fixed slot order, no FMA: bitwise the CPU twin's moe_combine
-#pragma unroll
-            for (int s = 0; s < max_k; ++s)
-                if (s < a.k) acc = __fadd_rn(acc, prod[s]);
-            xi = __fadd_rn(xi, acc);
-            x[i] = xi;
+        for (int t = 0; t < per; ++t) {
+            const int i = threadIdx.x + t * combine_threads;
+            if (i < d) acc[t] = __fadd_rn(acc[t], __fmul_rn(ws, o[int64_t(s) * d + i]));
         }
-        s_x[i] = xi;
+    }
+    if (a.slots[r] >= 0) {
+#pragma unroll
+        for (int t = 0; t < per; ++t) {
+            const int i = threadIdx.x + t * combine_threads;
+            xv[t] = __fadd_rn(xv[t], acc[t]);
+            if (i < d) x[i] = xv[t];
+        }
     }
     if (!a.norm) return;
+#pragma unroll
+    for (int t = 0; t < per; ++t) {
+        const int i = threadIdx.x + t * combine_threads;
+        if (i < d) s_sq[i] = __fmul_rn(xv[t], xv[t]);
+    }
     __syncthreads();
-    // RMSNorm of the updated row in the CPU twin's order (warp 0: element i in lane i % 32).
     if (threadIdx.x < 32) {
         float sq = 0.0f;
-#pragma unroll 8
-        for (int i = threadIdx.x; i < a.d_model; i += 32) sq = __fadd_rn(sq, __fmul_rn(s_x[i], s_x[i]));
+#pragma unroll 16
+        for (int i = threadIdx.x; i < d; i += 32) sq = __fadd_rn(sq, s_sq[i]);
         sq = warp_sum_fixed(sq);
         if (threadIdx.x == 0) {
-            const float mean_sq = __fdiv_rn(sq, float(a.d_model));
+            const float mean_sq = __fdiv_rn(sq, float(d));
             s_inv = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(mean_sq, a.eps)));
         }
     }
     __syncthreads();
     const float inv = s_inv;
-    float *h = a.h + int64_t(r) * a.d_model;
-    for (int i = threadIdx.x; i < a.d_model; i += combine_threads) h[i] = __fmul_rn(__fmul_rn(s_x[i], inv), a.norm[i]);
+    float *h = a.h + int64_t(r) * d;
+#pragma unroll
+    for (int t = 0; t < per; ++t) {
+        const int i = threadIdx.x + t * combine_threads;
+        if (i < d) h[i] = __fmul_rn(__fmul_rn(xv[t], inv), nw[t]);
+    }
 }
 
 }  // namespace
@@ -193,7 +263,15 @@ void moe_combine(const moe_combine_args &a, cudaStream_t stream) {
     TANDEM_CUDA_REQUIRE(a.x && a.out && a.weights && a.slots && (!a.norm || a.h), "moe_combine: null pointer");
     TANDEM_CUDA_REQUIRE(a.k >= 1 && a.k <= max_k && a.d_model <= combine_max_d, "moe_combine: k up to 32, d_model up to 8192");
     if (a.n_rows == 0) return;
-    launch_pdl(moe_combine_kernel, dim3(a.n_rows), dim3(combine_threads), stream, a);
+    static_assert(combine_max_d == 8 * combine_threads, "moe_combine: per-thread variants cover 1, 2, 4 and 8 elements");
+    const dim3 grid(a.n_rows), block(combine_threads);
+    switch ((a.d_model + combine_threads - 1) / combine_threads) {
+    case 1: launch_pdl(moe_combine_kernel<1>, grid, block, stream, a); break;
+    case 2: launch_pdl(moe_combine_kernel<2>, grid, block, stream, a); break;
+    case 3:
+    case 4: launch_pdl(moe_combine_kernel<4>, grid, block, stream, a); break;
+    default: launch_pdl(moe_combine_kernel<8>, grid, block, stream, a); break;
+    }
     TANDEM_CUDA_CHECK_LAUNCH();
 }
 

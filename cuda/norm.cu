@@ -1,4 +1,4 @@
-// cuda/norm.cu - RMSNorm over rows (one block per row) and the embedding lookup.
+// cuda/norm.cu - RMSNorm over rows (one block per row, the row in registers) and the embedding lookup.
 #include "norm.h"
 
 #include "cuda_check.h"
@@ -11,24 +11,43 @@ namespace tandem::cuda {
 namespace {
 
 constexpr int norm_threads = 1024;   // loads in parallel (few round trips per thread); the sum runs in warp 0
-constexpr int norm_max_n = 8192;     // row held in shared memory (32 KiB)
+constexpr int norm_max_n = 8192;     // squares held in shared memory (32 KiB)
 
-// The row goes to shared memory with every load in flight at once; warp 0 then sums it in the
-// CPU twin's order (element i in lane i % 32, butterfly), so the result stays bitwise the CPU's.
+// One block per row; `per` = ceil(n / norm_threads) elements per thread, held in registers from
+// the load to the store, so the row is read once and every load is in flight together. The
+// weights are immutable, so they are read before the PDL wait (overlapping the predecessor).
+// Warp 0 sums the squares in the CPU twin's order (element i in lane i % 32, ascending, then the
+// butterfly), so the result stays bitwise the CPU's.
+template <int per>
 __global__ void __launch_bounds__(norm_threads) rmsnorm_kernel(const rmsnorm_args a) {
-    __shared__ float s_x[norm_max_n];
+    __shared__ float s_sq[norm_max_n];
     __shared__ float s_inv;
+    const int r = blockIdx.x;
+    float wv[per], xv[per];
+#pragma unroll
+    for (int t = 0; t < per; ++t) {
+        const int i = threadIdx.x + t * norm_threads;
+        wv[t] = i < a.n ? a.w[i] : 0.0f;
+    }
     pdl_wait();
     pdl_trigger();
-    const int r = blockIdx.x;
     const float *x = a.x + int64_t(r) * a.n;
     float *y = a.y + int64_t(r) * a.n;
-    for (int i = threadIdx.x; i < a.n; i += norm_threads) s_x[i] = x[i];
+#pragma unroll
+    for (int t = 0; t < per; ++t) {
+        const int i = threadIdx.x + t * norm_threads;
+        xv[t] = i < a.n ? x[i] : 0.0f;
+    }
+#pragma unroll
+    for (int t = 0; t < per; ++t) {
+        const int i = threadIdx.x + t * norm_threads;
+        if (i < a.n) s_sq[i] = __fmul_rn(xv[t], xv[t]);
+    }
     __syncthreads();
     if (threadIdx.x < 32) {
         float acc = 0.0f;
-#pragma unroll 8
-        for (int i = threadIdx.x; i < a.n; i += 32) acc = __fadd_rn(acc, __fmul_rn(s_x[i], s_x[i]));
+#pragma unroll 16
+        for (int i = threadIdx.x; i < a.n; i += 32) acc = __fadd_rn(acc, s_sq[i]);
         acc = warp_sum_fixed(acc);
         if (threadIdx.x == 0) {
             const float mean_sq = __fdiv_rn(acc, float(a.n));
@@ -37,7 +56,12 @@ __global__ void __launch_bounds__(norm_threads) rmsnorm_kernel(const rmsnorm_arg
     }
     __syncthreads();
     const float inv = s_inv;
-    for (int i = threadIdx.x; i < a.n; i += norm_threads) y[i] = __fmul_rn(__fmul_rn(s_x[i], inv), a.w[i]);
+    // y may alias x: every x element was read (into this thread's registers) before the barrier.
+#pragma unroll
+    for (int t = 0; t < per; ++t) {
+        const int i = threadIdx.x + t * norm_threads;
+        if (i < a.n) y[i] = __fmul_rn(__fmul_rn(xv[t], inv), wv[t]);
+    }
 }
 
 template <ggml_type T>
@@ -54,7 +78,15 @@ __global__ void embed_kernel(const embed_args a, int64_t row_bytes) {
 void rmsnorm(const rmsnorm_args &a, cudaStream_t stream) {
     TANDEM_CUDA_REQUIRE(a.x && a.w && a.y && a.n > 0 && a.n <= norm_max_n && a.n_rows >= 0, "rmsnorm: bad arguments (n up to 8192)");
     if (a.n_rows == 0) return;
-    launch_pdl(rmsnorm_kernel, dim3(a.n_rows), dim3(norm_threads), stream, a);
+    static_assert(norm_max_n == 8 * norm_threads, "rmsnorm: per-thread variants cover 1, 2, 4 and 8 elements");
+    const dim3 grid(a.n_rows), block(norm_threads);
+    switch ((a.n + norm_threads - 1) / norm_threads) {
+    case 1: launch_pdl(rmsnorm_kernel<1>, grid, block, stream, a); break;
+    case 2: launch_pdl(rmsnorm_kernel<2>, grid, block, stream, a); break;
+    case 3:
+    case 4: launch_pdl(rmsnorm_kernel<4>, grid, block, stream, a); break;
+    default: launch_pdl(rmsnorm_kernel<8>, grid, block, stream, a); break;
+    }
     TANDEM_CUDA_CHECK_LAUNCH();
 }
 

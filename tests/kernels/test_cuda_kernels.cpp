@@ -127,7 +127,8 @@ TEST_CASE("matvec matches the CPU matmul for every weight type, and rows are bat
 TEST_CASE("rmsnorm and embed are bitwise the CPU's", "[gpu][kernels]") {
     if (!test::gpu_present()) return;
     std::mt19937_64 rng(7);
-    for (int32_t n : {32, 96, 256, 2048, 4096}) {
+    // 1, 2, 4 and 8 elements per thread; 1500 and 5000 leave part of the last pass idle.
+    for (int32_t n : {32, 96, 256, 1500, 2048, 4096, 5000, 8192}) {
         for (int32_t rows : {1, 5}) {
             INFO("n " << n << " rows " << rows);
             const auto x = test::random_floats(rng, size_t(n) * rows, 3.0f);
@@ -161,17 +162,26 @@ TEST_CASE("rmsnorm and embed are bitwise the CPU's", "[gpu][kernels]") {
 
 TEST_CASE("QK norm, RoPE, KV write and chunked attention match the CPU", "[gpu][kernels]") {
     if (!test::gpu_present()) return;
-    struct shape { int32_t n_head, n_head_kv, d_head; };
+    struct shape { int32_t n_head, n_head_kv, d_head, n_ctx; };
     uint64_t seed = 50;
-    for (const shape &sh : {shape{4, 2, 32}, shape{4, 2, 64}, shape{8, 8, 64}, shape{8, 2, 128}, shape{32, 4, 128}, shape{4, 4, 256}}) {
+    // n_ctx 700: chunk 64, one tile per chunk. n_ctx 5000: chunk 96, so a chunk is a full tile of
+    // 64 (32 for d_head 256) and a partial one; positions on and next to chunk and tile edges.
+    for (const shape &sh : {shape{4, 2, 32, 700}, shape{4, 2, 64, 700}, shape{8, 8, 64, 700}, shape{8, 2, 128, 700},
+                            shape{32, 4, 128, 700}, shape{4, 4, 256, 700}, shape{32, 4, 128, 5000}, shape{8, 2, 256, 5000},
+                            shape{16, 2, 32, 5000}}) {
         ++seed;
-        INFO("heads " << sh.n_head << "/" << sh.n_head_kv << " d_head " << sh.d_head << " seed " << seed);
+        INFO("heads " << sh.n_head << "/" << sh.n_head_kv << " d_head " << sh.d_head << " n_ctx " << sh.n_ctx << " seed " << seed);
         std::mt19937_64 rng(seed);
-        const int32_t n_slots = 3, n_ctx = 700, dh = sh.d_head, kv_dim = sh.n_head_kv * dh, q_dim = sh.n_head * dh;
+        const int32_t n_slots = 3, n_ctx = sh.n_ctx, dh = sh.d_head, kv_dim = sh.n_head_kv * dh, q_dim = sh.n_head * dh;
         const float theta = 1e6f, eps = 1e-6f;
         // Rows: several slots, consecutive positions in slot 1, chunk boundaries, a padding row.
-        const std::vector<int32_t> slots = {0, 1, 2, 1, -1, 2};
-        const std::vector<int32_t> pos = {0, 299, 127, 300, 0, 128};
+        std::vector<int32_t> slots = {0, 1, 2, 1, -1, 2};
+        std::vector<int32_t> pos = {0, 299, 127, 300, 0, 128};
+        if (n_ctx > 700) {
+            slots.insert(slots.end(), {0, 0, 1});
+            pos.insert(pos.end(), {4999, 95, 2000});
+            pos[0] = 96;
+        }
         const int32_t n = int32_t(slots.size());
         std::vector<float> cache_k = test::random_floats(rng, size_t(n_slots) * n_ctx * kv_dim);
         std::vector<float> cache_v = test::random_floats(rng, cache_k.size());
@@ -250,9 +260,14 @@ TEST_CASE("routing, grouping by expert, grouped SwiGLU experts and the combine m
     cpu::cpu_context ctx{4};
     struct shape { int32_t n_expert, k, n_rows, d_model, d_ff; ggml_type type; };
     uint64_t seed = 300;
+    // Also: 600 rows (several routing batches; more pairs than the route kernel keeps in shared
+    // memory), 512 experts with k 32 (the largest), d_model 2048 and 4352 (2 and 5 combine
+    // elements per thread).
     for (const shape &sh : {shape{4, 2, 1, 256, 256, ggml_type::q4_k}, shape{8, 2, 5, 256, 512, ggml_type::q8_0},
                             shape{128, 8, 16, 512, 256, ggml_type::q4_k}, shape{64, 4, 33, 256, 256, ggml_type::q6_k},
-                            shape{40, 3, 9, 96, 64, ggml_type::f32}}) {
+                            shape{40, 3, 9, 96, 64, ggml_type::f32}, shape{128, 8, 600, 64, 32, ggml_type::f32},
+                            shape{512, 32, 11, 64, 32, ggml_type::f32}, shape{128, 8, 3, 2048, 64, ggml_type::q8_0},
+                            shape{16, 4, 2, 4352, 32, ggml_type::f32}}) {
         ++seed;
         INFO("experts " << sh.n_expert << " k " << sh.k << " rows " << sh.n_rows << " type " << ggml_type_name(sh.type)
                         << " seed " << seed);
