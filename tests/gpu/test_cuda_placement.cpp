@@ -8,6 +8,7 @@
 #include "tandem/error.h"
 #include "tandem/sampler.h"
 
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <sstream>
@@ -156,4 +157,24 @@ TEST_CASE("CUDA placements that cannot work are refused with a clear error", "[g
     CHECK_THROWS_WITH(open({0}, false, "auto", "pigeon"), Catch::Contains("--transport"));
     // Still usable after the refusals.
     CHECK(run_sessions(model, {{0, 0}, true}, 3).size() == 9);
+}
+
+// A big model given by path (the device runs point it at a qwen3-30b-a3b synth file): pairs and
+// stages across the visible GPUs, or logical devices on GPU 0 when there is one.
+TEST_CASE("CUDA logits of TANDEM_PLACEMENT_MODEL are bitwise equal on pairs and stages", "[gpu][placement][big]") {
+    if (!gpu_present()) return;
+    const char *model = std::getenv("TANDEM_PLACEMENT_MODEL");
+    if (!model || !*model) {
+        WARN("TANDEM_PLACEMENT_MODEL not set: skipping the big-model placement check");
+        return;
+    }
+    const int32_t other = visible_gpus() >= 2 ? 1 : 0;
+    const auto single = run_sessions(model, {{0}}, 21);
+    for (const gpu_plan &p : {gpu_plan{{0, other}, true}, gpu_plan{{0, other}, false}}) {
+        std::string layout;
+        INFO(describe(p));
+        const auto placed = run_sessions(model, p, 21, &layout);
+        WARN(describe(p) << ": " << layout);
+        require_same(placed, single);
+    }
 }
