@@ -128,7 +128,9 @@ __global__ void __launch_bounds__(attn_threads) attention_partial_kernel(const a
     __shared__ float s_p[tile][group];                  // scores, then probabilities
     __shared__ float s_corr[group];
     __shared__ float s_acc[attn_warps][group * dh];     // per-warp accumulators for the final sum
-    const int kh = blockIdx.x, c = blockIdx.y, r = blockIdx.z;
+    // blockIdx.x picks `group` query heads; with more query heads per KV head than that (e.g. 16),
+    // several blocks share one KV head, each with its own run of query heads.
+    const int qb = blockIdx.x, kh = qb / (a.n_head / (a.n_head_kv * group)), c = blockIdx.y, r = blockIdx.z;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     // Slots and positions are written before the step's first kernel (attention.h).
     const int slot = a.slots[r], pos = a.positions[r];
@@ -143,7 +145,7 @@ __global__ void __launch_bounds__(attn_threads) attention_partial_kernel(const a
     float qv[group][dpl], acc[group][dpl];
 #pragma unroll
     for (int g = 0; g < group; ++g) {
-        const float *q = a.q + (int64_t(r) * a.n_head + kh * group + g) * dh;
+        const float *q = a.q + (int64_t(r) * a.n_head + qb * group + g) * dh;
 #pragma unroll
         for (int t = 0; t < dpl; ++t) {
             qv[g][t] = q[lane + 32 * t];
@@ -233,7 +235,7 @@ __global__ void __launch_bounds__(attn_threads) attention_partial_kernel(const a
 #pragma unroll
         for (int t = 0; t < dpl; ++t) s_acc[warp][g * dh + lane + 32 * t] = acc[g][t];
     if (warp < group && lane == 0) {
-        float *dst = a.partial + ((int64_t(r) * a.n_head + kh * group + warp) * n_chunks + c) * (dh + 2);
+        float *dst = a.partial + ((int64_t(r) * a.n_head + qb * group + warp) * n_chunks + c) * (dh + 2);
         dst[dh] = m_run;
         dst[dh + 1] = l_run;
     }
@@ -243,7 +245,7 @@ __global__ void __launch_bounds__(attn_threads) attention_partial_kernel(const a
         float out = 0.0f;
 #pragma unroll
         for (int w = 0; w < attn_warps; ++w) out += s_acc[w][idx];
-        a.partial[((int64_t(r) * a.n_head + kh * group + g) * n_chunks + c) * (dh + 2) + e] = out;
+        a.partial[((int64_t(r) * a.n_head + qb * group + g) * n_chunks + c) * (dh + 2) + e] = out;
     }
 }
 
@@ -277,7 +279,7 @@ __global__ void attention_combine_kernel(const attention_args a, int n_chunks) {
 
 template <int dpl, int group>
 void launch_attention_partial(const attention_args &a, int n_chunks, cudaStream_t stream) {
-    const dim3 grid(a.n_head_kv, n_chunks, a.n_rows);
+    const dim3 grid(a.n_head / group, n_chunks, a.n_rows);
     launch_pdl(attention_partial_kernel<dpl, group>, grid, dim3(attn_threads), stream, a, n_chunks);
 }
 
@@ -287,13 +289,16 @@ void launch_attention_dpl(const attention_args &a, int group, int n_chunks, cuda
     case 1: launch_attention_partial<dpl, 1>(a, n_chunks, stream); break;
     case 2: launch_attention_partial<dpl, 2>(a, n_chunks, stream); break;
     case 4: launch_attention_partial<dpl, 4>(a, n_chunks, stream); break;
-    case 8:
+    default:
+        // 8, or a multiple of 8 (qwen3-235b-a22b: 16) as blocks of 8 query heads per KV head.
         if constexpr (dpl <= 4) {
-            launch_attention_partial<dpl, 8>(a, n_chunks, stream);
-            break;
+            if (group % 8 == 0) {
+                launch_attention_partial<dpl, 8>(a, n_chunks, stream);
+                break;
+            }
         }
-        [[fallthrough]];
-    default: TANDEM_CUDA_REQUIRE(false, "attention: query heads per KV head must be 1, 2, 4 or 8 (d_head <= 128 for 8)");
+        TANDEM_CUDA_REQUIRE(false, "attention: query heads per KV head must be 1, 2, 4 or a multiple of 8 (d_head <= 128 "
+                                   "from 8)");
     }
 }
 

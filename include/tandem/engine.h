@@ -34,6 +34,8 @@ struct engine_options {
     std::string gpu_vram = "auto";      // per-GPU budgets: "auto", or GiB for all / per device
     std::string transport = "auto";     // CUDA transfers between devices: auto, p2p or host
     bool tensor_parallel = false;
+    // CUDA, several devices: replay decode steps (<= 16 rows) as one graph spanning the devices.
+    bool cuda_graphs_multi = true;
     // With several pipeline stages, rows are split into this many micro-batches that move
     // through the stages concurrently (0: one per stage; 1: no overlap).
     int32_t micro_batches = 0;
@@ -69,5 +71,11 @@ public:
 
 // Builds the engine for a validated model file. Throws config errors that name the problem.
 std::unique_ptr<engine> engine_open(std::shared_ptr<const gguf_file> file, const engine_options &options);
+
+// Checks, without loading anything, that the backend can run the model with these options and
+// that the placement plan fits the devices' budgets (CUDA: what the GPUs have free now); returns
+// the plan's layout line. Throws the error engine_open would throw. The CPU backend's memory is
+// checked by the caller (the server's memory plan); for it this returns an empty string.
+std::string engine_plan_check(const gguf_file &file, const engine_options &options);
 
 }  // namespace tandem

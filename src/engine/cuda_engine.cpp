@@ -15,11 +15,37 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 
 namespace tandem {
 
 namespace {
+
+// Whether this runtime captures work that spans two GPUs (a copy between them, and the fork and
+// join of their streams) into one graph. Errors are cleared: a failure only turns the graphs off.
+bool cross_gpu_capture_works(cuda_device::state &a, cuda_device::state &b) {
+    bool ok = cudaSetDevice(a.device) == cudaSuccess &&
+              cudaStreamBeginCapture(a.stream, cudaStreamCaptureModeThreadLocal) == cudaSuccess;
+    if (!ok) {
+        cudaGetLastError();
+        return false;
+    }
+    ok = cudaEventRecord(a.event, a.stream) == cudaSuccess && cudaStreamWaitEvent(b.stream, a.event, 0) == cudaSuccess &&
+         cudaMemcpyAsync(b.h, a.x, 16, cudaMemcpyDefault, a.stream) == cudaSuccess &&
+         cudaEventRecord(a.event, a.stream) == cudaSuccess && cudaStreamWaitEvent(b.stream, a.event, 0) == cudaSuccess &&
+         cudaSetDevice(b.device) == cudaSuccess && cudaMemsetAsync(b.x, 0, 16, b.stream) == cudaSuccess &&
+         cudaEventRecord(b.event, b.stream) == cudaSuccess && cudaStreamWaitEvent(a.stream, b.event, 0) == cudaSuccess;
+    cudaSetDevice(a.device);
+    cudaGraph_t graph = nullptr;
+    ok = cudaStreamEndCapture(a.stream, &graph) == cudaSuccess && ok;
+    cudaGraphExec_t exec = nullptr;
+    ok = ok && graph && cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess;
+    if (exec) cudaGraphExecDestroy(exec);
+    if (graph) cudaGraphDestroy(graph);
+    cudaGetLastError();
+    return ok;
+}
 
 int32_t graph_bucket(int32_t n) {
     int32_t b = 1;
@@ -34,7 +60,8 @@ struct cuda_engine::host_state {
     float *logits = nullptr;      // pinned [max_step_rows][n_vocab]
     int32_t *groups = nullptr;    // pinned [devices]: each device's routed-group counter
     std::vector<int64_t> groups_seen;
-    std::map<int32_t, cudaGraphExec_t> graphs;  // one-device steps: bucket -> captured step
+    std::map<int32_t, cudaGraphExec_t> graphs;  // decode steps: bucket -> captured step
+    std::map<int32_t, uint64_t> graph_bytes;     // bucket -> bytes its transfers move
     int32_t exchanges = 0;        // pair exchanges so far (their buffer parity)
 
     ~host_state() {
@@ -79,22 +106,20 @@ topology cuda_topology_probe() {
     return topo;
 }
 
-cuda_engine::cuda_engine(std::shared_ptr<const gguf_file> file, const engine_options &options)
-    : file_(std::move(file)), hp_(model_hparams_read(*file_)), tensors_(model_tensors_bind(*file_, hp_)),
-      slots_(options, hp_), host_(std::make_unique<host_state>()) {
-    n_slots_ = options.n_slots;
-    n_ctx_ = options.n_ctx;
-    if (options.micro_batches < 0) fail(error_kind::config, "micro-batches must be >= 0, got {}", options.micro_batches);
-    micro_batches_ = options.micro_batches;
-    if (options.n_devices != 1)
-        fail(error_kind::config, "--devices chooses CPU virtual devices; with --backend cuda list GPUs with --gpu-devices "
-                                 "(e.g. 0,0 for two logical devices on GPU 0)");
-    const int64_t q_dim = int64_t(hp_.n_head) * hp_.d_head;
-    if (hp_.d_head_v != hp_.d_head)
-        fail(error_kind::unsupported, "the CUDA backend needs value heads as wide as key heads ({} vs {})", hp_.d_head_v, hp_.d_head);
-    if (hp_.d_model % 32 || q_dim % 32 || hp_.d_ff_expert % 32)
+placement_plan cuda_plan_make(const gguf_file &file, const model_hparams &hp, const engine_options &options) {
+    const int64_t q_dim = int64_t(hp.n_head) * hp.d_head;
+    if (hp.d_head_v != hp.d_head)
+        fail(error_kind::unsupported, "the CUDA backend needs value heads as wide as key heads ({} vs {})", hp.d_head_v, hp.d_head);
+    if (hp.d_model % 32 || q_dim % 32 || hp.d_ff_expert % 32)
         fail(error_kind::unsupported, "the CUDA backend needs d_model, n_head*d_head and d_ff multiples of 32");
-    const cuda_transport transport = cuda_transport_parse(options.transport);
+    const int32_t group = hp.n_head_kv > 0 ? hp.n_head / hp.n_head_kv : 0;
+    const bool dh_ok = hp.d_head == 32 || hp.d_head == 64 || hp.d_head == 128 || hp.d_head == 256;
+    const bool group_ok = group == 1 || group == 2 || group == 4 || (group % 8 == 0 && hp.d_head <= 128);
+    if (!dh_ok || !group_ok || hp.n_head % hp.n_head_kv != 0)
+        fail(error_kind::unsupported, "the CUDA attention needs d_head 32, 64, 128 or 256 and 1, 2, 4 or a multiple of 8 "
+             "query heads per KV head (8+ only with d_head <= 128); the model has d_head {} and {} / {} heads",
+             hp.d_head, hp.n_head, hp.n_head_kv);
+    cuda_transport_parse(options.transport);  // a bad name fails here, before anything loads
 
     // The plan, checked against the budgets before anything is allocated.
     const topology topo = cuda_topology_probe();
@@ -110,19 +135,19 @@ cuda_engine::cuda_engine(std::shared_ptr<const gguf_file> file, const engine_opt
     }
     const size_t n_logical = req.auto_order ? placement_auto_order(topo, req.mode).size() : req.devices.size();
     req.budgets = placement_parse_vram(options.gpu_vram, n_logical);
-    req.n_sessions = n_slots_;
-    req.n_ctx = n_ctx_;
-    req.scratch_bytes = cuda_device::scratch_bytes(hp_, n_ctx_, true, options.tensor_parallel);
+    req.n_sessions = options.n_slots;
+    req.n_ctx = options.n_ctx;
+    req.scratch_bytes = cuda_device::scratch_bytes(hp, options.n_ctx, true, options.tensor_parallel);
     placement_model pm;
-    pm.bytes = model_bytes_read(*file_, hp_, sizeof(float));
-    pm.n_layer = hp_.n_layer;
-    pm.n_expert = hp_.n_expert;
-    pm.n_vocab = hp_.n_vocab;
-    plan_ = placement_plan_make(req, topo, pm);
+    pm.bytes = model_bytes_read(file, hp, sizeof(float));
+    pm.n_layer = hp.n_layer;
+    pm.n_expert = hp.n_expert;
+    pm.n_vocab = hp.n_vocab;
+    placement_plan plan = placement_plan_make(req, topo, pm);
 
     // What the GPUs have free now, per physical device (logical devices sharing one add up).
     std::map<int32_t, uint64_t> need;
-    for (const placement_device_plan &dp : plan_.devices) need[dp.physical] += dp.total();
+    for (const placement_device_plan &dp : plan.devices) need[dp.physical] += dp.total();
     for (const auto &[phys, bytes] : need) {
         TANDEM_CUDA_CHECK(cudaSetDevice(phys));
         size_t free_b = 0, total_b = 0;
@@ -130,8 +155,24 @@ cuda_engine::cuda_engine(std::shared_ptr<const gguf_file> file, const engine_opt
         if (bytes > free_b)
             fail(error_kind::config, "the plan needs {:.2f} GiB on GPU {} but {:.2f} GiB are free: lower --ctx or "
                  "--batched-session, or add devices ({})", double(bytes) / gib, phys, double(free_b) / gib,
-                 placement_layout_line(plan_));
+                 placement_layout_line(plan));
     }
+
+    return plan;
+}
+
+cuda_engine::cuda_engine(std::shared_ptr<const gguf_file> file, const engine_options &options)
+    : file_(std::move(file)), hp_(model_hparams_read(*file_)), tensors_(model_tensors_bind(*file_, hp_)),
+      slots_(options, hp_), host_(std::make_unique<host_state>()) {
+    n_slots_ = options.n_slots;
+    n_ctx_ = options.n_ctx;
+    if (options.micro_batches < 0) fail(error_kind::config, "micro-batches must be >= 0, got {}", options.micro_batches);
+    micro_batches_ = options.micro_batches;
+    if (options.n_devices != 1)
+        fail(error_kind::config, "--devices chooses CPU virtual devices; with --backend cuda list GPUs with --gpu-devices "
+                                 "(e.g. 0,0 for two logical devices on GPU 0)");
+    const cuda_transport transport = cuda_transport_parse(options.transport);
+    plan_ = cuda_plan_make(*file_, hp_, options);
 
     stage_members_.resize(size_t(plan_.n_stages));
     for (const placement_device_plan &dp : plan_.devices) {
@@ -141,6 +182,18 @@ cuda_engine::cuda_engine(std::shared_ptr<const gguf_file> file, const engine_opt
         else members.insert(members.begin(), dp.logical);
     }
     links_ = std::make_unique<cuda_links>(devices_, transport);
+    // TANDEM_CUDA_MULTI_GRAPHS=0 turns the multi-device graphs off (a diagnostic switch).
+    const char *env_graphs = std::getenv("TANDEM_CUDA_MULTI_GRAPHS");
+    multi_graphs_ = options.cuda_graphs_multi && !(env_graphs && std::string(env_graphs) == "0");
+    // Host-staged transfers allocate their pinned buffers on first use: no graphs with them.
+    if (multi_graphs_ && devices_.size() > 1 && links_->staged(devices_)) multi_graphs_ = false;
+    for (size_t i = 1; multi_graphs_ && i < devices_.size(); ++i)
+        if (devices_[i]->physical() != devices_[0]->physical() &&
+            !cross_gpu_capture_works(devices_[0]->impl(), devices_[i]->impl())) {
+            log_warn("cuda: this runtime cannot capture work across GPUs {} and {} into one graph: multi-device "
+                     "steps run without graphs", devices_[0]->physical(), devices_[i]->physical());
+            multi_graphs_ = false;
+        }
 
     host_state &h = *host_;
     const size_t R = max_step_rows;
@@ -176,7 +229,8 @@ std::string cuda_engine::layout() const {
     for (const auto &d : devices_) kv += d->kv_bytes();
     const std::string steps = devices_.size() == 1
         ? fmt::format("graphs for <= {} rows", max_graph_rows)
-        : fmt::format("micro-batches={}", micro_batches_ > 0 ? micro_batches_ : plan_.n_stages);
+        : fmt::format("micro-batches={}{}", micro_batches_ > 0 ? micro_batches_ : plan_.n_stages,
+                      multi_graphs_ ? fmt::format(", graphs for <= {} rows", max_graph_rows) : std::string());
     return fmt::format("{} | cuda {} ({}) {} kv=f32 {:.2f} GiB {}", placement_layout_line(plan_),
                        devices_.front()->name(), devices_.size() == 1 ? "one device" : "logical devices",
                        links_->describe(), double(kv) / gib, steps);
@@ -250,7 +304,7 @@ void cuda_engine::run_step(std::span<const engine_row> rows, float *logits_out) 
     const int32_t R = max_step_rows;
     const int32_t n_real = int32_t(rows.size());
     const bool one_device = devices_.size() == 1;
-    const bool use_graph = one_device && n_real <= max_graph_rows;
+    const bool use_graph = (one_device || multi_graphs_) && n_real <= max_graph_rows;
     const int32_t n = use_graph ? graph_bucket(n_real) : n_real;
 
     // Micro-batches: contiguous row ranges (a slot's rows keep their order; each stage runs the
@@ -271,34 +325,67 @@ void cuda_engine::run_step(std::span<const engine_row> rows, float *logits_out) 
                 ++n_wanted;
             }
         }
+    // A graph's shape is fixed: its head computes every row of the bucket (padding rows repeat
+    // token 0 in no slot), and the host keeps the rows that want logits.
+    std::vector<int32_t> keep;  // logits rows to keep, in row order
+    int32_t n_download = n_wanted;
     if (use_graph) {
-        // A graph computes the head for all bucket rows (padding repeats row 0): its shape is fixed.
-        for (int32_t j = n_wanted; j < n; ++j) h.rows[3 * R + j] = 0;
-        mb_out[0] = n;
+        for (int32_t m = 0; m < n_mb; ++m) {
+            mb_out[size_t(m)] = mb_begin[size_t(m) + 1] - mb_begin[size_t(m)];
+            for (int32_t j = 0; j < mb_out[size_t(m)]; ++j) h.rows[3 * R + mb_begin[size_t(m)] + j] = j;
+        }
+        for (int32_t i = 0; i < n_real; ++i)
+            if (rows[size_t(i)].want_logits) keep.push_back(i);
+        n_download = keep.empty() ? 0 : keep.back() + 1;
     }
     for (const auto &d : devices_) d->upload_rows(h.rows);
     links_->reset_counters();
     if (use_graph) {
-        cudaStream_t stream = devices_[0]->impl().stream;
+        // One graph per bucket. With several devices the capture forks from device 0's stream
+        // into the others and joins back, so one launch replays every device's share and the
+        // transfers between them; the other streams' row uploads come before it, and their
+        // downloads after it.
+        cuda_device::state &d0 = devices_[0]->impl();
+        for (size_t i = 1; i < devices_.size(); ++i) {
+            cuda_device::state &di = devices_[i]->impl();
+            TANDEM_CUDA_CHECK(cudaSetDevice(di.device));
+            TANDEM_CUDA_CHECK(cudaEventRecord(di.event, di.stream));
+            TANDEM_CUDA_CHECK(cudaStreamWaitEvent(d0.stream, di.event, 0));
+        }
+        TANDEM_CUDA_CHECK(cudaSetDevice(d0.device));
         auto it = h.graphs.find(n);
         if (it == h.graphs.end()) {
             cudaGraph_t graph = nullptr;
-            TANDEM_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+            TANDEM_CUDA_CHECK(cudaStreamBeginCapture(d0.stream, cudaStreamCaptureModeThreadLocal));
+            TANDEM_CUDA_CHECK(cudaEventRecord(d0.event, d0.stream));
+            for (size_t i = 1; i < devices_.size(); ++i)
+                TANDEM_CUDA_CHECK(cudaStreamWaitEvent(devices_[i]->impl().stream, d0.event, 0));
             launches_per_step_ = enqueue(mb_begin, mb_out, n);
-            TANDEM_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+            for (size_t i = 1; i < devices_.size(); ++i) {
+                cuda_device::state &di = devices_[i]->impl();
+                TANDEM_CUDA_CHECK(cudaSetDevice(di.device));
+                TANDEM_CUDA_CHECK(cudaEventRecord(di.event, di.stream));
+                TANDEM_CUDA_CHECK(cudaStreamWaitEvent(d0.stream, di.event, 0));
+            }
+            TANDEM_CUDA_CHECK(cudaSetDevice(d0.device));
+            TANDEM_CUDA_CHECK(cudaStreamEndCapture(d0.stream, &graph));
             cudaGraphExec_t exec = nullptr;
             TANDEM_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
             TANDEM_CUDA_CHECK(cudaGraphDestroy(graph));
             it = h.graphs.emplace(n, exec).first;
         }
-        TANDEM_CUDA_CHECK(cudaGraphLaunch(it->second, stream));
+        TANDEM_CUDA_CHECK(cudaGraphLaunch(it->second, d0.stream));
+        TANDEM_CUDA_CHECK(cudaEventRecord(d0.event, d0.stream));
+        for (size_t i = 1; i < devices_.size(); ++i)
+            TANDEM_CUDA_CHECK(cudaStreamWaitEvent(devices_[i]->impl().stream, d0.event, 0));
     } else {
         launches_per_step_ = enqueue(mb_begin, mb_out, n_wanted);
     }
-    bytes_moved_ = links_->bytes_moved();
+    if (use_graph && !h.graph_bytes.count(n)) h.graph_bytes[n] = links_->bytes_moved();
+    bytes_moved_ = use_graph ? h.graph_bytes[n] : links_->bytes_moved();
     for (size_t i = 0; i < devices_.size(); ++i) {
         cuda_device &d = *devices_[i];
-        if (n_wanted > 0) d.download_logits(h.logits, n_wanted);
+        if (n_download > 0) d.download_logits(h.logits, n_download);
         d.download_groups_total(h.groups + i);
     }
     for (const auto &d : devices_) d->synchronize();
@@ -309,7 +396,13 @@ void cuda_engine::run_step(std::span<const engine_row> rows, float *logits_out) 
         h.groups_seen[i] = h.groups[i];
     }
     experts_touched_per_layer_ = double(groups) / hp_.n_layer;
-    if (n_wanted > 0) std::memcpy(logits_out, h.logits, size_t(n_wanted) * hp_.n_vocab * sizeof(float));
+    const size_t vocab = size_t(hp_.n_vocab);
+    if (!use_graph) {
+        if (n_wanted > 0) std::memcpy(logits_out, h.logits, size_t(n_wanted) * vocab * sizeof(float));
+    } else {
+        for (size_t j = 0; j < keep.size(); ++j)
+            std::memcpy(logits_out + j * vocab, h.logits + size_t(keep[j]) * vocab, vocab * sizeof(float));
+    }
 }
 
 void cuda_engine::forward(std::span<const engine_row> rows, std::vector<float> &logits) {

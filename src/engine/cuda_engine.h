@@ -38,7 +38,8 @@ public:
     // Rows per device step: larger calls run as consecutive steps (same result: a slot's rows
     // are in position order, and every step writes its K/V before the next one reads it).
     static constexpr int32_t max_step_rows = 512;
-    // One-device calls of up to this many rows replay a CUDA graph captured for the next power of two.
+    // Calls of up to this many rows replay a CUDA graph captured for the next power of two (one
+    // device always; several with engine_options::cuda_graphs_multi).
     static constexpr int32_t max_graph_rows = 16;
 
     struct host_state;  // pinned buffers and graphs (opaque here: no CUDA types in this header)
@@ -53,6 +54,7 @@ private:
     model_tensors tensors_;
     slot_table slots_;
     int32_t n_slots_ = 0, n_ctx_ = 0, micro_batches_ = 0;
+    bool multi_graphs_ = false;  // several devices: decode steps as one multi-device graph
     placement_plan plan_;
     std::vector<std::unique_ptr<cuda_device>> devices_;  // by logical index
     std::vector<std::vector<int32_t>> stage_members_;    // [stage] -> logical devices (host first)
@@ -66,5 +68,10 @@ private:
 // The topology of the visible CUDA devices (names, memory, SMs, peer access and rank): the
 // probe `tandem plan --backend cuda` and the engine use.
 topology cuda_topology_probe();
+
+// The plan a CUDA engine would run for this model and these options, checked against the model's
+// shapes, the budgets and what the GPUs have free now. Throws config/unsupported naming the
+// problem; allocates nothing (the server calls it before it listens).
+placement_plan cuda_plan_make(const gguf_file &file, const model_hparams &hp, const engine_options &options);
 
 }  // namespace tandem

@@ -52,6 +52,13 @@ cuda_links::~cuda_links() {
     for (auto &[dst, buf] : staging_) cudaFreeHost(buf.first);
 }
 
+bool cuda_links::staged(const std::vector<std::unique_ptr<cuda_device>> &devices) const {
+    for (const auto &a : devices)
+        for (const auto &b : devices)
+            if (a != b && std::string(path(*a, *b)) == "host") return true;
+    return false;
+}
+
 bool cuda_links::peer(int a, int b) const {
     auto it = peer_.find({a, b});
     return it != peer_.end() && it->second;
@@ -92,10 +99,9 @@ void cuda_links::send(cuda_device &src, const void *src_ptr, cuda_device &dst, v
         TANDEM_CUDA_CHECK(cudaStreamWaitEvent(d.stream, s.event, 0));
         TANDEM_CUDA_CHECK(cudaMemcpyAsync(dst_ptr, it->second.first, bytes, cudaMemcpyHostToDevice, d.stream));
     } else {
-        if (way == "p2p")
-            TANDEM_CUDA_CHECK(cudaMemcpyPeerAsync(dst_ptr, d.device, src_ptr, s.device, bytes, s.stream));
-        else
-            TANDEM_CUDA_CHECK(cudaMemcpyAsync(dst_ptr, src_ptr, bytes, cudaMemcpyDeviceToDevice, s.stream));
+        // Peer access is enabled, so unified addressing routes a plain copy over the link (and,
+        // unlike cudaMemcpyPeerAsync, it can be captured into a graph).
+        TANDEM_CUDA_CHECK(cudaMemcpyAsync(dst_ptr, src_ptr, bytes, cudaMemcpyDefault, s.stream));
         TANDEM_CUDA_CHECK(cudaEventRecord(s.event, s.stream));
         TANDEM_CUDA_CHECK(cudaSetDevice(d.device));
         TANDEM_CUDA_CHECK(cudaStreamWaitEvent(d.stream, s.event, 0));

@@ -33,6 +33,8 @@ public:
 
     // How the two logical devices exchange data: "same-gpu", "p2p" or "host".
     const char *path(const cuda_device &a, const cuda_device &b) const;
+    // Whether any two of the devices exchange data through host memory.
+    bool staged(const std::vector<std::unique_ptr<cuda_device>> &devices) const;
     uint64_t bytes_moved() const { return bytes_moved_; }
     void reset_counters() { bytes_moved_ = 0; }
     std::string describe() const;  // e.g. "transport=p2p (0<->1 p2p)"

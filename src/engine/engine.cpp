@@ -5,6 +5,7 @@
 #endif
 #include "tandem/engine.h"
 #include "tandem/error.h"
+#include "tandem/placement.h"
 
 namespace tandem {
 
@@ -23,6 +24,18 @@ std::unique_ptr<engine> engine_open(std::shared_ptr<const gguf_file> file, const
     if (options.backend == "cuda") {
 #ifdef TANDEM_HAVE_CUDA
         return std::make_unique<cuda_engine>(std::move(file), options);
+#else
+        fail(error_kind::unsupported, "this build has no CUDA backend (configure with -DTANDEM_CUDA=ON; use --backend cpu)");
+#endif
+    }
+    fail(error_kind::config, "unknown backend '{}' (allowed: cpu, cuda)", options.backend);
+}
+
+std::string engine_plan_check(const gguf_file &file, const engine_options &options) {
+    if (options.backend == "cpu") return "";
+    if (options.backend == "cuda") {
+#ifdef TANDEM_HAVE_CUDA
+        return placement_layout_line(cuda_plan_make(file, model_hparams_read(file), options));
 #else
         fail(error_kind::unsupported, "this build has no CUDA backend (configure with -DTANDEM_CUDA=ON; use --backend cpu)");
 #endif

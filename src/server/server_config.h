@@ -32,7 +32,8 @@ struct server_config {
     std::string backend = "cpu";
     int32_t n_devices = 1;
     std::vector<int32_t> gpu_devices;
-    std::string gpu_vram = "auto";           // no engine field yet: logged
+    std::string gpu_vram = "auto";           // per-GPU budgets (placement)
+    std::string transport = "auto";          // CUDA transfers between devices: auto, p2p, host
     bool tensor_parallel = false;
 };
 

@@ -93,6 +93,17 @@ int serve(server_config cfg) {
     model_bytes bytes = model_bytes_read(*file, hp, kv_elem_bytes);
     if (cfg.alias.empty()) cfg.alias = std::filesystem::path(cfg.model_path).filename().string();
 
+    engine_options eo;
+    eo.backend = cfg.backend;
+    eo.n_slots = cfg.n_slots;
+    eo.n_ctx = cfg.n_ctx;
+    eo.n_threads = cfg.n_threads;
+    eo.n_devices = cfg.n_devices;
+    eo.gpu_devices = cfg.gpu_devices;
+    eo.gpu_vram = cfg.gpu_vram;
+    eo.transport = cfg.transport;
+    eo.tensor_parallel = cfg.tensor_parallel;
+
     // Memory plan before listening: the CPU backend's budget is the machine's available RAM.
     uint64_t budget = cfg.mem_budget_gib > 0 ? static_cast<uint64_t>(cfg.mem_budget_gib * (1ull << 30))
                                              : host_memory_read().available_bytes;
@@ -101,6 +112,8 @@ int serve(server_config cfg) {
         if (!plan.fits()) fail(error_kind::config, "{}", plan.shortfall());
         log_info("memory plan: {}", plan.describe());
     }
+    // GPUs: the placement plan against each device's budget and free memory, before listening.
+    if (cfg.backend != "cpu") log_info("placement plan fits: {}", engine_plan_check(*file, eo));
     log_info("{}", config_line(cfg));
 
     service svc(cfg);
@@ -129,14 +142,6 @@ int serve(server_config cfg) {
     log_info("listening on http://{}:{} (health 503 until the model is loaded)", cfg.host, http.port());
     test_load_delay();
 
-    engine_options eo;
-    eo.backend = cfg.backend;
-    eo.n_slots = cfg.n_slots;
-    eo.n_ctx = cfg.n_ctx;
-    eo.n_threads = cfg.n_threads;
-    eo.n_devices = cfg.n_devices;
-    eo.gpu_devices = cfg.gpu_devices;
-    eo.tensor_parallel = cfg.tensor_parallel;
     std::unique_ptr<engine> eng = engine_open(file, eo);
     log_info("{}", eng->layout());  // the engine's one-line layout ("layout: ...")
 
@@ -187,7 +192,6 @@ int serve(server_config cfg) {
 int main(int argc, char **argv) {
     server_config cfg;
     std::string api_key_file, gpu_devices = "auto";
-    int32_t tensor_parallel = 0;
     double body_limit_mib = static_cast<double>(cfg.body_limit) / (1 << 20);
     int32_t timeout_s = cfg.read_timeout_s;
 
@@ -217,7 +221,10 @@ int main(int argc, char **argv) {
     app.add_option("--devices", cfg.n_devices, "CPU virtual devices (placement)")->check(CLI::Range(1, 64));
     app.add_option("--gpu-devices", gpu_devices, "CUDA device order, e.g. 0,2,1,3 or auto");
     app.add_option("--gpu-vram", cfg.gpu_vram, "per-GPU budget in GiB list or auto");
-    app.add_option("--tensor-parallel", tensor_parallel, "devices in tensor-parallel pairs (even; 0: off)")->check(CLI::Range(0, 64));
+    app.add_flag("--tensor-parallel", cfg.tensor_parallel,
+                 "pair device i with i+N/2: routed experts split 50/50 inside each pair (an even number of devices)");
+    app.add_option("--transport", cfg.transport, "CUDA transfers between devices: auto, p2p or host (staged)")
+        ->check(CLI::IsMember({"auto", "p2p", "host"}));
     try {
         app.parse(argc, argv);
     } catch (const CLI::ParseError &e) {
@@ -226,8 +233,6 @@ int main(int argc, char **argv) {
     try {
         if (!api_key_file.empty()) cfg.api_key = read_key_file(api_key_file);
         cfg.gpu_devices = parse_devices(gpu_devices);
-        if (tensor_parallel % 2 != 0) fail(error_kind::config, "--tensor-parallel {} must be even", tensor_parallel);
-        cfg.tensor_parallel = tensor_parallel > 0;
         cfg.body_limit = static_cast<size_t>(body_limit_mib * (1 << 20));
         cfg.read_timeout_s = cfg.write_timeout_s = timeout_s;
         return serve(std::move(cfg));

@@ -168,7 +168,7 @@ TEST_CASE("QK norm, RoPE, KV write and chunked attention match the CPU", "[gpu][
     // 64 (32 for d_head 256) and a partial one; positions on and next to chunk and tile edges.
     for (const shape &sh : {shape{4, 2, 32, 700}, shape{4, 2, 64, 700}, shape{8, 8, 64, 700}, shape{8, 2, 128, 700},
                             shape{32, 4, 128, 700}, shape{4, 4, 256, 700}, shape{32, 4, 128, 5000}, shape{8, 2, 256, 5000},
-                            shape{16, 2, 32, 5000}}) {
+                            shape{16, 2, 32, 5000}, shape{64, 4, 128, 700}, shape{32, 2, 64, 5000}}) {  // last two: 16 query heads per KV head (qwen3-235b-a22b)
         ++seed;
         INFO("heads " << sh.n_head << "/" << sh.n_head_kv << " d_head " << sh.d_head << " n_ctx " << sh.n_ctx << " seed " << seed);
         std::mt19937_64 rng(seed);
