@@ -23,7 +23,7 @@ struct engine_row {
 };
 
 struct engine_options {
-    std::string backend = "cpu";        // "cpu" or "cuda"
+    std::string backend = "cpu";        // "cpu", "cuda", or "auto" (engine_backend_resolve)
     int32_t n_slots = 1;                // resident KV slots
     int32_t n_ctx = 4096;               // tokens per slot
     int32_t n_threads = 0;              // CPU threads (0: all cores)
@@ -69,6 +69,10 @@ public:
     virtual std::map<std::string, double> counters() const { return {}; }
 };
 
+// "auto" -> "cuda" when this build has the CUDA backend, a GPU is visible and no CPU virtual
+// devices were asked for (n_devices 1); else "cpu". Other names are returned as they are.
+std::string engine_backend_resolve(const engine_options &options);
+
 // Builds the engine for a validated model file. Throws config errors that name the problem.
 std::unique_ptr<engine> engine_open(std::shared_ptr<const gguf_file> file, const engine_options &options);
 
@@ -77,5 +81,9 @@ std::unique_ptr<engine> engine_open(std::shared_ptr<const gguf_file> file, const
 // the plan's layout line. Throws the error engine_open would throw. The CPU backend's memory is
 // checked by the caller (the server's memory plan); for it this returns an empty string.
 std::string engine_plan_check(const gguf_file &file, const engine_options &options);
+
+// Measured copy bandwidth between each ordered pair of the listed GPUs (peer-to-peer and staged
+// through host memory), one line per pair. Throws unsupported without the CUDA backend.
+std::string engine_link_report(const std::vector<int32_t> &gpus);
 
 }  // namespace tandem

@@ -185,8 +185,9 @@ cuda_engine::cuda_engine(std::shared_ptr<const gguf_file> file, const engine_opt
     // TANDEM_CUDA_MULTI_GRAPHS=0 turns the multi-device graphs off (a diagnostic switch).
     const char *env_graphs = std::getenv("TANDEM_CUDA_MULTI_GRAPHS");
     multi_graphs_ = options.cuda_graphs_multi && !(env_graphs && std::string(env_graphs) == "0");
-    // Host-staged transfers allocate their pinned buffers on first use: no graphs with them.
-    if (multi_graphs_ && devices_.size() > 1 && links_->staged(devices_)) multi_graphs_ = false;
+    // Host-staged transfers allocate their pinned buffers on first use: no graphs with them; NCCL
+    // calls are not captured across GPUs here either.
+    if (multi_graphs_ && devices_.size() > 1 && (links_->staged(devices_) || links_->nccl())) multi_graphs_ = false;
     for (size_t i = 1; multi_graphs_ && i < devices_.size(); ++i)
         if (devices_[i]->physical() != devices_[0]->physical() &&
             !cross_gpu_capture_works(devices_[0]->impl(), devices_[i]->impl())) {

@@ -6,6 +6,12 @@
 #include "tandem/error.h"
 
 #include <fmt/format.h>
+#ifdef TANDEM_HAVE_NCCL
+#include <nccl.h>
+#endif
+
+#include <algorithm>
+#include <cstdlib>
 
 #include <set>
 
@@ -15,7 +21,14 @@ cuda_transport cuda_transport_parse(const std::string &name) {
     if (name == "auto") return cuda_transport::automatic;
     if (name == "p2p") return cuda_transport::p2p;
     if (name == "host") return cuda_transport::host;
-    fail(error_kind::config, "--transport '{}': expected auto, p2p or host", name);
+    if (name == "nccl") {
+#ifdef TANDEM_HAVE_NCCL
+        return cuda_transport::nccl;
+#else
+        fail(error_kind::unsupported, "--transport nccl: this build has no NCCL (use auto, p2p or host)");
+#endif
+    }
+    fail(error_kind::config, "--transport '{}': expected auto, p2p, host or nccl", name);
 }
 
 const char *cuda_transport_name(cuda_transport t) {
@@ -23,6 +36,7 @@ const char *cuda_transport_name(cuda_transport t) {
     case cuda_transport::automatic: return "auto";
     case cuda_transport::p2p: return "p2p";
     case cuda_transport::host: return "host";
+    case cuda_transport::nccl: return "nccl";
     }
     return "?";
 }
@@ -46,10 +60,32 @@ cuda_links::cuda_links(const std::vector<std::unique_ptr<cuda_device>> &devices,
             }
             peer_[{a, b}] = can && mode_ != cuda_transport::host;
         }
+#ifdef TANDEM_HAVE_NCCL
+    if (mode_ == cuda_transport::nccl && physical.size() > 1) {
+        // One communicator per GPU, all made here; NVLink multicast stays off (DEVICE.md).
+        setenv("NCCL_NVLS_ENABLE", "0", 0);
+        nccl_gpus_.assign(physical.begin(), physical.end());
+        std::vector<ncclComm_t> comms(nccl_gpus_.size());
+        const ncclResult_t r = ncclCommInitAll(comms.data(), int(comms.size()), nccl_gpus_.data());
+        if (r != ncclSuccess)
+            fail(error_kind::config, "--transport nccl: ncclCommInitAll over GPUs {} failed: {}",
+                 fmt::join(nccl_gpus_, ","), ncclGetErrorString(r));
+        for (ncclComm_t c : comms) nccl_comms_.push_back(c);
+    }
+#endif
 }
 
 cuda_links::~cuda_links() {
     for (auto &[dst, buf] : staging_) cudaFreeHost(buf.first);
+#ifdef TANDEM_HAVE_NCCL
+    for (void *c : nccl_comms_) ncclCommDestroy(static_cast<ncclComm_t>(c));
+#endif
+}
+
+int cuda_links::nccl_rank(int physical) const {
+    const auto it = std::find(nccl_gpus_.begin(), nccl_gpus_.end(), physical);
+    TANDEM_ASSERT(it != nccl_gpus_.end(), "GPU {} has no NCCL communicator", physical);
+    return int(it - nccl_gpus_.begin());
 }
 
 bool cuda_links::staged(const std::vector<std::unique_ptr<cuda_device>> &devices) const {
@@ -66,6 +102,7 @@ bool cuda_links::peer(int a, int b) const {
 
 const char *cuda_links::path(const cuda_device &a, const cuda_device &b) const {
     if (a.physical() == b.physical()) return mode_ == cuda_transport::host ? "host" : "same-gpu";
+    if (mode_ == cuda_transport::nccl) return "nccl";
     return peer(a.physical(), b.physical()) ? "p2p" : "host";
 }
 
@@ -73,7 +110,7 @@ std::string cuda_links::describe() const {
     std::string links;
     for (const auto &[ab, on] : peer_)
         if (ab.first < ab.second) links += fmt::format("{}{}<->{} {}", links.empty() ? "" : ", ", ab.first, ab.second,
-                                                        on ? "p2p" : "host");
+                                                        nccl() ? "nccl" : on ? "p2p" : "host");
     return fmt::format("transport={}{}", cuda_transport_name(mode_), links.empty() ? "" : " (" + links + ")");
 }
 
@@ -84,7 +121,20 @@ void cuda_links::send(cuda_device &src, const void *src_ptr, cuda_device &dst, v
     cuda_device::state &s = src.impl(), &d = dst.impl();
     TANDEM_CUDA_CHECK(cudaSetDevice(s.device));
     const std::string way = path(src, dst);
-    if (way == "host") {
+    if (way == "nccl") {
+#ifdef TANDEM_HAVE_NCCL
+        // One group: the send on the sender's stream, the receive on the receiver's; the
+        // receiver's later launches follow the receive in its stream.
+        auto check = [](ncclResult_t r, const char *what) {
+            if (r != ncclSuccess) fail(error_kind::internal, "NCCL {} failed: {}", what, ncclGetErrorString(r));
+        };
+        const int rs = nccl_rank(s.device), rd = nccl_rank(d.device);
+        check(ncclGroupStart(), "group start");
+        check(ncclSend(src_ptr, bytes, ncclUint8, rd, static_cast<ncclComm_t>(nccl_comms_[size_t(rs)]), s.stream), "send");
+        check(ncclRecv(dst_ptr, bytes, ncclUint8, rs, static_cast<ncclComm_t>(nccl_comms_[size_t(rd)]), d.stream), "recv");
+        check(ncclGroupEnd(), "group end");
+#endif
+    } else if (way == "host") {
         // Through pinned host memory: one staging buffer per destination buffer. A destination is
         // reused only after the receiver has consumed its previous contents (the engine's order).
         auto it = staging_.find(dst_ptr);
@@ -107,6 +157,79 @@ void cuda_links::send(cuda_device &src, const void *src_ptr, cuda_device &dst, v
         TANDEM_CUDA_CHECK(cudaStreamWaitEvent(d.stream, s.event, 0));
     }
     bytes_moved_ += bytes;
+}
+
+namespace {
+
+// Median milliseconds of `repeats` runs of `copy` on `stream` (one warm-up first).
+template <class F>
+double median_ms(cudaStream_t stream, int repeats, F copy) {
+    cudaEvent_t start = nullptr, stop = nullptr;
+    TANDEM_CUDA_CHECK(cudaEventCreate(&start));
+    TANDEM_CUDA_CHECK(cudaEventCreate(&stop));
+    copy();
+    std::vector<float> ms;
+    for (int i = 0; i < repeats; ++i) {
+        TANDEM_CUDA_CHECK(cudaEventRecord(start, stream));
+        copy();
+        TANDEM_CUDA_CHECK(cudaEventRecord(stop, stream));
+        TANDEM_CUDA_CHECK(cudaEventSynchronize(stop));
+        float t = 0;
+        TANDEM_CUDA_CHECK(cudaEventElapsedTime(&t, start, stop));
+        ms.push_back(t);
+    }
+    cudaEventDestroy(start);
+    cudaEventDestroy(stop);
+    std::sort(ms.begin(), ms.end());
+    return ms[ms.size() / 2];
+}
+
+}  // namespace
+
+std::vector<cuda_link_speed> cuda_links_measure(const std::vector<int> &gpus, size_t bytes, int repeats) {
+    std::vector<cuda_link_speed> out;
+    std::vector<void *> buf(gpus.size(), nullptr);
+    std::vector<cudaStream_t> streams(gpus.size(), nullptr);
+    for (size_t i = 0; i < gpus.size(); ++i) {
+        TANDEM_CUDA_CHECK(cudaSetDevice(gpus[i]));
+        TANDEM_CUDA_CHECK(cudaMalloc(&buf[i], bytes));
+        TANDEM_CUDA_CHECK(cudaMemset(buf[i], 1, bytes));
+        TANDEM_CUDA_CHECK(cudaStreamCreateWithFlags(&streams[i], cudaStreamNonBlocking));
+    }
+    void *host = nullptr;
+    TANDEM_CUDA_CHECK(cudaHostAlloc(&host, bytes, cudaHostAllocPortable));
+    for (size_t i = 0; i < gpus.size(); ++i)
+        for (size_t j = 0; j < gpus.size(); ++j) {
+            if (i == j || gpus[i] == gpus[j]) continue;
+            cuda_link_speed sp;
+            sp.a = gpus[i];
+            sp.b = gpus[j];
+            int can = 0;
+            TANDEM_CUDA_CHECK(cudaDeviceCanAccessPeer(&can, sp.a, sp.b));
+            TANDEM_CUDA_CHECK(cudaSetDevice(sp.a));
+            if (can) {
+                const cudaError_t err = cudaDeviceEnablePeerAccess(sp.b, 0);
+                if (err == cudaErrorPeerAccessAlreadyEnabled) cudaGetLastError();
+                else TANDEM_CUDA_CHECK(err);
+                const double ms = median_ms(streams[i], repeats, [&] {
+                    TANDEM_CUDA_CHECK(cudaMemcpyPeerAsync(buf[j], sp.b, buf[i], sp.a, bytes, streams[i]));
+                });
+                sp.p2p_gb_s = double(bytes) / (ms * 1e6);
+            }
+            const double ms = median_ms(streams[i], repeats, [&] {
+                TANDEM_CUDA_CHECK(cudaMemcpyAsync(host, buf[i], bytes, cudaMemcpyDeviceToHost, streams[i]));
+                TANDEM_CUDA_CHECK(cudaMemcpyAsync(buf[j], host, bytes, cudaMemcpyHostToDevice, streams[i]));
+            });
+            sp.host_gb_s = double(bytes) / (ms * 1e6);
+            out.push_back(sp);
+        }
+    cudaFreeHost(host);
+    for (size_t i = 0; i < gpus.size(); ++i) {
+        cudaSetDevice(gpus[i]);
+        cudaFree(buf[i]);
+        cudaStreamDestroy(streams[i]);
+    }
+    return out;
 }
 
 }  // namespace tandem

@@ -1,7 +1,8 @@
 // src/engine/cuda_link.h - moving activations between the logical CUDA devices of a plan:
 // peer-to-peer copies where two GPUs have peer access, a plain device copy when two logical
 // devices share a GPU, and staged copies through pinned host memory otherwise (or everywhere
-// with --transport host, the validated fallback). Each send is ordered after the sender's work
+// with --transport host, the validated fallback). --transport nccl sends between GPUs with NCCL
+// point-to-point calls on communicators created for all GPUs of the plan in this one process. Each send is ordered after the sender's work
 // and before the receiver's next launch by an event; nothing blocks the host.
 #pragma once
 
@@ -15,9 +16,19 @@
 
 namespace tandem {
 
-enum class cuda_transport { automatic, p2p, host };
-cuda_transport cuda_transport_parse(const std::string &name);  // "auto", "p2p", "host"
+enum class cuda_transport { automatic, p2p, host, nccl };
+cuda_transport cuda_transport_parse(const std::string &name);  // "auto", "p2p", "host", "nccl"
 const char *cuda_transport_name(cuda_transport t);
+
+// Measured copy bandwidth between two GPUs (each direction): peer-to-peer when the pair has
+// peer access, and through pinned host memory; `bytes` per copy, median of `repeats` after a
+// warm-up, timed with CUDA events. For `tandem plan --measure-links`.
+struct cuda_link_speed {
+    int a = 0, b = 0;
+    double p2p_gb_s = 0;   // 0: no peer access
+    double host_gb_s = 0;  // device -> pinned host -> device
+};
+std::vector<cuda_link_speed> cuda_links_measure(const std::vector<int> &gpus, size_t bytes, int repeats);
 
 class cuda_links {
 public:
@@ -31,10 +42,11 @@ public:
     // staging buffer of the host path is sized by it once).
     void send(cuda_device &src, const void *src_ptr, cuda_device &dst, void *dst_ptr, size_t bytes, size_t capacity);
 
-    // How the two logical devices exchange data: "same-gpu", "p2p" or "host".
+    // How the two logical devices exchange data: "same-gpu", "p2p", "host" or "nccl".
     const char *path(const cuda_device &a, const cuda_device &b) const;
     // Whether any two of the devices exchange data through host memory.
     bool staged(const std::vector<std::unique_ptr<cuda_device>> &devices) const;
+    bool nccl() const { return mode_ == cuda_transport::nccl; }
     uint64_t bytes_moved() const { return bytes_moved_; }
     void reset_counters() { bytes_moved_ = 0; }
     std::string describe() const;  // e.g. "transport=p2p (0<->1 p2p)"
@@ -42,7 +54,11 @@ public:
 private:
     bool peer(int a, int b) const;
 
+    int nccl_rank(int physical) const;
+
     cuda_transport mode_;
+    std::vector<int> nccl_gpus_;     // physical ids, rank order
+    std::vector<void *> nccl_comms_; // ncclComm_t per rank
     std::map<std::pair<int, int>, bool> peer_;  // physical pairs with peer access enabled
     std::map<void *, std::pair<void *, size_t>> staging_;  // dst_ptr -> pinned buffer, bytes
     uint64_t bytes_moved_ = 0;

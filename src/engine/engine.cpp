@@ -2,6 +2,9 @@
 #include "cpu_engine.h"
 #ifdef TANDEM_HAVE_CUDA
 #include "cuda_engine.h"
+#include "cuda_link.h"
+
+#include <cuda_runtime.h>
 #endif
 #include "tandem/engine.h"
 #include "tandem/error.h"
@@ -19,7 +22,21 @@ const bool cuda_probe_registered = [] {
 }  // namespace
 #endif
 
-std::unique_ptr<engine> engine_open(std::shared_ptr<const gguf_file> file, const engine_options &options) {
+std::string engine_backend_resolve(const engine_options &options) {
+    if (options.backend != "auto") return options.backend;
+#ifdef TANDEM_HAVE_CUDA
+    if (options.n_devices == 1) {
+        int n = 0;
+        if (cudaGetDeviceCount(&n) == cudaSuccess && n > 0) return "cuda";
+        cudaGetLastError();
+    }
+#endif
+    return "cpu";
+}
+
+std::unique_ptr<engine> engine_open(std::shared_ptr<const gguf_file> file, const engine_options &options_in) {
+    engine_options options = options_in;
+    options.backend = engine_backend_resolve(options_in);
     if (options.backend == "cpu") return std::make_unique<cpu_engine>(std::move(file), options);
     if (options.backend == "cuda") {
 #ifdef TANDEM_HAVE_CUDA
@@ -28,10 +45,12 @@ std::unique_ptr<engine> engine_open(std::shared_ptr<const gguf_file> file, const
         fail(error_kind::unsupported, "this build has no CUDA backend (configure with -DTANDEM_CUDA=ON; use --backend cpu)");
 #endif
     }
-    fail(error_kind::config, "unknown backend '{}' (allowed: cpu, cuda)", options.backend);
+    fail(error_kind::config, "unknown backend '{}' (allowed: auto, cpu, cuda)", options.backend);
 }
 
-std::string engine_plan_check(const gguf_file &file, const engine_options &options) {
+std::string engine_plan_check(const gguf_file &file, const engine_options &options_in) {
+    engine_options options = options_in;
+    options.backend = engine_backend_resolve(options_in);
     if (options.backend == "cpu") return "";
     if (options.backend == "cuda") {
 #ifdef TANDEM_HAVE_CUDA
@@ -40,7 +59,22 @@ std::string engine_plan_check(const gguf_file &file, const engine_options &optio
         fail(error_kind::unsupported, "this build has no CUDA backend (configure with -DTANDEM_CUDA=ON; use --backend cpu)");
 #endif
     }
-    fail(error_kind::config, "unknown backend '{}' (allowed: cpu, cuda)", options.backend);
+    fail(error_kind::config, "unknown backend '{}' (allowed: auto, cpu, cuda)", options.backend);
+}
+
+std::string engine_link_report(const std::vector<int32_t> &gpus) {
+#ifdef TANDEM_HAVE_CUDA
+    std::string out;
+    const size_t bytes = size_t(256) << 20;
+    for (const cuda_link_speed &sp : cuda_links_measure(std::vector<int>(gpus.begin(), gpus.end()), bytes, 7))
+        out += fmt::format("link {} -> {}: p2p {} | staged through host {:.1f} GB/s (256 MiB copies, median of 7)\n",
+                           sp.a, sp.b, sp.p2p_gb_s > 0 ? fmt::format("{:.1f} GB/s", sp.p2p_gb_s) : "none",
+                           sp.host_gb_s);
+    return out.empty() ? "link: fewer than two distinct GPUs listed, nothing to measure\n" : out;
+#else
+    (void)gpus;
+    fail(error_kind::unsupported, "this build has no CUDA backend: no links to measure");
+#endif
 }
 
 }  // namespace tandem

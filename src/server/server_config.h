@@ -29,7 +29,7 @@ struct server_config {
     int32_t shutdown_grace_s = 10;           // in-flight work may finish within this on SIGTERM
     double mem_budget_gib = 0.0;             // 0: MemAvailable for the CPU backend
     // Placement, passed to engine_options.
-    std::string backend = "cpu";
+    std::string backend = "auto";            // auto: cuda when a GPU is visible, else cpu
     int32_t n_devices = 1;
     std::vector<int32_t> gpu_devices;
     std::string gpu_vram = "auto";           // per-GPU budgets (placement)

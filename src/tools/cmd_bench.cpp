@@ -104,6 +104,7 @@ TANDEM_COMMAND(bench, "Measure prefill and multi-session decode throughput", [](
         engine_options opt = cli->engine;
         opt.n_slots = *std::max_element(counts.begin(), counts.end());
         opt.n_ctx = std::min(hp.n_ctx_train, std::max(cli->prompt, cli->decode_prompt + cli->gen + 2) + 1);  // +2 warm-up steps
+        opt.backend = engine_backend_resolve(opt);
         auto eng = engine_open(file, opt);
         const double roof = cli->bandwidth_gbps > 0 ? cli->bandwidth_gbps : (opt.backend == "cuda" ? 4300.0 : 0.0);
         std::mt19937 rng(1234);

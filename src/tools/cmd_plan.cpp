@@ -3,6 +3,7 @@
 #include "commands.h"
 
 #include "src/engine/host_memory.h"
+#include "tandem/engine.h"
 #include "tandem/error.h"
 #include "tandem/gguf.h"
 #include "tandem/model.h"
@@ -27,13 +28,20 @@ struct plan_cli {
     std::string topology_path;
     std::string traffic_path;
     bool json = false;
-    std::string backend = "cpu";
+    bool measure_links = false;
+    std::string backend = "auto";
     int32_t n_devices = 0;          // CPU virtual devices; 0: enough for the ids --gpu-devices lists, else 1
     double scratch_mib = 512.0;
 };
 
-int plan_run(const plan_cli &cli) {
+int plan_run(plan_cli cli) {
     using namespace tandem;
+    if (cli.backend == "auto") {  // GPUs when they are visible, unless CPU virtual devices were asked for
+        engine_options probe;
+        probe.backend = "auto";
+        probe.n_devices = cli.n_devices > 1 ? cli.n_devices : 1;
+        cli.backend = engine_backend_resolve(probe);
+    }
     if (cli.backend != "cpu" && cli.backend != "cuda")
         fail(error_kind::config, "--backend '{}': expected cpu or cuda", cli.backend);
     if (cli.n_ctx < 1 || cli.n_sessions < 1)
@@ -93,6 +101,13 @@ int plan_run(const plan_cli &cli) {
     } else {
         fmt::print("{}\n\n{}", placement_layout_line(plan), placement_table(plan));
     }
+    if (cli.measure_links) {
+        if (cli.backend != "cuda") fail(error_kind::config, "--measure-links needs --backend cuda (it copies between GPUs)");
+        std::vector<int32_t> gpus;
+        for (const placement_device_plan &dp : plan.devices)
+            if (std::find(gpus.begin(), gpus.end(), dp.physical) == gpus.end()) gpus.push_back(dp.physical);
+        fmt::print("\n{}", engine_link_report(gpus));
+    }
     return 0;
 }
 
@@ -110,7 +125,9 @@ TANDEM_COMMAND(plan, "Plan devices, pairs and budgets for a model and print the 
     sub.add_option("--topology", cli->topology_path, "Topology JSON file (see docs/placement.md)");
     sub.add_option("--expert-balance", cli->traffic_path, "Expert traffic JSON: split experts by routed rows");
     sub.add_flag("--json", cli->json, "Print the plan as JSON");
-    sub.add_option("--backend", cli->backend, "cpu (virtual devices) or cuda")->capture_default_str();
+    sub.add_flag("--measure-links", cli->measure_links, "Also measure copy bandwidth between the plan's GPUs (--backend cuda)");
+    sub.add_option("--backend", cli->backend, "auto (cuda when a GPU is visible), cpu (virtual devices) or cuda")
+        ->capture_default_str();
     sub.add_option("--devices", cli->n_devices, "CPU virtual devices (default: enough for the --gpu-devices ids)");
     sub.add_option("--scratch-mib", cli->scratch_mib, "Scratch (activations, workspaces) per device in MiB")
         ->capture_default_str();

@@ -9,7 +9,8 @@
 namespace tandem::tools {
 
 inline void add_engine_flags(CLI::App &sub, engine_options &opt) {
-    sub.add_option("--backend", opt.backend, "cpu or cuda");
+    opt.backend = "auto";
+    sub.add_option("--backend", opt.backend, "auto (cuda when a GPU is visible), cpu or cuda")->capture_default_str();
     sub.add_option("--threads", opt.n_threads, "CPU threads (default: all cores)");
     sub.add_option("--ctx", opt.n_ctx, "Tokens per KV slot");
     sub.add_option("--devices", opt.n_devices, "CPU virtual devices (placement)");

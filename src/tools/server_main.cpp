@@ -103,6 +103,7 @@ int serve(server_config cfg) {
     eo.gpu_vram = cfg.gpu_vram;
     eo.transport = cfg.transport;
     eo.tensor_parallel = cfg.tensor_parallel;
+    eo.backend = cfg.backend = engine_backend_resolve(eo);
 
     // Memory plan before listening: the CPU backend's budget is the machine's available RAM.
     uint64_t budget = cfg.mem_budget_gib > 0 ? static_cast<uint64_t>(cfg.mem_budget_gib * (1ull << 30))
@@ -217,7 +218,8 @@ int main(int argc, char **argv) {
     app.add_option("--timeout", timeout_s, "read and write timeout in seconds")->check(CLI::Range(1, 3600));
     app.add_option("--shutdown-grace", cfg.shutdown_grace_s, "seconds in-flight requests may finish after SIGTERM")->check(CLI::Range(0, 3600));
     app.add_option("--mem-budget", cfg.mem_budget_gib, "memory budget in GiB (default: available RAM for --backend cpu)")->check(CLI::Range(0.0, 1e6));
-    app.add_option("--backend", cfg.backend, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
+    app.add_option("--backend", cfg.backend, "auto (cuda when a GPU is visible), cpu or cuda")
+        ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
     app.add_option("--devices", cfg.n_devices, "CPU virtual devices (placement)")->check(CLI::Range(1, 64));
     app.add_option("--gpu-devices", gpu_devices, "CUDA device order, e.g. 0,2,1,3 or auto");
     app.add_option("--gpu-vram", cfg.gpu_vram, "per-GPU budget in GiB list or auto");

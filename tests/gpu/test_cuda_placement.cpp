@@ -103,6 +103,9 @@ std::vector<gpu_plan> plans() {
         v.push_back({{0, 1}, true, 0, "host"});
         v.push_back({{0, 0, 1, 1}, true});
         v.push_back({{1, 0, 0, 1}, false, 2});
+        v.push_back({{0, 1}, true, 0, "nccl"});
+        v.push_back({{0, 1}, false, 2, "nccl"});
+        v.push_back({{0, 0, 1, 1}, true, 2, "nccl"});
     }
     return v;
 }
