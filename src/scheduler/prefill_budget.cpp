@@ -27,7 +27,11 @@ prefill_budget::prefill_budget(int32_t prefill_yield, double itl_budget)
 void prefill_budget::record(int32_t n_rows, double seconds) {
     if (n_rows < 1 || !(seconds >= 0.0) || !std::isfinite(seconds)) return;
     auto [it, inserted] = step_seconds_.try_emplace(n_rows, seconds);
-    if (!inserted) it->second += ema_weight * (seconds - it->second);
+    const int32_t seen = ++samples_[n_rows];
+    // The first call of a size can include one-off work (a CUDA graph captured for its bucket:
+    // tens of ms across GPUs), so the second sample replaces it instead of averaging with it.
+    if (seen == 2) it->second = seconds;
+    else if (!inserted) it->second += ema_weight * (seconds - it->second);
 }
 
 double prefill_budget::predict(int32_t n_rows) const {

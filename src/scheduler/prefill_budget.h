@@ -48,6 +48,7 @@ private:
     // Exponential moving average of the seconds per call, by rows in the call. Only row counts
     // that occurred are held: a handful in practice (decode counts, decode + chosen prompt rows).
     std::map<int32_t, double> step_seconds_;
+    std::map<int32_t, int32_t> samples_;  // calls timed per row count
 };
 
 }  // namespace tandem

@@ -49,6 +49,7 @@ def main():
     with h.running(a.build_dir, args, "fairness.log") as srv:
         long_text, long_tokens = sized_prompt(srv, a.prompt_tokens)
         arrivals = [[] for _ in range(a.sessions)]
+        finished = [False] * a.sessions  # ended by the model (EOS, length), not cut off
         stop = threading.Event()
         marks = {}
 
@@ -59,6 +60,8 @@ def main():
             def on_data(d, t):
                 if isinstance(d, dict) and d.get("choices"):
                     arrivals[i].append(t)
+                    if any(c.get("finish_reason") for c in d["choices"]):
+                        finished[i] = True
                 return not stop.is_set()
             h.stream_events(srv.port, "/v1/completions", body, on_data)
 
@@ -105,8 +108,15 @@ def main():
             "prefill_yields": int(float(yields[0].split()[1])) if yields else None,
             "prefill_budget_tokens": int(float(budget[0].split()[1])) if budget else None,
             "max_ratio": a.max_ratio or None,
+            # A session is lost when its stream stopped before the long prompt was answered without
+            # the model ending it (a greedy tiny model may emit its end token: that is not a loss).
+            "sessions_finished": sum(finished),
+            "sessions_lost": sum(1 for ts, f in zip(arrivals, finished) if not f and (not ts or ts[-1] < marks["done"])),
         }
     print(json.dumps(result))
+    if result.get("sessions_lost"):
+        print(f"fairness: {result['sessions_lost']} decoding session(s) stopped streaming", file=sys.stderr)
+        return 1
     if n_during < 3:
         print("fairness: too few tokens arrived during the prefill to measure", file=sys.stderr)
         return 1

@@ -140,8 +140,11 @@ TEST_CASE("prefill budget: predictions interpolate between measured row counts",
     CHECK(b.predict(5) == Approx(1.0 * ms));   // below the smallest: flat
     CHECK(b.predict(15) == Approx(2.0 * ms));  // between: linear
     CHECK(b.predict(30) == Approx(5.0 * ms));  // above: the last slope
-    // A repeated row count is a moving average, not the last sample.
+    // The second sample of a row count replaces the first (which may include a graph capture);
+    // later ones are a moving average, not the last sample.
     b.record(10, 2.0 * ms);
+    CHECK(b.predict(10) == Approx(2.0 * ms));
+    b.record(10, 1.0 * ms);
     CHECK(b.predict(10) > 1.0 * ms);
     CHECK(b.predict(10) < 2.0 * ms);
 }
@@ -165,4 +168,16 @@ TEST_CASE("prefill budget: the closed-form search equals trying every token coun
         int32_t want = row_counts.size() < 2 ? b.prefill_yield() : brute_force(b, n_decode);
         CHECK(b.tokens(n_decode) == want);
     }
+}
+
+TEST_CASE("prefill budget: a slow first call of a size (a graph capture) does not linger", "[prefill_budget]") {
+    prefill_budget b(128, 2.0);
+    b.record(15, 0.100);  // first 15-row call: captures a graph
+    for (int i = 0; i < 3; ++i) b.record(15, 0.0005);
+    b.record(143, 0.0025);
+    b.record(143, 0.0025);
+    CHECK(b.predict(15) == Approx(0.0005));
+    // 2x of 0.5 ms leaves room for few rows at 14 us per row past 15.
+    CHECK(b.tokens(15) < 128);
+    CHECK(b.tokens(15) <= 40);
 }
