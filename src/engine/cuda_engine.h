@@ -40,7 +40,7 @@ public:
     static constexpr int32_t max_step_rows = 512;
     // Calls of up to this many rows replay a CUDA graph captured for the next power of two (one
     // device always; several with engine_options::cuda_graphs_multi).
-    static constexpr int32_t max_graph_rows = 16;
+    static constexpr int32_t max_graph_rows = 64;
 
     struct host_state;  // pinned buffers and graphs (opaque here: no CUDA types in this header)
 

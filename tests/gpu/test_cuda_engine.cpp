@@ -80,8 +80,8 @@ TEST_CASE("CUDA engine matches the CPU engine on tiny synth models", "[gpu][mode
     if (!gpu_present()) return;
     const ggml_type type = GENERATE(ggml_type::q4_k, ggml_type::q6_k, ggml_type::bf16);
     INFO("tiny " << ggml_type_name(type));
-    // 40 prompt rows: more than a graph bucket, so the direct path runs too.
-    compare_engines(synth_gguf("tiny", type, 2), 40, 10, 91);
+    // 80 prompt rows: more than the largest graph bucket, so the direct path runs too.
+    compare_engines(synth_gguf("tiny", type, 2), 80, 10, 91);
 }
 
 TEST_CASE("CUDA decode logits are bitwise independent of the other rows of the step", "[gpu][invariance]") {
@@ -111,7 +111,8 @@ TEST_CASE("CUDA decode logits are bitwise independent of the other rows of the s
         }
     }
     // Together: all 16 sessions in one call per step, order reversed every other step; at step 5
-    // a stranger's 4-row prefill rides along (20 rows: the direct, non-graph path).
+    // a stranger's 4-row prefill rides along (20 rows: a 32-row graph bucket), at step 7 a 60-row
+    // one (76 rows: the direct, non-graph path).
     for (size_t s = 0; s < n_sessions; ++s) prefill(*batch_eng, int32_t(s), prompts[s]);
     const std::vector<int32_t> stranger = random_tokens(rng, 4, nv);
     std::vector<float> logits;
@@ -123,6 +124,9 @@ TEST_CASE("CUDA decode logits are bitwise independent of the other rows of the s
             rows.push_back({int32_t(s), batch_eng->slot_length(int32_t(s)), tokens[s][step], true});
         if (step == 5)
             for (size_t i = 0; i < stranger.size(); ++i) rows.push_back({int32_t(n_sessions), int32_t(i), stranger[i], false});
+        if (step == 7)
+            for (int32_t i = 0; i < 60; ++i)
+                rows.push_back({int32_t(n_sessions), int32_t(stranger.size()) + i, stranger[size_t(i) % stranger.size()], false});
         batch_eng->forward(rows, logits);
         REQUIRE(logits.size() == n_sessions * size_t(nv));
         for (size_t i = 0; i < n_sessions; ++i) {
@@ -176,14 +180,14 @@ TEST_CASE("CUDA engine rejects malformed rows exactly like the CPU engine and st
 TEST_CASE("CUDA slot_truncate then re-prefill reproduces the logits bitwise", "[gpu][engine]") {
     if (!gpu_present()) return;
     const std::string model = synth_gguf("tiny", ggml_type::q4_k, 2);
-    auto gpu = open_cuda(model, 1, 64);
+    auto gpu = open_cuda(model, 1, 128);
     std::mt19937 rng(5);
-    const auto ids = random_tokens(rng, 30, gpu->hparams().n_vocab);
+    const auto ids = random_tokens(rng, 90, gpu->hparams().n_vocab);
     const auto first = prefill(*gpu, 0, ids);
     gpu->slot_truncate(0, 12);
     const auto again = prefill(*gpu, 0, std::vector<int32_t>(ids.begin() + 12, ids.end()));
     CHECK(same_bits(first, again));  // each row's result is independent of the call's other rows
-    gpu->slot_truncate(0, 29);
-    const auto last = prefill(*gpu, 0, {ids.back()});  // a 1-row graph step vs a 30-row direct step
+    gpu->slot_truncate(0, 89);
+    const auto last = prefill(*gpu, 0, {ids.back()});  // a 1-row graph step vs a 90-row direct step
     CHECK(same_bits(first, last));
 }
