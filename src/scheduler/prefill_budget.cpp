@@ -86,7 +86,10 @@ int64_t prefill_budget::largest_within(int64_t lo, int64_t hi, double limit) con
 
 int32_t prefill_budget::tokens(int32_t n_decode) const {
     TANDEM_ASSERT(n_decode >= 1);
-    if (step_seconds_.size() < 2) return prefill_yield_;  // no slope known yet: the token cap
+    // No slope known yet: probe with as many prompt rows as decode rows (about twice the decode
+    // step's work), not the cap: a cost curve with a cliff (CUDA graphs up to a row count) would
+    // make a first step at the cap the slowest of the prefill.
+    if (step_seconds_.size() < 2) return std::clamp(n_decode, min_tokens, prefill_yield_);
     double limit = itl_budget_ * predict(n_decode) * (1.0 + limit_slack);
     int64_t n = largest_within(static_cast<int64_t>(n_decode) + min_tokens,
                                static_cast<int64_t>(n_decode) + prefill_yield_, limit);

@@ -28,7 +28,7 @@ public:
 
     // Prompt tokens for a step with n_decode >= 1 decode rows: the most, up to prefill_yield,
     // whose predicted step time stays within itl_budget x the predicted time of n_decode rows;
-    // never below min_tokens. prefill_yield until two row counts have been measured.
+    // never below min_tokens. Until two row counts have been measured: n_decode (a probe), capped.
     int32_t tokens(int32_t n_decode) const;
 
     // Predicted seconds for a call of n_rows rows; < 0 when nothing has been measured.

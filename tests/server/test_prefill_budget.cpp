@@ -6,6 +6,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <random>
@@ -38,12 +39,15 @@ int32_t brute_force(const prefill_budget &b, int32_t n_decode) {
 
 }  // namespace
 
-TEST_CASE("prefill budget: --prefill-yield until step times are known", "[prefill_budget]") {
+TEST_CASE("prefill budget: a probe of as many prompt rows as decode rows until step times are known", "[prefill_budget]") {
     prefill_budget b(128, 2.0);
-    CHECK(b.tokens(8) == 128);
+    CHECK(b.tokens(8) == 8);
     CHECK(b.predict(8) < 0.0);
     b.record(8, 1.0 * ms);  // one row count: no slope to extrapolate with yet
-    CHECK(b.tokens(8) == 128);
+    CHECK(b.tokens(8) == 8);
+    CHECK(b.tokens(500) == 128);  // never above --prefill-yield
+    prefill_budget small(4, 2.0);
+    CHECK(small.tokens(8) == 4);
 }
 
 TEST_CASE("prefill budget: 1 ms decode steps and 0.1 ms per prompt row, budget 2.0 gives 10 rows", "[prefill_budget]") {
@@ -165,7 +169,7 @@ TEST_CASE("prefill budget: the closed-form search equals trying every token coun
         }
         int32_t n_decode = dec_d(rng);
         INFO("trial " << trial << " yield " << b.prefill_yield() << " decode rows " << n_decode);
-        int32_t want = row_counts.size() < 2 ? b.prefill_yield() : brute_force(b, n_decode);
+        int32_t want = row_counts.size() < 2 ? std::clamp(n_decode, 1, b.prefill_yield()) : brute_force(b, n_decode);
         CHECK(b.tokens(n_decode) == want);
     }
 }
