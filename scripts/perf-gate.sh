@@ -11,7 +11,19 @@ if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1 && [ "
     model="$dir/qwen3-30b-a3b-q4_k.gguf"
     [ -f "$model" ] || "$tandem" synth --preset qwen3-30b-a3b --type q4_k --out "$model"
     "$tandem" bench -m "$model" --backend cuda --prompt 2048 --gen 128 --sessions 1,4,16 --json "$dir/bench-gpu.json"
-    exec python3 scripts/perf_gate.py --floors perf/floors.json --bench "$dir/bench-gpu.json" --gpu "$gpu"
+    python3 scripts/perf_gate.py --floors perf/floors.json --bench "$dir/bench-gpu.json" --gpu "$gpu"
+    # Two or more GPUs: the first two as a tensor-parallel pair, and as two pipeline stages.
+    if [ "$(nvidia-smi -L | wc -l)" -ge 2 ]; then
+        export NCCL_NVLS_ENABLE=0
+        for plan in tp pipeline; do
+            flag=(); [ "$plan" = tp ] && flag=(--tensor-parallel)
+            "$tandem" bench -m "$model" --backend cuda --gpu-devices 0,1 "${flag[@]}" --prompt 2048 --repeats 1 --gen 64 \
+                --sessions 1,16 --json "$dir/bench-gpu2-$plan.json"
+            python3 scripts/perf_gate.py --floors perf/floors.json --bench "$dir/bench-gpu2-$plan.json" --gpu "$gpu" \
+                --gpus 2 --plan "$plan"
+        done
+    fi
+    exit 0
 fi
 model="$dir/qwen3-30b-a3b-2l-q4_k.gguf"
 [ -f "$model" ] || "$tandem" synth --preset qwen3-30b-a3b --layers 2 --type q4_k --out "$model"

@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
 """scripts/perf_gate.py - checks `tandem bench --json` results against perf/floors.json.
 
-usage: perf_gate.py --floors perf/floors.json --bench B.json [--gpu NAME --preset P --type T]
-                    [--fairness F.json]
+usage: perf_gate.py --floors perf/floors.json --bench B.json [--gpu NAME --preset P --type T
+                    [--gpus N --plan single|tp|pipeline]] [--fairness F.json]
 Without --gpu: the CPU gate (ratios measured in one run, robust to a noisy machine).
-With --gpu: the GPU floors of that (gpu, preset, type) entry.
+With --gpu: the GPU floors of that (gpu, preset, type, gpus, plan) entry (gpus 1 / plan single
+when an entry does not say).
 Exit 0: pass (warnings printed for values within 5% of a floor); 1: below a floor; 2: bad input.
 """
 import argparse
@@ -51,6 +52,8 @@ def main():
     ap.add_argument("--gpu")
     ap.add_argument("--preset", default="qwen3-30b-a3b")
     ap.add_argument("--type", default="q4_K")
+    ap.add_argument("--gpus", type=int, default=1, help="GPUs the bench ran on")
+    ap.add_argument("--plan", default="single", choices=["single", "tp", "pipeline"])
     ap.add_argument("--fairness", help="JSON from the server fairness scenario: {\"ratio\": r, ...}")
     args = ap.parse_args()
     floors = load(args.floors)
@@ -60,9 +63,11 @@ def main():
     print(f"  {bench.get('layout', '')}")
     if args.gpu:
         entry = next((e for e in floors.get("gpu", []) if e["gpu"] == args.gpu and e["preset"] == args.preset
-                      and e["type"].lower() == args.type.lower()), None)
+                      and e["type"].lower() == args.type.lower() and e.get("gpus", 1) == args.gpus
+                      and e.get("plan", "single") == args.plan), None)
         if entry is None:
-            print(f"perf-gate: no GPU floors for ({args.gpu}, {args.preset}, {args.type})", file=sys.stderr)
+            print(f"perf-gate: no GPU floors for ({args.gpu}, {args.preset}, {args.type}, {args.gpus} GPUs, "
+                  f"{args.plan})", file=sys.stderr)
             return 2
         f = entry["floors"]
         check("decode_1_tok_per_s", decode_rate(bench, 1), f["decode_1_tok_per_s"]["floor"], failures)
