@@ -33,6 +33,8 @@ TANDEM_API_KEY="${TANDEM_API_KEY:-}"
 TANDEM_STATE_DIR="${TANDEM_STATE_DIR:-${XDG_STATE_HOME:-$HOME/.local/state}/tandem}"
 TANDEM_START_TIMEOUT="${TANDEM_START_TIMEOUT:-600}"
 TANDEM_STOP_TIMEOUT="${TANDEM_STOP_TIMEOUT:-30}"
+# NVLink multicast (NVLS) stays off for NCCL unless the environment says otherwise.
+export NCCL_NVLS_ENABLE="${NCCL_NVLS_ENABLE:-0}"
 if [[ -z "${TANDEM_SERVER_BIN:-}" ]]; then
   if [[ -x "$here/../build/tandem-server" ]]; then TANDEM_SERVER_BIN="$here/../build/tandem-server"
   else TANDEM_SERVER_BIN="$(command -v tandem-server || true)"; fi
