@@ -249,7 +249,21 @@ __global__ void __launch_bounds__(combine_threads) moe_combine_kernel(const moe_
     }
 }
 
+__global__ void moe_count_kernel(const moe_count_args a) {
+    const int p = int(blockIdx.x * blockDim.x + threadIdx.x);
+    if (p >= a.n_rows * a.k || a.slots[p / a.k] < 0) return;
+    const int32_t e = a.ids[p];
+    if (e >= 0) atomicAdd(a.counts + e, 1ull);
+}
+
 }  // namespace
+
+void moe_count(const moe_count_args &a, cudaStream_t stream) {
+    if (a.n_rows == 0) return;
+    const int pairs = a.n_rows * a.k;
+    moe_count_kernel<<<(pairs + 255) / 256, 256, 0, stream>>>(a);
+    TANDEM_CUDA_CHECK_LAUNCH();
+}
 
 void moe_route(const moe_route_args &a, cudaStream_t stream) {
     TANDEM_CUDA_REQUIRE(a.n_expert >= 1 && a.n_expert <= 32 * max_epl, "moe_route: n_expert must be in 1..512");

@@ -33,6 +33,16 @@ inline int32_t moe_max_groups(int32_t n_rows, int32_t n_expert, int32_t k) {
 }
 void moe_route(const moe_route_args &args, cudaStream_t stream);
 
+// counts[e] += 1 for every routed pair of a real row (slot >= 0): the expert traffic the engine
+// records for `--expert-balance`. Launched without PDL (it reads moe_route's ids).
+struct moe_count_args {
+    const int32_t *ids = nullptr;       // [n_rows][k]
+    const int32_t *slots = nullptr;     // [n_rows]
+    unsigned long long *counts = nullptr;  // [n_expert] of this layer
+    int32_t n_rows = 0, k = 0;
+};
+void moe_count(const moe_count_args &args, cudaStream_t stream);
+
 struct moe_combine_args {
     float *x = nullptr;              // [n_rows][d_model] residual stream, updated in place
     const float *out = nullptr;      // [n_rows][k][d_model] unweighted expert outputs

@@ -56,6 +56,14 @@ expert_traffic expert_traffic_load(const std::string &path) {
     return expert_traffic_parse(placement_read_text(path, "expert traffic"), path);
 }
 
+std::string expert_traffic_to_json(const expert_traffic &traffic) {
+    nlohmann::json j;
+    j["n_layer"] = traffic.counts.size();
+    j["n_expert"] = traffic.counts.empty() ? 0 : traffic.counts.front().size();
+    j["counts"] = traffic.counts;
+    return j.dump();
+}
+
 std::vector<bool> expert_traffic_split(const std::vector<uint64_t> &counts) {
     const size_t n = counts.size();
     std::vector<bool> host(n, false);

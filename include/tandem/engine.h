@@ -34,7 +34,10 @@ struct engine_options {
     std::string gpu_vram = "auto";      // per-GPU budgets: "auto", or GiB for all / per device
     std::string transport = "auto";     // CUDA transfers between devices: auto, p2p or host
     bool tensor_parallel = false;
-    // CUDA, several devices: replay decode steps (<= 16 rows) as one graph spanning the devices.
+    // Count the rows routed to each expert of each layer (engine::expert_traffic), the input of
+    // `--expert-balance`. Costs one small launch per layer on CUDA.
+    bool record_expert_traffic = false;
+    // CUDA, several devices: replay decode steps (<= 64 rows) as one graph spanning the devices.
     bool cuda_graphs_multi = true;
     // With several pipeline stages, rows are split into this many micro-batches that move
     // through the stages concurrently (0: one per stage; 1: no overlap).
@@ -67,6 +70,10 @@ public:
     // Backend counters for benchmarks and /metrics (e.g. "launches_per_step", "device_name" is
     // not a number so it goes in layout()). Empty when the backend keeps none.
     virtual std::map<std::string, double> counters() const { return {}; }
+
+    // Rows routed to each expert of each layer since the engine opened ([n_layer][n_expert]),
+    // when engine_options::record_expert_traffic was set; empty otherwise.
+    virtual std::vector<std::vector<uint64_t>> expert_traffic() const { return {}; }
 };
 
 // "auto" -> "cuda" when this build has the CUDA backend, a GPU is visible and no CPU virtual
@@ -81,6 +88,10 @@ std::unique_ptr<engine> engine_open(std::shared_ptr<const gguf_file> file, const
 // the plan's layout line. Throws the error engine_open would throw. The CPU backend's memory is
 // checked by the caller (the server's memory plan); for it this returns an empty string.
 std::string engine_plan_check(const gguf_file &file, const engine_options &options);
+
+// Writes the engine's recorded expert traffic as the `--expert-balance` JSON (placement.h) to path.
+// Throws config when the engine did not record, or the file cannot be written.
+void engine_write_expert_traffic(const engine &eng, const std::string &path);
 
 // Measured copy bandwidth between each ordered pair of the listed GPUs (peer-to-peer and staged
 // through host memory), one line per pair. Throws unsupported without the CUDA backend.

@@ -78,6 +78,8 @@ struct expert_traffic {
 };
 expert_traffic expert_traffic_parse(std::string_view json_text, std::string_view source);
 expert_traffic expert_traffic_load(const std::string &path);
+// The JSON form above (n_layer, n_expert and counts), what the engine's recording writes.
+std::string expert_traffic_to_json(const expert_traffic &traffic);
 
 // Splits one layer's experts into two halves carrying about half the routed rows each.
 // Returns a flag per expert: true = the host's half. Guarantee (the stated tolerance):

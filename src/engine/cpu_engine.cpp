@@ -44,6 +44,8 @@ cpu_engine::cpu_engine(std::shared_ptr<const gguf_file> file, const engine_optio
     const uint64_t host_bytes = mem.total_bytes ? mem.total_bytes : (uint64_t(1) << 40);
     plan_ = placement_plan_make(req, topology_cpu_virtual(options.n_devices, host_bytes), pm);
 
+    if (options.record_expert_traffic)
+        traffic_.assign(size_t(hp_.n_layer), std::vector<uint64_t>(size_t(hp_.n_expert), 0));
     stage_members_.resize(size_t(plan_.n_stages));
     const int32_t threads_each = std::max(1, n_threads_ / options.n_devices);
     for (const placement_device_plan &dp : plan_.devices) {
@@ -123,6 +125,8 @@ void cpu_engine::run_stage(int32_t stage, std::span<const engine_row> rows, std:
         for (size_t m = 0; m < members.size(); ++m)
             cpu::moe_combine(xs[m].data(), outs[m].data(), weights[m].data(), n, k, d);
         touched += cpu::moe_count_experts(ids[0].data(), int64_t(n_pairs), hp_.n_expert, nullptr);
+        if (!traffic_.empty())
+            for (int32_t e : ids[0]) ++traffic_[size_t(l)][size_t(e)];
     }
     stats.experts_touched += touched;
     x.swap(xs[0]);

@@ -26,6 +26,7 @@ public:
     void slot_truncate(int32_t slot, int32_t n_keep) override;
     std::string layout() const override;
     std::map<std::string, double> counters() const override;
+    std::vector<std::vector<uint64_t>> expert_traffic() const override { return traffic_; }
 
     const placement_plan &plan() const { return plan_; }
 
@@ -51,6 +52,8 @@ private:
     int32_t n_threads_ = 0, micro_batches_ = 0;
     double experts_touched_ = 0;     // distinct experts per layer in the last forward (average)
     uint64_t bytes_moved_ = 0;       // hidden states, expert outputs and logits between devices
+    std::vector<std::vector<uint64_t>> traffic_;  // [n_layer][n_expert] when recording (each stage
+                                                  // thread writes only its own layers' rows)
 };
 
 }  // namespace tandem

@@ -78,7 +78,7 @@ uint64_t cuda_device::scratch_bytes(const model_hparams &hp, int32_t n_ctx, bool
 }
 
 cuda_device::cuda_device(const model_hparams &hp, const model_tensors &tensors, const placement_device_plan &part,
-                         int32_t n_slots, int32_t n_ctx)
+                         int32_t n_slots, int32_t n_ctx, bool record_traffic)
     : s_(std::make_unique<state>()) {
     state &m = *s_;
     m.hp = &hp;
@@ -243,6 +243,11 @@ cuda_device::cuda_device(const model_hparams &hp, const model_tensors &tensors, 
         m.own_y = device_alloc<int32_t>(R * k);
     }
     if (has_head) m.logits = device_alloc<float>(R * size_t(part.head_end - part.head_begin));
+    if (record_traffic && part.role != placement_role::partner) {
+        const size_t n = size_t(part.layer_end - part.layer_begin) * size_t(hp.n_expert);
+        m.traffic = device_alloc<unsigned long long>(n);
+        TANDEM_CUDA_CHECK(cudaMemset(m.traffic, 0, n * sizeof(unsigned long long)));
+    }
     TANDEM_CUDA_CHECK(cudaDeviceSynchronize());
 }
 
@@ -254,7 +259,7 @@ cuda_device::~cuda_device() {
     for (const void *p : std::initializer_list<const void *>{
              m.weights, m.kv, m.inv_freq, m.rows, m.x, m.h, m.q, m.kb, m.vb, m.att, m.router_logits, m.route_w, m.act,
              m.eout, m.partial, m.exchange[0], m.exchange[1], m.ids, m.group_expert, m.group_off, m.n_groups, m.pair_x,
-             m.pair_y, m.groups_total, m.own_mat, m.own_off, m.own_n, m.own_x, m.own_y, m.logits, local})
+             m.pair_y, m.groups_total, m.own_mat, m.own_off, m.own_n, m.own_x, m.own_y, m.logits, m.traffic, local})
         if (p) cudaFree(const_cast<void *>(p));
     if (m.event) cudaEventDestroy(m.event);
     if (m.stream) cudaStreamDestroy(m.stream);
@@ -406,6 +411,10 @@ int64_t cuda_device::layer_experts(int32_t l, int32_t r0, int32_t n) {
     ra.renormalise = hp.norm_topk;
     cuda::moe_route(ra, s);
     ++launches;
+    if (m.traffic) {
+        cuda::moe_count({ids, slots, m.traffic + layer_here * size_t(hp.n_expert), n, k}, s);
+        ++launches;
+    }
     const int32_t max_groups = cuda::moe_max_groups(n, hp.n_expert, k);
 
     cuda::matvec_args g;
@@ -537,6 +546,17 @@ void cuda_device::download_logits(float *host_pinned, int32_t n_out) {
 void cuda_device::download_groups_total(int32_t *host_pinned) {
     TANDEM_CUDA_CHECK(cudaSetDevice(s_->device));
     TANDEM_CUDA_CHECK(cudaMemcpyAsync(host_pinned, s_->groups_total, sizeof(int32_t), cudaMemcpyDeviceToHost, s_->stream));
+}
+
+void cuda_device::add_traffic(std::vector<std::vector<uint64_t>> &traffic) const {
+    const state &m = *s_;
+    if (!m.traffic) return;
+    const size_t ne = size_t(m.hp->n_expert), layers = size_t(m.part.layer_end - m.part.layer_begin);
+    std::vector<unsigned long long> host(layers * ne);
+    TANDEM_CUDA_CHECK(cudaSetDevice(m.device));
+    TANDEM_CUDA_CHECK(cudaMemcpy(host.data(), m.traffic, host.size() * sizeof(unsigned long long), cudaMemcpyDeviceToHost));
+    for (size_t l = 0; l < layers; ++l)
+        for (size_t e = 0; e < ne; ++e) traffic[size_t(m.part.layer_begin) + l][e] += host[l * ne + e];
 }
 
 void cuda_device::synchronize() {

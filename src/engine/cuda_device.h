@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace tandem {
 
@@ -23,8 +24,10 @@ public:
     // exchange buffers) for a plan's part: the planner's scratch figure.
     static uint64_t scratch_bytes(const model_hparams &hp, int32_t n_ctx, bool has_head, bool paired);
 
+    // record_traffic: count the rows routed to each expert of this device's layers (hosts and
+    // single devices only: a partner routes the same rows).
     cuda_device(const model_hparams &hp, const model_tensors &tensors, const placement_device_plan &part,
-                int32_t n_slots, int32_t n_ctx);
+                int32_t n_slots, int32_t n_ctx, bool record_traffic = false);
     ~cuda_device();
     cuda_device(const cuda_device &) = delete;
     cuda_device &operator=(const cuda_device &) = delete;
@@ -57,6 +60,9 @@ public:
     // Adds the number of expert groups routed so far to `total` once the stream is done.
     void download_groups_total(int32_t *host_pinned);
     void synchronize();
+    // Adds this device's recorded counts into traffic [n_layer][n_expert] (nothing when it does
+    // not record). The device's stream must be idle.
+    void add_traffic(std::vector<std::vector<uint64_t>> &traffic) const;
 
     // Buffers other devices copy from or into (device pointers), offsets in rows.
     float *x_rows(int32_t r0);

@@ -54,6 +54,7 @@ struct cuda_device::state {
     // The groups narrowed to the experts held here (pairs only).
     int32_t *own_mat = nullptr, *own_off = nullptr, *own_n = nullptr, *own_x = nullptr, *own_y = nullptr;
     float *logits = nullptr;        // [max_step_rows][head columns]
+    unsigned long long *traffic = nullptr;  // [layers here][n_expert] routed rows, when recording
 
     const int32_t *tokens() const { return rows; }
     const int32_t *slots() const { return rows + max_step_rows; }

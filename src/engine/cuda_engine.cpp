@@ -168,6 +168,7 @@ cuda_engine::cuda_engine(std::shared_ptr<const gguf_file> file, const engine_opt
     n_ctx_ = options.n_ctx;
     if (options.micro_batches < 0) fail(error_kind::config, "micro-batches must be >= 0, got {}", options.micro_batches);
     micro_batches_ = options.micro_batches;
+    record_traffic_ = options.record_expert_traffic;
     if (options.n_devices != 1)
         fail(error_kind::config, "--devices chooses CPU virtual devices; with --backend cuda list GPUs with --gpu-devices "
                                  "(e.g. 0,0 for two logical devices on GPU 0)");
@@ -176,7 +177,7 @@ cuda_engine::cuda_engine(std::shared_ptr<const gguf_file> file, const engine_opt
 
     stage_members_.resize(size_t(plan_.n_stages));
     for (const placement_device_plan &dp : plan_.devices) {
-        devices_.push_back(std::make_unique<cuda_device>(hp_, tensors_, dp, n_slots_, n_ctx_));
+        devices_.push_back(std::make_unique<cuda_device>(hp_, tensors_, dp, n_slots_, n_ctx_, options.record_expert_traffic));
         auto &members = stage_members_[size_t(dp.stage)];
         if (dp.role == placement_role::partner) members.push_back(dp.logical);
         else members.insert(members.begin(), dp.logical);
@@ -243,6 +244,13 @@ std::map<std::string, double> cuda_engine::counters() const {
             {"devices", double(devices_.size())},
             {"stages", double(plan_.n_stages)},
             {"bytes_moved_last_step", double(bytes_moved_)}};
+}
+
+std::vector<std::vector<uint64_t>> cuda_engine::expert_traffic() const {
+    if (!record_traffic_) return {};
+    std::vector<std::vector<uint64_t>> traffic(size_t(hp_.n_layer), std::vector<uint64_t>(size_t(hp_.n_expert), 0));
+    for (const auto &d : devices_) d->add_traffic(traffic);
+    return traffic;
 }
 
 int64_t cuda_engine::enqueue(const std::vector<int32_t> &mb_begin, const std::vector<int32_t> &mb_out, int32_t n_out) {

@@ -32,6 +32,7 @@ public:
     void slot_truncate(int32_t slot, int32_t n_keep) override;
     std::string layout() const override;
     std::map<std::string, double> counters() const override;
+    std::vector<std::vector<uint64_t>> expert_traffic() const override;
 
     const placement_plan &plan() const { return plan_; }
 
@@ -54,7 +55,8 @@ private:
     model_tensors tensors_;
     slot_table slots_;
     int32_t n_slots_ = 0, n_ctx_ = 0, micro_batches_ = 0;
-    bool multi_graphs_ = false;  // several devices: decode steps as one multi-device graph
+    bool multi_graphs_ = false;
+    bool record_traffic_ = false;  // several devices: decode steps as one multi-device graph
     placement_plan plan_;
     std::vector<std::unique_ptr<cuda_device>> devices_;  // by logical index
     std::vector<std::vector<int32_t>> stage_members_;    // [stage] -> logical devices (host first)

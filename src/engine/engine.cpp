@@ -10,6 +10,8 @@
 #include "tandem/error.h"
 #include "tandem/placement.h"
 
+#include <fstream>
+
 namespace tandem {
 
 #ifdef TANDEM_HAVE_CUDA
@@ -60,6 +62,17 @@ std::string engine_plan_check(const gguf_file &file, const engine_options &optio
 #endif
     }
     fail(error_kind::config, "unknown backend '{}' (allowed: auto, cpu, cuda)", options.backend);
+}
+
+void engine_write_expert_traffic(const engine &eng, const std::string &path) {
+    expert_traffic traffic;
+    traffic.counts = eng.expert_traffic();
+    if (traffic.counts.empty())
+        fail(error_kind::config, "the engine recorded no expert traffic (open it with record_expert_traffic)");
+    const std::string text = expert_traffic_to_json(traffic) + "\n";
+    std::ofstream out(path);
+    out << text;
+    if (!out) fail(error_kind::config, "cannot write expert traffic to {}", path);
 }
 
 std::string engine_link_report(const std::vector<int32_t> &gpus) {

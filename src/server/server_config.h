@@ -33,6 +33,7 @@ struct server_config {
     int32_t n_devices = 1;
     std::vector<int32_t> gpu_devices;
     std::string gpu_vram = "auto";           // per-GPU budgets (placement)
+    std::string expert_traffic_out;          // write the recorded expert traffic here at shutdown
     std::string transport = "auto";          // CUDA transfers between devices: auto, p2p, host
     bool tensor_parallel = false;
 };

@@ -29,7 +29,7 @@ using clock_type = std::chrono::steady_clock;
 
 struct bench_cli {
     tandem::engine_options engine;
-    std::string model, sessions = "1,4,16", json_path;
+    std::string model, sessions = "1,4,16", json_path, traffic_path;
     int prompt = 2048, gen = 128, decode_prompt = 16, prefill_chunk = 2048, repeats = 3;
     double bandwidth_gbps = 0;
 };
@@ -92,6 +92,8 @@ TANDEM_COMMAND(bench, "Measure prefill and multi-session decode throughput", [](
     sub.add_option("--repeats", cli->repeats, "Prefill repeats (median)");
     sub.add_option("--bandwidth", cli->bandwidth_gbps, "Memory bandwidth roof in GB/s for % of roof (cuda default 4300)");
     sub.add_option("--json", cli->json_path, "Also write the results as JSON to this file");
+    sub.add_option("--expert-traffic-out", cli->traffic_path,
+                   "Record the rows routed to each expert and write them here (the --expert-balance format)");
     tandem::tools::add_engine_flags(sub, cli->engine);
     return [cli] {
         using namespace tandem;
@@ -105,6 +107,7 @@ TANDEM_COMMAND(bench, "Measure prefill and multi-session decode throughput", [](
         opt.n_slots = *std::max_element(counts.begin(), counts.end());
         opt.n_ctx = std::min(hp.n_ctx_train, std::max(cli->prompt, cli->decode_prompt + cli->gen + 2) + 1);  // +2 warm-up steps
         opt.backend = engine_backend_resolve(opt);
+        opt.record_expert_traffic = !cli->traffic_path.empty();
         auto eng = engine_open(file, opt);
         const double roof = cli->bandwidth_gbps > 0 ? cli->bandwidth_gbps : (opt.backend == "cuda" ? 4300.0 : 0.0);
         std::mt19937 rng(1234);
@@ -196,6 +199,7 @@ TANDEM_COMMAND(bench, "Measure prefill and multi-session decode throughput", [](
                            {"decode_prompt", cli->decode_prompt}, {"prefill_chunk", cli->prefill_chunk},
                            {"threads", opt.n_threads}, {"devices", opt.n_devices}};
         fmt::print("{}\n", eng->layout());
+        if (!cli->traffic_path.empty()) engine_write_expert_traffic(*eng, cli->traffic_path);
         if (!cli->json_path.empty()) {
             std::ofstream out(cli->json_path);
             out << result.dump(2) << "\n";

@@ -103,6 +103,7 @@ int serve(server_config cfg) {
     eo.gpu_vram = cfg.gpu_vram;
     eo.transport = cfg.transport;
     eo.tensor_parallel = cfg.tensor_parallel;
+    eo.record_expert_traffic = !cfg.expert_traffic_out.empty();
     eo.backend = cfg.backend = engine_backend_resolve(eo);
 
     // Memory plan before listening: the CPU backend's budget is the machine's available RAM.
@@ -184,6 +185,14 @@ int serve(server_config cfg) {
     // Let connections write their last bytes; bounded.
     for (int i = 0; i < 250 && svc.busy() > 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(20));
     http.stop();
+    if (!cfg.expert_traffic_out.empty()) {
+        try {
+            engine_write_expert_traffic(*eng, cfg.expert_traffic_out);
+            log_info("expert traffic written to {}", cfg.expert_traffic_out);
+        } catch (const error &e) {
+            log_error("{}", e.what());
+        }
+    }
     log_info("stopped");
     return 0;
 }
@@ -225,6 +234,9 @@ int main(int argc, char **argv) {
     app.add_option("--gpu-vram", cfg.gpu_vram, "per-GPU budget in GiB list or auto");
     app.add_flag("--tensor-parallel", cfg.tensor_parallel,
                  "pair device i with i+N/2: routed experts split 50/50 inside each pair (an even number of devices)");
+    app.add_option("--expert-traffic-out", cfg.expert_traffic_out,
+                   "record the rows routed to each expert; write them to this file at shutdown (for tandem plan "
+                   "--expert-balance)");
     app.add_option("--transport", cfg.transport, "CUDA transfers between devices: auto, p2p or host (staged)")
         ->check(CLI::IsMember({"auto", "p2p", "host"}));
     try {

@@ -181,3 +181,34 @@ TEST_CASE("CUDA logits of TANDEM_PLACEMENT_MODEL are bitwise equal on pairs and 
         require_same(placed, single);
     }
 }
+
+TEST_CASE("CUDA expert traffic: every routed row counted once, equal on a pair and on one GPU", "[gpu][placement][traffic]") {
+    if (!gpu_present()) return;
+    const std::string model = synth_gguf("tiny", ggml_type::q4_k, 4);
+    auto record = [&](std::vector<int32_t> devices, bool tp) {
+        engine_options opt;
+        opt.backend = "cuda";
+        opt.n_slots = 2;
+        opt.n_ctx = 64;
+        opt.gpu_devices = std::move(devices);
+        opt.tensor_parallel = tp;
+        opt.record_expert_traffic = true;
+        auto eng = engine_open(gguf_file::open(model), opt);
+        std::vector<engine_row> rows;
+        for (int32_t i = 0; i < 11; ++i) rows.push_back({0, i, 3 + 7 * i, i == 10});
+        std::vector<float> logits;
+        eng->forward(rows, logits);  // 11 rows: a graph bucket of 16 with 5 padding rows
+        const engine_row one{1, 0, 42, true};
+        eng->forward({&one, 1}, logits);
+        return std::make_pair(eng->expert_traffic(), eng->hparams());
+    };
+    const auto [single, hp] = record({0}, false);
+    REQUIRE(single.size() == size_t(hp.n_layer));
+    for (const auto &layer : single) {
+        uint64_t sum = 0;
+        for (uint64_t c : layer) sum += c;
+        CHECK(sum == 12u * uint64_t(hp.n_expert_used));  // padding rows are not counted
+    }
+    CHECK(record({0, 0}, true).first == single);
+    CHECK(record({0, 0, 0, 0}, true).first == single);
+}

@@ -4,10 +4,12 @@
 #include "../model/model_test_util.h"
 
 #include "tandem/error.h"
+#include "tandem/placement.h"
 #include "tandem/sampler.h"
 
 #include <catch2/catch.hpp>
 
+#include <cmath>
 #include <cstring>
 #include <random>
 
@@ -96,4 +98,61 @@ TEST_CASE("invalid CPU placements are refused with a clear error", "[multi_devic
     opt.n_devices = 0;
     opt.tensor_parallel = false;
     CHECK_THROWS_AS(engine_open(gguf_file::open(model), opt), tandem::error);
+}
+
+TEST_CASE("recorded expert traffic counts every routed row, alike on every plan, and feeds the planner",
+          "[multi_device][traffic]") {
+    const std::string model = synth_gguf("tiny", ggml_type::q4_k, 4);
+    auto record = [&](int32_t devices, bool tp) {
+        engine_options opt;
+        opt.n_slots = 2;
+        opt.n_ctx = 64;
+        opt.n_threads = 2;
+        opt.n_devices = devices;
+        opt.tensor_parallel = tp;
+        opt.record_expert_traffic = true;
+        auto eng = engine_open(gguf_file::open(model), opt);
+        std::vector<engine_row> rows;
+        for (int32_t i = 0; i < 11; ++i) rows.push_back({0, i, 3 + 7 * i, i == 10});
+        for (int32_t i = 0; i < 5; ++i) rows.push_back({1, i, 100 + i, i == 4});
+        std::vector<float> logits;
+        eng->forward(rows, logits);
+        return std::make_pair(eng->expert_traffic(), eng->hparams());
+    };
+    const auto [single, hp] = record(1, false);
+    REQUIRE(single.size() == size_t(hp.n_layer));
+    for (const auto &layer : single) {
+        REQUIRE(layer.size() == size_t(hp.n_expert));
+        uint64_t sum = 0;
+        for (uint64_t c : layer) sum += c;
+        CHECK(sum == 16u * uint64_t(hp.n_expert_used));  // 16 rows, k experts each
+    }
+    CHECK(record(2, true).first == single);
+    CHECK(record(4, false).first == single);
+
+    // Round trip through the --expert-balance format, then a traffic-balanced pair plan.
+    expert_traffic traffic{single};
+    const expert_traffic back = expert_traffic_parse(expert_traffic_to_json(traffic), "recorded");
+    CHECK(back.counts == single);
+    placement_model pm;
+    auto file = gguf_file::open(model);
+    pm.bytes = model_bytes_read(*file, hp, 4);
+    pm.n_layer = hp.n_layer;
+    pm.n_expert = hp.n_expert;
+    pm.n_vocab = hp.n_vocab;
+    placement_request req;
+    req.mode = placement_mode::tensor_parallel;
+    req.devices = {0, 1};
+    req.traffic = back;
+    const placement_plan plan = placement_plan_make(req, topology_cpu_virtual(2, uint64_t(64) << 30), pm);
+    CHECK(plan.traffic_balanced);
+    REQUIRE(plan.host_row_share.size() == size_t(hp.n_layer));
+    for (double share : plan.host_row_share) CHECK(std::abs(share - 0.5) < 0.2);
+
+    // Without recording there is nothing to write.
+    engine_options plain;
+    plain.n_ctx = 16;
+    auto eng = engine_open(gguf_file::open(model), plain);
+    CHECK(eng->expert_traffic().empty());
+    CHECK_THROWS_WITH(engine_write_expert_traffic(*eng, "/tmp/never.json"), Catch::Contains("recorded no expert traffic"));
 }
