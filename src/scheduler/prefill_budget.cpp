@@ -84,13 +84,15 @@ int64_t prefill_budget::largest_within(int64_t lo, int64_t hi, double limit) con
     return best_on(lo, first->first, first->first, first->second, 0.0);
 }
 
-int32_t prefill_budget::tokens(int32_t n_decode) const {
+int32_t prefill_budget::tokens(int32_t n_decode, int32_t n_waiting) const {
     TANDEM_ASSERT(n_decode >= 1);
+    const double share = std::max(1.0, static_cast<double>(n_waiting) / static_cast<double>(n_decode));
     // No slope known yet: probe with as many prompt rows as decode rows (about twice the decode
     // step's work), not the cap: a cost curve with a cliff (CUDA graphs up to a row count) would
     // make a first step at the cap the slowest of the prefill.
-    if (step_seconds_.size() < 2) return std::clamp(n_decode, min_tokens, prefill_yield_);
-    double limit = itl_budget_ * predict(n_decode) * (1.0 + limit_slack);
+    if (step_seconds_.size() < 2)
+        return static_cast<int32_t>(std::clamp<int64_t>(std::llround(n_decode * share), min_tokens, prefill_yield_));
+    double limit = itl_budget_ * share * predict(n_decode) * (1.0 + limit_slack);
     int64_t n = largest_within(static_cast<int64_t>(n_decode) + min_tokens,
                                static_cast<int64_t>(n_decode) + prefill_yield_, limit);
     if (n == 0) return min_tokens;

@@ -27,9 +27,13 @@ public:
     void record(int32_t n_rows, double seconds);
 
     // Prompt tokens for a step with n_decode >= 1 decode rows: the most, up to prefill_yield,
-    // whose predicted step time stays within itl_budget x the predicted time of n_decode rows;
-    // never below min_tokens. Until two row counts have been measured: n_decode (a probe), capped.
-    int32_t tokens(int32_t n_decode) const;
+    // whose predicted step time stays within itl_budget x waiting_share x the predicted time of
+    // n_decode rows; never below min_tokens. waiting_share = max(1, sessions waiting in prefill /
+    // n_decode): a burst of newcomers behind few decoders is admitted in few steps (their
+    // time-to-first-token outweighs a few slow steps of the few), while one long prompt among many
+    // decoders keeps the plain bound. Until two row counts have been measured: a probe of
+    // n_decode x waiting_share tokens, capped.
+    int32_t tokens(int32_t n_decode, int32_t n_waiting = 1) const;
 
     // Predicted seconds for a call of n_rows rows; < 0 when nothing has been measured.
     // Between measured row counts: linear interpolation. Above the largest: the last segment's

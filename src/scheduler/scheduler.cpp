@@ -328,7 +328,9 @@ bool scheduler::step() {
     }
     // Then prefill, FIFO, within this step's budget: while anyone decodes, as many prompt tokens
     // as keep the step within --itl-budget x a decode-only step, at most --prefill-yield.
-    const int32_t step_budget = n_decode > 0 ? budget_.tokens(n_decode) : options_.prefill_chunk;
+    int32_t n_waiting = 0;  // sessions with a slot still prefilling
+    for (auto &a : active_) n_waiting += a->decoding ? 0 : 1;
+    const int32_t step_budget = n_decode > 0 ? budget_.tokens(n_decode, n_waiting) : options_.prefill_chunk;
     int32_t budget = step_budget;
     int32_t n_prefill = 0;
     bool yielded = false;

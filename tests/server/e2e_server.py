@@ -172,13 +172,15 @@ def test_cancel_queued(build_dir):
 def test_batch_invariance(srv):
     prompts = [f"invariance prompt {i}: " + "abc " * (i % 5) for i in range(16)]
     alone = []
+    # 48 tokens each: long enough that all 16 requests are in flight together even when the
+    # threads' requests arrive a few tens of ms apart (the check below needs them to overlap).
     for p in prompts:
-        status, r = completion(srv, p, 12)
+        status, r = completion(srv, p, 48)
         alone.append(r["choices"][0]["text"] if status == 200 else None)
     together = [None] * 16
 
     def run(i):
-        status, r = completion(srv, prompts[i], 12)
+        status, r = completion(srv, prompts[i], 48)
         together[i] = r["choices"][0]["text"] if status == 200 else None
     threads = [threading.Thread(target=run, args=(i,)) for i in range(16)]
     for t in threads:

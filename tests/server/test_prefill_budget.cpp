@@ -185,3 +185,17 @@ TEST_CASE("prefill budget: a slow first call of a size (a graph capture) does no
     CHECK(b.tokens(15) < 128);
     CHECK(b.tokens(15) <= 40);
 }
+
+TEST_CASE("prefill budget: many sessions waiting behind few decoders widen the share", "[prefill_budget]") {
+    auto cost = [](int32_t rows) { return 1.0 * ms + 0.1 * ms * (rows - 1); };
+    prefill_budget b(128, 2.0);
+    CHECK(b.tokens(1, 15) == 15);  // the probe: decode rows x waiting share
+    CHECK(b.tokens(4, 2) == 4);    // fewer waiting than decoding: the plain probe
+    b.record(1, cost(1));
+    b.record(16, cost(16));
+    CHECK(b.tokens(1) == 10);       // 2 x 1 ms at 0.1 ms per row
+    CHECK(b.tokens(1, 1) == 10);
+    CHECK(b.tokens(1, 15) == 128);  // 15 waiting: 30 ms allowed, capped by --prefill-yield
+    CHECK(b.tokens(1, 3) == 50);    // 3 waiting: 6 ms
+    CHECK(b.tokens(15, 1) == b.tokens(15));  // one long prompt among many decoders: the plain bound
+}
