@@ -308,6 +308,17 @@ int64_t cuda_engine::enqueue(const std::vector<int32_t> &mb_begin, const std::ve
     return launches;
 }
 
+void cuda_engine::join_streams() {
+    cuda_device::state &d0 = devices_[0]->impl();
+    for (size_t i = 1; i < devices_.size(); ++i) {
+        cuda_device::state &di = devices_[i]->impl();
+        TANDEM_CUDA_CHECK(cudaSetDevice(di.device));
+        TANDEM_CUDA_CHECK(cudaEventRecord(di.event, di.stream));
+        TANDEM_CUDA_CHECK(cudaStreamWaitEvent(d0.stream, di.event, 0));
+    }
+    TANDEM_CUDA_CHECK(cudaSetDevice(d0.device));
+}
+
 void cuda_engine::run_step(std::span<const engine_row> rows, float *logits_out) {
     host_state &h = *host_;
     const int32_t R = max_step_rows;
@@ -355,13 +366,7 @@ void cuda_engine::run_step(std::span<const engine_row> rows, float *logits_out) 
         // transfers between them; the other streams' row uploads come before it, and their
         // downloads after it.
         cuda_device::state &d0 = devices_[0]->impl();
-        for (size_t i = 1; i < devices_.size(); ++i) {
-            cuda_device::state &di = devices_[i]->impl();
-            TANDEM_CUDA_CHECK(cudaSetDevice(di.device));
-            TANDEM_CUDA_CHECK(cudaEventRecord(di.event, di.stream));
-            TANDEM_CUDA_CHECK(cudaStreamWaitEvent(d0.stream, di.event, 0));
-        }
-        TANDEM_CUDA_CHECK(cudaSetDevice(d0.device));
+        join_streams();
         auto it = h.graphs.find(n);
         if (it == h.graphs.end()) {
             cudaGraph_t graph = nullptr;
@@ -370,13 +375,7 @@ void cuda_engine::run_step(std::span<const engine_row> rows, float *logits_out) 
             for (size_t i = 1; i < devices_.size(); ++i)
                 TANDEM_CUDA_CHECK(cudaStreamWaitEvent(devices_[i]->impl().stream, d0.event, 0));
             launches_per_step_ = enqueue(mb_begin, mb_out, n);
-            for (size_t i = 1; i < devices_.size(); ++i) {
-                cuda_device::state &di = devices_[i]->impl();
-                TANDEM_CUDA_CHECK(cudaSetDevice(di.device));
-                TANDEM_CUDA_CHECK(cudaEventRecord(di.event, di.stream));
-                TANDEM_CUDA_CHECK(cudaStreamWaitEvent(d0.stream, di.event, 0));
-            }
-            TANDEM_CUDA_CHECK(cudaSetDevice(d0.device));
+            join_streams();
             TANDEM_CUDA_CHECK(cudaStreamEndCapture(d0.stream, &graph));
             cudaGraphExec_t exec = nullptr;
             TANDEM_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));

@@ -47,6 +47,8 @@ public:
 
 private:
     void run_step(std::span<const engine_row> rows, float *logits_out);
+    // Device 0's stream waits for everything enqueued so far on the other devices' streams.
+    void join_streams();
     // Enqueues the whole step on every device; returns the launches.
     int64_t enqueue(const std::vector<int32_t> &mb_begin, const std::vector<int32_t> &mb_out, int32_t n_out);
 
