@@ -17,6 +17,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <set>
 
 namespace tandem {
 
@@ -239,7 +240,10 @@ std::string cuda_engine::layout() const {
 }
 
 std::map<std::string, double> cuda_engine::counters() const {
+    std::set<int32_t> gpus;
+    for (const auto &d : devices_) gpus.insert(d->physical());
     return {{"launches_per_step", double(launches_per_step_)},
+            {"gpus", double(gpus.size())},
             {"experts_touched_per_layer", experts_touched_per_layer_},
             {"devices", double(devices_.size())},
             {"stages", double(plan_.n_stages)},

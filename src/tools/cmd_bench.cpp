@@ -90,7 +90,7 @@ TANDEM_COMMAND(bench, "Measure prefill and multi-session decode throughput", [](
     sub.add_option("--decode-prompt", cli->decode_prompt, "Tokens each decoding session starts with");
     sub.add_option("--prefill-chunk", cli->prefill_chunk, "Rows per prefill call");
     sub.add_option("--repeats", cli->repeats, "Prefill repeats (median)");
-    sub.add_option("--bandwidth", cli->bandwidth_gbps, "Memory bandwidth roof in GB/s for % of roof (cuda default 4300)");
+    sub.add_option("--bandwidth", cli->bandwidth_gbps, "Memory bandwidth roof in GB/s for % of roof (cuda default 4300 per GPU of the plan)");
     sub.add_option("--json", cli->json_path, "Also write the results as JSON to this file");
     sub.add_option("--expert-traffic-out", cli->traffic_path,
                    "Record the rows routed to each expert and write them here (the --expert-balance format)");
@@ -109,7 +109,11 @@ TANDEM_COMMAND(bench, "Measure prefill and multi-session decode throughput", [](
         opt.backend = engine_backend_resolve(opt);
         opt.record_expert_traffic = !cli->traffic_path.empty();
         auto eng = engine_open(file, opt);
-        const double roof = cli->bandwidth_gbps > 0 ? cli->bandwidth_gbps : (opt.backend == "cuda" ? 4300.0 : 0.0);
+        // The roof: --bandwidth, else 4.3 TB/s (an H200's measured device copy) per GPU of the plan.
+        const auto engine_counters = eng->counters();
+        const auto gpus = engine_counters.find("gpus");
+        const double n_gpus = gpus != engine_counters.end() ? gpus->second : 1.0;
+        const double roof = cli->bandwidth_gbps > 0 ? cli->bandwidth_gbps : (opt.backend == "cuda" ? 4300.0 * n_gpus : 0.0);
         std::mt19937 rng(1234);
         auto random_ids = [&](int n) {
             std::vector<int32_t> ids(static_cast<size_t>(n));
