@@ -517,4 +517,14 @@ placement_plan placement_plan_make(const placement_request &req, const topology 
     return plan;
 }
 
+std::vector<std::vector<int32_t>> placement_stage_members(const placement_plan &plan) {
+    std::vector<std::vector<int32_t>> members(static_cast<size_t>(plan.n_stages));
+    for (const placement_device_plan &dp : plan.devices) {
+        auto &stage = members[static_cast<size_t>(dp.stage)];
+        if (dp.role == placement_role::partner) stage.push_back(dp.logical);
+        else stage.insert(stage.begin(), dp.logical);
+    }
+    return members;
+}
+
 }  // namespace tandem

@@ -179,6 +179,10 @@ struct placement_plan {
 placement_plan placement_plan_make(const placement_request &request, const topology &topo,
                                    const placement_model &model);
 
+// The logical devices of each stage, the stage's host (or single device) first, then its
+// partner: what an engine runs per stage.
+std::vector<std::vector<int32_t>> placement_stage_members(const placement_plan &plan);
+
 // The one line the server logs at start-up and `tandem plan` prints, e.g.
 // layout: tp pairs=2 stages=2 devices=4 kv=16x4096 | s0 L0-23 [d0@0 E0-63 emb 7.7/132.8G +
 // d2@2 E64-127 7.6/132.8G] | s1 L24-47 [d1@1 E0-63 head 0-75967 7.6/132.8G + d3@3 E64-127 head

@@ -46,7 +46,7 @@ cpu_engine::cpu_engine(std::shared_ptr<const gguf_file> file, const engine_optio
 
     if (options.record_expert_traffic)
         traffic_.assign(size_t(hp_.n_layer), std::vector<uint64_t>(size_t(hp_.n_expert), 0));
-    stage_members_.resize(size_t(plan_.n_stages));
+    stage_members_ = placement_stage_members(plan_);
     const int32_t threads_each = std::max(1, n_threads_ / options.n_devices);
     for (const placement_device_plan &dp : plan_.devices) {
         cpu_part part;
@@ -63,9 +63,6 @@ cpu_engine::cpu_engine(std::shared_ptr<const gguf_file> file, const engine_optio
             }
         devices_.push_back(std::make_unique<cpu_device>(hp_, tensors_, std::move(part), n_slots, n_ctx,
                                                         options.n_devices == 1 ? n_threads_ : threads_each));
-        auto &members = stage_members_[size_t(dp.stage)];
-        if (dp.role == placement_role::partner) members.push_back(dp.logical);
-        else members.insert(members.begin(), dp.logical);
     }
 }
 

@@ -176,13 +176,9 @@ cuda_engine::cuda_engine(std::shared_ptr<const gguf_file> file, const engine_opt
     const cuda_transport transport = cuda_transport_parse(options.transport);
     plan_ = cuda_plan_make(*file_, hp_, options);
 
-    stage_members_.resize(size_t(plan_.n_stages));
-    for (const placement_device_plan &dp : plan_.devices) {
+    stage_members_ = placement_stage_members(plan_);
+    for (const placement_device_plan &dp : plan_.devices)
         devices_.push_back(std::make_unique<cuda_device>(hp_, tensors_, dp, n_slots_, n_ctx_, options.record_expert_traffic));
-        auto &members = stage_members_[size_t(dp.stage)];
-        if (dp.role == placement_role::partner) members.push_back(dp.logical);
-        else members.insert(members.begin(), dp.logical);
-    }
     links_ = std::make_unique<cuda_links>(devices_, transport);
     // TANDEM_CUDA_MULTI_GRAPHS=0 turns the multi-device graphs off (a diagnostic switch).
     const char *env_graphs = std::getenv("TANDEM_CUDA_MULTI_GRAPHS");

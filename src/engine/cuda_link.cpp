@@ -91,7 +91,7 @@ int cuda_links::nccl_rank(int physical) const {
 bool cuda_links::staged(const std::vector<std::unique_ptr<cuda_device>> &devices) const {
     for (const auto &a : devices)
         for (const auto &b : devices)
-            if (a != b && std::string(path(*a, *b)) == "host") return true;
+            if (a != b && route(*a, *b) == way::host) return true;
     return false;
 }
 
@@ -100,10 +100,20 @@ bool cuda_links::peer(int a, int b) const {
     return it != peer_.end() && it->second;
 }
 
+cuda_links::way cuda_links::route(const cuda_device &a, const cuda_device &b) const {
+    if (a.physical() == b.physical()) return mode_ == cuda_transport::host ? way::host : way::same_gpu;
+    if (mode_ == cuda_transport::nccl) return way::nccl;
+    return peer(a.physical(), b.physical()) ? way::p2p : way::host;
+}
+
 const char *cuda_links::path(const cuda_device &a, const cuda_device &b) const {
-    if (a.physical() == b.physical()) return mode_ == cuda_transport::host ? "host" : "same-gpu";
-    if (mode_ == cuda_transport::nccl) return "nccl";
-    return peer(a.physical(), b.physical()) ? "p2p" : "host";
+    switch (route(a, b)) {
+    case way::same_gpu: return "same-gpu";
+    case way::p2p: return "p2p";
+    case way::host: return "host";
+    case way::nccl: return "nccl";
+    }
+    return "?";
 }
 
 std::string cuda_links::describe() const {
@@ -120,8 +130,8 @@ void cuda_links::send(cuda_device &src, const void *src_ptr, cuda_device &dst, v
     if (bytes == 0) return;
     cuda_device::state &s = src.impl(), &d = dst.impl();
     TANDEM_CUDA_CHECK(cudaSetDevice(s.device));
-    const std::string way = path(src, dst);
-    if (way == "nccl") {
+    const way w = route(src, dst);
+    if (w == way::nccl) {
 #ifdef TANDEM_HAVE_NCCL
         // One group: the send on the sender's stream, the receive on the receiver's; the
         // receiver's later launches follow the receive in its stream.
@@ -134,7 +144,7 @@ void cuda_links::send(cuda_device &src, const void *src_ptr, cuda_device &dst, v
         check(ncclRecv(dst_ptr, bytes, ncclUint8, rs, static_cast<ncclComm_t>(nccl_comms_[size_t(rd)]), d.stream), "recv");
         check(ncclGroupEnd(), "group end");
 #endif
-    } else if (way == "host") {
+    } else if (w == way::host) {
         // Through pinned host memory: one staging buffer per destination buffer. A destination is
         // reused only after the receiver has consumed its previous contents (the engine's order).
         auto it = staging_.find(dst_ptr);

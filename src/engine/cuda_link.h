@@ -55,6 +55,8 @@ private:
     bool peer(int a, int b) const;
 
     int nccl_rank(int physical) const;
+    enum class way { same_gpu, p2p, host, nccl };
+    way route(const cuda_device &a, const cuda_device &b) const;
 
     cuda_transport mode_;
     std::vector<int> nccl_gpus_;     // physical ids, rank order

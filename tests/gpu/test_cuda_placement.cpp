@@ -25,6 +25,17 @@ struct gpu_plan {
     std::string transport = "auto";
 };
 
+// The options of every engine below: CUDA, 4 slots of 160 tokens, the plan's devices.
+engine_options cuda_options(std::vector<int32_t> devices, bool tensor_parallel, int32_t n_slots = 4) {
+    engine_options opt;
+    opt.backend = "cuda";
+    opt.n_slots = n_slots;
+    opt.n_ctx = 160;
+    opt.gpu_devices = std::move(devices);
+    opt.tensor_parallel = tensor_parallel;
+    return opt;
+}
+
 std::string describe(const gpu_plan &p) {
     std::ostringstream os;
     for (size_t i = 0; i < p.devices.size(); ++i) os << (i ? "," : "") << p.devices[i];
@@ -37,12 +48,7 @@ std::string describe(const gpu_plan &p) {
 // all sessions in one call, the last steps with a fourth session's prompt riding along.
 std::vector<std::vector<float>> run_sessions(const std::string &model, const gpu_plan &p, uint32_t seed,
                                              std::string *layout = nullptr) {
-    engine_options opt;
-    opt.backend = "cuda";
-    opt.n_slots = 4;
-    opt.n_ctx = 160;
-    opt.gpu_devices = p.devices;
-    opt.tensor_parallel = p.tensor_parallel;
+    engine_options opt = cuda_options(p.devices, p.tensor_parallel);
     opt.micro_batches = p.micro_batches;
     opt.transport = p.transport;
     auto eng = engine_open(gguf_file::open(model), opt);
@@ -144,12 +150,7 @@ TEST_CASE("CUDA placements that cannot work are refused with a clear error", "[g
     const std::string model = synth_gguf("tiny", ggml_type::q4_k, 4);
     auto open = [&](std::vector<int32_t> devices, bool tp, const std::string &vram = "auto",
                     const std::string &transport = "auto") {
-        engine_options opt;
-        opt.backend = "cuda";
-        opt.n_slots = 2;
-        opt.n_ctx = 64;
-        opt.gpu_devices = std::move(devices);
-        opt.tensor_parallel = tp;
+        engine_options opt = cuda_options(std::move(devices), tp, 2);
         opt.gpu_vram = vram;
         opt.transport = transport;
         return engine_open(gguf_file::open(model), opt);
@@ -186,12 +187,7 @@ TEST_CASE("CUDA expert traffic: every routed row counted once, equal on a pair a
     if (!gpu_present()) return;
     const std::string model = synth_gguf("tiny", ggml_type::q4_k, 4);
     auto record = [&](std::vector<int32_t> devices, bool tp) {
-        engine_options opt;
-        opt.backend = "cuda";
-        opt.n_slots = 2;
-        opt.n_ctx = 64;
-        opt.gpu_devices = std::move(devices);
-        opt.tensor_parallel = tp;
+        engine_options opt = cuda_options(std::move(devices), tp, 2);
         opt.record_expert_traffic = true;
         auto eng = engine_open(gguf_file::open(model), opt);
         std::vector<engine_row> rows;

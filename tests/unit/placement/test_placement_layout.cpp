@@ -144,3 +144,15 @@ TEST_CASE("table and JSON carry the whole plan", "[placement]") {
         CHECK(jd["head_end"].get<int32_t>() - jd["head_begin"].get<int32_t>() == d.head_end - d.head_begin);
     }
 }
+
+TEST_CASE("stage members: the host (or single device) first, then its partner", "[placement]") {
+    const topology t = topology_load(fixture("h200-8-nvlink.json"));
+    const placement_model m = model_of(qwen3_30b_a3b);
+    using members = std::vector<std::vector<int32_t>>;
+    // Logical 0..3 on GPUs 4,5,6,7: pairs (0,2) and (1,3), stages 0 and 1.
+    CHECK(placement_stage_members(placement_plan_make(request(placement_mode::tensor_parallel, {4, 5, 6, 7}), t, m)) ==
+          members{{0, 2}, {1, 3}});
+    CHECK(placement_stage_members(placement_plan_make(request(placement_mode::pipeline, {2, 0, 1}), t, m)) ==
+          members{{0}, {1}, {2}});
+    CHECK(placement_stage_members(placement_plan_make(request(placement_mode::single, {3}), t, m)) == members{{0}});
+}
