@@ -1,0 +1,314 @@
+// cuda/attention_prompt.cu - causal attention of prompt rows on tensor cores (flash-attention
+// style). Why: prefill through the decode kernel re-reads K/V from L2 for every row and does all
+// dot products on fp32 CUDA cores; here a block loads a tile of keys once for 64 (row, query
+// head) pairs of one KV head and multiplies with mma.sync.
+//
+// Work: per (row, query head) with position p, Q.K^T and P.V cost 2 * d_head * (p + 1) flops
+// each. A 2,048-token prompt at positions 0..2047 of qwen3-30b-a3b (32 query heads, d_head 128):
+// 4 * 128 * (2048 * 2049 / 2) * 32 = 34.4 GFLOP per layer, 1.65 TFLOP over 48 layers; the hi/lo
+// split issues 3 bf16 mmas per product (~103 GFLOP of tensor work per layer), plus the masked
+// part of the diagonal key tiles.
+//
+// Layout of a block (4 warps): blockIdx.y is the KV head, blockIdx.x a tile of 64 / group rows
+// of the step; (row, head) pair m = row_in_tile * group + head_in_group, warp w owns pairs
+// 16w..16w+15 (one m16 tile). The block's rows are grouped by slot into passes; a pass streams
+// its slot's keys 0..(largest position of its rows) in tiles of ap_keys at fixed absolute
+// positions, ascending. Per key tile: S = Q.K^T (fp32), mask (other slot, key > position),
+// online softmax per pair, O += P.V.
+// Invariance: a pair's state changes only in its own slot's pass and only through key tiles at
+// the same absolute positions whatever the launch, in the same order. A tile wholly masked for a
+// pair leaves it unchanged: its scores become -inf by selection (never computed from garbage),
+// m_new = max(m, -inf) = m so the correction is exactly 1 (or 1 by test while m is still -inf,
+// avoiding -inf - -inf), p = 0 exactly, and the P.V mma adds exact zeros (K/V past the pass's
+// last key are loaded as zeros: unwritten cache may hold NaN, and 0 * NaN is NaN). mma.sync
+// computes each output element from its own row and column only, so the other pairs of the tile
+// do not enter. The one residue: an accumulator element that is exactly zero could change the
+// sign of its zero.
+#include "attention_prompt.h"
+
+#include "cuda_check.h"
+#include "launch.cuh"
+
+#include <cuda_bf16.h>
+
+#include <cmath>
+#include <cstdint>
+
+namespace tandem::cuda {
+namespace {
+
+constexpr int ap_warps = 4;                // 4 warps x 16 pairs: 2 blocks per SM fit (registers, smem)
+constexpr int ap_threads = ap_warps * 32;
+constexpr int ap_pairs = ap_warps * 16;    // (row, query head) pairs per block: one m16 tile per warp
+constexpr int ap_keys = 32;                // keys per tile: K and V hi/lo for d_head 128 take 34 KiB
+                                           // of the 48 KiB static shared memory launch_pdl allows
+constexpr int ap_pad = 8;                  // bf16 per smem row of padding: a row is 16 bytes * odd, so
+                                           // the 8 rows of an ldmatrix phase hit distinct banks
+constexpr uint32_t full_mask = 0xFFFFFFFFu;
+
+template <int dh>
+struct ap_smem {
+    __nv_bfloat16 k[2][ap_keys][dh + ap_pad];  // [hi, lo][key][d]
+    __nv_bfloat16 v[2][ap_keys][dh + ap_pad];
+    int row_slot[ap_pairs], row_pos[ap_pairs];  // the tile's rows (at most 64 with group 1)
+    int pass_slot[ap_pairs], pass_end[ap_pairs];  // passes: slot, keys [0, end)
+    int n_pass;
+};
+static_assert(sizeof(ap_smem<128>) <= 48 * 1024, "static shared memory: launch_pdl passes no dynamic size");
+static_assert(((128 + ap_pad) * 2) % 16 == 0 && ((128 + ap_pad) * 2 / 16) % 2 == 1, "ldmatrix rows: 16-byte aligned, odd");
+
+// Splits (a, b) into hi = bf16 and lo = bf16(x - hi), packed with a in the low half as mma
+// fragments expect. x - hi is exact in fp32.
+__device__ __forceinline__ void split_bf16(float a, float b, uint32_t &hi, uint32_t &lo) {
+    const __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
+    const float2 hf = __bfloat1622float2(h);
+    const __nv_bfloat162 l = __floats2bfloat162_rn(a - hf.x, b - hf.y);
+    hi = *reinterpret_cast<const uint32_t *>(&h);
+    lo = *reinterpret_cast<const uint32_t *>(&l);
+}
+
+__device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// d += a.b with a = a_hi + a_lo, b = b_hi + b_lo, dropping lo.lo (2^-18 relative).
+__device__ __forceinline__ void mma_split(float (&d)[4], const uint32_t (&a_hi)[4], const uint32_t (&a_lo)[4],
+                                          const uint32_t *b_hi, const uint32_t *b_lo) {
+    mma_bf16(d, a_hi, b_hi[0], b_hi[1]);
+    mma_bf16(d, a_hi, b_lo[0], b_lo[1]);
+    mma_bf16(d, a_lo, b_hi[0], b_hi[1]);
+}
+
+// Four 8x8 bf16 matrices; lanes 8i..8i+7 give the row addresses of matrix i.
+__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], const __nv_bfloat16 *p) {
+    const auto addr = static_cast<uint32_t>(__cvta_generic_to_shared(p));
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
+}
+
+__device__ __forceinline__ void ldsm_x4_trans(uint32_t (&r)[4], const __nv_bfloat16 *p) {
+    const auto addr = static_cast<uint32_t>(__cvta_generic_to_shared(p));
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
+}
+
+// Keys [t0, t0 + ap_keys) of one KV head (src: key 0 of the slot and head, key_stride floats
+// apart) into dst[hi/lo][key][d]; keys from `end` on are zeros. All loads in flight first.
+template <int dh>
+__device__ __forceinline__ void load_kv_tile(const float *src, int64_t key_stride, int t0, int end,
+                                             __nv_bfloat16 (&dst)[2][ap_keys][dh + ap_pad]) {
+    constexpr int per_key = dh / 4, n = ap_keys * per_key / ap_threads;
+    static_assert(ap_keys * per_key % ap_threads == 0, "whole float4 rounds per thread");
+    float4 buf[n];
+#pragma unroll
+    for (int it = 0; it < n; ++it) {
+        const int idx = threadIdx.x + it * ap_threads, key = t0 + idx / per_key;
+        buf[it] = key < end ? *reinterpret_cast<const float4 *>(src + key * key_stride + 4 * (idx % per_key))
+                            : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    }
+#pragma unroll
+    for (int it = 0; it < n; ++it) {
+        const int idx = threadIdx.x + it * ap_threads, key = idx / per_key, col = 4 * (idx % per_key);
+        uint2 hi, lo;
+        split_bf16(buf[it].x, buf[it].y, hi.x, lo.x);
+        split_bf16(buf[it].z, buf[it].w, hi.y, lo.y);
+        *reinterpret_cast<uint2 *>(&dst[0][key][col]) = hi;
+        *reinterpret_cast<uint2 *>(&dst[1][key][col]) = lo;
+    }
+}
+
+// Fragment coordinates (PTX m16n8k16): lane = 4 * g + t; A and C rows g and g + 8, C columns
+// 2t, 2t + 1; this thread's pairs are m = 16 * warp + g + 8 * i, i = 0, 1.
+template <int dh>
+__global__ void __launch_bounds__(ap_threads, 2) attention_prompt_kernel(const attention_args a) {
+    constexpr int ksteps = dh / 16;       // Q.K^T: k steps over d_head
+    constexpr int dtiles = dh / 8;        // P.V: n tiles over d_head
+    constexpr int ntiles = ap_keys / 8;   // Q.K^T: n tiles over the key tile
+    static_assert(ntiles % 2 == 0 && dtiles % 2 == 0, "ldmatrix.x4 loads two n tiles");
+    __shared__ __align__(16) ap_smem<dh> sm;
+
+    const int group = a.n_head / a.n_head_kv, rows_per_tile = ap_pairs / group;
+    const int row0 = (gridDim.x - 1 - blockIdx.x) * rows_per_tile;  // last rows (longest keys) first
+    const int kh = blockIdx.y;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+
+    // Slots and positions are written before the step's first kernel (attention.h): before the wait.
+    if (threadIdx.x < rows_per_tile) {
+        const int r = row0 + threadIdx.x;
+        sm.row_slot[threadIdx.x] = r < a.n_rows ? a.slots[r] : -1;
+        sm.row_pos[threadIdx.x] = r < a.n_rows ? a.positions[r] : 0;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {  // passes in order of first appearance; a row of another slot is masked
+        int n = 0;
+        for (int rl = 0; rl < rows_per_tile; ++rl) {
+            const int slot = sm.row_slot[rl];
+            if (slot < 0) continue;
+            int j = 0;
+            while (j < n && sm.pass_slot[j] != slot) ++j;
+            if (j == n) {
+                sm.pass_slot[n] = slot;
+                sm.pass_end[n++] = 0;
+            }
+            sm.pass_end[j] = max(sm.pass_end[j], min(sm.row_pos[rl] + 1, a.n_ctx));
+        }
+        sm.n_pass = n;
+    }
+    __syncthreads();
+    int my_row[2], my_head[2], my_slot[2], my_pos[2];
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+        const int m = 16 * warp + g + 8 * i, rl = m / group;
+        const bool in = rl < rows_per_tile && row0 + rl < a.n_rows;
+        my_row[i] = in ? row0 + rl : -1;
+        my_head[i] = kh * group + m % group;
+        my_slot[i] = in ? sm.row_slot[rl] : -1;
+        my_pos[i] = in ? sm.row_pos[rl] : -1;
+    }
+    pdl_wait();
+    pdl_trigger();
+
+    uint32_t q_hi[ksteps][4], q_lo[ksteps][4];
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+        const float *q = my_slot[i] >= 0 ? a.q + (int64_t(my_row[i]) * a.n_head + my_head[i]) * dh : nullptr;
+#pragma unroll
+        for (int ks = 0; ks < ksteps; ++ks)
+#pragma unroll
+            for (int half = 0; half < 2; ++half) {
+                const float2 x = q ? *reinterpret_cast<const float2 *>(q + 16 * ks + 8 * half + 2 * t) : make_float2(0, 0);
+                split_bf16(x.x, x.y, q_hi[ks][i + 2 * half], q_lo[ks][i + 2 * half]);
+            }
+    }
+    float o[dtiles][4] = {};
+    float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.0f, 0.0f};
+    const int64_t kv_dim = int64_t(a.n_head_kv) * dh;
+
+    for (int ps = 0; ps < sm.n_pass; ++ps) {
+        const int slot = sm.pass_slot[ps], end = sm.pass_end[ps];
+        const int64_t base = int64_t(slot) * a.n_ctx * kv_dim + int64_t(kh) * dh;
+        for (int t0 = 0; t0 < end; t0 += ap_keys) {
+            __syncthreads();  // the previous tile's ldmatrix reads are done
+            load_kv_tile<dh>(a.k_cache + base, kv_dim, t0, end, sm.k);
+            load_kv_tile<dh>(a.v_cache + base, kv_dim, t0, end, sm.v);
+            __syncthreads();
+            // A warp none of whose pairs needs this tile skips it: a masked tile changes nothing.
+            const bool need = (my_slot[0] == slot && my_pos[0] >= t0) || (my_slot[1] == slot && my_pos[1] >= t0);
+            if (!__any_sync(full_mask, need)) continue;
+
+            float s[ntiles][4] = {};
+#pragma unroll
+            for (int ks = 0; ks < ksteps; ++ks)
+#pragma unroll
+                for (int nt = 0; nt < ntiles; nt += 2) {
+                    // matrices: (keys +0, d +0), (keys +0, d +8), (keys +8, d +0), (keys +8, d +8)
+                    const int key = 8 * nt + 8 * (lane >> 4) + (lane & 7), col = 16 * ks + 8 * ((lane >> 3) & 1);
+                    uint32_t bh[4], bl[4];
+                    ldsm_x4(bh, &sm.k[0][key][col]);
+                    ldsm_x4(bl, &sm.k[1][key][col]);
+                    mma_split(s[nt], q_hi[ks], q_lo[ks], bh, bl);
+                    mma_split(s[nt + 1], q_hi[ks], q_lo[ks], bh + 2, bl + 2);
+                }
+            // Online softmax of pair i (C rows g + 8i: elements 2i, 2i + 1 of each n tile); the
+            // four lanes of a quad hold a row's 32 scores, reduced in a fixed butterfly order.
+#pragma unroll
+            for (int i = 0; i < 2; ++i) {
+                float mx = -INFINITY;
+#pragma unroll
+                for (int nt = 0; nt < ntiles; ++nt)
+#pragma unroll
+                    for (int j = 0; j < 2; ++j) {
+                        const int key = t0 + 8 * nt + 2 * t + j;
+                        float &sv = s[nt][2 * i + j];
+                        sv = my_slot[i] == slot && key <= my_pos[i] ? sv * a.scale : -INFINITY;
+                        mx = fmaxf(mx, sv);
+                    }
+                mx = fmaxf(mx, __shfl_xor_sync(full_mask, mx, 1));
+                mx = fmaxf(mx, __shfl_xor_sync(full_mask, mx, 2));
+                const float m_new = fmaxf(m_run[i], mx);
+                const float corr = m_new == m_run[i] ? 1.0f : expf(m_run[i] - m_new);
+                float sum = 0.0f;
+#pragma unroll
+                for (int nt = 0; nt < ntiles; ++nt)
+#pragma unroll
+                    for (int j = 0; j < 2; ++j) {
+                        float &sv = s[nt][2 * i + j];
+                        sv = sv == -INFINITY ? 0.0f : expf(sv - m_new);
+                        sum += sv;
+                    }
+                sum += __shfl_xor_sync(full_mask, sum, 1);
+                sum += __shfl_xor_sync(full_mask, sum, 2);
+                l_run[i] = l_run[i] * corr + sum;
+                m_run[i] = m_new;
+#pragma unroll
+                for (int dt = 0; dt < dtiles; ++dt) {
+                    o[dt][2 * i] *= corr;
+                    o[dt][2 * i + 1] *= corr;
+                }
+            }
+            // O += P.V: the score accumulators of n tiles 2kk, 2kk + 1 are the A fragment of k step kk.
+#pragma unroll
+            for (int kk = 0; kk < ap_keys / 16; ++kk) {
+                uint32_t ph[4], pl[4];
+                split_bf16(s[2 * kk][0], s[2 * kk][1], ph[0], pl[0]);
+                split_bf16(s[2 * kk][2], s[2 * kk][3], ph[1], pl[1]);
+                split_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1], ph[2], pl[2]);
+                split_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3], ph[3], pl[3]);
+#pragma unroll
+                for (int dt = 0; dt < dtiles; dt += 2) {
+                    // transposed matrices: (keys +0, d +0), (keys +8, d +0), (keys +0, d +8), (keys +8, d +8)
+                    const int key = 16 * kk + 8 * ((lane >> 3) & 1) + (lane & 7), col = 8 * dt + 8 * (lane >> 4);
+                    uint32_t vh[4], vl[4];
+                    ldsm_x4_trans(vh, &sm.v[0][key][col]);
+                    ldsm_x4_trans(vl, &sm.v[1][key][col]);
+                    mma_split(o[dt], ph, pl, vh, vl);
+                    mma_split(o[dt + 1], ph, pl, vh + 2, vl + 2);
+                }
+            }
+        }
+    }
+
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+        if (my_row[i] < 0) continue;
+        float *dst = a.out + (int64_t(my_row[i]) * a.n_head + my_head[i]) * dh + 2 * t;
+        const bool pad = my_slot[i] < 0;
+        const float inv = pad ? 0.0f : 1.0f / l_run[i];
+#pragma unroll
+        for (int dt = 0; dt < dtiles; ++dt)
+            *reinterpret_cast<float2 *>(dst + 8 * dt) =
+                pad ? make_float2(0.0f, 0.0f) : make_float2(o[dt][2 * i] * inv, o[dt][2 * i + 1] * inv);
+    }
+}
+
+template <int dh>
+void launch_attention_prompt(const attention_args &a, cudaStream_t stream) {
+    const int rows_per_tile = ap_pairs / (a.n_head / a.n_head_kv);
+    const dim3 grid((a.n_rows + rows_per_tile - 1) / rows_per_tile, a.n_head_kv);
+    launch_pdl(attention_prompt_kernel<dh>, grid, dim3(ap_threads), stream, a);
+}
+
+}  // namespace
+
+void attention_prompt(const attention_args &a, cudaStream_t stream) {
+    TANDEM_CUDA_REQUIRE(a.n_head_kv > 0 && a.n_head % a.n_head_kv == 0,
+                        "attention_prompt: n_head must be a multiple of n_head_kv");
+    TANDEM_CUDA_REQUIRE(a.q && a.k_cache && a.v_cache && a.slots && a.positions && a.out, "attention_prompt: null pointer");
+    TANDEM_CUDA_REQUIRE(a.n_rows >= 0 && a.n_ctx > 0 && a.n_head_kv <= 65535, "attention_prompt: bad row, context or head count");
+    if (a.n_rows == 0) return;
+    if (a.n_head / a.n_head_kv > ap_pairs) {
+        attention(a, stream);  // a block holds every query head of a KV head for at least one row
+        return;
+    }
+    switch (a.d_head) {
+    case 32: launch_attention_prompt<32>(a, stream); break;
+    case 64: launch_attention_prompt<64>(a, stream); break;
+    case 128: launch_attention_prompt<128>(a, stream); break;
+    default: attention(a, stream); return;  // d_head 256: Q and O fragments would not fit in registers
+    }
+    TANDEM_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace tandem::cuda
