@@ -292,21 +292,28 @@ void launch_attention_prompt(const attention_args &a, cudaStream_t stream) {
 
 }  // namespace
 
+bool attention_prompt_native(int32_t n_head, int32_t n_head_kv, int32_t d_head) {
+    return n_head_kv > 0 && n_head % n_head_kv == 0 && n_head / n_head_kv <= ap_pairs &&
+           (d_head == 32 || d_head == 64 || d_head == 128);
+}
+
 void attention_prompt(const attention_args &a, cudaStream_t stream) {
     TANDEM_CUDA_REQUIRE(a.n_head_kv > 0 && a.n_head % a.n_head_kv == 0,
                         "attention_prompt: n_head must be a multiple of n_head_kv");
     TANDEM_CUDA_REQUIRE(a.q && a.k_cache && a.v_cache && a.slots && a.positions && a.out, "attention_prompt: null pointer");
     TANDEM_CUDA_REQUIRE(a.n_rows >= 0 && a.n_ctx > 0 && a.n_head_kv <= 65535, "attention_prompt: bad row, context or head count");
     if (a.n_rows == 0) return;
-    if (a.n_head / a.n_head_kv > ap_pairs) {
-        attention(a, stream);  // a block holds every query head of a KV head for at least one row
+    if (!attention_prompt_native(a.n_head, a.n_head_kv, a.d_head)) {
+        // A block holds every query head of a KV head for at least one row; d_head 256: Q and O
+        // fragments would not fit in registers.
+        attention(a, stream);
         return;
     }
     switch (a.d_head) {
     case 32: launch_attention_prompt<32>(a, stream); break;
     case 64: launch_attention_prompt<64>(a, stream); break;
     case 128: launch_attention_prompt<128>(a, stream); break;
-    default: attention(a, stream); return;  // d_head 256: Q and O fragments would not fit in registers
+    default: TANDEM_CUDA_REQUIRE(false, "attention_prompt: unreachable head size");
     }
     TANDEM_CUDA_CHECK_LAUNCH();
 }

@@ -26,6 +26,8 @@
 
 namespace tandem::cuda {
 
+// Whether this head shape runs on tensor cores here (else the call falls back to attention()).
+bool attention_prompt_native(int32_t n_head, int32_t n_head_kv, int32_t d_head);
 void attention_prompt(const attention_args &args, cudaStream_t stream);
 
 }  // namespace tandem::cuda

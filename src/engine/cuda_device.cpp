@@ -4,7 +4,9 @@
 #include "cuda_device_state.h"
 
 #include "cuda/attention.h"
+#include "cuda/attention_prompt.h"
 #include "cuda/cuda_check.h"
+#include "cuda/matmul_prompt.h"
 #include "cuda/matvec.h"
 #include "cuda/moe.h"
 #include "cuda/moe_split.h"
@@ -26,14 +28,16 @@ T *device_alloc(size_t count) {
     return static_cast<T *>(p);
 }
 
-// The step buffers in floats (ints counted as floats), for max_step_rows rows.
+// The step buffers in floats (ints counted as floats): max_step_rows rows, chunk partials for
+// max_logit_rows.
 size_t step_floats(const model_hparams &hp, int32_t n_ctx) {
     const size_t r = cuda_device::max_step_rows, k = size_t(hp.n_expert_used), d = size_t(hp.d_model);
+    const size_t r_partial = cuda_device::max_logit_rows;
     const size_t dh = size_t(hp.d_head), q_dim = size_t(hp.n_head) * dh, kv_dim = size_t(hp.n_head_kv) * dh;
     const int32_t chunk = cuda::attention_chunk(n_ctx);
     const size_t n_chunks = size_t((n_ctx + chunk - 1) / chunk);
-    return r * (2 * d + 2 * q_dim + 2 * kv_dim + size_t(hp.n_expert) + 2 * k + k * size_t(hp.d_ff_expert) + k * d +
-                size_t(hp.n_head) * n_chunks * (dh + 2) + 4);
+    return r * (2 * d + 2 * q_dim + 2 * kv_dim + size_t(hp.n_expert) + 2 * k + k * size_t(hp.d_ff_expert) + k * d + 4) +
+           r_partial * size_t(hp.n_head) * n_chunks * (dh + 2);
 }
 
 // The weights of one device as regions of one allocation; a region concatenates slices of the
@@ -72,7 +76,7 @@ struct upload_plan {
 uint64_t cuda_device::scratch_bytes(const model_hparams &hp, int32_t n_ctx, bool has_head, bool paired) {
     const size_t r = max_step_rows, k = size_t(hp.n_expert_used), d = size_t(hp.d_model);
     size_t floats = step_floats(hp, n_ctx);
-    if (has_head) floats += r * size_t(hp.n_vocab);
+    if (has_head) floats += size_t(max_logit_rows) * size_t(hp.n_vocab);
     if (paired) floats += 2 * r * k * d + 2 * r * k + 2 * size_t(hp.n_expert) + 2;
     return uint64_t(floats) * 4 + (uint64_t(64) << 20);  // + allocator slack and the graphs
 }
@@ -233,7 +237,7 @@ cuda_device::cuda_device(const model_hparams &hp, const model_tensors &tensors, 
     m.pair_y = device_alloc<int32_t>(R * k);
     m.act = device_alloc<float>(R * k * hp.d_ff_expert);
     m.eout = device_alloc<float>(R * k * d);
-    m.partial = device_alloc<float>(R * size_t(hp.n_head) * m.n_chunks * (dh + 2));
+    m.partial = device_alloc<float>(size_t(max_logit_rows) * size_t(hp.n_head) * m.n_chunks * (dh + 2));
     if (split) {
         for (float *&e : m.exchange) e = device_alloc<float>(R * k * d);
         m.own_mat = device_alloc<int32_t>(size_t(hp.n_expert));
@@ -242,7 +246,7 @@ cuda_device::cuda_device(const model_hparams &hp, const model_tensors &tensors, 
         m.own_x = device_alloc<int32_t>(R * k);
         m.own_y = device_alloc<int32_t>(R * k);
     }
-    if (has_head) m.logits = device_alloc<float>(R * size_t(part.head_end - part.head_begin));
+    if (has_head) m.logits = device_alloc<float>(size_t(max_logit_rows) * size_t(part.head_end - part.head_begin));
     if (record_traffic && part.role != placement_role::partner) {
         const size_t n = size_t(part.layer_end - part.layer_begin) * size_t(hp.n_expert);
         m.traffic = device_alloc<unsigned long long>(n);
@@ -286,6 +290,12 @@ void cuda_device::upload_rows(const int32_t *rows_host_pinned) {
                                       cudaMemcpyHostToDevice, s_->stream));
 }
 
+int32_t cuda_device::step_rows_limit(const model_hparams &hp, bool prompt) {
+    return prompt && cuda::attention_prompt_native(hp.n_head, hp.n_head_kv, hp.d_head) ? max_step_rows : max_logit_rows;
+}
+
+void cuda_device::set_prompt_rows(bool prompt) { s_->prompt_rows = prompt; }
+
 int64_t cuda_device::embed(int32_t r0, int32_t n) {
     state &m = *s_;
     const model_hparams &hp = *m.hp;
@@ -316,6 +326,13 @@ int64_t cuda_device::layer_experts(int32_t l, int32_t r0, int32_t n) {
     float *k_cache = m.kv + (layer_here * 2 + 0) * size_t(m.n_slots) * size_t(m.n_ctx) * size_t(kv_dim);
     float *v_cache = m.kv + (layer_here * 2 + 1) * size_t(m.n_slots) * size_t(m.n_ctx) * size_t(kv_dim);
 
+    // Prompt rows: tensor cores; decode rows: the fp32 products (engine_row::prompt).
+    auto product = [&](const cuda::matvec_args &a) {
+        if (m.prompt_rows)
+            cuda::matmul_prompt(a, s);
+        else
+            cuda::matvec(a, s);
+    };
     auto dense = [&](const cuda_matrix &w, const float *in, int64_t in_stride, float *out, int64_t out_stride, bool acc) {
         cuda::matvec_args a;
         a.w = w.data;
@@ -328,7 +345,7 @@ int64_t cuda_device::layer_experts(int32_t l, int32_t r0, int32_t n) {
         a.y_stride = out_stride;
         a.accumulate = acc;
         a.n_pairs = n;
-        cuda::matvec(a, s);
+        product(a);
         ++launches;
     };
     if (L.wq.type == L.wk.type && L.wq.type == L.wv.type) {
@@ -346,7 +363,7 @@ int64_t cuda_device::layer_experts(int32_t l, int32_t r0, int32_t n) {
         a.extra[0] = {L.wk.data, L.wk.n_out, kb, kv_dim};
         a.extra[1] = {L.wv.data, L.wv.n_out, vb, kv_dim};
         a.n_extra = 2;
-        cuda::matvec(a, s);
+        product(a);
         ++launches;
     } else {
         dense(L.wq, h, d, q, q_dim, false);
@@ -377,7 +394,6 @@ int64_t cuda_device::layer_experts(int32_t l, int32_t r0, int32_t n) {
     aa.v_cache = v_cache;
     aa.slots = slots;
     aa.positions = positions;
-    aa.partial = m.partial + size_t(r0) * size_t(hp.n_head) * m.n_chunks * (dh + 2);
     aa.out = att;
     aa.n_rows = n;
     aa.n_head = hp.n_head;
@@ -386,8 +402,15 @@ int64_t cuda_device::layer_experts(int32_t l, int32_t r0, int32_t n) {
     aa.n_ctx = m.n_ctx;
     aa.chunk = m.chunk;
     aa.scale = 1.0f / std::sqrt(float(dh));
-    cuda::attention(aa, s);
-    launches += 3;  // the attention family counts as two
+    if (r0 < max_logit_rows)  // decode steps, and prompt steps that fall back (step_rows_limit)
+        aa.partial = m.partial + size_t(r0) * size_t(hp.n_head) * m.n_chunks * (dh + 2);
+    if (m.prompt_rows) {
+        cuda::attention_prompt(aa, s);  // tensor cores, keys in tiles shared by a chunk's rows
+        launches += 2;
+    } else {
+        cuda::attention(aa, s);
+        launches += 3;  // the attention family counts as two
+    }
     dense(L.wo, att, q_dim, x, d, true);
     cuda::rmsnorm({x, L.ffn_norm, h, n, d, hp.rms_eps}, s);
     ++launches;
@@ -434,6 +457,7 @@ int64_t cuda_device::layer_experts(int32_t l, int32_t r0, int32_t n) {
     g.n_groups = m.n_groups;
     g.max_groups = max_groups;
     g.max_pairs_per_group = n;  // a row routes to k distinct experts: at most n pairs per expert
+    g.n_pairs = n * k;          // all groups together (matmul_prompt's grid; matvec ignores it)
     if (L.local) {
         // Only the experts held here: narrow the groups (matrix index = position in the upload).
         cuda::moe_groups_filter_args fa;
@@ -457,7 +481,7 @@ int64_t cuda_device::layer_experts(int32_t l, int32_t r0, int32_t n) {
         g.group_off = m.own_off;
         g.n_groups = m.own_n;
     }
-    cuda::matvec(g, s);
+    product(g);
     cuda::matvec_args dn = g;
     dn.w = L.down.data;
     dn.w_up = nullptr;
@@ -470,7 +494,7 @@ int64_t cuda_device::layer_experts(int32_t l, int32_t r0, int32_t n) {
     dn.y_stride = d;
     dn.x_rows = g.y_rows;
     dn.groups_settled = true;  // written by the launch before the gate/up launch
-    cuda::matvec(dn, s);
+    product(dn);
     launches += 2;
     return launches;
 }

@@ -17,8 +17,15 @@ namespace tandem {
 
 class cuda_device {
 public:
-    // Rows per step the buffers hold (larger engine calls run as consecutive steps).
-    static constexpr int32_t max_step_rows = 512;
+    // Rows per step the buffers hold (larger engine calls run as consecutive steps): prompt steps
+    // up to max_step_rows (a 2,048-row step gives each expert ~128 rows: full tensor-core tiles);
+    // decode steps, and the logits rows of any step, up to max_logit_rows (decode attention's
+    // chunk partials and the head output are sized for those).
+    static constexpr int32_t max_step_rows = 2048;
+    static constexpr int32_t max_logit_rows = 512;
+    // Rows one step of this kind may hold for this model (prompt steps whose attention falls back
+    // to the decode kernel are held to max_logit_rows as well).
+    static int32_t step_rows_limit(const model_hparams &hp, bool prompt);
 
     // Bytes the device will allocate besides weights and K/V (step buffers, head logits,
     // exchange buffers) for a plan's part: the planner's scratch figure.
@@ -42,6 +49,9 @@ public:
     // Row arrays: the engine copies tokens / slots / positions / head rows for the whole step
     // (max_step_rows each) from pinned host memory; launches address rows [r0, r0 + n).
     void upload_rows(const int32_t *rows_host_pinned);
+    // The kind of the rows the launches below will compute (engine_row::prompt): prompt rows use
+    // the tensor-core products (cuda/matmul_prompt.h), decode rows the fp32 ones (cuda/matvec.h).
+    void set_prompt_rows(bool prompt);
     // x, h [r0, r0+n) <- embedding rows, then the first layer's attention norm.
     int64_t embed(int32_t r0, int32_t n);
     // Attention, the FFN norm, the router, routing and this device's experts for layer l:

@@ -28,6 +28,7 @@ struct cuda_device::state {
     const model_hparams *hp = nullptr;
     placement_device_plan part;
     int32_t n_slots = 0, n_ctx = 0;
+    bool prompt_rows = false;       // the step's rows are prompt rows (cuda_device::set_prompt_rows)
     int device = 0;
     std::string name;
     cudaStream_t stream = nullptr;

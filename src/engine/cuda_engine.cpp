@@ -57,12 +57,13 @@ int32_t graph_bucket(int32_t n) {
 }  // namespace
 
 struct cuda_engine::host_state {
-    int32_t *rows = nullptr;      // pinned [4][max_step_rows]: tokens, slots, positions, head rows
-    float *logits = nullptr;      // pinned [max_step_rows][n_vocab]
+    int32_t *rows = nullptr;      // pinned [4][cuda_device::max_step_rows]: tokens, slots, positions, head rows
+    float *logits = nullptr;      // pinned [cuda_device::max_logit_rows][n_vocab]
     int32_t *groups = nullptr;    // pinned [devices]: each device's routed-group counter
     std::vector<int64_t> groups_seen;
-    std::map<int32_t, cudaGraphExec_t> graphs;  // decode steps: bucket -> captured step
-    std::map<int32_t, uint64_t> graph_bytes;     // bucket -> bytes its transfers move
+    // Small steps: (bucket, prompt rows) -> captured step, and the bytes its transfers move.
+    std::map<std::pair<int32_t, bool>, cudaGraphExec_t> graphs;
+    std::map<std::pair<int32_t, bool>, uint64_t> graph_bytes;
     int32_t exchanges = 0;        // pair exchanges so far (their buffer parity)
 
     ~host_state() {
@@ -195,10 +196,11 @@ cuda_engine::cuda_engine(std::shared_ptr<const gguf_file> file, const engine_opt
         }
 
     host_state &h = *host_;
-    const size_t R = max_step_rows;
+    const size_t R = cuda_device::max_step_rows;
     TANDEM_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void **>(&h.rows), 4 * R * sizeof(int32_t), cudaHostAllocPortable));
     std::fill(h.rows, h.rows + 4 * R, 0);
-    TANDEM_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void **>(&h.logits), R * size_t(hp_.n_vocab) * sizeof(float),
+    TANDEM_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void **>(&h.logits),
+                                    size_t(cuda_device::max_logit_rows) * size_t(hp_.n_vocab) * sizeof(float),
                                     cudaHostAllocPortable));
     TANDEM_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void **>(&h.groups), devices_.size() * sizeof(int32_t),
                                     cudaHostAllocPortable));
@@ -256,7 +258,7 @@ std::vector<std::vector<uint64_t>> cuda_engine::expert_traffic() const {
 int64_t cuda_engine::enqueue(const std::vector<int32_t> &mb_begin, const std::vector<int32_t> &mb_out, int32_t n_out) {
     (void)n_out;
     int64_t launches = 0;
-    const size_t R = max_step_rows;
+    const size_t R = cuda_device::max_step_rows;
     const int32_t n_mb = int32_t(mb_begin.size()) - 1;
     cuda_links &links = *links_;
     int32_t out0 = 0;
@@ -319,13 +321,15 @@ void cuda_engine::join_streams() {
     TANDEM_CUDA_CHECK(cudaSetDevice(d0.device));
 }
 
-void cuda_engine::run_step(std::span<const engine_row> rows, float *logits_out) {
+void cuda_engine::run_step(std::span<const engine_row> rows, bool prompt, float *logits_out) {
     host_state &h = *host_;
-    const int32_t R = max_step_rows;
+    const int32_t R = cuda_device::max_step_rows;
     const int32_t n_real = int32_t(rows.size());
     const bool one_device = devices_.size() == 1;
     const bool use_graph = (one_device || multi_graphs_) && n_real <= max_graph_rows;
     const int32_t n = use_graph ? graph_bucket(n_real) : n_real;
+    const std::pair<int32_t, bool> graph_key{n, prompt};
+    for (const auto &d : devices_) d->set_prompt_rows(prompt);
 
     // Micro-batches: contiguous row ranges (a slot's rows keep their order; each stage runs the
     // batches in order, so a later batch sees the K/V an earlier one wrote).
@@ -367,7 +371,7 @@ void cuda_engine::run_step(std::span<const engine_row> rows, float *logits_out) 
         // downloads after it.
         cuda_device::state &d0 = devices_[0]->impl();
         join_streams();
-        auto it = h.graphs.find(n);
+        auto it = h.graphs.find(graph_key);
         if (it == h.graphs.end()) {
             cudaGraph_t graph = nullptr;
             TANDEM_CUDA_CHECK(cudaStreamBeginCapture(d0.stream, cudaStreamCaptureModeThreadLocal));
@@ -380,7 +384,7 @@ void cuda_engine::run_step(std::span<const engine_row> rows, float *logits_out) 
             cudaGraphExec_t exec = nullptr;
             TANDEM_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
             TANDEM_CUDA_CHECK(cudaGraphDestroy(graph));
-            it = h.graphs.emplace(n, exec).first;
+            it = h.graphs.emplace(graph_key, exec).first;
         }
         TANDEM_CUDA_CHECK(cudaGraphLaunch(it->second, d0.stream));
         TANDEM_CUDA_CHECK(cudaEventRecord(d0.event, d0.stream));
@@ -389,8 +393,8 @@ void cuda_engine::run_step(std::span<const engine_row> rows, float *logits_out) 
     } else {
         launches_per_step_ = enqueue(mb_begin, mb_out, n_wanted);
     }
-    if (use_graph && !h.graph_bytes.count(n)) h.graph_bytes[n] = links_->bytes_moved();
-    bytes_moved_ = use_graph ? h.graph_bytes[n] : links_->bytes_moved();
+    if (use_graph && !h.graph_bytes.count(graph_key)) h.graph_bytes[graph_key] = links_->bytes_moved();
+    bytes_moved_ = use_graph ? h.graph_bytes[graph_key] : links_->bytes_moved();
     for (size_t i = 0; i < devices_.size(); ++i) {
         cuda_device &d = *devices_[i];
         if (n_download > 0) d.download_logits(h.logits, n_download);
@@ -417,14 +421,74 @@ void cuda_engine::forward(std::span<const engine_row> rows, std::vector<float> &
     logits.clear();
     if (rows.empty()) return;
     slots_.validate(rows);
+    const size_t vocab = size_t(hp_.n_vocab);
+    std::vector<size_t> out_index(rows.size(), 0);  // each wanted row's place in the output
     size_t n_wanted = 0;
-    for (const engine_row &r : rows) n_wanted += r.want_logits ? 1 : 0;
-    logits.resize(n_wanted * size_t(hp_.n_vocab));
-    size_t written = 0;
-    for (size_t begin = 0; begin < rows.size(); begin += max_step_rows) {
-        const std::span<const engine_row> step = rows.subspan(begin, std::min<size_t>(max_step_rows, rows.size() - begin));
-        run_step(step, logits.data() + written * size_t(hp_.n_vocab));
-        for (const engine_row &r : step) written += r.want_logits ? 1 : 0;
+    for (size_t i = 0; i < rows.size(); ++i) out_index[i] = rows[i].want_logits ? n_wanted++ : 0;
+    logits.resize(n_wanted * vocab);
+
+    // Decode rows and prompt rows run as separate steps (their kernels differ, engine_row::prompt):
+    // decode rows first, unless a slot has a prompt row before one of its decode rows; then the
+    // rows run as consecutive runs of one kind, in order.
+    std::vector<std::vector<size_t>> parts;
+    std::vector<bool> part_prompt;
+    std::vector<int32_t> first_prompt_of_slot(size_t(n_slots_), -1);
+    bool reorder_ok = true;
+    for (size_t i = 0; i < rows.size(); ++i) {
+        int32_t &fp = first_prompt_of_slot[size_t(rows[i].slot)];
+        if (rows[i].prompt && fp < 0) fp = int32_t(i);
+        if (!rows[i].prompt && fp >= 0) reorder_ok = false;
+    }
+    if (reorder_ok) {
+        for (bool kind : {false, true}) {
+            std::vector<size_t> idx;
+            for (size_t i = 0; i < rows.size(); ++i)
+                if (rows[i].prompt == kind) idx.push_back(i);
+            if (!idx.empty()) {
+                parts.push_back(std::move(idx));
+                part_prompt.push_back(kind);
+            }
+        }
+    } else {
+        for (size_t i = 0; i < rows.size(); ++i) {
+            if (parts.empty() || part_prompt.back() != rows[i].prompt) {
+                parts.emplace_back();
+                part_prompt.push_back(rows[i].prompt);
+            }
+            parts.back().push_back(i);
+        }
+    }
+
+    std::vector<engine_row> step_rows;
+    std::vector<float> scratch;
+    for (size_t p = 0; p < parts.size(); ++p) {
+        const std::vector<size_t> &idx = parts[p];
+        const size_t limit = size_t(cuda_device::step_rows_limit(hp_, part_prompt[p]));
+        for (size_t begin = 0; begin < idx.size();) {
+            step_rows.clear();
+            std::vector<size_t> wanted;  // output indices of this step's logits rows, in order
+            size_t end = begin;
+            for (; end < idx.size() && end - begin < limit; ++end) {
+                if (rows[idx[end]].want_logits) {
+                    if (wanted.size() == size_t(cuda_device::max_logit_rows)) break;
+                    wanted.push_back(out_index[idx[end]]);
+                }
+                step_rows.push_back(rows[idx[end]]);
+            }
+            begin = end;
+            // Logits rows that are consecutive in the output go there directly.
+            bool direct = true;
+            for (size_t j = 1; j < wanted.size(); ++j) direct = direct && wanted[j] == wanted[j - 1] + 1;
+            float *dst = wanted.empty() ? nullptr : logits.data() + wanted[0] * vocab;
+            if (!direct) {
+                scratch.resize(wanted.size() * vocab);
+                dst = scratch.data();
+            }
+            run_step(step_rows, part_prompt[p], dst);
+            if (!direct)
+                for (size_t j = 0; j < wanted.size(); ++j)
+                    std::memcpy(logits.data() + wanted[j] * vocab, scratch.data() + j * vocab, vocab * sizeof(float));
+        }
     }
     slots_.advance(rows);
 }

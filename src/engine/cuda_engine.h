@@ -36,9 +36,8 @@ public:
 
     const placement_plan &plan() const { return plan_; }
 
-    // Rows per device step: larger calls run as consecutive steps (same result: a slot's rows
-    // are in position order, and every step writes its K/V before the next one reads it).
-    static constexpr int32_t max_step_rows = 512;
+    // Larger calls run as consecutive steps of at most cuda_device::step_rows_limit rows (same
+    // result: a slot's rows are in position order, each step writes its K/V before the next reads).
     // Calls of up to this many rows replay a CUDA graph captured for the next power of two (one
     // device always; several with engine_options::cuda_graphs_multi).
     static constexpr int32_t max_graph_rows = 64;
@@ -46,7 +45,8 @@ public:
     struct host_state;  // pinned buffers and graphs (opaque here: no CUDA types in this header)
 
 private:
-    void run_step(std::span<const engine_row> rows, float *logits_out);
+    // One step of rows of one kind (engine_row::prompt), within cuda_device's row limits.
+    void run_step(std::span<const engine_row> rows, bool prompt, float *logits_out);
     // Device 0's stream waits for everything enqueued so far on the other devices' streams.
     void join_streams();
     // Enqueues the whole step on every device; returns the launches.

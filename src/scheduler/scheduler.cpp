@@ -347,7 +347,7 @@ bool scheduler::step() {
         for (int32_t i = 0; i < n; ++i) {
             int32_t tok = a->req.prompt[static_cast<size_t>(a->n_past + i)];
             bool last = a->n_past + i + 1 == static_cast<int32_t>(a->req.prompt.size());
-            rows.push_back({a->slot, static_cast<int32_t>(st.tokens.size()), tok, last});
+            rows.push_back({a->slot, static_cast<int32_t>(st.tokens.size()), tok, last, true});
             st.tokens.push_back(tok);
             if (last) logit_owner.push_back(a.get());
         }

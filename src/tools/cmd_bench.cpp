@@ -133,7 +133,7 @@ TANDEM_COMMAND(bench, "Measure prefill and multi-session decode throughput", [](
                 for (int begin = 0; begin < cli->prompt; begin += cli->prefill_chunk) {
                     const int end = std::min(cli->prompt, begin + cli->prefill_chunk);
                     std::vector<engine_row> rows;
-                    for (int i = begin; i < end; ++i) rows.push_back({0, i, ids[size_t(i)], i + 1 == cli->prompt});
+                    for (int i = begin; i < end; ++i) rows.push_back({0, i, ids[size_t(i)], i + 1 == cli->prompt, true});
                     eng->forward(rows, logits);
                 }
                 if (rep > 0 || cli->repeats == 0) times.push_back(seconds_since(t0));
@@ -151,7 +151,8 @@ TANDEM_COMMAND(bench, "Measure prefill and multi-session decode throughput", [](
                 eng->slot_truncate(s, 0);
                 const std::vector<int32_t> ids = random_ids(cli->decode_prompt);
                 std::vector<engine_row> rows;
-                for (int i = 0; i < cli->decode_prompt; ++i) rows.push_back({s, i, ids[size_t(i)], i + 1 == cli->decode_prompt});
+                for (int i = 0; i < cli->decode_prompt; ++i)
+                    rows.push_back({s, i, ids[size_t(i)], i + 1 == cli->decode_prompt, true});
                 eng->forward(rows, logits);
             }
             std::vector<int32_t> next(static_cast<size_t>(n));

@@ -62,7 +62,7 @@ TANDEM_COMMAND(generate, "Generate text from a prompt", [](CLI::App &sub) {
         token_streamer stream(tok);
 
         std::vector<engine_row> rows;
-        for (size_t i = 0; i < ids.size(); ++i) rows.push_back({0, int32_t(i), ids[i], i + 1 == ids.size()});
+        for (size_t i = 0; i < ids.size(); ++i) rows.push_back({0, int32_t(i), ids[i], i + 1 == ids.size(), true});
         std::vector<float> logits;
         const auto t0 = clock::now();
         eng->forward(rows, logits);

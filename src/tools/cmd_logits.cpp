@@ -58,7 +58,7 @@ TANDEM_COMMAND(logits, "Print the last position's logits (and a greedy continuat
         opt.n_ctx = std::min<int32_t>(opt.n_ctx, model_hparams_read(*file).n_ctx_train);
         auto eng = engine_open(file, opt);
         std::vector<engine_row> rows;
-        for (size_t i = 0; i < ids.size(); ++i) rows.push_back({0, int32_t(i), ids[i], i + 1 == ids.size()});
+        for (size_t i = 0; i < ids.size(); ++i) rows.push_back({0, int32_t(i), ids[i], i + 1 == ids.size(), true});
         std::vector<float> logits;
         eng->forward(rows, logits);
         const std::vector<float> last = logits;

@@ -123,10 +123,10 @@ TEST_CASE("CUDA decode logits are bitwise independent of the other rows of the s
         for (size_t s : order)
             rows.push_back({int32_t(s), batch_eng->slot_length(int32_t(s)), tokens[s][step], true});
         if (step == 5)
-            for (size_t i = 0; i < stranger.size(); ++i) rows.push_back({int32_t(n_sessions), int32_t(i), stranger[i], false});
+            for (size_t i = 0; i < stranger.size(); ++i) rows.push_back({int32_t(n_sessions), int32_t(i), stranger[i], false, true});
         if (step == 7)
             for (int32_t i = 0; i < 60; ++i)
-                rows.push_back({int32_t(n_sessions), int32_t(stranger.size()) + i, stranger[size_t(i) % stranger.size()], false});
+                rows.push_back({int32_t(n_sessions), int32_t(stranger.size()) + i, stranger[size_t(i) % stranger.size()], false, true});
         batch_eng->forward(rows, logits);
         REQUIRE(logits.size() == n_sessions * size_t(nv));
         for (size_t i = 0; i < n_sessions; ++i) {
@@ -190,4 +190,45 @@ TEST_CASE("CUDA slot_truncate then re-prefill reproduces the logits bitwise", "[
     gpu->slot_truncate(0, 89);
     const auto last = prefill(*gpu, 0, {ids.back()});  // a 1-row graph step vs a 90-row direct step
     CHECK(same_bits(first, last));
+}
+
+TEST_CASE("CUDA prompt rows are bitwise independent of chunking and of the decode rows beside them", "[gpu][invariance]") {
+    if (!gpu_present()) return;
+    const std::string model = synth_gguf("tiny", ggml_type::q4_k, 2);
+    auto whole = open_cuda(model, 2, 256), chunked = open_cuda(model, 2, 256);
+    const int32_t nv = whole->hparams().n_vocab;
+    std::mt19937 rng(606);
+    const auto prompt = random_tokens(rng, 150, nv);
+    // Whole: the prompt in one call (tensor-core steps of one kind), every row's logits.
+    const std::vector<float> ref = prefill(*whole, 0, prompt, true);
+    // Chunked: 1, 5, 30, 64 and 50 rows, each call also decoding another session (mixed steps:
+    // decode rows and prompt rows in one call, graph buckets and the direct path).
+    prefill(*chunked, 1, random_tokens(rng, 3, nv));
+    int32_t next_other = 7;
+    size_t at = 0;
+    for (size_t len : {size_t(1), size_t(5), size_t(30), size_t(64), size_t(50)}) {
+        std::vector<engine_row> rows;
+        rows.push_back({1, chunked->slot_length(1), next_other, true});
+        for (size_t i = 0; i < len; ++i) rows.push_back({0, int32_t(at + i), prompt[at + i], true, true});
+        std::vector<float> logits;
+        chunked->forward(rows, logits);
+        REQUIRE(logits.size() == (len + 1) * size_t(nv));
+        next_other = argmax({logits.data(), size_t(nv)});
+        for (size_t i = 0; i < len; ++i) {
+            INFO("prompt row " << at + i << " in a chunk of " << len);
+            CHECK(std::memcmp(logits.data() + (i + 1) * nv, ref.data() + (at + i) * nv, size_t(nv) * sizeof(float)) == 0);
+        }
+        at += len;
+    }
+    REQUIRE(at == prompt.size());
+    // Then decode on both: bitwise the same tokens and logits.
+    std::vector<float> a(ref.end() - nv, ref.end()), b = a;
+    for (int step = 0; step < 6; ++step) {
+        const int32_t tok = argmax(a);
+        const engine_row ra{0, whole->slot_length(0), tok, true}, rb{0, chunked->slot_length(0), tok, true};
+        whole->forward({&ra, 1}, a);
+        chunked->forward({&rb, 1}, b);
+        INFO("decode step " << step);
+        CHECK(same_bits(a, b));
+    }
 }

@@ -59,7 +59,7 @@ std::vector<std::vector<float>> run_sessions(const std::string &model, const gpu
     const int lengths[3] = {7, 1, 40};
     for (int32_t s = 0; s < 3; ++s)
         for (int32_t i = 0; i < lengths[s]; ++i)
-            rows.push_back({s, i, int32_t(rng() % uint32_t(nv)), i + 1 == lengths[s]});
+            rows.push_back({s, i, int32_t(rng() % uint32_t(nv)), i + 1 == lengths[s], true});
     std::vector<std::vector<float>> out;
     std::vector<float> logits;
     eng->forward(rows, logits);
@@ -71,7 +71,7 @@ std::vector<std::vector<float>> run_sessions(const std::string &model, const gpu
             rows.push_back({s, eng->slot_length(s), next, true});
         }
         if (step >= 5)  // a stranger's prefill in the same call (rows without logits)
-            for (int32_t i = 0; i < 9; ++i) rows.push_back({3, eng->slot_length(3) + i, int32_t(rng() % uint32_t(nv)), false});
+            for (int32_t i = 0; i < 9; ++i) rows.push_back({3, eng->slot_length(3) + i, int32_t(rng() % uint32_t(nv)), false, true});
         eng->forward(rows, logits);
         logits.resize(3 * size_t(nv));
         out.push_back(logits);

@@ -47,6 +47,10 @@ struct tolerance {
     static constexpr double route_weights = 1e-6;
     // grouped expert FFN: matvec's bound through two products and SwiGLU's expf.
     static constexpr double moe = 2e-5;
+    // prompt-row products on tensor cores (cuda/matmul_prompt.h): the same dequantised weights,
+    // weights and activations each split into two bf16 parts (~16 significant bits) and the
+    // lo x lo term dropped: ~2^-16 relative per product, plus the fp32 accumulation order.
+    static constexpr double matmul_prompt = 1e-4;
     // whole model, CUDA vs CPU engine logits: every op above through all layers; a router near
     // tie can pick another expert, which the greedy-token check would catch.
     static constexpr double model_logits = 1e-3;

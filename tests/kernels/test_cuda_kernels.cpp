@@ -2,6 +2,7 @@
 // on seeded random inputs: odd sizes, non-multiples of tiles, ties in router scores, duplicate
 // experts across rows, padding rows; batch invariance of the products, bitwise.
 #include "gpu_test_util.h"
+#include "quant_test_util.h"
 
 #include "cuda/attention.h"
 #include "cuda/matvec.h"
@@ -17,25 +18,12 @@ using namespace tandem;
 using tandem::test::device_buffer;
 using tandem::test::rel_err;
 using tandem::test::tolerance;
+using tandem::test::host_matrix;
+using tandem::test::random_matrix;
 
 namespace {
 
 const ggml_type all_types[] = {ggml_type::f32, ggml_type::f16, ggml_type::bf16, ggml_type::q8_0, ggml_type::q4_k, ggml_type::q6_k};
-
-// n_out rows of n_in random weights quantised to `type`, back to back.
-std::vector<uint8_t> random_matrix(std::mt19937_64 &rng, ggml_type type, int64_t n_in, int64_t n_out, float std) {
-    const size_t row_bytes = ggml_row_bytes(type, n_in);
-    std::vector<uint8_t> bytes(row_bytes * size_t(n_out));
-    for (int64_t r = 0; r < n_out; ++r) {
-        const std::vector<float> w = test::random_floats(rng, size_t(n_in), std);
-        quantize_row(type, w.data(), bytes.data() + size_t(r) * row_bytes, n_in);
-    }
-    return bytes;
-}
-
-cpu::cpu_matrix host_matrix(const std::vector<uint8_t> &bytes, ggml_type type, int64_t n_in, int64_t n_out) {
-    return {bytes.data(), type, n_in, n_out, ggml_row_bytes(type, n_in)};
-}
 
 }  // namespace
 

@@ -99,7 +99,7 @@ std::vector<float> prefill(engine &eng, int32_t slot, const std::vector<int32_t>
     std::vector<engine_row> rows;
     const int32_t start = eng.slot_length(slot);
     for (size_t i = 0; i < ids.size(); ++i)
-        rows.push_back({slot, start + int32_t(i), ids[i], all_logits || i + 1 == ids.size()});
+        rows.push_back({slot, start + int32_t(i), ids[i], all_logits || i + 1 == ids.size(), true});
     std::vector<float> logits;
     eng.forward(rows, logits);
     return logits;

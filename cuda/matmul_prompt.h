@@ -1,0 +1,26 @@
+// cuda/matmul_prompt.h - y = W x for the prompt rows of a step on tensor cores: the products
+// matvec.h computes, with the same arguments (dense or grouped by expert, SwiGLU, residual add,
+// fused extra matrices), for rows that come in hundreds at a time.
+// Owns: the weight-times-activation products of prompt rows. Does not own: decode rows (matvec.h,
+// fp32, each output's sum order fixed), routing (moe.h).
+//
+// Numerics: each weight is dequantised exactly as matvec does (quant_decode.cuh), then weights
+// and activations are split into bf16 pairs, v = hi + lo (hi = bf16(v), lo = bf16(v - hi)), and
+// a product is hi_w hi_x + hi_w lo_x + lo_w hi_x on mma.sync (fp32 accumulate): ~16 bits of each
+// operand, ~1e-6 relative per product; tolerance::matmul_prompt says what the tests allow.
+// An output sums its K range in 128-element tiles, ascending, three mmas per 16 elements, into
+// one accumulator; no split-K and no cross-row term, so a row's result depends only on its own
+// activations and the matrix: prompt rows are invariant to the step's other rows, bitwise.
+#pragma once
+
+#include "matvec.h"
+
+#include <cuda_runtime.h>
+
+namespace tandem::cuda {
+
+// Grouped mode: `n_pairs` must bound the pairs of all groups together (rows x k): it sizes the
+// grid. Dense mode: as matvec. SwiGLU needs w_up of the same type; accumulate as matvec.
+void matmul_prompt(const matvec_args &args, cudaStream_t stream);
+
+}  // namespace tandem::cuda

@@ -1,0 +1,248 @@
+// tests/kernels/test_cuda_matmul_prompt.cpp - the tensor-core products of prompt rows against the
+// CPU twin (cpu::matmul, cpu::moe_grouped) for every weight type, and their invariance: a row's
+// outputs are bitwise the same alone, in any batch, at any offset, dense or grouped by expert.
+#include "gpu_test_util.h"
+#include "quant_test_util.h"
+
+#include "cuda/matmul_prompt.h"
+#include "cuda/moe.h"
+
+#include <algorithm>
+#include <cstring>
+
+using namespace tandem;
+using tandem::test::device_buffer;
+using tandem::test::host_matrix;
+using tandem::test::random_matrix;
+using tandem::test::rel_err;
+using tandem::test::tolerance;
+
+namespace {
+
+bool same_bits(const float *a, const float *b, size_t n) { return std::memcmp(a, b, n * sizeof(float)) == 0; }
+
+}  // namespace
+
+TEST_CASE("matmul_prompt matches the CPU matmul for every weight type; rows are invariant to the batch", "[gpu][kernels]") {
+    if (!test::gpu_present()) return;
+    cpu::cpu_context ctx{4};
+    struct shape { int32_t n_in, n_out, n_rows; };
+    uint64_t seed = 7000;
+    double worst = 0;
+    for (ggml_type type : {ggml_type::f32, ggml_type::f16, ggml_type::bf16, ggml_type::q8_0, ggml_type::q4_k, ggml_type::q6_k}) {
+        const int64_t blk = ggml_type_info(type).block_elems;
+        // Rows: 1, a tile and one, several tiles; outputs: 1, odd, a tile and one; K: one block,
+        // several K steps, a partial last step (96, 4352).
+        std::vector<shape> shapes = {{256, 1, 1}, {512, 37, 65}, {768, 129, 13}, {2048, 67, 130}, {4352, 19, 3}, {256, 64, 64}};
+        if (blk == 1 || blk == 32) shapes.push_back({96, 33, 70});
+        for (const shape &sh : shapes) {
+            ++seed;
+            INFO("type " << ggml_type_name(type) << " n_in " << sh.n_in << " n_out " << sh.n_out << " rows " << sh.n_rows
+                         << " seed " << seed);
+            std::mt19937_64 rng(seed);
+            const auto w = random_matrix(rng, type, sh.n_in, sh.n_out, 0.05f);
+            auto x = test::random_floats(rng, size_t(sh.n_in) * sh.n_rows);
+            // Rows of very different scales: the split keeps relative precision per element.
+            for (size_t i = 0; i < size_t(sh.n_in); ++i) x[i] *= 1e-3f;
+            std::vector<float> ref(size_t(sh.n_out) * sh.n_rows);
+            cpu::matmul(ctx, host_matrix(w, type, sh.n_in, sh.n_out), x.data(), ref.data(), sh.n_rows);
+
+            device_buffer<uint8_t> dw(w);
+            device_buffer<float> dx(x), dy(ref.size());
+            dy.poison();
+            cuda::matvec_args a;
+            a.w = dw.ptr;
+            a.type = type;
+            a.n_in = sh.n_in;
+            a.n_out = sh.n_out;
+            a.x = dx.ptr;
+            a.x_stride = sh.n_in;
+            a.y = dy.ptr;
+            a.y_stride = sh.n_out;
+            a.n_pairs = sh.n_rows;
+            cuda::matmul_prompt(a, nullptr);
+            const auto got = dy.download();
+            for (int32_t r = 0; r < sh.n_rows; ++r) {
+                const double e = rel_err(got.data() + size_t(r) * sh.n_out, ref.data() + size_t(r) * sh.n_out, size_t(sh.n_out));
+                worst = std::max(worst, e);
+                CHECK(e <= tolerance::matmul_prompt);
+            }
+
+            // Each row alone, and the rows from 3 on as one batch (every row at another offset of
+            // its tile): bitwise what they were.
+            for (int32_t r = 0; r < sh.n_rows; r += std::max(1, sh.n_rows / 5)) {
+                device_buffer<float> one(size_t(sh.n_out));
+                cuda::matvec_args b = a;
+                b.x = dx.ptr + size_t(r) * sh.n_in;
+                b.y = one.ptr;
+                b.n_pairs = 1;
+                cuda::matmul_prompt(b, nullptr);
+                CHECK(same_bits(one.download().data(), got.data() + size_t(r) * sh.n_out, size_t(sh.n_out)));
+            }
+            if (sh.n_rows > 3) {
+                device_buffer<float> rest(size_t(sh.n_out) * (sh.n_rows - 3));
+                cuda::matvec_args b = a;
+                b.x = dx.ptr + size_t(3) * sh.n_in;
+                b.y = rest.ptr;
+                b.n_pairs = sh.n_rows - 3;
+                cuda::matmul_prompt(b, nullptr);
+                CHECK(same_bits(rest.download().data(), got.data() + size_t(3) * sh.n_out, rest.count));
+            }
+
+            // Rows through index lists (reversed): bitwise the direct result.
+            {
+                std::vector<int32_t> rev(size_t(sh.n_rows));
+                for (int32_t i = 0; i < sh.n_rows; ++i) rev[size_t(i)] = sh.n_rows - 1 - i;
+                device_buffer<int32_t> drev(rev);
+                device_buffer<float> yr(ref.size());
+                cuda::matvec_args b = a;
+                b.x_rows = drev.ptr;
+                b.y_rows = drev.ptr;
+                b.y = yr.ptr;
+                cuda::matmul_prompt(b, nullptr);
+                CHECK(same_bits(yr.download().data(), got.data(), got.size()));
+            }
+
+            // Extra matrices (Q, K, V style): each bitwise its own launch.
+            if (sh.n_out > 1) {
+                const int32_t n1 = sh.n_out / 2 + 1;
+                const auto w1 = random_matrix(rng, type, sh.n_in, n1, 0.05f);
+                device_buffer<uint8_t> dw1(w1);
+                device_buffer<float> y0(ref.size()), y1(size_t(n1) * sh.n_rows), s1(y1.count);
+                cuda::matvec_args f = a;
+                f.y = y0.ptr;
+                f.extra[0] = {dw1.ptr, n1, y1.ptr, n1};
+                f.n_extra = 1;
+                cuda::matmul_prompt(f, nullptr);
+                cuda::matvec_args s = a;
+                s.w = dw1.ptr;
+                s.n_out = n1;
+                s.y = s1.ptr;
+                s.y_stride = n1;
+                cuda::matmul_prompt(s, nullptr);
+                CHECK(same_bits(y0.download().data(), got.data(), got.size()));
+                CHECK(same_bits(y1.download().data(), s1.download().data(), s1.count));
+            }
+
+            // accumulate: y += W x.
+            const auto base = test::random_floats(rng, ref.size());
+            dy.upload(base);
+            a.accumulate = true;
+            cuda::matmul_prompt(a, nullptr);
+            const auto acc = dy.download();
+            std::vector<float> want(ref.size());
+            for (size_t i = 0; i < want.size(); ++i) want[i] = base[i] + ref[i];
+            CHECK(rel_err(acc.data(), want.data(), want.size()) <= tolerance::matmul_prompt);
+        }
+    }
+    WARN("matmul_prompt: worst relative L2 error per row vs the CPU " << worst);
+}
+
+TEST_CASE("matmul_prompt grouped SwiGLU experts match the CPU and the dense product, bitwise", "[gpu][kernels]") {
+    if (!test::gpu_present()) return;
+    cpu::cpu_context ctx{4};
+    struct shape { int32_t n_expert, k, n_rows, d_model, d_ff; ggml_type type; };
+    uint64_t seed = 7500;
+    // 300 rows of 8 experts of 16: groups of 100-200 pairs (several row tiles); 128 experts of
+    // k 8 over 40 rows: most groups hold 1-5 pairs; 600 rows: more than the engine's step.
+    for (const shape &sh : {shape{16, 8, 300, 256, 256, ggml_type::q4_k}, shape{128, 8, 40, 512, 256, ggml_type::q4_k},
+                            shape{8, 2, 33, 256, 256, ggml_type::q6_k}, shape{40, 3, 70, 96, 64, ggml_type::q8_0},
+                            shape{64, 4, 600, 256, 32, ggml_type::f32}}) {
+        ++seed;
+        INFO("experts " << sh.n_expert << " k " << sh.k << " rows " << sh.n_rows << " type " << ggml_type_name(sh.type)
+                        << " seed " << seed);
+        std::mt19937_64 rng(seed);
+        const int32_t n = sh.n_rows, ne = sh.n_expert, k = sh.k, d = sh.d_model, ff = sh.d_ff;
+        const auto logits = test::random_floats(rng, size_t(n) * ne);
+        std::vector<int32_t> slots(size_t(n), 0);
+        if (n > 3) slots[2] = -1;  // a padding row is routed nowhere
+        const int32_t max_groups = cuda::moe_max_groups(n, ne, k);
+        device_buffer<float> dlog(logits), dwts(size_t(n) * k);
+        device_buffer<int32_t> dslots(slots), dids(size_t(n) * k), dge{size_t(max_groups)}, dgo{size_t(max_groups) + 1},
+            dng{1}, dpx{size_t(n) * k}, dpy{size_t(n) * k};
+        cuda::moe_route_args ra;
+        ra.logits = dlog.ptr; ra.slots = dslots.ptr; ra.ids = dids.ptr; ra.weights = dwts.ptr; ra.group_expert = dge.ptr;
+        ra.group_off = dgo.ptr; ra.n_groups = dng.ptr; ra.pair_x = dpx.ptr; ra.pair_y = dpy.ptr;
+        ra.n_rows = n; ra.n_expert = ne; ra.k = k; ra.renormalise = true;
+        cuda::moe_route(ra, nullptr);
+        const auto ids = dids.download();
+
+        const auto gate = random_matrix(rng, sh.type, d, int64_t(ff) * ne, 0.06f);
+        const auto up = random_matrix(rng, sh.type, d, int64_t(ff) * ne, 0.06f);
+        const auto down = random_matrix(rng, sh.type, ff, int64_t(d) * ne, 0.06f);
+        const auto h = test::random_floats(rng, size_t(n) * d);
+        std::vector<int32_t> cpu_ids = ids;
+        for (auto &e : cpu_ids) e = e < 0 ? 0 : e;  // padding rows: computed on the CPU, ignored below
+        std::vector<float> out_ref(size_t(n) * k * d);
+        cpu::moe_grouped_args ma;
+        ma.gate_exps = host_matrix(gate, sh.type, d, int64_t(ff) * ne);
+        ma.up_exps = host_matrix(up, sh.type, d, int64_t(ff) * ne);
+        ma.down_exps = host_matrix(down, sh.type, ff, int64_t(d) * ne);
+        ma.x = h.data(); ma.ids = cpu_ids.data(); ma.out = out_ref.data();
+        ma.n_rows = n; ma.k = k; ma.n_expert = ne; ma.d_model = d; ma.d_ff = ff;
+        cpu::moe_grouped(ctx, ma);
+
+        device_buffer<uint8_t> dgate(gate), dup(up), ddown(down);
+        device_buffer<float> dh(h), dact(size_t(n) * k * ff), dout(out_ref.size());
+        dact.poison();
+        dout.poison();
+        cuda::matvec_args g;
+        g.w = dgate.ptr; g.w_up = dup.ptr; g.type = sh.type; g.n_in = d; g.n_out = ff;
+        g.x = dh.ptr; g.x_stride = d; g.y = dact.ptr; g.y_stride = ff; g.x_rows = dpx.ptr; g.y_rows = dpy.ptr;
+        g.group_mat = dge.ptr; g.group_off = dgo.ptr; g.n_groups = dng.ptr; g.max_groups = max_groups;
+        g.n_pairs = n * k;
+        cuda::matmul_prompt(g, nullptr);
+        cuda::matvec_args dn = g;
+        dn.w = ddown.ptr; dn.w_up = nullptr; dn.n_in = ff; dn.n_out = d; dn.x = dact.ptr; dn.x_stride = ff;
+        dn.y = dout.ptr; dn.y_stride = d; dn.x_rows = dpy.ptr;
+        cuda::matmul_prompt(dn, nullptr);
+        const auto act = dact.download(), out = dout.download();
+        for (int32_t p = 0; p < n * k; ++p) {
+            if (ids[size_t(p)] < 0) continue;
+            INFO("pair " << p);
+            CHECK(rel_err(out.data() + size_t(p) * d, out_ref.data() + size_t(p) * d, size_t(d)) <= 2 * tolerance::matmul_prompt);
+        }
+
+        // Each pair's down product is bitwise the dense product of its expert's matrix on its
+        // activations, whatever group tile it fell in: checked for a few experts.
+        const size_t down_row = ggml_row_bytes(sh.type, ff);
+        for (int32_t e : {0, ne / 2, ne - 1}) {
+            std::vector<int32_t> pairs;
+            for (int32_t p = 0; p < n * k; ++p)
+                if (ids[size_t(p)] == e) pairs.push_back(p);
+            if (pairs.empty()) continue;
+            device_buffer<int32_t> dpairs(pairs);
+            device_buffer<float> yd(size_t(n) * k * d);
+            cuda::matvec_args s;
+            s.w = ddown.ptr + size_t(e) * size_t(d) * down_row;
+            s.type = sh.type; s.n_in = ff; s.n_out = d; s.x = dact.ptr; s.x_stride = ff;
+            s.y = yd.ptr; s.y_stride = d; s.x_rows = dpairs.ptr; s.y_rows = dpairs.ptr; s.n_pairs = int32_t(pairs.size());
+            cuda::matmul_prompt(s, nullptr);
+            const auto dense = yd.download();
+            INFO("expert " << e << " pairs " << pairs.size());
+            for (int32_t p : pairs) CHECK(same_bits(dense.data() + size_t(p) * d, out.data() + size_t(p) * d, size_t(d)));
+        }
+
+        // The first half of the rows routed alone: their pairs' SwiGLU activations are bitwise the same.
+        const int32_t half = std::max(1, n / 2);
+        device_buffer<int32_t> dng2{1};
+        device_buffer<float> dact2(size_t(half) * k * ff);
+        cuda::moe_route_args rb = ra;
+        rb.n_rows = half;
+        rb.n_groups = dng2.ptr;
+        rb.ids = dids.ptr;  // the same ids for those rows (routing is per row)
+        cuda::moe_route(rb, nullptr);
+        cuda::matvec_args gb = g;
+        gb.y = dact2.ptr;
+        gb.n_groups = dng2.ptr;
+        gb.n_pairs = half * k;
+        gb.max_groups = cuda::moe_max_groups(half, ne, k);
+        cuda::matmul_prompt(gb, nullptr);
+        const auto act2 = dact2.download();
+        for (int32_t p = 0; p < half * k; ++p) {
+            if (ids[size_t(p)] < 0) continue;
+            INFO("pair " << p << " of the half batch");
+            CHECK(same_bits(act2.data() + size_t(p) * ff, act.data() + size_t(p) * ff, size_t(ff)));
+        }
+    }
+}
