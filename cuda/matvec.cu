@@ -1,63 +1,37 @@
-// cuda/matvec.cu - weight-times-activation products for the rows of a step, any GGUF weight type,
-// dense or grouped by expert, optionally fused with SwiGLU or with the residual add.
-// Memory-bound at decode: each weight row is read once per group of up to `pair_batch` rows and
-// dequantised in registers; activations come through L1/L2 (a few KB per row).
+// cuda/matvec.cu - weight-times-activation products for the decode rows of a step, any GGUF
+// weight type, dense or grouped by expert, optionally fused with SwiGLU or with the residual add.
+//
+// Tensor cores with the activations on the narrow side: an m16n8k16 tile multiplies 16 weight
+// rows (A) by 8 rows of the step (B), so the weights are dequantised once for every row of a
+// group and the activations are read once per 16 weight rows (the fp32 kernel this replaces
+// re-read them from L1 for every weight row: at 16 sessions that traffic, not DRAM, was the
+// limit). K is free to be permuted inside a tile as long as A and B agree: lane (g, t) of a quad
+// dequantises item 4c + t of its two weight rows into registers (no shared memory) and the lanes
+// holding B load the same item's activations, four consecutive elements per k16 step. A block's
+// 4 warps split K by chunks (chunk c to warp c % 4) and add their sums in warp order.
 #include "matvec.h"
 
 #include "cuda_check.h"
 #include "launch.cuh"
+#include "mma_bf16.cuh"
 #include "quant_decode.cuh"
 
 namespace tandem::cuda {
 namespace {
 
-constexpr int warps_per_block = 4;  // each warp computes R output elements (matvec_kernel); 4 warps per block
-constexpr int pair_batch = 8;       // rows sharing one decode of the weights; 8 covers most decode groups
+// Measured on the H200 (docs/perf-notes.md): 4 warps beat 8 (more, smaller blocks), and one n8
+// tile per pass beats two (126 vs ~200 registers: 4 blocks per SM instead of 2).
+constexpr int block_warps = 4;   // K split 4 ways: enough warps in flight for one-row steps
+constexpr int block_rows = 16;   // weight rows per block (an m16 tile); SwiGLU: 8 gate + 8 up rows
+constexpr int chunk_items = 4;   // items per K chunk: lane t of a quad takes item 4c + t (128 elements)
+constexpr int tok_tiles = 1;     // n8 tiles of step rows per pass over the weights (8 rows; more rows
+                                 // take more passes, the weights then come from L1/L2)
 
-// The 32 activations an item multiplies (runs of 8 at start[t]), as dot_vals takes them.
-__device__ __forceinline__ void load_x(const float *__restrict__ x, const int (&start)[4], float (&xv)[32]) {
-#pragma unroll
-    for (int t = 0; t < 4; ++t) {
-        const float4 a = *reinterpret_cast<const float4 *>(x + start[t]);
-        const float4 b = *reinterpret_cast<const float4 *>(x + start[t] + 4);
-        xv[8 * t] = a.x; xv[8 * t + 1] = a.y; xv[8 * t + 2] = a.z; xv[8 * t + 3] = a.w;
-        xv[8 * t + 4] = b.x; xv[8 * t + 5] = b.y; xv[8 * t + 6] = b.z; xv[8 * t + 7] = b.w;
-    }
-}
-
-// One item's products, in a fixed order: four runs of 8 chained FMAs, then (r0 + r1) + (r2 + r3).
-__device__ __forceinline__ float dot_vals(const float (&v)[32], const float (&xv)[32]) {
-    float part[4];
-#pragma unroll
-    for (int t = 0; t < 4; ++t) {
-        float s = v[8 * t] * xv[8 * t];
-#pragma unroll
-        for (int i = 1; i < 8; ++i) s = fmaf(v[8 * t + i], xv[8 * t + i], s);
-        part[t] = s;
-    }
-    return (part[0] + part[1]) + (part[2] + part[3]);
-}
-
-__device__ __forceinline__ float dot_item(const float (&v)[32], const float *__restrict__ x, const int (&start)[4]) {
-    float xv[32];
-    load_x(x, start, xv);
-    return dot_vals(v, xv);
-}
-
-__device__ __forceinline__ float warp_sum(float v) {
-#pragma unroll
-    for (int w = 16; w >= 1; w >>= 1) v += __shfl_xor_sync(0xFFFFFFFFu, v, w);
-    return v;
-}
-
-// R output rows per warp, U items per lane per chunk: the R x U (x2 with SwiGLU) weight loads of a
-// chunk are all issued before the first is decoded, so each lane keeps several 16-byte loads in
-// flight. Lane l still visits items l, l + 32, ... of each row in ascending order and adds them into
-// that row's accumulator one by one: R and U change which loads overlap, never an output's value.
-template <ggml_type T, bool swiglu, int batch, int R, int U>
-__global__ void __launch_bounds__(warps_per_block * 32)
+template <ggml_type T, bool swiglu>
+__global__ void __launch_bounds__(block_warps * 32)
     matvec_kernel(const matvec_args a, int64_t row_bytes, int blocks0, int blocks1) {
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    __shared__ float s_red[block_warps - 1][tok_tiles][4][32];  // warps 1..3's sums, lane-minor
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     // Which matrix of a fused launch this block computes (uniform per block).
     int bx = blockIdx.x, n_out = a.n_out;
     const void *w = a.w;
@@ -75,51 +49,48 @@ __global__ void __launch_bounds__(warps_per_block * 32)
         y_base = a.extra[part].y;
         y_stride = a.extra[part].y_stride;
     }
-    const int j0 = (bx * warps_per_block + warp) * R;
-    if (j0 >= n_out) return;
+    const int j0 = bx * (swiglu ? block_rows / 2 : block_rows);
     const bool grouped = a.group_off != nullptr;
     const bool early = !grouped || a.groups_settled;  // the weight rows are known before the wait
-    const int n_items = a.n_in / 32;
+    const int n_items = a.n_in / 32, n_chunks = (n_items + chunk_items - 1) / chunk_items;
     int begin = 0, end = a.n_pairs, mat = 0;
     auto resolve_group = [&]() {
-        const int g = blockIdx.y;
-        if (g >= *a.n_groups) return false;
-        begin = a.group_off[g];
-        end = a.group_off[g + 1];
-        mat = a.group_mat[g];
+        const int gi = blockIdx.y;
+        if (gi >= *a.n_groups) return false;
+        begin = a.group_off[gi];
+        end = a.group_off[gi + 1];
+        mat = a.group_mat[gi];
         return true;
     };
-    const uint8_t *w_row[R], *u_row[R];
+    // A rows of this lane: g and g + 8 of the tile (SwiGLU: gate and up of output j0 + g).
+    const uint8_t *row_lo = nullptr, *row_hi = nullptr;
     auto resolve_rows = [&]() {
-#pragma unroll
-        for (int r = 0; r < R; ++r) {
-            const size_t offset = (size_t(mat) * n_out + size_t(j0 + r)) * size_t(row_bytes);
-            w_row[r] = static_cast<const uint8_t *>(w) + offset;
-            u_row[r] = swiglu ? static_cast<const uint8_t *>(a.w_up) + offset : nullptr;
+        const uint8_t *base = static_cast<const uint8_t *>(w);
+        if constexpr (swiglu) {
+            if (j0 + g < n_out) {
+                const size_t off = (size_t(mat) * n_out + size_t(j0 + g)) * size_t(row_bytes);
+                row_lo = base + off;
+                row_hi = static_cast<const uint8_t *>(a.w_up) + off;
+            }
+        } else {
+            if (j0 + g < n_out) row_lo = base + (size_t(mat) * n_out + size_t(j0 + g)) * size_t(row_bytes);
+            if (j0 + g + 8 < n_out) row_hi = base + (size_t(mat) * n_out + size_t(j0 + g + 8)) * size_t(row_bytes);
         }
     };
-    item_raw<T> cur[R][U], cur_u[R][U];
-    auto load_chunk = [&](int item0) {
-#pragma unroll
-        for (int r = 0; r < R; ++r)
-#pragma unroll
-            for (int u = 0; u < U; ++u) {
-                const int item = item0 + 32 * u;
-                if (j0 + r < n_out && item < n_items) {
-                    cur[r][u] = load_item<T>(w_row[r], item);
-                    if constexpr (swiglu) cur_u[r][u] = load_item<T>(u_row[r], item);
-                }
-            }
+    item_raw<T> raw_lo{}, raw_hi{};  // the chunk being computed; the next one is loaded before it is
+    auto load_chunk = [&](int c, item_raw<T> &lo, item_raw<T> &hi) {
+        const int item = chunk_items * c + t;
+        if (c < n_chunks && item < n_items) {
+            if (row_lo) lo = load_item<T>(row_lo, item);
+            if (row_hi) hi = load_item<T>(row_hi, item);
+        }
     };
     bool prefetched = false;
     if (early) {
         if (grouped && !resolve_group()) return;
         resolve_rows();
-        if (lane < n_items) {
-            // Stream this lane's first weights while the previous kernel finishes.
-            load_chunk(lane);
-            prefetched = true;
-        }
+        load_chunk(warp, raw_lo, raw_hi);  // stream this warp's first weights while the previous kernel finishes
+        prefetched = true;
     }
     pdl_wait();
     pdl_trigger();
@@ -127,128 +98,146 @@ __global__ void __launch_bounds__(warps_per_block * 32)
         if (!resolve_group()) return;
         resolve_rows();
     }
-    for (int p0 = begin; p0 < end; p0 += batch) {
-        const float *xr[batch];
-        float acc[R][batch], acc_up[R][batch];
+
+    for (int p0 = begin; p0 < end; p0 += 8 * tok_tiles) {
+        const int n_tiles = end - p0 > 8 && tok_tiles > 1 ? 2 : 1;  // warp-uniform: a group of <= 8 rows skips tile 1
+        const float *xr[tok_tiles];  // the step row whose activations this lane holds in B, per tile
 #pragma unroll
-        for (int p = 0; p < batch; ++p) {
-            const int i = p0 + p;
-            xr[p] = i < end ? a.x + int64_t(a.x_rows ? a.x_rows[i] : i) * a.x_stride : nullptr;
-#pragma unroll
-            for (int r = 0; r < R; ++r) {
-                acc[r][p] = 0.0f;
-                acc_up[r][p] = 0.0f;
-            }
+        for (int nt = 0; nt < tok_tiles; ++nt) {
+            const int i = p0 + 8 * nt + g;
+            xr[nt] = nt < n_tiles && i < end ? a.x + int64_t(a.x_rows ? a.x_rows[i] : i) * a.x_stride : nullptr;
         }
-        for (int item0 = lane; item0 < n_items; item0 += 32 * U) {
-            if (!(prefetched && p0 == begin && item0 == lane)) load_chunk(item0);
-            if constexpr (R == 1) {
+        // Six accumulators per tile: the three split terms (hi hi, hi lo, lo hi) of even and odd
+        // k16 steps, so consecutive mmas do not wait on each other; added in a fixed order below.
+        float acc6[tok_tiles][6][4] = {};
+        if (!(prefetched && p0 == begin)) load_chunk(warp, raw_lo, raw_hi);
+        for (int c = warp; c < n_chunks; c += block_warps) {
+            item_raw<T> next_lo = raw_lo, next_hi = raw_hi;
+            load_chunk(c + block_warps, next_lo, next_hi);
+            const int item = chunk_items * c + t;
+            const bool live = item < n_items;
+            int start[4];
+            item_starts<T>(live ? item : 0, start);
+            // B: this lane's row's activations at the item's positions, 4 per k16 step.
+            float xv[tok_tiles][32];
 #pragma unroll
-                for (int u = 0; u < U; ++u) {
-                    const int item = item0 + 32 * u;
-                    if (item >= n_items) continue;
-                    float v[32], vu[32];
-                    int start[4];
-                    decode_raw<T>(cur[0][u], item, v, start);
-                    if constexpr (swiglu) decode_raw<T>(cur_u[0][u], item, vu, start);
+            for (int nt = 0; nt < tok_tiles; ++nt)
 #pragma unroll
-                    for (int p = 0; p < batch; ++p) {
-                        if (!xr[p]) continue;
-                        acc[0][p] += dot_item(v, xr[p], start);
-                        if constexpr (swiglu) acc_up[0][p] += dot_item(vu, xr[p], start);
-                    }
+                for (int q = 0; q < 8; ++q) {
+                    float4 f = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+                    if (live && xr[nt]) f = *reinterpret_cast<const float4 *>(xr[nt] + start[q >> 1] + 4 * (q & 1));
+                    xv[nt][4 * q] = f.x; xv[nt][4 * q + 1] = f.y; xv[nt][4 * q + 2] = f.z; xv[nt][4 * q + 3] = f.w;
                 }
+            // A: the two weight rows' values of the item (zeros past n_out or n_in).
+            float v_lo[32], v_hi[32];
+            q4_k_scales k_lo{}, k_hi{};
+            if constexpr (T == ggml_type::q4_k) {
+                if (live && row_lo) k_lo = q4_k_item_scales(raw_lo.r, item);
+                if (live && row_hi) k_hi = q4_k_item_scales(raw_hi.r, item);
             } else {
-                // One row of the step (batch 1): each item's activations are read once for the
-                // warp's R weight rows instead of once per row.
-                static_assert(batch == 1, "several weight rows per warp only for one-row steps");
+                int st[4];
 #pragma unroll
-                for (int u = 0; u < U; ++u) {
-                    const int item = item0 + 32 * u;
-                    if (item >= n_items) continue;
-                    float xv[32];
+                for (int i = 0; i < 32; ++i) v_lo[i] = v_hi[i] = 0.0f;
+                if (live && row_lo) decode_raw<T>(raw_lo, item, v_lo, st);
+                if (live && row_hi) decode_raw<T>(raw_hi, item, v_hi, st);
+            }
 #pragma unroll
-                    for (int r = 0; r < R; ++r) {
-                        if (j0 + r >= n_out) continue;
-                        float v[32], vu[32];
-                        int start[4];
-                        decode_raw<T>(cur[r][u], item, v, start);
-                        if constexpr (swiglu) decode_raw<T>(cur_u[r][u], item, vu, start);
-                        if (r == 0) load_x(xr[0], start, xv);
-                        acc[r][0] += dot_vals(v, xv);
-                        if constexpr (swiglu) acc_up[r][0] += dot_vals(vu, xv);
+            for (int s = 0; s < 8; ++s) {
+                float wl[4], wh[4];
+                if constexpr (T == ggml_type::q4_k) {
+#pragma unroll
+                    for (int j = 0; j < 4; ++j) wl[j] = wh[j] = 0.0f;
+                    if (live && row_lo) q4_k_values4(raw_lo.r, k_lo, s, wl);
+                    if (live && row_hi) q4_k_values4(raw_hi.r, k_hi, s, wh);
+                } else {
+#pragma unroll
+                    for (int j = 0; j < 4; ++j) {
+                        wl[j] = v_lo[4 * s + j];
+                        wh[j] = v_hi[4 * s + j];
+                    }
+                }
+                // k slots 2t, 2t + 1 <- values 4s, 4s + 1; slots 2t + 8, 2t + 9 <- 4s + 2, 4s + 3.
+                uint32_t a_hi[4], a_lo[4];
+                bf16_split2(wl[0], wl[1], a_hi[0], a_lo[0]);
+                bf16_split2(wh[0], wh[1], a_hi[1], a_lo[1]);
+                bf16_split2(wl[2], wl[3], a_hi[2], a_lo[2]);
+                bf16_split2(wh[2], wh[3], a_hi[3], a_lo[3]);
+#pragma unroll
+                for (int nt = 0; nt < tok_tiles; ++nt) {
+                    if (nt >= n_tiles) continue;
+                    uint32_t b_hi0, b_lo0, b_hi1, b_lo1;
+                    bf16_split2(xv[nt][4 * s], xv[nt][4 * s + 1], b_hi0, b_lo0);
+                    bf16_split2(xv[nt][4 * s + 2], xv[nt][4 * s + 3], b_hi1, b_lo1);
+                    mma_bf16(acc6[nt][(s & 1)], a_hi, b_hi0, b_hi1);
+                    mma_bf16(acc6[nt][2 + (s & 1)], a_hi, b_lo0, b_lo1);
+                    mma_bf16(acc6[nt][4 + (s & 1)], a_lo, b_hi0, b_hi1);
+                }
+            }
+            raw_lo = next_lo;
+            raw_hi = next_hi;
+        }
+        float acc[tok_tiles][4];
+#pragma unroll
+        for (int nt = 0; nt < tok_tiles; ++nt)
+#pragma unroll
+            for (int e = 0; e < 4; ++e)
+                acc[nt][e] = ((acc6[nt][0][e] + acc6[nt][1][e]) + (acc6[nt][2][e] + acc6[nt][3][e])) +
+                             (acc6[nt][4][e] + acc6[nt][5][e]);
+        // The warps' K parts, added in warp order by warp 0, which writes the outputs.
+        if (warp > 0)
+#pragma unroll
+            for (int nt = 0; nt < tok_tiles; ++nt)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) s_red[warp - 1][nt][e][lane] = acc[nt][e];
+        __syncthreads();
+        if (warp == 0) {
+#pragma unroll
+            for (int nt = 0; nt < tok_tiles; ++nt) {
+                if (nt >= n_tiles) continue;
+#pragma unroll
+                for (int e = 0; e < 4; ++e)
+#pragma unroll
+                    for (int v = 0; v < block_warps - 1; ++v) acc[nt][e] += s_red[v][nt][e][lane];
+                // Element e: weight row g + 8 (e >> 1) of the tile, step row 2t + (e & 1) of the n8 tile.
+#pragma unroll
+                for (int e = 0; e < (swiglu ? 2 : 4); ++e) {
+                    const int i = p0 + 8 * nt + 2 * t + (e & 1);
+                    if (i >= end) continue;
+                    float *y_row = y_base + int64_t(a.y_rows ? a.y_rows[i] : i) * y_stride;
+                    if constexpr (swiglu) {
+                        const int j = j0 + g;
+                        if (j >= n_out) continue;
+                        const float gate = acc[nt][e], up = acc[nt][e + 2];
+                        y_row[j] = gate / (1.0f + expf(-gate)) * up;  // silu(gate) * up, as the CPU twin writes it
+                    } else {
+                        const int j = j0 + g + 8 * (e >> 1);
+                        if (j >= n_out) continue;
+                        y_row[j] = a.accumulate ? y_row[j] + acc[nt][e] : acc[nt][e];
                     }
                 }
             }
         }
-#pragma unroll
-        for (int r = 0; r < R; ++r) {
-            if (j0 + r >= n_out) continue;
-#pragma unroll
-            for (int p = 0; p < batch; ++p) {
-                if (!xr[p]) continue;
-                float y_val = warp_sum(acc[r][p]);
-                if constexpr (swiglu) {
-                    const float u = warp_sum(acc_up[r][p]);
-                    y_val = y_val / (1.0f + expf(-y_val)) * u;  // silu(gate) * up, as the CPU twin writes it
-                }
-                if (lane == 0) {
-                    const int i = p0 + p;
-                    float *y = y_base + int64_t(a.y_rows ? a.y_rows[i] : i) * y_stride + j0 + r;
-                    *y = a.accumulate ? *y + y_val : y_val;
-                }
-            }
-        }
+        __syncthreads();  // s_red is rewritten by the next pass
     }
 }
 
-template <ggml_type T, bool swiglu, int batch, int R, int U>
+template <ggml_type T, bool swiglu>
 void launch_matvec_shape(const matvec_args &a, cudaStream_t stream) {
-    constexpr int per_block = warps_per_block * R;
+    constexpr int per_block = swiglu ? block_rows / 2 : block_rows;
     const int blocks0 = (a.n_out + per_block - 1) / per_block;
     const int blocks1 = a.n_extra > 0 ? (a.extra[0].n_out + per_block - 1) / per_block : 0;
     const int blocks2 = a.n_extra > 1 ? (a.extra[1].n_out + per_block - 1) / per_block : 0;
     const dim3 grid(blocks0 + blocks1 + blocks2, a.group_off ? a.max_groups : 1);
-    launch_pdl(matvec_kernel<T, swiglu, batch, R, U>, grid, dim3(warps_per_block * 32), stream, a,
-               matvec_row_bytes(a.type, a.n_in), blocks0, blocks1);
+    launch_pdl(matvec_kernel<T, swiglu>, grid, dim3(block_warps * 32), stream, a, matvec_row_bytes(a.type, a.n_in),
+               blocks0, blocks1);
 }
 
-template <ggml_type T, int batch, int R, int U>
-void launch_matvec_batch(const matvec_args &a, cudaStream_t stream) {
-    if (a.w_up)
-        launch_matvec_shape<T, true, batch, R, U>(a, stream);
-    else
-        launch_matvec_shape<T, false, batch, R, U>(a, stream);
-}
-
-// Rows sharing one pass over the weights: fewer registers (more warps in flight) when a step
-// has few rows per matrix. The batch changes no value: each row keeps its own accumulator.
-// Q4_K: a lane's items of a row (up to 2) are loaded together; with one row per matrix
-// (one-session decode) a warp without SwiGLU computes 2 outputs and reads each item's
-// activations once for both. Measured on the H200 (docs/perf-notes.md): 4 outputs per warp, or
-// 2 with SwiGLU, cost occupancy (167 registers) and were slower.
 template <ggml_type T>
 void launch_matvec_type(const matvec_args &a, cudaStream_t stream) {
-    const int32_t rows = a.group_off ? a.max_pairs_per_group : a.n_pairs;
-    if constexpr (T == ggml_type::q4_k) {
-        const bool one_item = a.n_in <= 32 * 32;  // each lane holds at most one item of a row
-        if (rows == 1) {
-            if (a.w_up) {
-                if (one_item) return launch_matvec_shape<T, true, 1, 1, 1>(a, stream);
-                return launch_matvec_shape<T, true, 1, 1, 2>(a, stream);
-            }
-            if (one_item) return launch_matvec_shape<T, false, 1, 2, 1>(a, stream);
-            return launch_matvec_shape<T, false, 1, 2, 2>(a, stream);
-        }
-        if (rows >= 1 && rows <= 4) {
-            if (one_item) return launch_matvec_batch<T, 4, 1, 1>(a, stream);
-            return launch_matvec_batch<T, 4, 1, 2>(a, stream);
-        }
-        if (one_item) return launch_matvec_batch<T, pair_batch, 1, 1>(a, stream);
-        launch_matvec_batch<T, pair_batch, 1, 2>(a, stream);
-    } else {
-        launch_matvec_batch<T, pair_batch, 1, 1>(a, stream);
-    }
+    if (a.w_up)
+        launch_matvec_shape<T, true>(a, stream);
+    else
+        launch_matvec_shape<T, false>(a, stream);
 }
 
 }  // namespace

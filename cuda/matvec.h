@@ -1,12 +1,16 @@
-// cuda/matvec.h - y = W x for the rows of a step, W in its GGUF type (Q4_K, Q6_K, Q8_0, F32,
-// F16, BF16), read once per group of rows; optionally grouped by expert and fused with SwiGLU.
-// Owns: every weight-times-activation product of the forward (attention projections, router,
-// experts, head). Does not own: routing and the pair sort (moe.h), norms (norm.h).
+// cuda/matvec.h - y = W x for the decode rows of a step, W in its GGUF type (Q4_K, Q6_K, Q8_0,
+// F32, F16, BF16), read once per group of up to 16 rows; optionally grouped by expert and fused
+// with SwiGLU or the residual add.
+// Owns: the weight-times-activation products of decode rows (attention projections, router,
+// experts, head). Does not own: prompt rows (matmul_prompt.h), routing and the pair sort (moe.h),
+// norms (norm.h).
 //
-// Each output element is computed by one warp (a warp may compute several): lane l dequantises
-// the 32-element items l, l + 32, ... of the weight row in that order and accumulates each row's products in its own
-// register; the 32 lanes are combined by xor-shuffles 16, 8, 4, 2, 1. The order depends only on
-// n_in, never on the number of rows or groups: decode logits are batch invariant, bitwise.
+// Numerics (mma_bf16.cuh): each weight is dequantised as the CPU does (bitwise), weights and
+// activations are split into bf16 hi/lo pairs, and the products run on tensor cores with fp32
+// accumulation; an output sums its K range in 128-element chunks, chunk c into the partial sum
+// of warp c % 4, and the four partials are added in warp order. That order depends only on n_in,
+// never on the number of rows or groups, and no term mixes two rows: decode logits are batch
+// invariant, bitwise. Relative error vs the CPU's fp32 products: tolerance::matvec.
 #pragma once
 
 #include "tandem/types.h"

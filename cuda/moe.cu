@@ -1,5 +1,6 @@
-// cuda/moe.cu - routing and the counting sort of pairs by expert (one block for the whole step,
-// so no host round trip), and the fused combine + RMSNorm.
+// cuda/moe.cu - routing and the counting sort of pairs by expert (one block for a small step,
+// parallel routing blocks then one sorting block for a large one; no host round trip), and the
+// fused combine + RMSNorm.
 // Routing: a warp per row computes the softmax; then a thread per (row, expert) finds the
 // expert's rank among the row's probabilities (higher first, lower id on ties) in one pass over
 // shared memory, instead of k dependent warp-wide argmax rounds; the histogram, a two-level scan
@@ -23,24 +24,39 @@ constexpr int max_k = 32;
 constexpr int route_prob_cap = 4096;  // probabilities of one batch of rows in shared memory (16 KiB)
 constexpr int route_ids_cap = 4096;   // pair experts kept in shared memory up to this many pairs (16 KiB)
 static_assert(route_prob_cap >= max_experts, "a batch holds at least one row");
+// Steps up to this many rows route and sort in one block (decode steps: one launch, no gap);
+// larger ones route batches in parallel blocks, then sort in one (a 2,048-row prompt step took
+// 2 ms per layer in the single block: 64 batches one after another).
+constexpr int route_single_block_rows = 64;
 
-__global__ void __launch_bounds__(route_threads) moe_route_kernel(const moe_route_args a) {
-    __shared__ float s_prob[route_prob_cap];           // [rows of the batch][n_expert]
-    __shared__ float s_w[route_warps][max_k];          // selected probabilities, slot order
-    __shared__ int32_t s_ids[route_ids_cap];           // [n_pairs] expert of each pair (when it fits)
-    __shared__ int32_t s_count[max_experts], s_cursor[max_experts];
-    __shared__ int32_t s_wsum[route_warps], s_gsum[route_warps];
-    __shared__ bool s_pad[route_warps];
+struct route_shared {
+    float prob[route_prob_cap];           // [rows of the batch][n_expert]
+    float w[route_warps][max_k];          // selected probabilities, slot order
+    int32_t ids[route_ids_cap];           // [n_pairs] expert of each pair (when it fits)
+    int32_t count[max_experts], cursor[max_experts];
+    int32_t wsum[route_warps], gsum[route_warps];
+    bool pad[route_warps];
+};
+
+// Rows per block of the routing kernel of large steps: one batch of route_rows.
+__host__ __device__ constexpr int route_batch(int n_expert) {
+    return route_warps < route_prob_cap / n_expert ? route_warps : route_prob_cap / n_expert;
+}
+
+// Routes rows [row_begin, row_end): ids and weights; with `count`, the histogram of experts in
+// sm.count (and, with ids_shared, each pair's expert in sm.ids).
+__device__ void route_rows(const moe_route_args &a, int row_begin, int row_end, route_shared &sm, bool count,
+                           bool ids_shared) {
+    float *const s_prob = sm.prob;
+    auto &s_w = sm.w;
+    int32_t *const s_ids = sm.ids, *const s_count = sm.count;
+    bool *const s_pad = sm.pad;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int ne = a.n_expert, k = a.k, n_pairs = a.n_rows * a.k;
-    const bool ids_shared = n_pairs <= route_ids_cap;
-    for (int e = threadIdx.x; e < ne; e += route_threads) s_count[e] = 0;
-    pdl_wait();
-    pdl_trigger();
+    const int ne = a.n_expert, k = a.k;
     // Rows in batches whose probabilities fit s_prob, at most one row per warp.
-    const int batch = min(route_warps, route_prob_cap / ne);
-    for (int r0 = 0; r0 < a.n_rows; r0 += batch) {
-        const int nb = min(batch, a.n_rows - r0);
+    const int batch = route_batch(ne);
+    for (int r0 = row_begin; r0 < row_end; r0 += batch) {
+        const int nb = min(batch, row_end - r0);
         if (warp < nb) {
             const int r = r0 + warp;
             // The logits are loaded with the slot, not after it (one round trip): every row of
@@ -105,7 +121,7 @@ __global__ void __launch_bounds__(route_threads) moe_route_kernel(const moe_rout
                 a.ids[int64_t(r) * k + rank] = e;
                 if (ids_shared) s_ids[r * k + rank] = e;
                 s_w[rb][rank] = pe;
-                atomicAdd(&s_count[e], 1);
+                if (count) atomicAdd(&s_count[e], 1);
             }
         }
         __syncthreads();
@@ -116,8 +132,16 @@ __global__ void __launch_bounds__(route_threads) moe_route_kernel(const moe_rout
             for (int s = 0; s < k; ++s) top += s_w[rb][s];
             for (int s = 0; s < k; ++s) a.weights[int64_t(r) * k + s] = a.renormalise ? s_w[rb][s] / top : s_w[rb][s];
         }
-        if (r0 + batch < a.n_rows) __syncthreads();  // s_prob, s_w and s_pad are reused by the next batch
+        if (r0 + batch < row_end) __syncthreads();  // s_prob, s_w and s_pad are reused by the next batch
     }
+}
+
+// From the histogram in sm.count: the groups and the scatter of pairs by expert.
+__device__ void sort_pairs(const moe_route_args &a, route_shared &sm, bool ids_shared) {
+    int32_t *const s_ids = sm.ids, *const s_count = sm.count, *const s_cursor = sm.cursor;
+    int32_t *const s_wsum = sm.wsum, *const s_gsum = sm.gsum;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int ne = a.n_expert, k = a.k, n_pairs = a.n_rows * a.k;
     // Exclusive scans of the counts and of the non-empty flags: each warp scans 32 experts, then
     // adds the totals of the warps before it.
     const int n_scan_warps = (ne + 31) / 32;
@@ -171,6 +195,42 @@ __global__ void __launch_bounds__(route_threads) moe_route_kernel(const moe_rout
         a.pair_x[at] = p / k;
         a.pair_y[at] = p;
     }
+}
+
+// Small steps: one block routes and sorts the whole step (no second launch).
+__global__ void __launch_bounds__(route_threads) moe_route_kernel(const moe_route_args a) {
+    __shared__ route_shared sm;
+    const bool ids_shared = a.n_rows * a.k <= route_ids_cap;
+    for (int e = threadIdx.x; e < a.n_expert; e += route_threads) sm.count[e] = 0;
+    pdl_wait();
+    pdl_trigger();
+    route_rows(a, 0, a.n_rows, sm, true, ids_shared);
+    __syncthreads();
+    sort_pairs(a, sm, ids_shared);
+}
+
+// Large steps (prompt steps of thousands of rows): blocks route a batch of rows each ...
+__global__ void __launch_bounds__(route_threads) moe_route_rows_kernel(const moe_route_args a) {
+    __shared__ route_shared sm;
+    pdl_wait();
+    pdl_trigger();
+    const int r0 = blockIdx.x * route_batch(a.n_expert);
+    route_rows(a, r0, min(a.n_rows, r0 + route_batch(a.n_expert)), sm, false, false);
+}
+
+// ... then one block counts the pairs' experts and sorts them.
+__global__ void __launch_bounds__(route_threads) moe_route_sort_kernel(const moe_route_args a) {
+    __shared__ route_shared sm;
+    for (int e = threadIdx.x; e < a.n_expert; e += route_threads) sm.count[e] = 0;
+    pdl_wait();
+    pdl_trigger();
+    __syncthreads();
+    for (int p = threadIdx.x; p < a.n_rows * a.k; p += route_threads) {
+        const int e = a.ids[p];
+        if (e >= 0) atomicAdd(&sm.count[e], 1);
+    }
+    __syncthreads();
+    sort_pairs(a, sm, false);
 }
 
 constexpr int combine_threads = 1024;  // latency-bound: few elements (round trips) per thread
@@ -269,7 +329,14 @@ void moe_route(const moe_route_args &a, cudaStream_t stream) {
     TANDEM_CUDA_REQUIRE(a.n_expert >= 1 && a.n_expert <= 32 * max_epl, "moe_route: n_expert must be in 1..512");
     TANDEM_CUDA_REQUIRE(a.k >= 1 && a.k <= a.n_expert && a.k <= max_k, "moe_route: k must be in 1..min(n_expert, 32)");
     if (a.n_rows == 0) return;
-    launch_pdl(moe_route_kernel, dim3(1), dim3(route_threads), stream, a);
+    if (a.n_rows <= route_single_block_rows) {
+        launch_pdl(moe_route_kernel, dim3(1), dim3(route_threads), stream, a);
+    } else {
+        const int batch = route_batch(a.n_expert);
+        launch_pdl(moe_route_rows_kernel, dim3((a.n_rows + batch - 1) / batch), dim3(route_threads), stream, a);
+        TANDEM_CUDA_CHECK_LAUNCH();
+        launch_pdl(moe_route_sort_kernel, dim3(1), dim3(route_threads), stream, a);
+    }
     TANDEM_CUDA_CHECK_LAUNCH();
 }
 
