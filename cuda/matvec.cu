@@ -16,21 +16,48 @@
 #include "mma_bf16.cuh"
 #include "quant_decode.cuh"
 
+#include <type_traits>
+
 namespace tandem::cuda {
 namespace {
 
 // Measured on the H200 (docs/perf-notes.md): 4 warps beat 8 (more, smaller blocks), and one n8
-// tile per pass beats two (126 vs ~200 registers: 4 blocks per SM instead of 2).
+// tile of step rows per pass beats two (half the registers: 4 blocks per SM instead of 2); more
+// rows take more passes, whose weights then come from L1/L2.
 constexpr int block_warps = 4;   // K split 4 ways: enough warps in flight for one-row steps
 constexpr int block_rows = 16;   // weight rows per block (an m16 tile); SwiGLU: 8 gate + 8 up rows
-constexpr int chunk_items = 4;   // items per K chunk: lane t of a quad takes item 4c + t (128 elements)
-constexpr int tok_tiles = 1;     // n8 tiles of step rows per pass over the weights (8 rows; more rows
-                                 // take more passes, the weights then come from L1/L2)
+constexpr int chunk_items = 4;   // generic types: items per K chunk, lane t of a quad takes item 4c + t
+
+// Q4_K: four 4-bit quants of a word -> two bf16 pairs, exact: byte b0, b1 (pair 0) or b2, b3
+// (pair 1), low or high nibbles, as 128 + q (0x4300 | q) minus 128.
+__device__ __forceinline__ uint32_t q4_pair(uint32_t word, int pair, bool high) {
+    uint32_t v = __byte_perm(word, 0u, pair == 0 ? 0x4140u : 0x4342u);  // bytes in bits 0-7 and 16-23
+    if (high) v >>= 4;
+    v = (v & 0x000F000Fu) | 0x43004300u;
+    __nv_bfloat162 b = *reinterpret_cast<const __nv_bfloat162 *>(&v);
+    b = __hsub2(b, __floats2bfloat162_rn(128.0f, 128.0f));
+    return *reinterpret_cast<const uint32_t *>(&b);
+}
+
+// The bytes lane t of a quad needs of one Q4_K block of a row: the header (d, dmin, scales) and
+// quant bytes 32c + 8t .. +7 for c = 0..3 (elements 8t .. 8t + 7 of sub-blocks 2c and 2c + 1).
+struct q4_k_lane {
+    uint4 head;
+    uint2 qs[4];
+};
+__device__ __forceinline__ q4_k_lane load_q4_k_lane(const uint8_t *__restrict__ row, int blk, int t) {
+    const uint8_t *b = row + size_t(blk) * 144;
+    q4_k_lane r;
+    r.head = *reinterpret_cast<const uint4 *>(b);
+#pragma unroll
+    for (int c = 0; c < 4; ++c) r.qs[c] = *reinterpret_cast<const uint2 *>(b + 16 + 32 * c + 8 * t);
+    return r;
+}
 
 template <ggml_type T, bool swiglu>
 __global__ void __launch_bounds__(block_warps * 32)
     matvec_kernel(const matvec_args a, int64_t row_bytes, int blocks0, int blocks1) {
-    __shared__ float s_red[block_warps - 1][tok_tiles][4][32];  // warps 1..3's sums, lane-minor
+    __shared__ float s_red[block_warps - 1][4][32];  // warps 1..3's sums, lane-minor
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     // Which matrix of a fused launch this block computes (uniform per block).
     int bx = blockIdx.x, n_out = a.n_out;
@@ -52,7 +79,10 @@ __global__ void __launch_bounds__(block_warps * 32)
     const int j0 = bx * (swiglu ? block_rows / 2 : block_rows);
     const bool grouped = a.group_off != nullptr;
     const bool early = !grouped || a.groups_settled;  // the weight rows are known before the wait
-    const int n_items = a.n_in / 32, n_chunks = (n_items + chunk_items - 1) / chunk_items;
+    constexpr bool q4k = T == ggml_type::q4_k;
+    // K chunks: Q4_K blocks of 256 (scales applied outside the mma), else 4 items of 32.
+    const int n_items = a.n_in / 32;
+    const int n_chunks = q4k ? a.n_in / 256 : (n_items + chunk_items - 1) / chunk_items;
     int begin = 0, end = a.n_pairs, mat = 0;
     auto resolve_group = [&]() {
         const int gi = blockIdx.y;
@@ -77,10 +107,17 @@ __global__ void __launch_bounds__(block_warps * 32)
             if (j0 + g + 8 < n_out) row_hi = base + (size_t(mat) * n_out + size_t(j0 + g + 8)) * size_t(row_bytes);
         }
     };
-    item_raw<T> raw_lo{}, raw_hi{};  // the chunk being computed; the next one is loaded before it is
-    auto load_chunk = [&](int c, item_raw<T> &lo, item_raw<T> &hi) {
-        const int item = chunk_items * c + t;
-        if (c < n_chunks && item < n_items) {
+    // The chunk being computed; the next one is loaded before it is.
+    using raw_t = std::conditional_t<q4k, q4_k_lane, item_raw<T>>;
+    raw_t raw_lo{}, raw_hi{};
+    auto load_chunk = [&](int c, raw_t &lo, raw_t &hi) {
+        if (c >= n_chunks) return;
+        if constexpr (q4k) {
+            if (row_lo) lo = load_q4_k_lane(row_lo, c, t);
+            if (row_hi) hi = load_q4_k_lane(row_hi, c, t);
+        } else {
+            const int item = chunk_items * c + t;
+            if (item >= n_items) return;
             if (row_lo) lo = load_item<T>(row_lo, item);
             if (row_hi) hi = load_item<T>(row_hi, item);
         }
@@ -99,121 +136,151 @@ __global__ void __launch_bounds__(block_warps * 32)
         resolve_rows();
     }
 
-    for (int p0 = begin; p0 < end; p0 += 8 * tok_tiles) {
-        const int n_tiles = end - p0 > 8 && tok_tiles > 1 ? 2 : 1;  // warp-uniform: a group of <= 8 rows skips tile 1
-        const float *xr[tok_tiles];  // the step row whose activations this lane holds in B, per tile
-#pragma unroll
-        for (int nt = 0; nt < tok_tiles; ++nt) {
-            const int i = p0 + 8 * nt + g;
-            xr[nt] = nt < n_tiles && i < end ? a.x + int64_t(a.x_rows ? a.x_rows[i] : i) * a.x_stride : nullptr;
-        }
-        // Six accumulators per tile: the three split terms (hi hi, hi lo, lo hi) of even and odd
-        // k16 steps, so consecutive mmas do not wait on each other; added in a fixed order below.
-        float acc6[tok_tiles][6][4] = {};
+    for (int p0 = begin; p0 < end; p0 += 8) {
+        // B: this lane holds row p0 + g of the step (zeros past the group's end).
+        const float *xr = nullptr;
+        if (p0 + g < end) xr = a.x + int64_t(a.x_rows ? a.x_rows[p0 + g] : p0 + g) * a.x_stride;
+        float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
         if (!(prefetched && p0 == begin)) load_chunk(warp, raw_lo, raw_hi);
         for (int c = warp; c < n_chunks; c += block_warps) {
-            item_raw<T> next_lo = raw_lo, next_hi = raw_hi;
+            raw_t next_lo = raw_lo, next_hi = raw_hi;
             load_chunk(c + block_warps, next_lo, next_hi);
-            const int item = chunk_items * c + t;
-            const bool live = item < n_items;
-            int start[4];
-            item_starts<T>(live ? item : 0, start);
-            // B: this lane's row's activations at the item's positions, 4 per k16 step.
-            float xv[tok_tiles][32];
+            if constexpr (q4k) {
+                // Sub-block j (32 elements) of block c: sum_l q_l x_l on the tensor cores (q exact
+                // in bf16, x split hi/lo), then acc += d_j * that - m_j * sum_l x_l per row.
+                // Lane t of a quad unpacks the scales of sub-blocks 2t, 2t + 1 of both rows; the
+                // quad shares them by shuffles below (each lane unpacking all 16 cost more).
+                float own[2][4] = {};  // [sub-block 2t + h][d1 row g, m1 row g, d1 row g + 8, m1 row g + 8]
 #pragma unroll
-            for (int nt = 0; nt < tok_tiles; ++nt)
+                for (int h = 0; h < 2; ++h) {
+                    float sc, mn;
+                    if (row_lo) {
+                        q4_k_scale_min_dev(raw_lo.head.y, raw_lo.head.z, raw_lo.head.w, 2 * t + h, sc, mn);
+                        own[h][0] = __fmul_rn(half_bits_to_float(raw_lo.head.x), sc);
+                        own[h][1] = __fmul_rn(half_bits_to_float(raw_lo.head.x >> 16), mn);
+                    }
+                    if (row_hi) {
+                        q4_k_scale_min_dev(raw_hi.head.y, raw_hi.head.z, raw_hi.head.w, 2 * t + h, sc, mn);
+                        own[h][2] = __fmul_rn(half_bits_to_float(raw_hi.head.x), sc);
+                        own[h][3] = __fmul_rn(half_bits_to_float(raw_hi.head.x >> 16), mn);
+                    }
+                }
+#pragma unroll
+                for (int cc = 0; cc < 4; ++cc) {
+                    float xv[2][8];  // [sub-block 2cc, 2cc + 1][elements 8t .. 8t + 7]
+#pragma unroll
+                    for (int h = 0; h < 2; ++h)
+#pragma unroll
+                        for (int q = 0; q < 2; ++q) {
+                            float4 f = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+                            if (xr) f = *reinterpret_cast<const float4 *>(xr + 256 * c + 64 * cc + 32 * h + 8 * t + 4 * q);
+                            xv[h][4 * q] = f.x; xv[h][4 * q + 1] = f.y; xv[h][4 * q + 2] = f.z; xv[h][4 * q + 3] = f.w;
+                        }
+#pragma unroll
+                    for (int h = 0; h < 2; ++h) {
+                        // sum of the row's 32 x of the sub-block: 8 here, then the quad's butterfly.
+                        float xs = ((xv[h][0] + xv[h][1]) + (xv[h][2] + xv[h][3])) + ((xv[h][4] + xv[h][5]) + (xv[h][6] + xv[h][7]));
+                        xs += __shfl_xor_sync(0xFFFFFFFFu, xs, 1);
+                        xs += __shfl_xor_sync(0xFFFFFFFFu, xs, 2);
+                        float part[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+                        for (int q = 0; q < 2; ++q) {
+                            const uint32_t wl = q == 0 ? raw_lo.qs[cc].x : raw_lo.qs[cc].y;
+                            const uint32_t wh = q == 0 ? raw_hi.qs[cc].x : raw_hi.qs[cc].y;
+                            // k slots 2t, 2t + 1 <- elements 8t + 4q, +1; slots 2t + 8, +9 <- 8t + 4q + 2, +3.
+                            const uint32_t av[4] = {q4_pair(wl, 0, h), q4_pair(wh, 0, h), q4_pair(wl, 1, h), q4_pair(wh, 1, h)};
+                            uint32_t b_hi0, b_lo0, b_hi1, b_lo1;
+                            bf16_split2(xv[h][4 * q], xv[h][4 * q + 1], b_hi0, b_lo0);
+                            bf16_split2(xv[h][4 * q + 2], xv[h][4 * q + 3], b_hi1, b_lo1);
+                            mma_bf16(part, av, b_hi0, b_hi1);
+                            mma_bf16(part, av, b_lo0, b_lo1);
+                        }
+                        // Sub-block j = 2 cc + h: its scales are lane cc's of the quad, entry h.
+                        const int owner = (lane & ~3) | cc;
+                        const float d1_lo = __shfl_sync(0xFFFFFFFFu, own[h][0], owner);
+                        const float m1_lo = __shfl_sync(0xFFFFFFFFu, own[h][1], owner);
+                        const float d1_hi = __shfl_sync(0xFFFFFFFFu, own[h][2], owner);
+                        const float m1_hi = __shfl_sync(0xFFFFFFFFu, own[h][3], owner);
+                        // C element e: weight row g + 8 (e >> 1), step row 2t + (e & 1): its x sum
+                        // lives in quad 2t + (e & 1).
+                        const float xs0 = __shfl_sync(0xFFFFFFFFu, xs, 8 * t), xs1 = __shfl_sync(0xFFFFFFFFu, xs, 8 * t + 4);
+#pragma unroll
+                        for (int e = 0; e < 4; ++e) {
+                            const float d1 = e < 2 ? d1_lo : d1_hi, m1 = e < 2 ? m1_lo : m1_hi;
+                            acc[e] = fmaf(d1, part[e], acc[e]);
+                            acc[e] = fmaf(-m1, (e & 1) ? xs1 : xs0, acc[e]);
+                        }
+                    }
+                }
+            } else {
+                const int item = chunk_items * c + t;
+                const bool live = item < n_items;
+                int start[4];
+                item_starts<T>(live ? item : 0, start);
+                // B: this lane's row's activations at the item's positions, 4 per k16 step.
+                float xv[32];
 #pragma unroll
                 for (int q = 0; q < 8; ++q) {
                     float4 f = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-                    if (live && xr[nt]) f = *reinterpret_cast<const float4 *>(xr[nt] + start[q >> 1] + 4 * (q & 1));
-                    xv[nt][4 * q] = f.x; xv[nt][4 * q + 1] = f.y; xv[nt][4 * q + 2] = f.z; xv[nt][4 * q + 3] = f.w;
+                    if (live && xr) f = *reinterpret_cast<const float4 *>(xr + start[q >> 1] + 4 * (q & 1));
+                    xv[4 * q] = f.x; xv[4 * q + 1] = f.y; xv[4 * q + 2] = f.z; xv[4 * q + 3] = f.w;
                 }
-            // A: the two weight rows' values of the item (zeros past n_out or n_in).
-            float v_lo[32], v_hi[32];
-            q4_k_scales k_lo{}, k_hi{};
-            if constexpr (T == ggml_type::q4_k) {
-                if (live && row_lo) k_lo = q4_k_item_scales(raw_lo.r, item);
-                if (live && row_hi) k_hi = q4_k_item_scales(raw_hi.r, item);
-            } else {
+                // A: the two weight rows' values of the item (zeros past n_out or n_in).
+                float v_lo[32], v_hi[32];
                 int st[4];
 #pragma unroll
                 for (int i = 0; i < 32; ++i) v_lo[i] = v_hi[i] = 0.0f;
                 if (live && row_lo) decode_raw<T>(raw_lo, item, v_lo, st);
                 if (live && row_hi) decode_raw<T>(raw_hi, item, v_hi, st);
-            }
+                // Two accumulators (even and odd k16 steps) so consecutive mmas do not wait on
+                // each other; the split terms hi hi, hi lo, lo hi in that order.
+                float part[2][4] = {};
 #pragma unroll
-            for (int s = 0; s < 8; ++s) {
-                float wl[4], wh[4];
-                if constexpr (T == ggml_type::q4_k) {
-#pragma unroll
-                    for (int j = 0; j < 4; ++j) wl[j] = wh[j] = 0.0f;
-                    if (live && row_lo) q4_k_values4(raw_lo.r, k_lo, s, wl);
-                    if (live && row_hi) q4_k_values4(raw_hi.r, k_hi, s, wh);
-                } else {
-#pragma unroll
-                    for (int j = 0; j < 4; ++j) {
-                        wl[j] = v_lo[4 * s + j];
-                        wh[j] = v_hi[4 * s + j];
-                    }
-                }
-                // k slots 2t, 2t + 1 <- values 4s, 4s + 1; slots 2t + 8, 2t + 9 <- 4s + 2, 4s + 3.
-                uint32_t a_hi[4], a_lo[4];
-                bf16_split2(wl[0], wl[1], a_hi[0], a_lo[0]);
-                bf16_split2(wh[0], wh[1], a_hi[1], a_lo[1]);
-                bf16_split2(wl[2], wl[3], a_hi[2], a_lo[2]);
-                bf16_split2(wh[2], wh[3], a_hi[3], a_lo[3]);
-#pragma unroll
-                for (int nt = 0; nt < tok_tiles; ++nt) {
-                    if (nt >= n_tiles) continue;
+                for (int s = 0; s < 8; ++s) {
+                    // k slots 2t, 2t + 1 <- values 4s, 4s + 1; slots 2t + 8, 2t + 9 <- 4s + 2, 4s + 3.
+                    uint32_t a_hi[4], a_lo[4];
+                    bf16_split2(v_lo[4 * s], v_lo[4 * s + 1], a_hi[0], a_lo[0]);
+                    bf16_split2(v_hi[4 * s], v_hi[4 * s + 1], a_hi[1], a_lo[1]);
+                    bf16_split2(v_lo[4 * s + 2], v_lo[4 * s + 3], a_hi[2], a_lo[2]);
+                    bf16_split2(v_hi[4 * s + 2], v_hi[4 * s + 3], a_hi[3], a_lo[3]);
                     uint32_t b_hi0, b_lo0, b_hi1, b_lo1;
-                    bf16_split2(xv[nt][4 * s], xv[nt][4 * s + 1], b_hi0, b_lo0);
-                    bf16_split2(xv[nt][4 * s + 2], xv[nt][4 * s + 3], b_hi1, b_lo1);
-                    mma_bf16(acc6[nt][(s & 1)], a_hi, b_hi0, b_hi1);
-                    mma_bf16(acc6[nt][2 + (s & 1)], a_hi, b_lo0, b_lo1);
-                    mma_bf16(acc6[nt][4 + (s & 1)], a_lo, b_hi0, b_hi1);
+                    bf16_split2(xv[4 * s], xv[4 * s + 1], b_hi0, b_lo0);
+                    bf16_split2(xv[4 * s + 2], xv[4 * s + 3], b_hi1, b_lo1);
+                    mma_bf16(part[s & 1], a_hi, b_hi0, b_hi1);
+                    mma_bf16(part[s & 1], a_hi, b_lo0, b_lo1);
+                    mma_bf16(part[s & 1], a_lo, b_hi0, b_hi1);
                 }
+#pragma unroll
+                for (int e = 0; e < 4; ++e) acc[e] += part[0][e] + part[1][e];
             }
             raw_lo = next_lo;
             raw_hi = next_hi;
         }
-        float acc[tok_tiles][4];
-#pragma unroll
-        for (int nt = 0; nt < tok_tiles; ++nt)
-#pragma unroll
-            for (int e = 0; e < 4; ++e)
-                acc[nt][e] = ((acc6[nt][0][e] + acc6[nt][1][e]) + (acc6[nt][2][e] + acc6[nt][3][e])) +
-                             (acc6[nt][4][e] + acc6[nt][5][e]);
         // The warps' K parts, added in warp order by warp 0, which writes the outputs.
         if (warp > 0)
 #pragma unroll
-            for (int nt = 0; nt < tok_tiles; ++nt)
-#pragma unroll
-                for (int e = 0; e < 4; ++e) s_red[warp - 1][nt][e][lane] = acc[nt][e];
+            for (int e = 0; e < 4; ++e) s_red[warp - 1][e][lane] = acc[e];
         __syncthreads();
         if (warp == 0) {
 #pragma unroll
-            for (int nt = 0; nt < tok_tiles; ++nt) {
-                if (nt >= n_tiles) continue;
+            for (int e = 0; e < 4; ++e)
 #pragma unroll
-                for (int e = 0; e < 4; ++e)
+                for (int v = 0; v < block_warps - 1; ++v) acc[e] += s_red[v][e][lane];
+            // Element e: weight row g + 8 (e >> 1) of the tile, step row 2t + (e & 1).
 #pragma unroll
-                    for (int v = 0; v < block_warps - 1; ++v) acc[nt][e] += s_red[v][nt][e][lane];
-                // Element e: weight row g + 8 (e >> 1) of the tile, step row 2t + (e & 1) of the n8 tile.
-#pragma unroll
-                for (int e = 0; e < (swiglu ? 2 : 4); ++e) {
-                    const int i = p0 + 8 * nt + 2 * t + (e & 1);
-                    if (i >= end) continue;
-                    float *y_row = y_base + int64_t(a.y_rows ? a.y_rows[i] : i) * y_stride;
-                    if constexpr (swiglu) {
-                        const int j = j0 + g;
-                        if (j >= n_out) continue;
-                        const float gate = acc[nt][e], up = acc[nt][e + 2];
-                        y_row[j] = gate / (1.0f + expf(-gate)) * up;  // silu(gate) * up, as the CPU twin writes it
-                    } else {
-                        const int j = j0 + g + 8 * (e >> 1);
-                        if (j >= n_out) continue;
-                        y_row[j] = a.accumulate ? y_row[j] + acc[nt][e] : acc[nt][e];
-                    }
+            for (int e = 0; e < (swiglu ? 2 : 4); ++e) {
+                const int i = p0 + 2 * t + (e & 1);
+                if (i >= end) continue;
+                float *y_row = y_base + int64_t(a.y_rows ? a.y_rows[i] : i) * y_stride;
+                if constexpr (swiglu) {
+                    const int j = j0 + g;
+                    if (j >= n_out) continue;
+                    const float gate = acc[e], up = acc[e + 2];
+                    y_row[j] = gate / (1.0f + expf(-gate)) * up;  // silu(gate) * up, as the CPU twin writes it
+                } else {
+                    const int j = j0 + g + 8 * (e >> 1);
+                    if (j >= n_out) continue;
+                    y_row[j] = a.accumulate ? y_row[j] + acc[e] : acc[e];
                 }
             }
         }

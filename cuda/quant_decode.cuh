@@ -96,32 +96,6 @@ __device__ __forceinline__ void item_starts(int item, int (&start)[4]) {
     }
 }
 
-// Q4_K decoded four values at a time: the sub-block scales of the item, then values
-// 4s .. 4s + 3 of decode_q4_k's v (same expressions, so the same floats).
-struct q4_k_scales {
-    float d1, m1, d2, m2;
-};
-__device__ __forceinline__ q4_k_scales q4_k_item_scales(const q4_k_raw &r, int item) {
-    const int c = (item & 7) >> 1;
-    const float d = half_bits_to_float(r.dd), dmin = half_bits_to_float(r.dd >> 16);
-    float sc1, m1s, sc2, m2s;
-    q4_k_scale_min_dev(r.s0, r.s1, r.s2, 2 * c, sc1, m1s);
-    q4_k_scale_min_dev(r.s0, r.s1, r.s2, 2 * c + 1, sc2, m2s);
-    return {__fmul_rn(d, sc1), __fmul_rn(dmin, m1s), __fmul_rn(d, sc2), __fmul_rn(dmin, m2s)};
-}
-__device__ __forceinline__ void q4_k_values4(const q4_k_raw &r, const q4_k_scales &k, int s, float (&v)[4]) {
-    const uint32_t qw[4] = {r.q.x, r.q.y, r.q.z, r.q.w};
-    const uint32_t word = qw[s & 3];
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-        const uint32_t byte = (word >> (8 * j)) & 0xFFu;
-        // float(q) of a 4-bit q without the (quarter-rate) int-to-float unit: 2^23 + q, minus 2^23.
-        const uint32_t q = s < 4 ? (byte & 0xFu) : (byte >> 4);
-        const float qf = __fsub_rn(__uint_as_float(0x4B000000u | q), 8388608.0f);
-        v[j] = s < 4 ? __fsub_rn(__fmul_rn(k.d1, qf), k.m1) : __fsub_rn(__fmul_rn(k.d2, qf), k.m2);
-    }
-}
-
 // Generic two-step form: Q4_K loads early; other types load inside decode.
 template <ggml_type T>
 struct item_raw {
