@@ -2,12 +2,16 @@
 // split, fp32 accumulate), any GGUF weight type, dense or grouped by expert.
 //
 // Work: a 2,048-token prompt of qwen3-30b-a3b is ~13.5 TFLOP of products; the split triples the
-// tensor-core work (~40 TFLOP of bf16 mma), which the H200's tensor cores still do in a fraction
-// of the time the fp32 matvec path takes (CUDA cores, activations re-read per weight row).
-// Block tile: 64 rows (pairs) x 64 weight rows, K in steps of 128 elements. Per K step the block
-// dequantises its 64 x 128 weights (4 items of every weight row, quant_decode.cuh) and converts
-// its 64 x 128 activations, both into bf16 hi/lo tiles in shared memory; 4 warps (2 x 2) then run
-// 8 k16 steps of 2 x 4 mma tiles x 3 split products each.
+// tensor-core work (~40 TFLOP of bf16 mma). Block tile: 128 rows (pairs) x 128 weight rows
+// (SwiGLU: 64 gate + 64 up), 8 warps of 64 x 32. Per 128-element K step the block dequantises
+// its weight rows and converts its activation rows into bf16 hi/lo tiles in shared memory, then
+// each warp runs 8 k16 steps of 4 x 4 mma tiles x 3 split products. The next step's global
+// loads (raw weight bytes, fp32 activations) are issued into registers before this step's mmas,
+// so they arrive while the tensor cores work. Shared memory (137 KB) and registers (up to 255)
+// leave one block per multiprocessor. Measured on an H200 (the [.bench] case of
+// tests/kernels/test_cuda_matmul_prompt.cpp), this beat 64 x 128 tiles at two blocks per
+// multiprocessor (4 or 8 warps) and 16 warps of 32 x 32 by 4-20%; Q4_K's int-to-float through
+// 2^23 (store_q4_k) saved 11% against the I2F of decode_q4_k.
 #include "matmul_prompt.h"
 
 #include "cuda_check.h"
@@ -19,36 +23,105 @@
 namespace tandem::cuda {
 namespace {
 
-constexpr int tile_m = 64;       // rows per block: a prefill step's expert holds ~32-128 pairs
-constexpr int tile_n = 64;       // weight rows per block (SwiGLU: 32 gate + 32 up rows, by runs of 8)
-constexpr int tile_k = 128;      // items 4t .. 4t + 3 of every row cover elements 128t .. 128t + 127 in
-                                 // every type (half a Q4_K/Q6_K block, four Q8_0 blocks)
-constexpr int n_threads = 128;   // 4 warps as 2 (rows) x 2 (weight rows), 32 x 32 each
+constexpr int warps_m = 2, warps_n = 4;
+constexpr int m_frags = 4;  // m16 tiles per warp: 16 accumulator tiles, 64 registers
+constexpr int n_frags = 4;  // n8 tiles per warp: two (gate, up) pairs in SwiGLU mode
+constexpr int n_threads = 32 * warps_m * warps_n;
+constexpr int tile_m = 16 * m_frags * warps_m;  // rows (pairs) per block
+constexpr int tile_n = 8 * n_frags * warps_n;   // weight rows per block (SwiGLU: gate and up by runs of 8)
+constexpr int tile_k = 128;  // items 4t .. 4t + 3 of every row cover elements 128t .. 128t + 127 in
+                             // every type (half a Q4_K/Q6_K block, four Q8_0 blocks)
 constexpr int row_elems = tile_k + 8;  // bf16 per shared row: +16 bytes, so the 8 rows an ldmatrix
-                                       // reads start in different banks
-constexpr size_t smem_bytes = size_t(2 * (tile_m + tile_n) * row_elems) * sizeof(__nv_bfloat16);
+                                       // reads (and 8 threads' 16-byte stores) start in different banks
+// Per thread and K step: x_loads float4 of one activation column (rows warp + n_warps i), and
+// w_items consecutive items of one weight row.
+constexpr int x_loads = tile_m * (tile_k / 4) / n_threads;
+constexpr int w_items = tile_n * (tile_k / 32) / n_threads;
+constexpr int w_threads_per_row = 4 / w_items;
+static_assert(x_loads >= 1 && w_items >= 1 && 4 % w_items == 0, "tile shape and thread count disagree");
+constexpr size_t smem_tiles = size_t(2 * (tile_m + tile_n) * row_elems) * sizeof(__nv_bfloat16);
+constexpr size_t smem_bytes = smem_tiles + size_t(tile_m) * sizeof(const float *);
 
-__device__ __forceinline__ uint32_t pack_bf16(__nv_bfloat16 a, __nv_bfloat16 b) {
-    return uint32_t(__bfloat16_as_ushort(a)) | (uint32_t(__bfloat16_as_ushort(b)) << 16);
+// v = hi + lo for two floats at once: hi = bf16(v), lo = bf16(v - hi), packed low element first.
+__device__ __forceinline__ void split2(float a, float b, uint32_t &hi, uint32_t &lo) {
+    const __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
+    const float2 hf = __bfloat1622float2(h);
+    const __nv_bfloat162 l = __floats2bfloat162_rn(__fsub_rn(a, hf.x), __fsub_rn(b, hf.y));
+    hi = *reinterpret_cast<const uint32_t *>(&h);
+    lo = *reinterpret_cast<const uint32_t *>(&l);
 }
 
-// Eight floats to their bf16 hi and lo parts, stored as one 16-byte word each.
+// Eight floats to their hi and lo parts, stored as one 16-byte word each.
 __device__ __forceinline__ void split_store8(const float *v, __nv_bfloat16 *hi, __nv_bfloat16 *lo) {
     uint32_t h[4], l[4];
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-        const __nv_bfloat16 h0 = __float2bfloat16_rn(v[2 * i]), h1 = __float2bfloat16_rn(v[2 * i + 1]);
-        const __nv_bfloat16 l0 = __float2bfloat16_rn(v[2 * i] - __bfloat162float(h0));
-        const __nv_bfloat16 l1 = __float2bfloat16_rn(v[2 * i + 1] - __bfloat162float(h1));
-        h[i] = pack_bf16(h0, h1);
-        l[i] = pack_bf16(l0, l1);
-    }
+    for (int i = 0; i < 4; ++i) split2(v[2 * i], v[2 * i + 1], h[i], l[i]);
     *reinterpret_cast<uint4 *>(hi) = make_uint4(h[0], h[1], h[2], h[3]);
     *reinterpret_cast<uint4 *>(lo) = make_uint4(l[0], l[1], l[2], l[3]);
 }
 
 __device__ __forceinline__ void zero_store(__nv_bfloat16 *p, int n) {
     for (int i = 0; i < n; i += 8) *reinterpret_cast<uint4 *>(p + i) = make_uint4(0, 0, 0, 0);
+}
+
+// float(q) for a 4-bit q without I2F (a quarter-rate conversion): q is the low mantissa of 2^23 + q.
+// `m` holds q in byte k, the rest of the byte's bits clear; exact, as float(q) is.
+__device__ __forceinline__ float nibble_float(uint32_t m, int k) {
+    return __fsub_rn(__uint_as_float(__byte_perm(m, 0x4B000000u, 0x7440u | k)), 8388608.0f);
+}
+
+// One Q4_K item (quant_decode.cuh's item layout) dequantised to decode_q4_k's values, bitwise,
+// split and stored at its four runs' columns. d1 = d * sc is exact (11 x 6 significant bits), so
+// is d1 * q (+ 4 bits): fma(d1, q, -m1) rounds once, as fsub(fmul(d1, q), m1) does.
+__device__ __forceinline__ void store_q4_k(const q4_k_raw &r, int item, __nv_bfloat16 *hi, __nv_bfloat16 *lo) {
+    const int u = item & 7, c = u >> 1, hf = u & 1;
+    const float d = half_bits_to_float(r.dd), dmin = half_bits_to_float(r.dd >> 16);
+    float sc1, m1s, sc2, m2s;
+    q4_k_scale_min_dev(r.s0, r.s1, r.s2, 2 * c, sc1, m1s);
+    q4_k_scale_min_dev(r.s0, r.s1, r.s2, 2 * c + 1, sc2, m2s);
+    const float d1 = __fmul_rn(d, sc1), m1 = __fmul_rn(dmin, m1s);
+    const float d2 = __fmul_rn(d, sc2), m2 = __fmul_rn(dmin, m2s);
+    const uint32_t qw[4] = {r.q.x, r.q.y, r.q.z, r.q.w};
+    const int col = 64 * (c & 1) + 16 * hf;  // within the K step: runs at +0, +8 (low), +32, +40 (high)
+#pragma unroll
+    for (int run = 0; run < 4; ++run) {
+        const bool high = run >= 2;
+        const float dd = high ? d2 : d1, mm = high ? m2 : m1;
+        float v[8];
+#pragma unroll
+        for (int w = 0; w < 2; ++w) {
+            const uint32_t m = (qw[2 * (run & 1) + w] >> (high ? 4 : 0)) & 0x0F0F0F0Fu;
+#pragma unroll
+            for (int k = 0; k < 4; ++k) v[4 * w + k] = __fmaf_rn(dd, nibble_float(m, k), -mm);
+        }
+        const int at = col + 8 * (run & 1) + 32 * (run >> 1);
+        split_store8(v, hi + at, lo + at);
+    }
+}
+
+// The raw bytes of a thread's w_items consecutive items of one row (all in one Q4_K block),
+// loaded a K step ahead: Q4_K the block's d, dmin and scales once, then each item's 16 quant
+// bytes; other types load while decoding.
+template <ggml_type T>
+struct w_raw {
+    const uint8_t *row;
+};
+template <>
+struct w_raw<ggml_type::q4_k> {
+    uint4 head, q[w_items];
+};
+template <ggml_type T>
+__device__ __forceinline__ w_raw<T> load_w_raw(const uint8_t *row, int item0) {
+    if constexpr (T == ggml_type::q4_k) {
+        const uint8_t *blk = row + size_t(item0 >> 3) * sizeof(block_q4_k);
+        w_raw<T> r;
+        r.head = *reinterpret_cast<const uint4 *>(blk);
+#pragma unroll
+        for (int ii = 0; ii < w_items; ++ii) r.q[ii] = *reinterpret_cast<const uint4 *>(blk + 16 + 16 * ((item0 + ii) & 7));
+        return r;
+    } else {
+        return {row};
+    }
 }
 
 __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const __nv_bfloat16 *p) {
@@ -59,11 +132,12 @@ __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const __nv_bfloat1
 }
 
 // c += a b for one m16n8k16 tile (a: 16 x 16 row-major, b: 16 x 8 column-major, bf16; c fp32).
+// Not volatile: registers in and out only, so the compiler may move it among the ldmatrix loads.
 __device__ __forceinline__ void mma_bf16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
-                 "{%8, %9}, {%0, %1, %2, %3};"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+        "{%8, %9}, {%0, %1, %2, %3};"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
 // Grouped mode: block tile t of the concatenated groups (each group's pairs in tiles of tile_m).
@@ -96,13 +170,31 @@ __device__ __forceinline__ bool find_group_tile(const matvec_args &a, int t, int
     return false;
 }
 
+// The matrix of a dense launch's column block: the extra matrices (Q, K, V) continue the grid.
+struct part_view {
+    const void *w;
+    float *y;
+    int64_t y_stride;
+    int n_out, block;  // block: column block within this matrix
+};
+__device__ __forceinline__ part_view find_part(const matvec_args &a, int bx, int outs_per_block) {
+    part_view p{a.w, a.y, a.y_stride, a.n_out, bx};
+    for (int i = 0; i < a.n_extra; ++i) {
+        const int blocks = (p.n_out + outs_per_block - 1) / outs_per_block;
+        if (p.block < blocks) break;
+        p = {a.extra[i].w, a.extra[i].y, a.extra[i].y_stride, a.extra[i].n_out, p.block - blocks};
+    }
+    return p;
+}
+
 template <ggml_type T, bool swiglu>
-__global__ void __launch_bounds__(n_threads) matmul_prompt_kernel(const matvec_args a, int64_t row_bytes) {
+__global__ void __launch_bounds__(n_threads, 1) matmul_prompt_kernel(const matvec_args a, int64_t row_bytes) {
     extern __shared__ uint4 smem_words[];
     __nv_bfloat16 *const x_hi = reinterpret_cast<__nv_bfloat16 *>(smem_words);
     __nv_bfloat16 *const x_lo = x_hi + tile_m * row_elems;
     __nv_bfloat16 *const w_hi = x_lo + tile_m * row_elems;
     __nv_bfloat16 *const w_lo = w_hi + tile_n * row_elems;
+    const float **const x_src = reinterpret_cast<const float **>(w_lo + tile_n * row_elems);
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
 
     pdl_wait();  // groups, rows and activations come from the kernels before
@@ -114,13 +206,20 @@ __global__ void __launch_bounds__(n_threads) matmul_prompt_kernel(const matvec_a
         return;
     }
     const int rows_here = min(tile_m, end - m0);
-    const int outs_per_block = swiglu ? tile_n / 2 : tile_n;
-    const int j0 = blockIdx.x * outs_per_block;
+    constexpr int outs_per_block = swiglu ? tile_n / 2 : tile_n;
+    const part_view part = find_part(a, blockIdx.x, outs_per_block);
+    const int j0 = part.block * outs_per_block;
     const int n_items = a.n_in / 32, n_k_tiles = (a.n_in + tile_k - 1) / tile_k;
 
-    // This thread's loads: weight row `wr` (items 2 (tid & 1), +1 of each K step) and activation
-    // row `xr` (elements 64 (tid & 1) .. +63 of each K step).
-    const int wr = tid >> 1, xr = tid >> 1, half = tid & 1;
+    for (int r = tid; r < tile_m; r += n_threads) {
+        const int p = m0 + r;
+        x_src[r] = r < rows_here ? a.x + int64_t(a.x_rows ? a.x_rows[p] : p) * a.x_stride : nullptr;
+    }
+
+    // This thread's weight row: 8 consecutive threads take 8 different rows (conflict-free
+    // stores); the row's w_threads_per_row (1, 2 or 4) threads take w_items consecutive items each.
+    const int wr = (tid & 7) + 8 * (tid >> (3 + w_threads_per_row / 2));
+    const int w_part = (tid >> 3) & (w_threads_per_row - 1);
     const uint8_t *w_row = nullptr;
     {
         int j;
@@ -128,123 +227,149 @@ __global__ void __launch_bounds__(n_threads) matmul_prompt_kernel(const matvec_a
         if constexpr (swiglu) {
             const int q = wr >> 4, within = wr & 15;  // runs of 8: gate j .. j + 7, then up j .. j + 7
             j = j0 + 8 * q + (within & 7);
-            base = within < 8 ? a.w : a.w_up;
+            base = within < 8 ? part.w : a.w_up;
         } else {
             j = j0 + wr;
-            base = a.w;
+            base = part.w;
         }
-        if (j < a.n_out) w_row = static_cast<const uint8_t *>(base) + (size_t(mat) * a.n_out + size_t(j)) * size_t(row_bytes);
+        if (j < part.n_out) w_row = static_cast<const uint8_t *>(base) + (size_t(mat) * part.n_out + size_t(j)) * size_t(row_bytes);
     }
-    const float *x_row = nullptr;
-    if (xr < rows_here) {
-        const int p = m0 + xr;
-        x_row = a.x + int64_t(a.x_rows ? a.x_rows[p] : p) * a.x_stride;
-    }
+    __syncthreads();  // x_src
 
-    const int wm = warp >> 1, wn = warp & 1;
-    float acc[2][4][4];
+    // The next K step's global data, in flight while this one's mmas run.
+    float4 xv[x_loads];
+    w_raw<T> wv;
+    auto load = [&](int kt) {
+        const int col = kt * tile_k + 4 * lane;
 #pragma unroll
-    for (int i = 0; i < 2; ++i)
+        for (int i = 0; i < x_loads; ++i) {
+            const float *src = x_src[warp + (n_threads / 32) * i];
+            xv[i] = src && col < a.n_in ? *reinterpret_cast<const float4 *>(src + col) : make_float4(0, 0, 0, 0);
+        }
+        const int item0 = 4 * kt + w_items * w_part;
+        if (w_row && item0 < n_items) wv = load_w_raw<T>(w_row, item0);
+    };
+    load(0);
+
+    float acc[m_frags][n_frags][4];
 #pragma unroll
-        for (int j = 0; j < 4; ++j)
+    for (int i = 0; i < m_frags; ++i)
+#pragma unroll
+        for (int j = 0; j < n_frags; ++j)
 #pragma unroll
             for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0f;
+    const int wm = warp / warps_n, wn = warp % warps_n;
+    // m16 tiles of this warp that hold rows (warp-uniform): the others' mmas are skipped.
+    const int m_live = min(m_frags, max(0, (rows_here - 16 * m_frags * wm + 15) / 16));
+    // ldmatrix sources. A (rows): lanes 0-15 rows 0-15 at k 0, lanes 16-31 rows 0-15 at k 8.
+    // B (weight rows, k contiguous = column-major B): matrices (n 0-7, k 0), (n 0-7, k 8),
+    // (n 8-15, k 0), (n 8-15, k 8): b0, b1 of n-tile 2jj, then of n-tile 2jj + 1.
+    const __nv_bfloat16 *const a_src = x_hi + (16 * m_frags * wm + (lane & 15)) * row_elems + 8 * (lane >> 4);
+    const __nv_bfloat16 *const b_src =
+        w_hi + (8 * n_frags * wn + (lane & 7) + 8 * (lane >> 4)) * row_elems + 8 * ((lane >> 3) & 1);
+    using a_frags = uint32_t[m_frags][4];
+    using b_frags = uint32_t[n_frags / 2][4];
+    // `lo`: the lo tile (the hi tile's rows + tile_m or tile_n); the first `live` m16 tiles only.
+    auto load_a = [&](a_frags &f, bool lo, int ks, int live) {
+#pragma unroll
+        for (int i = 0; i < m_frags; ++i)
+            if (i < live) ldmatrix_x4(f[i], a_src + ((lo ? tile_m : 0) + 16 * i) * row_elems + 16 * ks);
+    };
+    auto load_b = [&](b_frags &f, bool lo, int ks) {
+#pragma unroll
+        for (int jj = 0; jj < n_frags / 2; ++jj) ldmatrix_x4(f[jj], b_src + ((lo ? tile_n : 0) + 16 * jj) * row_elems + 16 * ks);
+    };
+    // One pass of the three split products over all tiles: m_frags x n_frags independent mmas
+    // between two into the same accumulator, which takes hi.hi, hi.lo, lo.hi in that order.
+    auto mma_pass = [&](const a_frags &fa, const b_frags &fb, int live) {
+#pragma unroll
+        for (int i = 0; i < m_frags; ++i)
+#pragma unroll
+            for (int j = 0; j < n_frags; ++j)
+                if (i < live) mma_bf16(acc[i][j], fa[i], fb[j >> 1][2 * (j & 1)], fb[j >> 1][2 * (j & 1) + 1]);
+    };
+    // One K step's 8 k16 steps. (Loading the next k16 step's fragments during this one's last
+    // pass measured the same: the scheduler already overlaps them.)
+    auto mma_k_step = [&](int live) {
+        a_frags ah, al;
+        b_frags bh, bl;
+#pragma unroll
+        for (int ks = 0; ks < tile_k / 16; ++ks) {
+            load_b(bh, false, ks);
+            load_b(bl, true, ks);
+            load_a(ah, false, ks, live);
+            load_a(al, true, ks, live);
+            mma_pass(ah, bh, live);
+            mma_pass(ah, bl, live);
+            mma_pass(al, bh, live);
+        }
+    };
 
     for (int kt = 0; kt < n_k_tiles; ++kt) {
-        // Activations: 64 floats of row xr, split into hi/lo (zeros past the row count or n_in).
-        {
-            __nv_bfloat16 *hi = x_hi + xr * row_elems + 64 * half, *lo = x_lo + xr * row_elems + 64 * half;
-            const int col0 = kt * tile_k + 64 * half;
+        // Activations: one float4 of each of this thread's rows (zeros past the rows or n_in).
 #pragma unroll
-            for (int c = 0; c < 64; c += 8) {
-                float v[8];
-                if (x_row && col0 + c < a.n_in) {
-                    const float4 f0 = *reinterpret_cast<const float4 *>(x_row + col0 + c);
-                    const float4 f1 = *reinterpret_cast<const float4 *>(x_row + col0 + c + 4);
-                    v[0] = f0.x; v[1] = f0.y; v[2] = f0.z; v[3] = f0.w;
-                    v[4] = f1.x; v[5] = f1.y; v[6] = f1.z; v[7] = f1.w;
-                    split_store8(v, hi + c, lo + c);
-                } else {
-                    zero_store(hi + c, 8);
-                    zero_store(lo + c, 8);
-                }
-            }
+        for (int i = 0; i < x_loads; ++i) {
+            const int r = warp + (n_threads / 32) * i;
+            uint2 h, l;
+            split2(xv[i].x, xv[i].y, h.x, l.x);
+            split2(xv[i].z, xv[i].w, h.y, l.y);
+            *reinterpret_cast<uint2 *>(x_hi + r * row_elems + 4 * lane) = h;
+            *reinterpret_cast<uint2 *>(x_lo + r * row_elems + 4 * lane) = l;
         }
-        // Weights: two items of row wr, dequantised as matvec does, split into hi/lo.
+        // Weights: this thread's items of row wr, dequantised as matvec does, split into hi/lo.
 #pragma unroll
-        for (int ii = 0; ii < 2; ++ii) {
-            const int item = 4 * kt + 2 * half + ii;
+        for (int ii = 0; ii < w_items; ++ii) {
+            const int item = 4 * kt + w_items * w_part + ii;
             __nv_bfloat16 *hi = w_hi + wr * row_elems, *lo = w_lo + wr * row_elems;
             if (w_row && item < n_items) {
-                float v[32];
-                int start[4];
-                decode_item<T>(w_row, item, v, start);
+                if constexpr (T == ggml_type::q4_k) {
+                    store_q4_k({wv.q[ii], wv.head.x, wv.head.y, wv.head.z, wv.head.w}, item, hi, lo);
+                } else {
+                    float v[32];
+                    int start[4];
+                    decode_item<T>(wv.row, item, v, start);
 #pragma unroll
-                for (int t = 0; t < 4; ++t) {
-                    const int col = start[t] - kt * tile_k;
-                    split_store8(v + 8 * t, hi + col, lo + col);
+                    for (int t = 0; t < 4; ++t) split_store8(v + 8 * t, hi + start[t] - kt * tile_k, lo + start[t] - kt * tile_k);
                 }
             } else {
-                // The two threads of a row zero 32 columns per item: together the whole K step.
+                // A missing row's threads zero all 128 columns between them; an item past n_in
+                // (32-element types only) is columns 32 (item - 4 kt) ..
                 const int col = 32 * (item - 4 * kt);
                 zero_store(hi + col, 32);
                 zero_store(lo + col, 32);
             }
         }
         __syncthreads();
-#pragma unroll
-        for (int ks = 0; ks < tile_k / 16; ++ks) {
-            uint32_t ah[2][4], al[2][4], bh[2][4], bl[2][4];
-#pragma unroll
-            for (int i = 0; i < 2; ++i) {
-                // A (rows): lanes 0-15 rows 0-15 at k 0, lanes 16-31 rows 0-15 at k 8.
-                const int off = (32 * wm + 16 * i + (lane & 15)) * row_elems + 16 * ks + 8 * (lane >> 4);
-                ldmatrix_x4(ah[i], x_hi + off);
-                ldmatrix_x4(al[i], x_lo + off);
-            }
-#pragma unroll
-            for (int j = 0; j < 2; ++j) {
-                // B (weight rows, k contiguous = column-major B): matrices (n 0-7, k 0), (n 0-7, k 8),
-                // (n 8-15, k 0), (n 8-15, k 8): b0, b1 of n-tile 2j, then of n-tile 2j + 1.
-                const int off = (32 * wn + 16 * j + (lane & 7) + 8 * (lane >> 4)) * row_elems + 16 * ks + 8 * ((lane >> 3) & 1);
-                ldmatrix_x4(bh[j], w_hi + off);
-                ldmatrix_x4(bl[j], w_lo + off);
-            }
-#pragma unroll
-            for (int i = 0; i < 2; ++i)
-#pragma unroll
-                for (int j = 0; j < 4; ++j) {
-                    const int jj = j >> 1, s = 2 * (j & 1);
-                    mma_bf16(acc[i][j], ah[i], bh[jj][s], bh[jj][s + 1]);
-                    mma_bf16(acc[i][j], ah[i], bl[jj][s], bl[jj][s + 1]);
-                    mma_bf16(acc[i][j], al[i], bh[jj][s], bh[jj][s + 1]);
-                }
-        }
+        if (kt + 1 < n_k_tiles) load(kt + 1);
+        if (m_live == m_frags)
+            mma_k_step(m_frags);  // the common case: no row checks
+        else if (m_live > 0)
+            mma_k_step(m_live);
         __syncthreads();  // the tiles are rewritten by the next K step
     }
 
     // Accumulator element e of tile (i, j): row 16 i + (lane >> 2) + 8 (e >> 1), weight row 8 j +
-    // 2 (lane & 3) + (e & 1), both within the warp's 32 x 32.
+    // 2 (lane & 3) + (e & 1), both within the warp's tile.
     const int g = lane >> 2, t2 = 2 * (lane & 3);
 #pragma unroll
-    for (int i = 0; i < 2; ++i)
+    for (int i = 0; i < m_frags; ++i)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-            const int lm = 32 * wm + 16 * i + g + 8 * (e >> 1);
+            const int lm = 16 * (m_frags * wm + i) + g + 8 * (e >> 1);
             if (lm >= rows_here) continue;
             const int p = m0 + lm;
-            float *y_row = a.y + int64_t(a.y_rows ? a.y_rows[p] : p) * a.y_stride;
+            float *y_row = part.y + int64_t(a.y_rows ? a.y_rows[p] : p) * part.y_stride;
 #pragma unroll
-            for (int j = 0; j < 4; ++j) {
+            for (int j = 0; j < n_frags; ++j) {
                 if constexpr (swiglu) {
                     if (j & 1) continue;  // n-tile 2q: gate, 2q + 1: up of the same 8 outputs
-                    const int jo = j0 + 8 * (2 * wn + (j >> 1)) + t2 + (e & 1);
-                    if (jo >= a.n_out) continue;
+                    const int jo = j0 + 8 * ((n_frags * wn + j) >> 1) + t2 + (e & 1);
+                    if (jo >= part.n_out) continue;
                     const float gate = acc[i][j][e], up = acc[i][j + 1][e];
                     y_row[jo] = gate / (1.0f + expf(-gate)) * up;  // silu(gate) * up, as matvec writes it
                 } else {
-                    const int jo = j0 + 32 * wn + 8 * j + t2 + (e & 1);
-                    if (jo >= a.n_out) continue;
+                    const int jo = j0 + 8 * (n_frags * wn + j) + t2 + (e & 1);
+                    if (jo >= part.n_out) continue;
                     y_row[jo] = a.accumulate ? y_row[jo] + acc[i][j][e] : acc[i][j][e];
                 }
             }
@@ -256,10 +381,12 @@ void launch_matmul_prompt_shape(const matvec_args &a, cudaStream_t stream) {
     auto kernel = matmul_prompt_kernel<T, swiglu>;
     // Per device and cheap: set every launch rather than remembering which devices have it.
     TANDEM_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem_bytes)));
-    const int outs_per_block = swiglu ? tile_n / 2 : tile_n;
+    constexpr int outs_per_block = swiglu ? tile_n / 2 : tile_n;
+    int col_blocks = (a.n_out + outs_per_block - 1) / outs_per_block;
+    for (int i = 0; i < a.n_extra; ++i) col_blocks += (a.extra[i].n_out + outs_per_block - 1) / outs_per_block;
     const int m_tiles = a.group_off ? a.n_pairs / tile_m + a.max_groups : (a.n_pairs + tile_m - 1) / tile_m;
-    const dim3 grid((a.n_out + outs_per_block - 1) / outs_per_block, m_tiles);
-    launch_pdl_smem(kernel, grid, dim3(n_threads), smem_bytes, stream, a, matvec_row_bytes(a.type, a.n_in));
+    launch_pdl_smem(kernel, dim3(col_blocks, m_tiles), dim3(n_threads), smem_bytes, stream, a,
+                    matvec_row_bytes(a.type, a.n_in));
     TANDEM_CUDA_CHECK_LAUNCH();
 }
 
@@ -283,30 +410,21 @@ void matmul_prompt(const matvec_args &args, cudaStream_t stream) {
     TANDEM_CUDA_REQUIRE(!(a.w_up && a.accumulate), "matmul_prompt: SwiGLU and accumulate do not combine");
     TANDEM_CUDA_REQUIRE(a.n_extra >= 0 && a.n_extra <= 2 && (a.n_extra == 0 || (!a.group_off && !a.w_up)),
                         "matmul_prompt: up to 2 extra matrices, dense and without SwiGLU only");
+    for (int i = 0; i < a.n_extra; ++i)
+        TANDEM_CUDA_REQUIRE(a.extra[i].w && a.extra[i].y && a.extra[i].n_out > 0, "matmul_prompt: empty extra matrix");
     if (a.n_pairs == 0) return;
     TANDEM_CUDA_REQUIRE(int64_t(a.n_pairs) / tile_m + a.max_groups <= 65535, "matmul_prompt: too many rows for one launch");
     if ((a.type == ggml_type::q4_k || a.type == ggml_type::q6_k) && a.n_in % 256 != 0)
         TANDEM_CUDA_REQUIRE(false, "matmul_prompt: K-quant rows are whole 256-element blocks");
-    // Extra matrices (Q, K, V together in matvec): one launch each here; the grid is wide anyway.
-    matvec_args one = a;
-    one.n_extra = 0;
-    for (int part = 0; part <= a.n_extra; ++part) {
-        if (part > 0) {
-            one.w = a.extra[part - 1].w;
-            one.n_out = a.extra[part - 1].n_out;
-            one.y = a.extra[part - 1].y;
-            one.y_stride = a.extra[part - 1].y_stride;
-            TANDEM_CUDA_REQUIRE(one.w && one.y && one.n_out > 0, "matmul_prompt: empty extra matrix");
-        }
-        switch (a.type) {
-        case ggml_type::q4_k: launch_matmul_prompt_type<ggml_type::q4_k>(one, stream); break;
-        case ggml_type::q6_k: launch_matmul_prompt_type<ggml_type::q6_k>(one, stream); break;
-        case ggml_type::q8_0: launch_matmul_prompt_type<ggml_type::q8_0>(one, stream); break;
-        case ggml_type::f16: launch_matmul_prompt_type<ggml_type::f16>(one, stream); break;
-        case ggml_type::bf16: launch_matmul_prompt_type<ggml_type::bf16>(one, stream); break;
-        case ggml_type::f32: launch_matmul_prompt_type<ggml_type::f32>(one, stream); break;
-        default: TANDEM_CUDA_REQUIRE(false, "matmul_prompt: weight type not supported on CUDA");
-        }
+    // Extra matrices (Q, K, V together in matvec) continue the grid's column blocks: one launch.
+    switch (a.type) {
+    case ggml_type::q4_k: launch_matmul_prompt_type<ggml_type::q4_k>(a, stream); break;
+    case ggml_type::q6_k: launch_matmul_prompt_type<ggml_type::q6_k>(a, stream); break;
+    case ggml_type::q8_0: launch_matmul_prompt_type<ggml_type::q8_0>(a, stream); break;
+    case ggml_type::f16: launch_matmul_prompt_type<ggml_type::f16>(a, stream); break;
+    case ggml_type::bf16: launch_matmul_prompt_type<ggml_type::bf16>(a, stream); break;
+    case ggml_type::f32: launch_matmul_prompt_type<ggml_type::f32>(a, stream); break;
+    default: TANDEM_CUDA_REQUIRE(false, "matmul_prompt: weight type not supported on CUDA");
     }
 }
 

@@ -6,8 +6,10 @@
 
 #include "cuda/matmul_prompt.h"
 #include "cuda/moe.h"
+#include "tandem/quant_blocks.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 
 using namespace tandem;
@@ -21,6 +23,62 @@ namespace {
 
 bool same_bits(const float *a, const float *b, size_t n) { return std::memcmp(a, b, n * sizeof(float)) == 0; }
 
+// Q4_K rows of random quants and scales (valid blocks, no quantiser run: fast at bench sizes).
+std::vector<uint8_t> random_q4_k(std::mt19937_64 &rng, int64_t n_in, int64_t n_out) {
+    std::vector<uint8_t> bytes(size_t(ggml_row_bytes(ggml_type::q4_k, n_in)) * size_t(n_out));
+    for (size_t i = 0; i < bytes.size(); i += 8) {
+        const uint64_t r = rng();
+        std::memcpy(bytes.data() + i, &r, std::min<size_t>(8, bytes.size() - i));
+    }
+    std::uniform_real_distribution<float> scale(0.5e-3f, 2e-3f);
+    for (size_t b = 0; b < bytes.size(); b += sizeof(block_q4_k)) {
+        const uint16_t d = fp32_to_fp16(scale(rng)), dmin = fp32_to_fp16(scale(rng));
+        std::memcpy(bytes.data() + b, &d, 2);
+        std::memcpy(bytes.data() + b + 2, &dmin, 2);
+    }
+    return bytes;
+}
+
+// Median milliseconds of `reps` timed runs of `fn` after 3 warm-ups (device events).
+template <class F>
+double median_ms(F &&fn, int reps = 21) {
+    for (int i = 0; i < 3; ++i) fn();
+    cudaEvent_t t0, t1;
+    TANDEM_CUDA_CHECK(cudaEventCreate(&t0));
+    TANDEM_CUDA_CHECK(cudaEventCreate(&t1));
+    std::vector<double> ms;
+    for (int i = 0; i < reps; ++i) {
+        TANDEM_CUDA_CHECK(cudaEventRecord(t0));
+        fn();
+        TANDEM_CUDA_CHECK(cudaEventRecord(t1));
+        TANDEM_CUDA_CHECK(cudaEventSynchronize(t1));
+        float m = 0;
+        TANDEM_CUDA_CHECK(cudaEventElapsedTime(&m, t0, t1));
+        ms.push_back(m);
+    }
+    TANDEM_CUDA_CHECK(cudaEventDestroy(t0));
+    TANDEM_CUDA_CHECK(cudaEventDestroy(t1));
+    std::sort(ms.begin(), ms.end());
+    return ms[ms.size() / 2];
+}
+
+// FNV-1a of the output bits: equal across builds when the arithmetic is.
+uint64_t bits_hash(const std::vector<float> &v) {
+    uint64_t h = 1469598103934665603ull;
+    for (float f : v) {
+        uint32_t u;
+        std::memcpy(&u, &f, 4);
+        h = (h ^ u) * 1099511628211ull;
+    }
+    return h;
+}
+
+void bench_report(const char *what, double ms, double flop, const std::vector<float> &out) {
+    std::printf("bench %-44s %8.3f ms %7.1f TFLOP/s useful  hash %016llx\n", what, ms, flop / ms * 1e-9,
+                static_cast<unsigned long long>(bits_hash(out)));
+    std::fflush(stdout);
+}
+
 }  // namespace
 
 TEST_CASE("matmul_prompt matches the CPU matmul for every weight type; rows are invariant to the batch", "[gpu][kernels]") {
@@ -31,7 +89,8 @@ TEST_CASE("matmul_prompt matches the CPU matmul for every weight type; rows are 
     double worst = 0;
     for (ggml_type type : {ggml_type::f32, ggml_type::f16, ggml_type::bf16, ggml_type::q8_0, ggml_type::q4_k, ggml_type::q6_k}) {
         const int64_t blk = ggml_type_info(type).block_elems;
-        // Rows: 1, a tile and one, several tiles; outputs: 1, odd, a tile and one; K: one block,
+        // Rows: 1, partial tiles (13, 64, 65: the kernel's tile is 128 rows, its warps 64 and
+        // mma tiles 16), two tiles (130); outputs: 1, odd, a tile and one (129); K: one block,
         // several K steps, a partial last step (96, 4352).
         std::vector<shape> shapes = {{256, 1, 1}, {512, 37, 65}, {768, 129, 13}, {2048, 67, 130}, {4352, 19, 3}, {256, 64, 64}};
         if (blk == 1 || blk == 32) shapes.push_back({96, 33, 70});
@@ -244,5 +303,75 @@ TEST_CASE("matmul_prompt grouped SwiGLU experts match the CPU and the dense prod
             INFO("pair " << p << " of the half batch");
             CHECK(same_bits(act2.data() + size_t(p) * ff, act.data() + size_t(p) * ff, size_t(ff)));
         }
+    }
+}
+
+// Timing, not run by default: `test_cuda_matmul_prompt "[.bench]"`. The shapes of one layer of a
+// 2,048-row qwen3-30b-a3b prefill step (Q4_K): a dense 2048 -> 5120 product, Q/K/V as one fused
+// launch, the grouped SwiGLU gate/up of 128 experts (8 per row, d_ff 768) and their down product.
+TEST_CASE("matmul_prompt speed on prefill shapes", "[.bench][gpu]") {
+    if (!test::gpu_present()) return;
+    std::mt19937_64 rng(9100);
+    const int32_t n = 2048, d = 2048, ne = 128, k = 8, ff = 768;
+    const auto x = test::random_floats(rng, size_t(n) * 4096);
+    device_buffer<float> dx(x);
+
+    {
+        const auto w = random_q4_k(rng, d, 5120);
+        device_buffer<uint8_t> dw(w);
+        device_buffer<float> dy(size_t(n) * 5120);
+        cuda::matvec_args a;
+        a.w = dw.ptr; a.type = ggml_type::q4_k; a.n_in = d; a.n_out = 5120;
+        a.x = dx.ptr; a.x_stride = d; a.y = dy.ptr; a.y_stride = 5120; a.n_pairs = n;
+        const double ms = median_ms([&] { cuda::matmul_prompt(a, nullptr); });
+        bench_report("dense 2048 rows 2048 -> 5120", ms, 2.0 * n * d * 5120, dy.download());
+    }
+    {
+        const auto wq = random_q4_k(rng, d, 4096), wk = random_q4_k(rng, d, 512), wv = random_q4_k(rng, d, 512);
+        device_buffer<uint8_t> dq(wq), dk(wk), dv(wv);
+        device_buffer<float> yq(size_t(n) * 4096), yk(size_t(n) * 512), yv(size_t(n) * 512);
+        cuda::matvec_args a;
+        a.w = dq.ptr; a.type = ggml_type::q4_k; a.n_in = d; a.n_out = 4096;
+        a.x = dx.ptr; a.x_stride = d; a.y = yq.ptr; a.y_stride = 4096; a.n_pairs = n;
+        a.extra[0] = {dk.ptr, 512, yk.ptr, 512};
+        a.extra[1] = {dv.ptr, 512, yv.ptr, 512};
+        a.n_extra = 2;
+        const double ms = median_ms([&] { cuda::matmul_prompt(a, nullptr); });
+        auto out = yq.download();
+        for (const auto *b : {&yk, &yv}) {
+            const auto part = b->download();
+            out.insert(out.end(), part.begin(), part.end());
+        }
+        bench_report("dense Q/K/V 2048 -> 4096 + 512 + 512", ms, 2.0 * n * d * 5120, out);
+    }
+    {
+        const auto logits = test::random_floats(rng, size_t(n) * ne);
+        const std::vector<int32_t> slots(size_t(n), 0);
+        const int32_t max_groups = cuda::moe_max_groups(n, ne, k);
+        device_buffer<float> dlog(logits), dwts(size_t(n) * k);
+        device_buffer<int32_t> dslots(slots), dids(size_t(n) * k), dge{size_t(max_groups)}, dgo{size_t(max_groups) + 1},
+            dng{1}, dpx{size_t(n) * k}, dpy{size_t(n) * k};
+        cuda::moe_route_args ra;
+        ra.logits = dlog.ptr; ra.slots = dslots.ptr; ra.ids = dids.ptr; ra.weights = dwts.ptr; ra.group_expert = dge.ptr;
+        ra.group_off = dgo.ptr; ra.n_groups = dng.ptr; ra.pair_x = dpx.ptr; ra.pair_y = dpy.ptr;
+        ra.n_rows = n; ra.n_expert = ne; ra.k = k; ra.renormalise = true;
+        cuda::moe_route(ra, nullptr);
+        const auto gate = random_q4_k(rng, d, int64_t(ff) * ne), up = random_q4_k(rng, d, int64_t(ff) * ne);
+        const auto down = random_q4_k(rng, ff, int64_t(d) * ne);
+        device_buffer<uint8_t> dgate(gate), dup(up), ddown(down);
+        device_buffer<float> dact(size_t(n) * k * ff), dout(size_t(n) * k * d);
+        cuda::matvec_args g;
+        g.w = dgate.ptr; g.w_up = dup.ptr; g.type = ggml_type::q4_k; g.n_in = d; g.n_out = ff;
+        g.x = dx.ptr; g.x_stride = d; g.y = dact.ptr; g.y_stride = ff; g.x_rows = dpx.ptr; g.y_rows = dpy.ptr;
+        g.group_mat = dge.ptr; g.group_off = dgo.ptr; g.n_groups = dng.ptr; g.max_groups = max_groups;
+        g.max_pairs_per_group = n;
+        g.n_pairs = n * k;
+        const double ms_gu = median_ms([&] { cuda::matmul_prompt(g, nullptr); });
+        bench_report("grouped SwiGLU 128 experts 2048 -> 2 x 768", ms_gu, 2.0 * n * k * d * 2 * ff, dact.download());
+        cuda::matvec_args dn = g;
+        dn.w = ddown.ptr; dn.w_up = nullptr; dn.n_in = ff; dn.n_out = d; dn.x = dact.ptr; dn.x_stride = ff;
+        dn.y = dout.ptr; dn.y_stride = d; dn.x_rows = dpy.ptr;
+        const double ms_dn = median_ms([&] { cuda::matmul_prompt(dn, nullptr); });
+        bench_report("grouped down 128 experts 768 -> 2048", ms_dn, 2.0 * n * k * ff * d, dout.download());
     }
 }
