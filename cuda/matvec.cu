@@ -21,10 +21,13 @@
 namespace tandem::cuda {
 namespace {
 
-// Measured on the H200 (docs/perf-notes.md): 4 warps beat 8 (more, smaller blocks), and one n8
-// tile of step rows per pass beats two (half the registers: 4 blocks per SM instead of 2); more
-// rows take more passes, whose weights then come from L1/L2.
+// Measured on the H200 (docs/perf-notes.md): 4 warps per block beat 8 (more, smaller blocks), and
+// one n8 tile of step rows per pass beats two (half the registers: 4 blocks per SM instead of 2);
+// more rows take more passes, whose weights then come from L1/L2. A dense matrix too narrow to
+// give every SM two blocks (wo, the router) splits K 8 ways instead: the split is a function of
+// the matrix's shape, never of the step's rows, so decode rows stay batch invariant.
 constexpr int block_warps = 4;   // K split 4 ways: enough warps in flight for one-row steps
+constexpr int narrow_blocks = 264;  // fewer blocks than this (2 per SM of an H200): K split 8 ways
 constexpr int block_rows = 16;   // weight rows per block (an m16 tile); SwiGLU: 8 gate + 8 up rows
 constexpr int chunk_items = 4;   // generic types: items per K chunk, lane t of a quad takes item 4c + t
 
@@ -54,10 +57,10 @@ __device__ __forceinline__ q4_k_lane load_q4_k_lane(const uint8_t *__restrict__ 
     return r;
 }
 
-template <ggml_type T, bool swiglu>
-__global__ void __launch_bounds__(block_warps * 32)
+template <ggml_type T, bool swiglu, int n_warps>
+__global__ void __launch_bounds__(n_warps * 32)
     matvec_kernel(const matvec_args a, int64_t row_bytes, int blocks0, int blocks1) {
-    __shared__ float s_red[block_warps - 1][4][32];  // warps 1..3's sums, lane-minor
+    __shared__ float s_red[n_warps - 1][4][32];  // warps 1.. sums, lane-minor
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     // Which matrix of a fused launch this block computes (uniform per block).
     int bx = blockIdx.x, n_out = a.n_out;
@@ -142,9 +145,9 @@ __global__ void __launch_bounds__(block_warps * 32)
         if (p0 + g < end) xr = a.x + int64_t(a.x_rows ? a.x_rows[p0 + g] : p0 + g) * a.x_stride;
         float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
         if (!(prefetched && p0 == begin)) load_chunk(warp, raw_lo, raw_hi);
-        for (int c = warp; c < n_chunks; c += block_warps) {
+        for (int c = warp; c < n_chunks; c += n_warps) {
             raw_t next_lo = raw_lo, next_hi = raw_hi;
-            load_chunk(c + block_warps, next_lo, next_hi);
+            load_chunk(c + n_warps, next_lo, next_hi);
             if constexpr (q4k) {
                 // Sub-block j (32 elements) of block c: sum_l q_l x_l on the tensor cores (q exact
                 // in bf16, x split hi/lo), then acc += d_j * that - m_j * sum_l x_l per row.
@@ -265,7 +268,7 @@ __global__ void __launch_bounds__(block_warps * 32)
 #pragma unroll
             for (int e = 0; e < 4; ++e)
 #pragma unroll
-                for (int v = 0; v < block_warps - 1; ++v) acc[e] += s_red[v][e][lane];
+                for (int v = 0; v < n_warps - 1; ++v) acc[e] += s_red[v][e][lane];
             // Element e: weight row g + 8 (e >> 1) of the tile, step row 2t + (e & 1).
 #pragma unroll
             for (int e = 0; e < (swiglu ? 2 : 4); ++e) {
@@ -295,8 +298,15 @@ void launch_matvec_shape(const matvec_args &a, cudaStream_t stream) {
     const int blocks1 = a.n_extra > 0 ? (a.extra[0].n_out + per_block - 1) / per_block : 0;
     const int blocks2 = a.n_extra > 1 ? (a.extra[1].n_out + per_block - 1) / per_block : 0;
     const dim3 grid(blocks0 + blocks1 + blocks2, a.group_off ? a.max_groups : 1);
-    launch_pdl(matvec_kernel<T, swiglu>, grid, dim3(block_warps * 32), stream, a, matvec_row_bytes(a.type, a.n_in),
-               blocks0, blocks1);
+    const int64_t row_bytes = matvec_row_bytes(a.type, a.n_in);
+    if constexpr (!swiglu) {
+        if (!a.group_off && grid.x < narrow_blocks) {
+            launch_pdl(matvec_kernel<T, false, 2 * block_warps>, grid, dim3(2 * block_warps * 32), stream, a, row_bytes,
+                       blocks0, blocks1);
+            return;
+        }
+    }
+    launch_pdl(matvec_kernel<T, swiglu, block_warps>, grid, dim3(block_warps * 32), stream, a, row_bytes, blocks0, blocks1);
 }
 
 template <ggml_type T>

@@ -34,7 +34,9 @@ TEST_CASE("matvec matches the CPU matmul for every weight type, and rows are bat
     uint64_t seed = 1000;
     for (ggml_type type : all_types) {
         const int64_t blk = ggml_type_info(type).block_elems;
-        std::vector<shape> shapes = {{256, 1, 1}, {512, 37, 3}, {768, 129, 13}, {2048, 67, 16}, {256, 5, 40}, {4352, 19, 3}};
+        // n_out 4500: enough blocks for the 4-way K split; the narrower shapes take the 8-way one.
+        std::vector<shape> shapes = {{256, 1, 1}, {512, 37, 3}, {768, 129, 13}, {2048, 67, 16}, {256, 5, 40}, {4352, 19, 3},
+                                     {512, 4500, 9}};
         if (blk == 1 || blk == 32) shapes.push_back({96, 33, 7});
         for (const shape &sh : shapes) {
             ++seed;
