@@ -1,10 +1,10 @@
 // cuda/matmul_prompt.h - y = W x for the prompt rows of a step on tensor cores: the products
 // matvec.h computes, with the same arguments (dense or grouped by expert, SwiGLU, residual add,
 // fused extra matrices), for rows that come in hundreds at a time.
-// Owns: the weight-times-activation products of prompt rows. Does not own: decode rows (matvec.h,
-// fp32, each output's sum order fixed), routing (moe.h).
+// Owns: the weight-times-activation products of prompt rows. Does not own: decode rows (matvec.h:
+// its own tensor-core kernel, another sum order), routing (moe.h).
 //
-// Numerics: each weight is dequantised exactly as matvec does (quant_decode.cuh), then weights
+// Numerics: each weight is dequantised to the CPU's value, bitwise (quant_decode.cuh), then weights
 // and activations are split into bf16 pairs, v = hi + lo (hi = bf16(v), lo = bf16(v - hi)), and
 // a product is hi_w hi_x + hi_w lo_x + lo_w hi_x on mma.sync (fp32 accumulate): ~16 bits of each
 // operand, ~1e-6 relative per product; tolerance::matmul_prompt says what the tests allow.
