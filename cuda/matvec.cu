@@ -57,6 +57,20 @@ __device__ __forceinline__ q4_k_lane load_q4_k_lane(const uint8_t *__restrict__ 
     return r;
 }
 
+// Q6_K: four 6-bit quants (bytes of `word`, each 0..63) -> two bf16 pairs of q - 32, exact:
+// bytes b0, b1 (pair 0) or b2, b3 (pair 1), as 128 + q (0x4300 | q) minus 160.
+__device__ __forceinline__ uint32_t q6_pair(uint32_t word, int pair) {
+    uint32_t v = __byte_perm(word, 0u, pair == 0 ? 0x4140u : 0x4342u) | 0x43004300u;
+    __nv_bfloat162 b = *reinterpret_cast<const __nv_bfloat162 *>(&v);
+    b = __hsub2(b, __floats2bfloat162_rn(160.0f, 160.0f));
+    return *reinterpret_cast<const uint32_t *>(&b);
+}
+// A 32-bit word of a Q6_K block, which is only 2-byte aligned (210-byte blocks).
+__device__ __forceinline__ uint32_t load_u32_a2(const uint8_t *p) {
+    const uint16_t *q = reinterpret_cast<const uint16_t *>(p);
+    return uint32_t(q[0]) | (uint32_t(q[1]) << 16);
+}
+
 template <ggml_type T, bool swiglu, int n_warps>
 __global__ void __launch_bounds__(n_warps * 32)
     matvec_kernel(const matvec_args a, int64_t row_bytes, int blocks0, int blocks1) {
@@ -82,10 +96,10 @@ __global__ void __launch_bounds__(n_warps * 32)
     const int j0 = bx * (swiglu ? block_rows / 2 : block_rows);
     const bool grouped = a.group_off != nullptr;
     const bool early = !grouped || a.groups_settled;  // the weight rows are known before the wait
-    constexpr bool q4k = T == ggml_type::q4_k;
-    // K chunks: Q4_K blocks of 256 (scales applied outside the mma), else 4 items of 32.
+    constexpr bool q4k = T == ggml_type::q4_k, q6k = T == ggml_type::q6_k;
+    // K chunks: Q4_K / Q6_K blocks of 256 (scales applied outside the mma), else 4 items of 32.
     const int n_items = a.n_in / 32;
-    const int n_chunks = q4k ? a.n_in / 256 : (n_items + chunk_items - 1) / chunk_items;
+    const int n_chunks = q4k || q6k ? a.n_in / 256 : (n_items + chunk_items - 1) / chunk_items;
     int begin = 0, end = a.n_pairs, mat = 0;
     auto resolve_group = [&]() {
         const int gi = blockIdx.y;
@@ -118,6 +132,8 @@ __global__ void __launch_bounds__(n_warps * 32)
         if constexpr (q4k) {
             if (row_lo) lo = load_q4_k_lane(row_lo, c, t);
             if (row_hi) hi = load_q4_k_lane(row_hi, c, t);
+        } else if constexpr (q6k) {
+            // Loaded where it is used (the lane's words of a block take 36 registers per row).
         } else {
             const int item = chunk_items * c + t;
             if (item >= n_items) return;
@@ -214,6 +230,65 @@ __global__ void __launch_bounds__(n_warps * 32)
                             acc[e] = fmaf(-m1, (e & 1) ? xs1 : xs0, acc[e]);
                         }
                     }
+                }
+            } else if constexpr (q6k) {
+                // Block c: 16 groups of 16 elements (half h, quarter qq, is: the CPU's loop order,
+                // group index 8 h + 2 qq + is = its scale's index), one k16 step each; lane t holds
+                // elements l = 16 is + 4t .. +3 of the group. The quants (q - 32, exact in bf16) go
+                // through the tensor cores, then acc += (d * scale) * that per row.
+                uint32_t ql[2][2][2][2] = {}, qh[2][2][2] = {};  // [row][half][is][at l / l + 32], [row][half][is]
+                float dsc[2][16] = {};
+                const uint8_t *rows2[2] = {row_lo, row_hi};
+#pragma unroll
+                for (int r = 0; r < 2; ++r) {
+                    if (!rows2[r]) continue;
+                    const uint8_t *b = rows2[r] + size_t(c) * 210;
+                    const float d = half_bits_to_float(*reinterpret_cast<const uint16_t *>(b + 208));
+#pragma unroll
+                    for (int h = 0; h < 2; ++h)
+#pragma unroll
+                        for (int is = 0; is < 2; ++is) {
+                            ql[r][h][is][0] = load_u32_a2(b + 64 * h + 16 * is + 4 * t);
+                            ql[r][h][is][1] = load_u32_a2(b + 64 * h + 32 + 16 * is + 4 * t);
+                            qh[r][h][is] = load_u32_a2(b + 128 + 32 * h + 16 * is + 4 * t);
+                        }
+#pragma unroll
+                    for (int k = 0; k < 8; ++k) {
+                        const uint32_t two = *reinterpret_cast<const uint16_t *>(b + 192 + 2 * k);
+                        dsc[r][2 * k] = __fmul_rn(d, float(int8_t(two & 0xFFu)));
+                        dsc[r][2 * k + 1] = __fmul_rn(d, float(int8_t(two >> 8)));
+                    }
+                }
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    float4 xq[4][2];  // [quarter][is]: elements 128 h + 32 qq + 16 is + 4t .. +3
+#pragma unroll
+                    for (int qq = 0; qq < 4; ++qq)
+#pragma unroll
+                        for (int is = 0; is < 2; ++is)
+                            xq[qq][is] = xr ? *reinterpret_cast<const float4 *>(xr + 256 * c + 128 * h + 32 * qq + 16 * is + 4 * t)
+                                            : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll
+                    for (int qq = 0; qq < 4; ++qq)
+#pragma unroll
+                        for (int is = 0; is < 2; ++is) {
+                            uint32_t qb[2];  // the four quants of each row, one per byte
+#pragma unroll
+                            for (int r = 0; r < 2; ++r) {
+                                const uint32_t low = (ql[r][h][is][qq & 1] >> (qq >= 2 ? 4 : 0)) & 0x0F0F0F0Fu;
+                                qb[r] = low | (((qh[r][h][is] >> (2 * qq)) & 0x03030303u) << 4);
+                            }
+                            const uint32_t av[4] = {q6_pair(qb[0], 0), q6_pair(qb[1], 0), q6_pair(qb[0], 1), q6_pair(qb[1], 1)};
+                            uint32_t b_hi0, b_lo0, b_hi1, b_lo1;
+                            bf16_split2(xq[qq][is].x, xq[qq][is].y, b_hi0, b_lo0);
+                            bf16_split2(xq[qq][is].z, xq[qq][is].w, b_hi1, b_lo1);
+                            float part[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+                            mma_bf16(part, av, b_hi0, b_hi1);
+                            mma_bf16(part, av, b_lo0, b_lo1);
+                            const int grp = 8 * h + 2 * qq + is;
+#pragma unroll
+                            for (int e = 0; e < 4; ++e) acc[e] = fmaf(dsc[e >> 1][grp], part[e], acc[e]);
+                        }
                 }
             } else {
                 const int item = chunk_items * c + t;
