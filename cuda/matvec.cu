@@ -6,9 +6,11 @@
 // group and the activations are read once per 16 weight rows (the fp32 kernel this replaces
 // re-read them from L1 for every weight row: at 16 sessions that traffic, not DRAM, was the
 // limit). K is free to be permuted inside a tile as long as A and B agree: lane (g, t) of a quad
-// dequantises item 4c + t of its two weight rows into registers (no shared memory) and the lanes
-// holding B load the same item's activations, four consecutive elements per k16 step. A block's
-// 4 warps split K by chunks (chunk c to warp c % 4) and add their sums in warp order.
+// unpacks its share of its two weight rows into registers (no shared memory) and the lanes
+// holding B load the matching activations, four consecutive elements per k16 step. Q4_K and Q6_K
+// keep their scales out of the mma: every k16 step lies in one scale group, so the exact integer
+// quants are the A operand and the group's sum is scaled afterwards (no per-weight dequantising).
+// A block's warps split K by chunks (chunk c to warp c % W) and add their sums in warp order.
 #include "matvec.h"
 
 #include "cuda_check.h"

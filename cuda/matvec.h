@@ -5,12 +5,15 @@
 // experts, head). Does not own: prompt rows (matmul_prompt.h), routing and the pair sort (moe.h),
 // norms (norm.h).
 //
-// Numerics (mma_bf16.cuh): each weight is dequantised as the CPU does (bitwise), weights and
-// activations are split into bf16 hi/lo pairs, and the products run on tensor cores with fp32
-// accumulation; an output sums its K range in 128-element chunks, chunk c into the partial sum
-// of warp c % 4, and the four partials are added in warp order. That order depends only on n_in,
-// never on the number of rows or groups, and no term mixes two rows: decode logits are batch
-// invariant, bitwise. Relative error vs the CPU's fp32 products: tolerance::matvec.
+// Numerics (mma_bf16.cuh): the products run on tensor cores with fp32 accumulation, the
+// activations split into bf16 hi/lo pairs. Q4_K and Q6_K weights enter as their exact integer
+// quants and each scale group's sum is scaled after the mma (d * sum(q x) - m * sum(x) for
+// Q4_K's 32-element sub-blocks, (d * scale) * sum(q x) for Q6_K's 16-element groups); other
+// types are dequantised as the CPU does and split too. An output sums its K range in chunks
+// (a K-quant block, or 4 items of 32), chunk c into the partial of warp c % W, and the W partials
+// are added in warp order; W (4, or 8 for dense matrices too narrow to fill the GPU) depends only
+// on the matrix's shape, never on the number of rows or groups, and no term mixes two rows:
+// decode logits are batch invariant, bitwise. Error vs the CPU's fp32 products: tolerance::matvec.
 #pragma once
 
 #include "tandem/types.h"
