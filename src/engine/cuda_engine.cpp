@@ -9,6 +9,7 @@
 #include "cuda/cuda_check.h"
 #include "cuda_device_state.h"
 #include "cuda_link.h"
+#include "step_split.h"
 #include "tandem/error.h"
 #include "tandem/log.h"
 
@@ -422,73 +423,32 @@ void cuda_engine::forward(std::span<const engine_row> rows, std::vector<float> &
     if (rows.empty()) return;
     slots_.validate(rows);
     const size_t vocab = size_t(hp_.n_vocab);
-    std::vector<size_t> out_index(rows.size(), 0);  // each wanted row's place in the output
     size_t n_wanted = 0;
-    for (size_t i = 0; i < rows.size(); ++i) out_index[i] = rows[i].want_logits ? n_wanted++ : 0;
+    for (const engine_row &r : rows) n_wanted += r.want_logits ? 1 : 0;
     logits.resize(n_wanted * vocab);
 
-    // Decode rows and prompt rows run as separate steps (their kernels differ, engine_row::prompt):
-    // decode rows first, unless a slot has a prompt row before one of its decode rows; then the
-    // rows run as consecutive runs of one kind, in order.
-    std::vector<std::vector<size_t>> parts;
-    std::vector<bool> part_prompt;
-    std::vector<int32_t> first_prompt_of_slot(size_t(n_slots_), -1);
-    bool reorder_ok = true;
-    for (size_t i = 0; i < rows.size(); ++i) {
-        int32_t &fp = first_prompt_of_slot[size_t(rows[i].slot)];
-        if (rows[i].prompt && fp < 0) fp = int32_t(i);
-        if (!rows[i].prompt && fp >= 0) reorder_ok = false;
-    }
-    if (reorder_ok) {
-        for (bool kind : {false, true}) {
-            std::vector<size_t> idx;
-            for (size_t i = 0; i < rows.size(); ++i)
-                if (rows[i].prompt == kind) idx.push_back(i);
-            if (!idx.empty()) {
-                parts.push_back(std::move(idx));
-                part_prompt.push_back(kind);
-            }
-        }
-    } else {
-        for (size_t i = 0; i < rows.size(); ++i) {
-            if (parts.empty() || part_prompt.back() != rows[i].prompt) {
-                parts.emplace_back();
-                part_prompt.push_back(rows[i].prompt);
-            }
-            parts.back().push_back(i);
-        }
-    }
-
+    // Decode rows and prompt rows run as separate steps (their kernels differ, engine_row::prompt).
+    step_limits limits;
+    limits.decode_rows = size_t(cuda_device::step_rows_limit(hp_, false));
+    limits.prompt_rows = size_t(cuda_device::step_rows_limit(hp_, true));
+    limits.logit_rows = size_t(cuda_device::max_logit_rows);
     std::vector<engine_row> step_rows;
     std::vector<float> scratch;
-    for (size_t p = 0; p < parts.size(); ++p) {
-        const std::vector<size_t> &idx = parts[p];
-        const size_t limit = size_t(cuda_device::step_rows_limit(hp_, part_prompt[p]));
-        for (size_t begin = 0; begin < idx.size();) {
-            step_rows.clear();
-            std::vector<size_t> wanted;  // output indices of this step's logits rows, in order
-            size_t end = begin;
-            for (; end < idx.size() && end - begin < limit; ++end) {
-                if (rows[idx[end]].want_logits) {
-                    if (wanted.size() == size_t(cuda_device::max_logit_rows)) break;
-                    wanted.push_back(out_index[idx[end]]);
-                }
-                step_rows.push_back(rows[idx[end]]);
-            }
-            begin = end;
-            // Logits rows that are consecutive in the output go there directly.
-            bool direct = true;
-            for (size_t j = 1; j < wanted.size(); ++j) direct = direct && wanted[j] == wanted[j - 1] + 1;
-            float *dst = wanted.empty() ? nullptr : logits.data() + wanted[0] * vocab;
-            if (!direct) {
-                scratch.resize(wanted.size() * vocab);
-                dst = scratch.data();
-            }
-            run_step(step_rows, part_prompt[p], dst);
-            if (!direct)
-                for (size_t j = 0; j < wanted.size(); ++j)
-                    std::memcpy(logits.data() + wanted[j] * vocab, scratch.data() + j * vocab, vocab * sizeof(float));
+    for (const engine_step &step : engine_steps_split(rows, n_slots_, limits)) {
+        step_rows.clear();
+        for (size_t i : step.rows) step_rows.push_back(rows[i]);
+        // Logits rows that are consecutive in the output go there directly.
+        bool direct = true;
+        for (size_t j = 1; j < step.out.size(); ++j) direct = direct && step.out[j] == step.out[j - 1] + 1;
+        float *dst = step.out.empty() ? nullptr : logits.data() + step.out[0] * vocab;
+        if (!direct) {
+            scratch.resize(step.out.size() * vocab);
+            dst = scratch.data();
         }
+        run_step(step_rows, step.prompt, dst);
+        if (!direct)
+            for (size_t j = 0; j < step.out.size(); ++j)
+                std::memcpy(logits.data() + step.out[j] * vocab, scratch.data() + j * vocab, vocab * sizeof(float));
     }
     slots_.advance(rows);
 }
