@@ -26,6 +26,10 @@ __device__ __forceinline__ void pdl_trigger() {
 #endif
 }
 
+// Whether the current device takes PDL (compute capability 9.0+); older GPUs (sm_89) launch the
+// same kernels in plain stream order, where pdl_wait/pdl_trigger compile to nothing.
+bool pdl_supported();
+
 // With `smem_bytes` of dynamic shared memory (the kernel's attribute must allow it).
 template <class... Params, class... Args>
 void launch_pdl_smem(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem_bytes, cudaStream_t stream,
@@ -39,7 +43,7 @@ void launch_pdl_smem(void (*kernel)(Params...), dim3 grid, dim3 block, size_t sm
     attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
     attr[0].val.programmaticStreamSerializationAllowed = 1;
     cfg.attrs = attr;
-    cfg.numAttrs = 1;
+    cfg.numAttrs = pdl_supported() ? 1 : 0;
     TANDEM_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...));
 }
 

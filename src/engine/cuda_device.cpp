@@ -6,6 +6,7 @@
 #include "cuda/attention.h"
 #include "cuda/attention_prompt.h"
 #include "cuda/cuda_check.h"
+#include "cuda/launch.cuh"
 #include "cuda/matmul_prompt.h"
 #include "cuda/matvec.h"
 #include "cuda/moe.h"
@@ -91,6 +92,7 @@ cuda_device::cuda_device(const model_hparams &hp, const model_tensors &tensors, 
     m.n_ctx = n_ctx;
     m.device = part.physical;
     TANDEM_CUDA_CHECK(cudaSetDevice(m.device));
+    cuda::pdl_supported();  // asked here, not first inside a graph capture
     cudaDeviceProp prop{};
     TANDEM_CUDA_CHECK(cudaGetDeviceProperties(&prop, m.device));
     m.name = prop.name;
