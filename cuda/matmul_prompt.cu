@@ -75,12 +75,8 @@ __device__ __forceinline__ float nibble_float(uint32_t m, int k) {
 // is d1 * q (+ 4 bits): fma(d1, q, -m1) rounds once, as fsub(fmul(d1, q), m1) does.
 __device__ __forceinline__ void store_q4_k(const q4_k_raw &r, int item, __nv_bfloat16 *hi, __nv_bfloat16 *lo) {
     const int u = item & 7, c = u >> 1, hf = u & 1;
-    const float d = half_bits_to_float(r.dd), dmin = half_bits_to_float(r.dd >> 16);
-    float sc1, m1s, sc2, m2s;
-    q4_k_scale_min_dev(r.s0, r.s1, r.s2, 2 * c, sc1, m1s);
-    q4_k_scale_min_dev(r.s0, r.s1, r.s2, 2 * c + 1, sc2, m2s);
-    const float d1 = __fmul_rn(d, sc1), m1 = __fmul_rn(dmin, m1s);
-    const float d2 = __fmul_rn(d, sc2), m2 = __fmul_rn(dmin, m2s);
+    const q4_k_item_scales k = q4_k_scales_of(r, item);
+    const float d1 = k.d1, m1 = k.m1, d2 = k.d2, m2 = k.m2;
     const uint32_t qw[4] = {r.q.x, r.q.y, r.q.z, r.q.w};
     const int col = 64 * (c & 1) + 16 * hf;  // within the K step: runs at +0, +8 (low), +32, +40 (high)
 #pragma unroll

@@ -60,14 +60,23 @@ __device__ __forceinline__ q4_k_raw load_q4_k(const uint8_t *__restrict__ row, i
     r.q = *reinterpret_cast<const uint4 *>(blk + 16 + 32 * c + 16 * hf);
     return r;
 }
-__device__ __forceinline__ void decode_q4_k(const q4_k_raw &r, int item, float (&v)[32], int (&start)[4]) {
-    const int u = item & 7, c = u >> 1, hf = u & 1;
+// The scales of an item's two sub-blocks (2c, 2c + 1): value = d1 * q - m1 (low nibbles) or
+// d2 * q - m2 (high nibbles), as dequantize_row_q4_K computes them.
+struct q4_k_item_scales {
+    float d1, m1, d2, m2;
+};
+__device__ __forceinline__ q4_k_item_scales q4_k_scales_of(const q4_k_raw &r, int item) {
+    const int c = (item & 7) >> 1;
     const float d = half_bits_to_float(r.dd), dmin = half_bits_to_float(r.dd >> 16);
     float sc1, m1s, sc2, m2s;
     q4_k_scale_min_dev(r.s0, r.s1, r.s2, 2 * c, sc1, m1s);
     q4_k_scale_min_dev(r.s0, r.s1, r.s2, 2 * c + 1, sc2, m2s);
-    const float d1 = __fmul_rn(d, sc1), m1 = __fmul_rn(dmin, m1s);
-    const float d2 = __fmul_rn(d, sc2), m2 = __fmul_rn(dmin, m2s);
+    return {__fmul_rn(d, sc1), __fmul_rn(dmin, m1s), __fmul_rn(d, sc2), __fmul_rn(dmin, m2s)};
+}
+__device__ __forceinline__ void decode_q4_k(const q4_k_raw &r, int item, float (&v)[32], int (&start)[4]) {
+    const int u = item & 7, c = u >> 1, hf = u & 1;
+    const q4_k_item_scales k = q4_k_scales_of(r, item);
+    const float d1 = k.d1, m1 = k.m1, d2 = k.d2, m2 = k.m2;
     const uint32_t qw[4] = {r.q.x, r.q.y, r.q.z, r.q.w};
 #pragma unroll
     for (int b = 0; b < 16; ++b) {
