@@ -23,6 +23,34 @@ namespace {
 
 bool same_bits(const float *a, const float *b, size_t n) { return std::memcmp(a, b, n * sizeof(float)) == 0; }
 
+// A step's rows routed to experts on the device (moe_route): ids, weights, and the groups and
+// pair lists the grouped products take.
+struct routed_step {
+    int32_t n, k, max_groups;
+    device_buffer<float> logits, weights;
+    device_buffer<int32_t> slots, ids, group_expert, group_off, n_groups, pair_x, pair_y;
+    cuda::moe_route_args args;
+    routed_step(const std::vector<float> &router_logits, const std::vector<int32_t> &row_slots, int32_t n_expert, int32_t k_)
+        : n(int32_t(row_slots.size())), k(k_), max_groups(cuda::moe_max_groups(n, n_expert, k_)), logits(router_logits),
+          weights(size_t(n) * size_t(k_)), slots(row_slots), ids(size_t(n) * size_t(k_)), group_expert(size_t(max_groups)),
+          group_off(size_t(max_groups) + 1), n_groups(size_t(1)), pair_x(size_t(n) * size_t(k_)), pair_y(size_t(n) * size_t(k_)) {
+        args.logits = logits.ptr;
+        args.slots = slots.ptr;
+        args.ids = ids.ptr;
+        args.weights = weights.ptr;
+        args.group_expert = group_expert.ptr;
+        args.group_off = group_off.ptr;
+        args.n_groups = n_groups.ptr;
+        args.pair_x = pair_x.ptr;
+        args.pair_y = pair_y.ptr;
+        args.n_rows = n;
+        args.n_expert = n_expert;
+        args.k = k;
+        args.renormalise = true;
+        cuda::moe_route(args, nullptr);
+    }
+};
+
 // Q4_K rows of random quants and scales (valid blocks, no quantiser run: fast at bench sizes).
 std::vector<uint8_t> random_q4_k(std::mt19937_64 &rng, int64_t n_in, int64_t n_out) {
     std::vector<uint8_t> bytes(size_t(ggml_row_bytes(ggml_type::q4_k, n_in)) * size_t(n_out));
@@ -215,16 +243,9 @@ TEST_CASE("matmul_prompt grouped SwiGLU experts match the CPU and the dense prod
         const auto logits = test::random_floats(rng, size_t(n) * ne);
         std::vector<int32_t> slots(size_t(n), 0);
         if (n > 3) slots[2] = -1;  // a padding row is routed nowhere
-        const int32_t max_groups = cuda::moe_max_groups(n, ne, k);
-        device_buffer<float> dlog(logits), dwts(size_t(n) * k);
-        device_buffer<int32_t> dslots(slots), dids(size_t(n) * k), dge{size_t(max_groups)}, dgo{size_t(max_groups) + 1},
-            dng{1}, dpx{size_t(n) * k}, dpy{size_t(n) * k};
-        cuda::moe_route_args ra;
-        ra.logits = dlog.ptr; ra.slots = dslots.ptr; ra.ids = dids.ptr; ra.weights = dwts.ptr; ra.group_expert = dge.ptr;
-        ra.group_off = dgo.ptr; ra.n_groups = dng.ptr; ra.pair_x = dpx.ptr; ra.pair_y = dpy.ptr;
-        ra.n_rows = n; ra.n_expert = ne; ra.k = k; ra.renormalise = true;
-        cuda::moe_route(ra, nullptr);
-        const auto ids = dids.download();
+        routed_step rs(logits, slots, ne, k);
+        const int32_t max_groups = rs.max_groups;
+        const auto ids = rs.ids.download();
 
         const auto gate = random_matrix(rng, sh.type, d, int64_t(ff) * ne, 0.06f);
         const auto up = random_matrix(rng, sh.type, d, int64_t(ff) * ne, 0.06f);
@@ -247,13 +268,13 @@ TEST_CASE("matmul_prompt grouped SwiGLU experts match the CPU and the dense prod
         dout.poison();
         cuda::matvec_args g;
         g.w = dgate.ptr; g.w_up = dup.ptr; g.type = sh.type; g.n_in = d; g.n_out = ff;
-        g.x = dh.ptr; g.x_stride = d; g.y = dact.ptr; g.y_stride = ff; g.x_rows = dpx.ptr; g.y_rows = dpy.ptr;
-        g.group_mat = dge.ptr; g.group_off = dgo.ptr; g.n_groups = dng.ptr; g.max_groups = max_groups;
+        g.x = dh.ptr; g.x_stride = d; g.y = dact.ptr; g.y_stride = ff; g.x_rows = rs.pair_x.ptr; g.y_rows = rs.pair_y.ptr;
+        g.group_mat = rs.group_expert.ptr; g.group_off = rs.group_off.ptr; g.n_groups = rs.n_groups.ptr; g.max_groups = max_groups;
         g.n_pairs = n * k;
         cuda::matmul_prompt(g, nullptr);
         cuda::matvec_args dn = g;
         dn.w = ddown.ptr; dn.w_up = nullptr; dn.n_in = ff; dn.n_out = d; dn.x = dact.ptr; dn.x_stride = ff;
-        dn.y = dout.ptr; dn.y_stride = d; dn.x_rows = dpy.ptr;
+        dn.y = dout.ptr; dn.y_stride = d; dn.x_rows = rs.pair_y.ptr;
         cuda::matmul_prompt(dn, nullptr);
         const auto act = dact.download(), out = dout.download();
         for (int32_t p = 0; p < n * k; ++p) {
@@ -286,10 +307,10 @@ TEST_CASE("matmul_prompt grouped SwiGLU experts match the CPU and the dense prod
         const int32_t half = std::max(1, n / 2);
         device_buffer<int32_t> dng2{1};
         device_buffer<float> dact2(size_t(half) * k * ff);
-        cuda::moe_route_args rb = ra;
+        cuda::moe_route_args rb = rs.args;
         rb.n_rows = half;
         rb.n_groups = dng2.ptr;
-        rb.ids = dids.ptr;  // the same ids for those rows (routing is per row)
+        rb.ids = rs.ids.ptr;  // the same ids for those rows (routing is per row)
         cuda::moe_route(rb, nullptr);
         cuda::matvec_args gb = g;
         gb.y = dact2.ptr;
@@ -347,30 +368,23 @@ TEST_CASE("matmul_prompt speed on prefill shapes", "[.bench][gpu]") {
     {
         const auto logits = test::random_floats(rng, size_t(n) * ne);
         const std::vector<int32_t> slots(size_t(n), 0);
-        const int32_t max_groups = cuda::moe_max_groups(n, ne, k);
-        device_buffer<float> dlog(logits), dwts(size_t(n) * k);
-        device_buffer<int32_t> dslots(slots), dids(size_t(n) * k), dge{size_t(max_groups)}, dgo{size_t(max_groups) + 1},
-            dng{1}, dpx{size_t(n) * k}, dpy{size_t(n) * k};
-        cuda::moe_route_args ra;
-        ra.logits = dlog.ptr; ra.slots = dslots.ptr; ra.ids = dids.ptr; ra.weights = dwts.ptr; ra.group_expert = dge.ptr;
-        ra.group_off = dgo.ptr; ra.n_groups = dng.ptr; ra.pair_x = dpx.ptr; ra.pair_y = dpy.ptr;
-        ra.n_rows = n; ra.n_expert = ne; ra.k = k; ra.renormalise = true;
-        cuda::moe_route(ra, nullptr);
+        routed_step rs(logits, slots, ne, k);
+        const int32_t max_groups = rs.max_groups;
         const auto gate = random_q4_k(rng, d, int64_t(ff) * ne), up = random_q4_k(rng, d, int64_t(ff) * ne);
         const auto down = random_q4_k(rng, ff, int64_t(d) * ne);
         device_buffer<uint8_t> dgate(gate), dup(up), ddown(down);
         device_buffer<float> dact(size_t(n) * k * ff), dout(size_t(n) * k * d);
         cuda::matvec_args g;
         g.w = dgate.ptr; g.w_up = dup.ptr; g.type = ggml_type::q4_k; g.n_in = d; g.n_out = ff;
-        g.x = dx.ptr; g.x_stride = d; g.y = dact.ptr; g.y_stride = ff; g.x_rows = dpx.ptr; g.y_rows = dpy.ptr;
-        g.group_mat = dge.ptr; g.group_off = dgo.ptr; g.n_groups = dng.ptr; g.max_groups = max_groups;
+        g.x = dx.ptr; g.x_stride = d; g.y = dact.ptr; g.y_stride = ff; g.x_rows = rs.pair_x.ptr; g.y_rows = rs.pair_y.ptr;
+        g.group_mat = rs.group_expert.ptr; g.group_off = rs.group_off.ptr; g.n_groups = rs.n_groups.ptr; g.max_groups = max_groups;
         g.max_pairs_per_group = n;
         g.n_pairs = n * k;
         const double ms_gu = median_ms([&] { cuda::matmul_prompt(g, nullptr); });
         bench_report("grouped SwiGLU 128 experts 2048 -> 2 x 768", ms_gu, 2.0 * n * k * d * 2 * ff, dact.download());
         cuda::matvec_args dn = g;
         dn.w = ddown.ptr; dn.w_up = nullptr; dn.n_in = ff; dn.n_out = d; dn.x = dact.ptr; dn.x_stride = ff;
-        dn.y = dout.ptr; dn.y_stride = d; dn.x_rows = dpy.ptr;
+        dn.y = dout.ptr; dn.y_stride = d; dn.x_rows = rs.pair_y.ptr;
         const double ms_dn = median_ms([&] { cuda::matmul_prompt(dn, nullptr); });
         bench_report("grouped down 128 experts 768 -> 2048", ms_dn, 2.0 * n * k * ff * d, dout.download());
     }
