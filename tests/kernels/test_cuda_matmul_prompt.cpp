@@ -137,16 +137,7 @@ TEST_CASE("matmul_prompt matches the CPU matmul for every weight type; rows are 
             device_buffer<uint8_t> dw(w);
             device_buffer<float> dx(x), dy(ref.size());
             dy.poison();
-            cuda::matvec_args a;
-            a.w = dw.ptr;
-            a.type = type;
-            a.n_in = sh.n_in;
-            a.n_out = sh.n_out;
-            a.x = dx.ptr;
-            a.x_stride = sh.n_in;
-            a.y = dy.ptr;
-            a.y_stride = sh.n_out;
-            a.n_pairs = sh.n_rows;
+            cuda::matvec_args a = test::dense_product_args(dw.ptr, type, sh.n_in, sh.n_out, dx.ptr, dy.ptr, sh.n_rows);
             cuda::matmul_prompt(a, nullptr);
             const auto got = dy.download();
             for (int32_t r = 0; r < sh.n_rows; ++r) {
