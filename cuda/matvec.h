@@ -42,7 +42,9 @@ struct matvec_args {
     int64_t x_stride = 0, y_stride = 0;
     bool accumulate = false;        // y += W x (residual fused) instead of y = W x
     // Pairs: pair i reads x row x_rows[i] (nullptr: i) and writes y row y_rows[i] (nullptr: i).
-    int32_t n_pairs = 0;            // dense: pairs computed; grouped: ignored
+    // Dense: the pairs computed. Grouped: a bound on all groups' pairs together (matmul_prompt
+    // sizes its grid by it; matvec ignores it).
+    int32_t n_pairs = 0;
     const int32_t *x_rows = nullptr;     // [pairs]
     const int32_t *y_rows = nullptr;     // [pairs]
     // Grouped mode (group_off != nullptr): group g < *n_groups multiplies matrix group_mat[g]
@@ -54,7 +56,6 @@ struct matvec_args {
     // PDL (launch.cuh): the group arrays were written two or more launches before this one, so
     // the kernel may read them, and start streaming weights, before waiting on its predecessor.
     bool groups_settled = false;
-    int32_t max_pairs_per_group = 0; // grouped mode: bound on a group's pairs (rows of the step); 0: unknown
     matvec_part extra[2];            // dense mode only: more matrices over the same x
     int32_t n_extra = 0;
 };

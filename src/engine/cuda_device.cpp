@@ -458,7 +458,6 @@ int64_t cuda_device::layer_experts(int32_t l, int32_t r0, int32_t n) {
     g.group_off = m.group_off;
     g.n_groups = m.n_groups;
     g.max_groups = max_groups;
-    g.max_pairs_per_group = n;  // a row routes to k distinct experts: at most n pairs per expert
     g.n_pairs = n * k;          // all groups together (matmul_prompt's grid; matvec ignores it)
     if (L.local) {
         // Only the experts held here: narrow the groups (matrix index = position in the upload).

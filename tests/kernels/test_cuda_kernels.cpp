@@ -238,7 +238,6 @@ TEST_CASE("QK norm, RoPE, KV write and chunked attention match the CPU", "[gpu][
 
 TEST_CASE("routing, grouping by expert, grouped SwiGLU experts and the combine match the CPU", "[gpu][kernels]") {
     if (!test::gpu_present()) return;
-    cpu::cpu_context ctx{4};
     struct shape { int32_t n_expert, k, n_rows, d_model, d_ff; ggml_type type; };
     uint64_t seed = 300;
     // Also: 600 rows (several routing batches; more pairs than the route kernel keeps in shared
@@ -321,30 +320,16 @@ TEST_CASE("routing, grouping by expert, grouped SwiGLU experts and the combine m
         const auto up = random_matrix(rng, sh.type, d, int64_t(ff) * ne, 0.06f);
         const auto down = random_matrix(rng, sh.type, ff, int64_t(d) * ne, 0.06f);
         const auto h = test::random_floats(rng, size_t(n) * d);
-        std::vector<int32_t> cpu_ids = ids;
-        for (auto &e : cpu_ids) e = e < 0 ? 0 : e;  // padding rows: computed on the CPU, ignored below
-        std::vector<float> out_ref(size_t(n) * k * d);
-        cpu::moe_grouped_args ma;
-        ma.gate_exps = host_matrix(gate, sh.type, d, int64_t(ff) * ne);
-        ma.up_exps = host_matrix(up, sh.type, d, int64_t(ff) * ne);
-        ma.down_exps = host_matrix(down, sh.type, ff, int64_t(d) * ne);
-        ma.x = h.data(); ma.ids = cpu_ids.data(); ma.out = out_ref.data();
-        ma.n_rows = n; ma.k = k; ma.n_expert = ne; ma.d_model = d; ma.d_ff = ff;
-        cpu::moe_grouped(ctx, ma);
+        const std::vector<float> out_ref = test::cpu_grouped_ffn(gate, up, down, sh.type, ne, d, ff, h, ids, k);
 
         device_buffer<uint8_t> dgate(gate), dup(up), ddown(down);
         device_buffer<float> dh(h), dact(size_t(n) * k * ff), dout(out_ref.size());
         dout.poison();
-        cuda::matvec_args g;
-        g.w = dgate.ptr; g.w_up = dup.ptr; g.type = sh.type; g.n_in = d; g.n_out = ff;
-        g.x = dh.ptr; g.x_stride = d; g.y = dact.ptr; g.y_stride = ff; g.x_rows = dpx.ptr; g.y_rows = dpy.ptr;
-        g.group_mat = dge.ptr; g.group_off = dgo.ptr; g.n_groups = dng.ptr; g.max_groups = max_groups;
-        g.max_pairs_per_group = n;
-        cuda::matvec(g, nullptr);
-        cuda::matvec_args dn = g;
-        dn.w = ddown.ptr; dn.w_up = nullptr; dn.n_in = ff; dn.n_out = d; dn.x = dact.ptr; dn.x_stride = ff;
-        dn.y = dout.ptr; dn.y_stride = d; dn.x_rows = dpy.ptr;
-        cuda::matvec(dn, nullptr);
+        const test::route_groups rg{dpx.ptr, dpy.ptr, dge.ptr, dgo.ptr, dng.ptr, max_groups};
+        const test::grouped_ffn_args f =
+            test::grouped_ffn(dgate.ptr, dup.ptr, ddown.ptr, sh.type, d, ff, dh.ptr, dact.ptr, dout.ptr, rg, n, k);
+        cuda::matvec(f.gate_up, nullptr);
+        cuda::matvec(f.down, nullptr);
         auto out = dout.download();
         for (int32_t p = 0; p < n * k; ++p) {
             if (ids[size_t(p)] < 0) continue;

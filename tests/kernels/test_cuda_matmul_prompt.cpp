@@ -49,6 +49,9 @@ struct routed_step {
         args.renormalise = true;
         cuda::moe_route(args, nullptr);
     }
+    test::route_groups groups() const {
+        return {pair_x.ptr, pair_y.ptr, group_expert.ptr, group_off.ptr, n_groups.ptr, max_groups};
+    }
 };
 
 // Q4_K rows of random quants and scales (valid blocks, no quantiser run: fast at bench sizes).
@@ -218,7 +221,6 @@ TEST_CASE("matmul_prompt matches the CPU matmul for every weight type; rows are 
 
 TEST_CASE("matmul_prompt grouped SwiGLU experts match the CPU and the dense product, bitwise", "[gpu][kernels]") {
     if (!test::gpu_present()) return;
-    cpu::cpu_context ctx{4};
     struct shape { int32_t n_expert, k, n_rows, d_model, d_ff; ggml_type type; };
     uint64_t seed = 7500;
     // 300 rows of 8 experts of 16: groups of 100-200 pairs (several row tiles); 128 experts of
@@ -235,38 +237,23 @@ TEST_CASE("matmul_prompt grouped SwiGLU experts match the CPU and the dense prod
         std::vector<int32_t> slots(size_t(n), 0);
         if (n > 3) slots[2] = -1;  // a padding row is routed nowhere
         routed_step rs(logits, slots, ne, k);
-        const int32_t max_groups = rs.max_groups;
         const auto ids = rs.ids.download();
 
         const auto gate = random_matrix(rng, sh.type, d, int64_t(ff) * ne, 0.06f);
         const auto up = random_matrix(rng, sh.type, d, int64_t(ff) * ne, 0.06f);
         const auto down = random_matrix(rng, sh.type, ff, int64_t(d) * ne, 0.06f);
         const auto h = test::random_floats(rng, size_t(n) * d);
-        std::vector<int32_t> cpu_ids = ids;
-        for (auto &e : cpu_ids) e = e < 0 ? 0 : e;  // padding rows: computed on the CPU, ignored below
-        std::vector<float> out_ref(size_t(n) * k * d);
-        cpu::moe_grouped_args ma;
-        ma.gate_exps = host_matrix(gate, sh.type, d, int64_t(ff) * ne);
-        ma.up_exps = host_matrix(up, sh.type, d, int64_t(ff) * ne);
-        ma.down_exps = host_matrix(down, sh.type, ff, int64_t(d) * ne);
-        ma.x = h.data(); ma.ids = cpu_ids.data(); ma.out = out_ref.data();
-        ma.n_rows = n; ma.k = k; ma.n_expert = ne; ma.d_model = d; ma.d_ff = ff;
-        cpu::moe_grouped(ctx, ma);
+        const std::vector<float> out_ref = test::cpu_grouped_ffn(gate, up, down, sh.type, ne, d, ff, h, ids, k);
 
         device_buffer<uint8_t> dgate(gate), dup(up), ddown(down);
         device_buffer<float> dh(h), dact(size_t(n) * k * ff), dout(out_ref.size());
         dact.poison();
         dout.poison();
-        cuda::matvec_args g;
-        g.w = dgate.ptr; g.w_up = dup.ptr; g.type = sh.type; g.n_in = d; g.n_out = ff;
-        g.x = dh.ptr; g.x_stride = d; g.y = dact.ptr; g.y_stride = ff; g.x_rows = rs.pair_x.ptr; g.y_rows = rs.pair_y.ptr;
-        g.group_mat = rs.group_expert.ptr; g.group_off = rs.group_off.ptr; g.n_groups = rs.n_groups.ptr; g.max_groups = max_groups;
-        g.n_pairs = n * k;
+        const test::grouped_ffn_args f =
+            test::grouped_ffn(dgate.ptr, dup.ptr, ddown.ptr, sh.type, d, ff, dh.ptr, dact.ptr, dout.ptr, rs.groups(), n, k);
+        const cuda::matvec_args &g = f.gate_up;
         cuda::matmul_prompt(g, nullptr);
-        cuda::matvec_args dn = g;
-        dn.w = ddown.ptr; dn.w_up = nullptr; dn.n_in = ff; dn.n_out = d; dn.x = dact.ptr; dn.x_stride = ff;
-        dn.y = dout.ptr; dn.y_stride = d; dn.x_rows = rs.pair_y.ptr;
-        cuda::matmul_prompt(dn, nullptr);
+        cuda::matmul_prompt(f.down, nullptr);
         const auto act = dact.download(), out = dout.download();
         for (int32_t p = 0; p < n * k; ++p) {
             if (ids[size_t(p)] < 0) continue;
@@ -360,23 +347,15 @@ TEST_CASE("matmul_prompt speed on prefill shapes", "[.bench][gpu]") {
         const auto logits = test::random_floats(rng, size_t(n) * ne);
         const std::vector<int32_t> slots(size_t(n), 0);
         routed_step rs(logits, slots, ne, k);
-        const int32_t max_groups = rs.max_groups;
         const auto gate = random_q4_k(rng, d, int64_t(ff) * ne), up = random_q4_k(rng, d, int64_t(ff) * ne);
         const auto down = random_q4_k(rng, ff, int64_t(d) * ne);
         device_buffer<uint8_t> dgate(gate), dup(up), ddown(down);
         device_buffer<float> dact(size_t(n) * k * ff), dout(size_t(n) * k * d);
-        cuda::matvec_args g;
-        g.w = dgate.ptr; g.w_up = dup.ptr; g.type = ggml_type::q4_k; g.n_in = d; g.n_out = ff;
-        g.x = dx.ptr; g.x_stride = d; g.y = dact.ptr; g.y_stride = ff; g.x_rows = rs.pair_x.ptr; g.y_rows = rs.pair_y.ptr;
-        g.group_mat = rs.group_expert.ptr; g.group_off = rs.group_off.ptr; g.n_groups = rs.n_groups.ptr; g.max_groups = max_groups;
-        g.max_pairs_per_group = n;
-        g.n_pairs = n * k;
-        const double ms_gu = median_ms([&] { cuda::matmul_prompt(g, nullptr); });
+        const test::grouped_ffn_args f = test::grouped_ffn(dgate.ptr, dup.ptr, ddown.ptr, ggml_type::q4_k, d, ff, dx.ptr,
+                                                           dact.ptr, dout.ptr, rs.groups(), n, k);
+        const double ms_gu = median_ms([&] { cuda::matmul_prompt(f.gate_up, nullptr); });
         bench_report("grouped SwiGLU 128 experts 2048 -> 2 x 768", ms_gu, 2.0 * n * k * d * 2 * ff, dact.download());
-        cuda::matvec_args dn = g;
-        dn.w = ddown.ptr; dn.w_up = nullptr; dn.n_in = ff; dn.n_out = d; dn.x = dact.ptr; dn.x_stride = ff;
-        dn.y = dout.ptr; dn.y_stride = d; dn.x_rows = rs.pair_y.ptr;
-        const double ms_dn = median_ms([&] { cuda::matmul_prompt(dn, nullptr); });
+        const double ms_dn = median_ms([&] { cuda::matmul_prompt(f.down, nullptr); });
         bench_report("grouped down 128 experts 768 -> 2048", ms_dn, 2.0 * n * k * ff * d, dout.download());
     }
 }
