@@ -8,6 +8,7 @@
 #include "cuda_check.h"
 #include "launch.cuh"
 #include "warp_reduce.cuh"
+#include "x_split.cuh"
 
 #include <cmath>
 
@@ -256,8 +257,16 @@ __global__ void attention_combine_kernel(const attention_args a, int n_chunks) {
     pdl_wait();
     pdl_trigger();
     float *out = a.out + (int64_t(r) * a.n_head + h) * dh;
+    // The split twin: one thread per element (blockDim.x == d_head, whole warps).
+    const int64_t row_elems = int64_t(a.n_head) * dh, e_row = int64_t(h) * dh + threadIdx.x;
+    auto store_split = [&](float v) {
+        if (a.out_split)
+            split_store_warp(reinterpret_cast<uint16_t *>(a.out_split) + int64_t(r) * row_elems * 2,
+                             a.out_sums ? a.out_sums + int64_t(r) * (row_elems / 32) : nullptr, e_row, v);
+    };
     if (slot < 0) {
         for (int e = threadIdx.x; e < dh; e += blockDim.x) out[e] = 0.0f;
+        store_split(0.0f);
         return;
     }
     const int nc = pos / a.chunk + 1;
@@ -273,7 +282,9 @@ __global__ void attention_combine_kernel(const attention_args a, int n_chunks) {
             sum += part[c * (dh + 2) + dh + 1] * f;
             acc += part[c * (dh + 2) + e] * f;
         }
-        out[e] = acc * (1.0f / sum);
+        const float v = acc * (1.0f / sum);
+        out[e] = v;
+        store_split(v);
     }
 }
 

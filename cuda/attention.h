@@ -39,6 +39,8 @@ struct attention_args {
     const int32_t *positions = nullptr;  // [n_rows]: attends to cached positions 0..pos
     float *partial = nullptr;        // [n_rows][n_head][n_chunks][d_head + 2] scratch
     float *out = nullptr;            // [n_rows][n_head][d_head]
+    uint4 *out_split = nullptr;      // optional: out split too (x_split.cuh), decode kernel only
+    float *out_sums = nullptr;       // [n_rows][n_head * d_head / 32]
     int32_t n_rows = 0, n_head = 0, n_head_kv = 0, d_head = 0, n_ctx = 0;
     int32_t chunk = 0;               // positions per chunk (multiple of 32), n_chunks = ceil(n_ctx / chunk)
     float scale = 1.0f;

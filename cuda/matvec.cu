@@ -17,6 +17,7 @@
 #include "launch.cuh"
 #include "mma_bf16.cuh"
 #include "quant_decode.cuh"
+#include "x_split.cuh"
 
 #include <type_traits>
 
@@ -33,15 +34,45 @@ constexpr int narrow_blocks = 264;  // fewer blocks than this (2 per SM of an H2
 constexpr int block_rows = 16;   // weight rows per block (an m16 tile); SwiGLU: 8 gate + 8 up rows
 constexpr int chunk_items = 4;   // generic types: items per K chunk, lane t of a quad takes item 4c + t
 
-// Q4_K: four 4-bit quants of a word -> two bf16 pairs, exact: byte b0, b1 (pair 0) or b2, b3
-// (pair 1), low or high nibbles, as 128 + q (0x4300 | q) minus 128.
-__device__ __forceinline__ uint32_t q4_pair(uint32_t word, int pair, bool high) {
-    uint32_t v = __byte_perm(word, 0u, pair == 0 ? 0x4140u : 0x4342u);  // bytes in bits 0-7 and 16-23
-    if (high) v >>= 4;
-    v = (v & 0x000F000Fu) | 0x43004300u;
+// Q4_K: the low (high) nibbles of a word's four bytes -> two bf16 pairs, exact: the nibbles
+// masked in place, then bytes b0, b1 (pair 0) or b2, b3 (pair 1) each under an 0x43 byte
+// (0x4300 | q is 128 + q in bf16), minus 128.
+__device__ __forceinline__ uint32_t q4_nibbles(uint32_t word, bool high) { return (high ? word >> 4 : word) & 0x0F0F0F0Fu; }
+__device__ __forceinline__ uint32_t q4_pair(uint32_t nibbles, int pair) {
+    const uint32_t v = __byte_perm(nibbles, 0x43434343u, pair == 0 ? 0x4140u : 0x4342u);
     __nv_bfloat162 b = *reinterpret_cast<const __nv_bfloat162 *>(&v);
     b = __hsub2(b, __floats2bfloat162_rn(128.0f, 128.0f));
     return *reinterpret_cast<const uint32_t *>(&b);
+}
+
+// The B registers of elements e .. e + 3 (e a multiple of 4) of one step row: read from the row's
+// split twin (x_split.cuh) when the producer wrote one, else split here; zeros for no row.
+template <bool split_in>
+__device__ __forceinline__ uint4 b_frag(const uint4 *split_row, const float *x_row, int64_t e) {
+    uint4 r = make_uint4(0u, 0u, 0u, 0u);
+    if constexpr (split_in) {
+        if (split_row) r = split_row[e >> 2];
+    } else if (x_row) {
+        const float4 f = *reinterpret_cast<const float4 *>(x_row + e);
+        bf16_split2(f.x, f.y, r.x, r.z);
+        bf16_split2(f.z, f.w, r.y, r.w);
+    }
+    return r;
+}
+
+// Lane t's scales of a Q4_K block (head = d, dmin, the 12 scale bytes): d * sc and dmin * m of
+// sub-blocks 2t and 2t + 1, as ggml's get_scale_min_k4 gives them, without branching on t: the
+// four 6-bit values of sub-blocks 0-3 and of 4-7 are assembled as bytes of packed words.
+__device__ __forceinline__ void q4_k_lane_scales(const uint4 &head, int t, float &d0, float &m0, float &d1, float &m1) {
+    const uint32_t s0 = head.y, s1 = head.z, s2 = head.w;
+    const uint32_t sc = t < 2 ? s0 & 0x3F3F3F3Fu : (s2 & 0x0F0F0F0Fu) | ((s0 >> 2) & 0x30303030u);
+    const uint32_t mn = t < 2 ? s1 & 0x3F3F3F3Fu : ((s2 >> 4) & 0x0F0F0F0Fu) | ((s1 >> 2) & 0x30303030u);
+    const int shift = 16 * (t & 1);  // bytes 2t, 2t + 1 of the sub-blocks' group of four
+    const float d = half_bits_to_float(head.x), dmin = half_bits_to_float(head.x >> 16);
+    d0 = __fmul_rn(d, float((sc >> shift) & 0xFFu));
+    m0 = __fmul_rn(dmin, float((mn >> shift) & 0xFFu));
+    d1 = __fmul_rn(d, float((sc >> (shift + 8)) & 0xFFu));
+    m1 = __fmul_rn(dmin, float((mn >> (shift + 8)) & 0xFFu));
 }
 
 // The bytes lane t of a quad needs of one Q4_K block of a row: the header (d, dmin, scales) and
@@ -73,7 +104,9 @@ __device__ __forceinline__ uint32_t load_u32_a2(const uint8_t *p) {
     return uint32_t(q[0]) | (uint32_t(q[1]) << 16);
 }
 
-template <ggml_type T, bool swiglu, int n_warps>
+// split_in: the B registers come from the producer's split rows (x_split, and Q4_K's sums from
+// x_sums) instead of being computed here; one path per instantiation keeps the unrolled body small.
+template <ggml_type T, bool swiglu, int n_warps, bool split_in>
 __global__ void __launch_bounds__(n_warps * 32)
     matvec_kernel(const matvec_args a, int64_t row_bytes, int blocks0, int blocks1) {
     __shared__ float s_red[n_warps - 1][4][32];  // warps 1.. sums, lane-minor
@@ -158,9 +191,21 @@ __global__ void __launch_bounds__(n_warps * 32)
     }
 
     for (int p0 = begin; p0 < end; p0 += 8) {
-        // B: this lane holds row p0 + g of the step (zeros past the group's end).
+        // B: this lane holds row p0 + g of the step (none past the group's end).
         const float *xr = nullptr;
-        if (p0 + g < end) xr = a.x + int64_t(a.x_rows ? a.x_rows[p0 + g] : p0 + g) * a.x_stride;
+        const uint4 *sr = nullptr;
+        if (p0 + g < end) {
+            const int64_t row = a.x_rows ? a.x_rows[p0 + g] : p0 + g;
+            xr = a.x + row * a.x_stride;
+            if constexpr (split_in) sr = a.x_split + row * (a.x_stride / 4);
+        }
+        // Q4_K with the producer's sums: those of rows 2t and 2t + 1, whose outputs this lane adds.
+        const float *sums0 = nullptr, *sums1 = nullptr;
+        if constexpr (q4k && split_in) {
+            const int i0 = p0 + 2 * t, i1 = i0 + 1;
+            if (i0 < end) sums0 = a.x_sums + int64_t(a.x_rows ? a.x_rows[i0] : i0) * (a.x_stride / 32);
+            if (i1 < end) sums1 = a.x_sums + int64_t(a.x_rows ? a.x_rows[i1] : i1) * (a.x_stride / 32);
+        }
         float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
         if (!(prefetched && p0 == begin)) load_chunk(warp, raw_lo, raw_hi);
         for (int c = warp; c < n_chunks; c += n_warps) {
@@ -171,50 +216,59 @@ __global__ void __launch_bounds__(n_warps * 32)
                 // in bf16, x split hi/lo), then acc += d_j * that - m_j * sum_l x_l per row.
                 // Lane t of a quad unpacks the scales of sub-blocks 2t, 2t + 1 of both rows; the
                 // quad shares them by shuffles below (each lane unpacking all 16 cost more).
-                float own[2][4] = {};  // [sub-block 2t + h][d1 row g, m1 row g, d1 row g + 8, m1 row g + 8]
-#pragma unroll
-                for (int h = 0; h < 2; ++h) {
-                    float sc, mn;
-                    if (row_lo) {
-                        q4_k_scale_min_dev(raw_lo.head.y, raw_lo.head.z, raw_lo.head.w, 2 * t + h, sc, mn);
-                        own[h][0] = __fmul_rn(half_bits_to_float(raw_lo.head.x), sc);
-                        own[h][1] = __fmul_rn(half_bits_to_float(raw_lo.head.x >> 16), mn);
-                    }
-                    if (row_hi) {
-                        q4_k_scale_min_dev(raw_hi.head.y, raw_hi.head.z, raw_hi.head.w, 2 * t + h, sc, mn);
-                        own[h][2] = __fmul_rn(half_bits_to_float(raw_hi.head.x), sc);
-                        own[h][3] = __fmul_rn(half_bits_to_float(raw_hi.head.x >> 16), mn);
-                    }
+                float own[2][4];  // [sub-block 2t + h][d1 row g, m1 row g, d1 row g + 8, m1 row g + 8]
+                q4_k_lane_scales(raw_lo.head, t, own[0][0], own[0][1], own[1][0], own[1][1]);
+                q4_k_lane_scales(raw_hi.head, t, own[0][2], own[0][3], own[1][2], own[1][3]);
+                // This lane's activations of the block: B registers at 4-element steps, sums per sub-block.
+                const uint4 *xb = nullptr;
+                const float *xs_row0 = nullptr, *xs_row1 = nullptr, *xc = nullptr;
+                if constexpr (!split_in) {
+                    if (xr) xc = xr + 256 * c + 8 * t;
+                } else {
+                    if (sr) xb = sr + 64 * c + 2 * t;
+                    if (sums0) xs_row0 = sums0 + 8 * c;
+                    if (sums1) xs_row1 = sums1 + 8 * c;
                 }
 #pragma unroll
-                for (int cc = 0; cc < 4; ++cc) {
-                    float xv[2][8];  // [sub-block 2cc, 2cc + 1][elements 8t .. 8t + 7]
-#pragma unroll
-                    for (int h = 0; h < 2; ++h)
-#pragma unroll
-                        for (int q = 0; q < 2; ++q) {
-                            float4 f = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-                            if (xr) f = *reinterpret_cast<const float4 *>(xr + 256 * c + 64 * cc + 32 * h + 8 * t + 4 * q);
-                            xv[h][4 * q] = f.x; xv[h][4 * q + 1] = f.y; xv[h][4 * q + 2] = f.z; xv[h][4 * q + 3] = f.w;
-                        }
+                for (int cc = 0; cc < 4; ++cc)
 #pragma unroll
                     for (int h = 0; h < 2; ++h) {
-                        // sum of the row's 32 x of the sub-block: 8 here, then the quad's butterfly.
-                        float xs = ((xv[h][0] + xv[h][1]) + (xv[h][2] + xv[h][3])) + ((xv[h][4] + xv[h][5]) + (xv[h][6] + xv[h][7]));
-                        xs += __shfl_xor_sync(0xFFFFFFFFu, xs, 1);
-                        xs += __shfl_xor_sync(0xFFFFFFFFu, xs, 2);
+                        // Sub-block j = 2 cc + h; this lane's elements 8t .. 8t + 7 of it.
+                        uint4 bq[2];
+                        float xs0, xs1;  // the sub-block's x sums of step rows 2t and 2t + 1
+                        if constexpr (!split_in) {
+                            float xv[8];
+#pragma unroll
+                            for (int q = 0; q < 2; ++q) {
+                                float4 f = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+                                if (xc) f = *reinterpret_cast<const float4 *>(xc + 64 * cc + 32 * h + 4 * q);
+                                xv[4 * q] = f.x; xv[4 * q + 1] = f.y; xv[4 * q + 2] = f.z; xv[4 * q + 3] = f.w;
+                                bf16_split2(f.x, f.y, bq[q].x, bq[q].z);
+                                bf16_split2(f.z, f.w, bq[q].y, bq[q].w);
+                            }
+                            // The row's 32 x of the sub-block, in x_split.cuh's canonical order:
+                            // 8 here, then the quad's butterfly; the C rows' sums from their quads.
+                            float xs = ((xv[0] + xv[1]) + (xv[2] + xv[3])) + ((xv[4] + xv[5]) + (xv[6] + xv[7]));
+                            xs += __shfl_xor_sync(0xFFFFFFFFu, xs, 1);
+                            xs += __shfl_xor_sync(0xFFFFFFFFu, xs, 2);
+                            xs0 = __shfl_sync(0xFFFFFFFFu, xs, 8 * t);
+                            xs1 = __shfl_sync(0xFFFFFFFFu, xs, 8 * t + 4);
+                        } else {
+                            const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
+                            bq[0] = xb ? xb[16 * cc + 8 * h] : zero;
+                            bq[1] = xb ? xb[16 * cc + 8 * h + 1] : zero;
+                            xs0 = xs_row0 ? xs_row0[2 * cc + h] : 0.0f;
+                            xs1 = xs_row1 ? xs_row1[2 * cc + h] : 0.0f;
+                        }
                         float part[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
                         for (int q = 0; q < 2; ++q) {
-                            const uint32_t wl = q == 0 ? raw_lo.qs[cc].x : raw_lo.qs[cc].y;
-                            const uint32_t wh = q == 0 ? raw_hi.qs[cc].x : raw_hi.qs[cc].y;
                             // k slots 2t, 2t + 1 <- elements 8t + 4q, +1; slots 2t + 8, +9 <- 8t + 4q + 2, +3.
-                            const uint32_t av[4] = {q4_pair(wl, 0, h), q4_pair(wh, 0, h), q4_pair(wl, 1, h), q4_pair(wh, 1, h)};
-                            uint32_t b_hi0, b_lo0, b_hi1, b_lo1;
-                            bf16_split2(xv[h][4 * q], xv[h][4 * q + 1], b_hi0, b_lo0);
-                            bf16_split2(xv[h][4 * q + 2], xv[h][4 * q + 3], b_hi1, b_lo1);
-                            mma_bf16(part, av, b_hi0, b_hi1);
-                            mma_bf16(part, av, b_lo0, b_lo1);
+                            const uint32_t nl = q4_nibbles(q == 0 ? raw_lo.qs[cc].x : raw_lo.qs[cc].y, h);
+                            const uint32_t nh = q4_nibbles(q == 0 ? raw_hi.qs[cc].x : raw_hi.qs[cc].y, h);
+                            const uint32_t av[4] = {q4_pair(nl, 0), q4_pair(nh, 0), q4_pair(nl, 1), q4_pair(nh, 1)};
+                            mma_bf16(part, av, bq[q].x, bq[q].y);
+                            mma_bf16(part, av, bq[q].z, bq[q].w);
                         }
                         // Sub-block j = 2 cc + h: its scales are lane cc's of the quad, entry h.
                         const int owner = (lane & ~3) | cc;
@@ -222,9 +276,7 @@ __global__ void __launch_bounds__(n_warps * 32)
                         const float m1_lo = __shfl_sync(0xFFFFFFFFu, own[h][1], owner);
                         const float d1_hi = __shfl_sync(0xFFFFFFFFu, own[h][2], owner);
                         const float m1_hi = __shfl_sync(0xFFFFFFFFu, own[h][3], owner);
-                        // C element e: weight row g + 8 (e >> 1), step row 2t + (e & 1): its x sum
-                        // lives in quad 2t + (e & 1).
-                        const float xs0 = __shfl_sync(0xFFFFFFFFu, xs, 8 * t), xs1 = __shfl_sync(0xFFFFFFFFu, xs, 8 * t + 4);
+                        // C element e: weight row g + 8 (e >> 1), step row 2t + (e & 1).
 #pragma unroll
                         for (int e = 0; e < 4; ++e) {
                             const float d1 = e < 2 ? d1_lo : d1_hi, m1 = e < 2 ? m1_lo : m1_hi;
@@ -232,7 +284,6 @@ __global__ void __launch_bounds__(n_warps * 32)
                             acc[e] = fmaf(-m1, (e & 1) ? xs1 : xs0, acc[e]);
                         }
                     }
-                }
             } else if constexpr (q6k) {
                 // Block c: 16 groups of 16 elements (half h, quarter qq, is: the CPU's loop order,
                 // group index 8 h + 2 qq + is = its scale's index), one k16 step each; lane t holds
@@ -263,17 +314,12 @@ __global__ void __launch_bounds__(n_warps * 32)
                 }
 #pragma unroll
                 for (int h = 0; h < 2; ++h) {
-                    float4 xq[4][2];  // [quarter][is]: elements 128 h + 32 qq + 16 is + 4t .. +3
-#pragma unroll
-                    for (int qq = 0; qq < 4; ++qq)
-#pragma unroll
-                        for (int is = 0; is < 2; ++is)
-                            xq[qq][is] = xr ? *reinterpret_cast<const float4 *>(xr + 256 * c + 128 * h + 32 * qq + 16 * is + 4 * t)
-                                            : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 #pragma unroll
                     for (int qq = 0; qq < 4; ++qq)
 #pragma unroll
                         for (int is = 0; is < 2; ++is) {
+                            // B of elements 128 h + 32 qq + 16 is + 4t .. +3
+                            const uint4 xq = b_frag<split_in>(sr, xr, 256 * c + 128 * h + 32 * qq + 16 * is + 4 * t);
                             uint32_t qb[2];  // the four quants of each row, one per byte
 #pragma unroll
                             for (int r = 0; r < 2; ++r) {
@@ -281,12 +327,9 @@ __global__ void __launch_bounds__(n_warps * 32)
                                 qb[r] = low | (((qh[r][h][is] >> (2 * qq)) & 0x03030303u) << 4);
                             }
                             const uint32_t av[4] = {q6_pair(qb[0], 0), q6_pair(qb[1], 0), q6_pair(qb[0], 1), q6_pair(qb[1], 1)};
-                            uint32_t b_hi0, b_lo0, b_hi1, b_lo1;
-                            bf16_split2(xq[qq][is].x, xq[qq][is].y, b_hi0, b_lo0);
-                            bf16_split2(xq[qq][is].z, xq[qq][is].w, b_hi1, b_lo1);
                             float part[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-                            mma_bf16(part, av, b_hi0, b_hi1);
-                            mma_bf16(part, av, b_lo0, b_lo1);
+                            mma_bf16(part, av, xq.x, xq.y);
+                            mma_bf16(part, av, xq.z, xq.w);
                             const int grp = 8 * h + 2 * qq + is;
 #pragma unroll
                             for (int e = 0; e < 4; ++e) acc[e] = fmaf(dsc[e >> 1][grp], part[e], acc[e]);
@@ -298,13 +341,9 @@ __global__ void __launch_bounds__(n_warps * 32)
                 int start[4];
                 item_starts<T>(live ? item : 0, start);
                 // B: this lane's row's activations at the item's positions, 4 per k16 step.
-                float xv[32];
+                uint4 xb[8];  // B of the 4-element steps 4q .. 4q + 3 of the item
 #pragma unroll
-                for (int q = 0; q < 8; ++q) {
-                    float4 f = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-                    if (live && xr) f = *reinterpret_cast<const float4 *>(xr + start[q >> 1] + 4 * (q & 1));
-                    xv[4 * q] = f.x; xv[4 * q + 1] = f.y; xv[4 * q + 2] = f.z; xv[4 * q + 3] = f.w;
-                }
+                for (int q = 0; q < 8; ++q) xb[q] = b_frag<split_in>(live ? sr : nullptr, live ? xr : nullptr, start[q >> 1] + 4 * (q & 1));
                 // A: the two weight rows' values of the item (zeros past n_out or n_in).
                 float v_lo[32], v_hi[32];
                 int st[4];
@@ -323,12 +362,9 @@ __global__ void __launch_bounds__(n_warps * 32)
                     bf16_split2(v_hi[4 * s], v_hi[4 * s + 1], a_hi[1], a_lo[1]);
                     bf16_split2(v_lo[4 * s + 2], v_lo[4 * s + 3], a_hi[2], a_lo[2]);
                     bf16_split2(v_hi[4 * s + 2], v_hi[4 * s + 3], a_hi[3], a_lo[3]);
-                    uint32_t b_hi0, b_lo0, b_hi1, b_lo1;
-                    bf16_split2(xv[4 * s], xv[4 * s + 1], b_hi0, b_lo0);
-                    bf16_split2(xv[4 * s + 2], xv[4 * s + 3], b_hi1, b_lo1);
-                    mma_bf16(part[s & 1], a_hi, b_hi0, b_hi1);
-                    mma_bf16(part[s & 1], a_hi, b_lo0, b_lo1);
-                    mma_bf16(part[s & 1], a_lo, b_hi0, b_hi1);
+                    mma_bf16(part[s & 1], a_hi, xb[s].x, xb[s].y);
+                    mma_bf16(part[s & 1], a_hi, xb[s].z, xb[s].w);
+                    mma_bf16(part[s & 1], a_lo, xb[s].x, xb[s].y);
                 }
 #pragma unroll
                 for (int e = 0; e < 4; ++e) acc[e] += part[0][e] + part[1][e];
@@ -356,7 +392,8 @@ __global__ void __launch_bounds__(n_warps * 32)
                     const int j = j0 + g;
                     if (j >= n_out) continue;
                     const float gate = acc[e], up = acc[e + 2];
-                    y_row[j] = gate / (1.0f + expf(-gate)) * up;  // silu(gate) * up, as the CPU twin writes it
+                    const float v = gate / (1.0f + expf(-gate)) * up;  // silu(gate) * up, as the CPU twin writes it
+                    y_row[j] = v;
                 } else {
                     const int j = j0 + g + 8 * (e >> 1);
                     if (j >= n_out) continue;
@@ -368,7 +405,7 @@ __global__ void __launch_bounds__(n_warps * 32)
     }
 }
 
-template <ggml_type T, bool swiglu>
+template <ggml_type T, bool swiglu, bool split_in>
 void launch_matvec_shape(const matvec_args &a, cudaStream_t stream) {
     constexpr int per_block = swiglu ? block_rows / 2 : block_rows;
     const int blocks0 = (a.n_out + per_block - 1) / per_block;
@@ -378,20 +415,28 @@ void launch_matvec_shape(const matvec_args &a, cudaStream_t stream) {
     const int64_t row_bytes = matvec_row_bytes(a.type, a.n_in);
     if constexpr (!swiglu) {
         if (!a.group_off && grid.x < narrow_blocks) {
-            launch_pdl(matvec_kernel<T, false, 2 * block_warps>, grid, dim3(2 * block_warps * 32), stream, a, row_bytes,
+            launch_pdl(matvec_kernel<T, false, 2 * block_warps, split_in>, grid, dim3(2 * block_warps * 32), stream, a, row_bytes,
                        blocks0, blocks1);
             return;
         }
     }
-    launch_pdl(matvec_kernel<T, swiglu, block_warps>, grid, dim3(block_warps * 32), stream, a, row_bytes, blocks0, blocks1);
+    launch_pdl(matvec_kernel<T, swiglu, block_warps, split_in>, grid, dim3(block_warps * 32), stream, a, row_bytes, blocks0, blocks1);
+}
+
+template <ggml_type T, bool split_in>
+void launch_matvec_mode(const matvec_args &a, cudaStream_t stream) {
+    if (a.w_up)
+        launch_matvec_shape<T, true, split_in>(a, stream);
+    else
+        launch_matvec_shape<T, false, split_in>(a, stream);
 }
 
 template <ggml_type T>
 void launch_matvec_type(const matvec_args &a, cudaStream_t stream) {
-    if (a.w_up)
-        launch_matvec_shape<T, true>(a, stream);
+    if (a.x_split)
+        launch_matvec_mode<T, true>(a, stream);
     else
-        launch_matvec_shape<T, false>(a, stream);
+        launch_matvec_mode<T, false>(a, stream);
 }
 
 }  // namespace
@@ -412,6 +457,8 @@ void matvec(const matvec_args &a, cudaStream_t stream) {
     TANDEM_CUDA_REQUIRE(a.n_in > 0 && a.n_in % 32 == 0, "matvec: n_in must be a positive multiple of 32");
     TANDEM_CUDA_REQUIRE(a.n_out > 0 && a.w && a.x && a.y, "matvec: empty output or null pointer");
     TANDEM_CUDA_REQUIRE(a.x_stride % 4 == 0 && a.x_stride >= a.n_in, "matvec: x rows must be 16-byte aligned");
+    TANDEM_CUDA_REQUIRE(!a.x_split || (a.x_sums && a.x_stride % 32 == 0),
+                        "matvec: x_split comes with x_sums, over x rows of whole 32-element sub-blocks");
     TANDEM_CUDA_REQUIRE(!a.group_off || (a.group_mat && a.n_groups && a.max_groups >= 1 && a.max_groups <= 65535),
                         "matvec: grouped mode needs group_mat, n_groups and 1 <= max_groups <= 65535");
     TANDEM_CUDA_REQUIRE(!(a.w_up && a.accumulate), "matvec: SwiGLU and accumulate do not combine");

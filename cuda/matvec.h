@@ -56,6 +56,11 @@ struct matvec_args {
     // PDL (launch.cuh): the group arrays were written two or more launches before this one, so
     // the kernel may read them, and start streaming weights, before waiting on its predecessor.
     bool groups_settled = false;
+    // Decode rows pre-split by their producer (x_split.cuh), same geometry as x: the B registers
+    // and the 32-element sums Q4_K needs, both or neither (nullptr: computed here from x, to the
+    // same bits). x stays required (the prompt products read it).
+    const uint4 *x_split = nullptr;
+    const float *x_sums = nullptr;   // [*][x_stride / 32]
     matvec_part extra[2];            // dense mode only: more matrices over the same x
     int32_t n_extra = 0;
 };

@@ -10,6 +10,7 @@
 #include "cuda_check.h"
 #include "launch.cuh"
 #include "warp_reduce.cuh"
+#include "x_split.cuh"
 
 #include <cmath>
 
@@ -305,7 +306,12 @@ __global__ void __launch_bounds__(combine_threads) moe_combine_kernel(const moe_
 #pragma unroll
     for (int t = 0; t < per; ++t) {
         const int i = threadIdx.x + t * combine_threads;
-        if (i < d) h[i] = __fmul_rn(__fmul_rn(xv[t], inv), nw[t]);
+        if (i >= d) continue;
+        const float v = __fmul_rn(__fmul_rn(xv[t], inv), nw[t]);
+        h[i] = v;
+        if (a.h_split)  // whole warps (d % 32 == 0): the sub-block sum shuffles
+            split_store_warp(reinterpret_cast<uint16_t *>(a.h_split) + int64_t(r) * d * 2,
+                             a.h_sums ? a.h_sums + int64_t(r) * (d / 32) : nullptr, i, v);
     }
 }
 
@@ -343,6 +349,7 @@ void moe_route(const moe_route_args &a, cudaStream_t stream) {
 void moe_combine(const moe_combine_args &a, cudaStream_t stream) {
     TANDEM_CUDA_REQUIRE(a.x && a.out && a.weights && a.slots && (!a.norm || a.h), "moe_combine: null pointer");
     TANDEM_CUDA_REQUIRE(a.k >= 1 && a.k <= max_k && a.d_model <= combine_max_d, "moe_combine: k up to 32, d_model up to 8192");
+    TANDEM_CUDA_REQUIRE(!a.h_split || (a.norm && a.d_model % 32 == 0), "moe_combine: a split h needs the norm and d_model a multiple of 32");
     if (a.n_rows == 0) return;
     static_assert(combine_max_d == 8 * combine_threads, "moe_combine: per-thread variants cover 1, 2, 4 and 8 elements");
     const dim3 grid(a.n_rows), block(combine_threads);

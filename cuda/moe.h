@@ -50,6 +50,8 @@ struct moe_combine_args {
     const int32_t *slots = nullptr;  // [n_rows]; < 0: padding row (x left as is)
     const float *norm = nullptr;     // [d_model] weights of the RMSNorm that follows; nullptr: none
     float *h = nullptr;              // [n_rows][d_model] normalised x (when norm is set)
+    uint4 *h_split = nullptr;        // optional: h split too (x_split.cuh; d_model a multiple of 32)
+    float *h_sums = nullptr;         // [n_rows][d_model / 32]
     int32_t n_rows = 0, k = 0, d_model = 0;
     float eps = 1e-6f;
 };

@@ -6,6 +6,7 @@
 #include "matvec.h"
 #include "quant_decode.cuh"
 #include "warp_reduce.cuh"
+#include "x_split.cuh"
 
 namespace tandem::cuda {
 namespace {
@@ -60,7 +61,12 @@ __global__ void __launch_bounds__(norm_threads) rmsnorm_kernel(const rmsnorm_arg
 #pragma unroll
     for (int t = 0; t < per; ++t) {
         const int i = threadIdx.x + t * norm_threads;
-        if (i < a.n) y[i] = __fmul_rn(__fmul_rn(xv[t], inv), wv[t]);
+        if (i >= a.n) continue;
+        const float v = __fmul_rn(__fmul_rn(xv[t], inv), wv[t]);
+        y[i] = v;
+        if (a.y_split)  // whole warps (n % 32 == 0): the sub-block sum shuffles
+            split_store_warp(reinterpret_cast<uint16_t *>(a.y_split) + int64_t(r) * a.n * 2,
+                             a.y_sums ? a.y_sums + int64_t(r) * (a.n / 32) : nullptr, i, v);
     }
 }
 
@@ -77,6 +83,7 @@ __global__ void embed_kernel(const embed_args a, int64_t row_bytes) {
 
 void rmsnorm(const rmsnorm_args &a, cudaStream_t stream) {
     TANDEM_CUDA_REQUIRE(a.x && a.w && a.y && a.n > 0 && a.n <= norm_max_n && a.n_rows >= 0, "rmsnorm: bad arguments (n up to 8192)");
+    TANDEM_CUDA_REQUIRE(!a.y_split || a.n % 32 == 0, "rmsnorm: a split output needs n a multiple of 32");
     if (a.n_rows == 0) return;
     static_assert(norm_max_n == 8 * norm_threads, "rmsnorm: per-thread variants cover 1, 2, 4 and 8 elements");
     const dim3 grid(a.n_rows), block(norm_threads);

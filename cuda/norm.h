@@ -18,6 +18,9 @@ struct rmsnorm_args {
     float *y = nullptr;        // [n_rows][n]; may alias x
     int32_t n_rows = 0, n = 0;
     float eps = 1e-6f;
+    // Optional: y also written split for the decode products (x_split.cuh; n a multiple of 32).
+    uint4 *y_split = nullptr;  // [n_rows][n] as bf16 hi/lo halves
+    float *y_sums = nullptr;   // [n_rows][n / 32]
 };
 void rmsnorm(const rmsnorm_args &args, cudaStream_t stream);
 

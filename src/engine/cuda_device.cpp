@@ -37,8 +37,10 @@ size_t step_floats(const model_hparams &hp, int32_t n_ctx) {
     const size_t dh = size_t(hp.d_head), q_dim = size_t(hp.n_head) * dh, kv_dim = size_t(hp.n_head_kv) * dh;
     const int32_t chunk = cuda::attention_chunk(n_ctx);
     const size_t n_chunks = size_t((n_ctx + chunk - 1) / chunk);
+    // Decode rows' split twins (cuda/x_split.cuh): h and att with their 32-element sums.
+    const size_t split = r_partial * (d + d / 32 + q_dim + q_dim / 32);
     return r * (2 * d + 2 * q_dim + 2 * kv_dim + size_t(hp.n_expert) + 2 * k + k * size_t(hp.d_ff_expert) + k * d + 4) +
-           r_partial * size_t(hp.n_head) * n_chunks * (dh + 2);
+           r_partial * size_t(hp.n_head) * n_chunks * (dh + 2) + split;
 }
 
 // The weights of one device as regions of one allocation; a region concatenates slices of the
@@ -240,6 +242,11 @@ cuda_device::cuda_device(const model_hparams &hp, const model_tensors &tensors, 
     m.act = device_alloc<float>(R * k * hp.d_ff_expert);
     m.eout = device_alloc<float>(R * k * d);
     m.partial = device_alloc<float>(size_t(max_logit_rows) * size_t(hp.n_head) * m.n_chunks * (dh + 2));
+    const size_t D = max_logit_rows;
+    m.h_split = device_alloc<uint4>(D * d / 4);
+    m.h_sums = device_alloc<float>(D * d / 32);
+    m.att_split = device_alloc<uint4>(D * q_dim / 4);
+    m.att_sums = device_alloc<float>(D * q_dim / 32);
     if (split) {
         for (float *&e : m.exchange) e = device_alloc<float>(R * k * d);
         m.own_mat = device_alloc<int32_t>(size_t(hp.n_expert));
@@ -298,13 +305,21 @@ int32_t cuda_device::step_rows_limit(const model_hparams &hp, bool prompt) {
 
 void cuda_device::set_prompt_rows(bool prompt) { s_->prompt_rows = prompt; }
 
+void cuda_device::h_received() { s_->h_split_fresh = false; }
+
 int64_t cuda_device::embed(int32_t r0, int32_t n) {
     state &m = *s_;
     const model_hparams &hp = *m.hp;
     TANDEM_ASSERT(m.part.embedding, "device {} holds no embedding", m.part.logical);
     TANDEM_CUDA_CHECK(cudaSetDevice(m.device));
     cuda::embed({m.tok_embd.data, m.tok_embd.type, m.tokens() + r0, x_rows(r0), n, hp.d_model}, m.stream);
-    cuda::rmsnorm({x_rows(r0), m.layer(m.part.layer_begin).attn_norm, h_rows(r0), n, hp.d_model, hp.rms_eps}, m.stream);
+    cuda::rmsnorm_args na{x_rows(r0), m.layer(m.part.layer_begin).attn_norm, h_rows(r0), n, hp.d_model, hp.rms_eps};
+    if (!m.prompt_rows) {
+        na.y_split = m.h_split + size_t(r0) * hp.d_model / 4;
+        na.y_sums = m.h_sums + size_t(r0) * hp.d_model / 32;
+    }
+    m.h_split_fresh = na.y_split != nullptr;
+    cuda::rmsnorm(na, m.stream);
     return 2;
 }
 
@@ -323,6 +338,10 @@ int64_t cuda_device::layer_experts(int32_t l, int32_t r0, int32_t n) {
     float *route_w = m.route_w + size_t(r0) * k, *router_logits = m.router_logits + size_t(r0) * hp.n_expert;
     int32_t *ids = m.ids + size_t(r0) * k;
     float *act = m.act + size_t(r0) * k * ff;
+    // Decode rows: the producers below also write their outputs split (cuda/x_split.cuh).
+    const bool split = !m.prompt_rows;
+    uint4 *h_split = split ? m.h_split + size_t(r0) * d / 4 : nullptr;
+    float *h_sums = split ? m.h_sums + size_t(r0) * d / 32 : nullptr;
     const cuda_layer &L = m.layer(l);
     const size_t layer_here = size_t(l - m.part.layer_begin);
     float *k_cache = m.kv + (layer_here * 2 + 0) * size_t(m.n_slots) * size_t(m.n_ctx) * size_t(kv_dim);
@@ -335,8 +354,11 @@ int64_t cuda_device::layer_experts(int32_t l, int32_t r0, int32_t n) {
         else
             cuda::matvec(a, s);
     };
-    auto dense = [&](const cuda_matrix &w, const float *in, int64_t in_stride, float *out, int64_t out_stride, bool acc) {
+    auto dense = [&](const cuda_matrix &w, const float *in, int64_t in_stride, const uint4 *in_split, const float *in_sums,
+                     float *out, int64_t out_stride, bool acc) {
         cuda::matvec_args a;
+        a.x_split = in_split;
+        a.x_sums = in_sums;
         a.w = w.data;
         a.type = w.type;
         a.n_in = w.n_in;
@@ -362,15 +384,21 @@ int64_t cuda_device::layer_experts(int32_t l, int32_t r0, int32_t n) {
         a.y = q;
         a.y_stride = q_dim;
         a.n_pairs = n;
+        if (m.h_split_fresh) {
+            a.x_split = h_split;
+            a.x_sums = h_sums;
+        }
         a.extra[0] = {L.wk.data, L.wk.n_out, kb, kv_dim};
         a.extra[1] = {L.wv.data, L.wv.n_out, vb, kv_dim};
         a.n_extra = 2;
         product(a);
         ++launches;
     } else {
-        dense(L.wq, h, d, q, q_dim, false);
-        dense(L.wk, h, d, kb, kv_dim, false);
-        dense(L.wv, h, d, vb, kv_dim, false);
+        const uint4 *hs = m.h_split_fresh ? h_split : nullptr;
+        const float *hm = m.h_split_fresh ? h_sums : nullptr;
+        dense(L.wq, h, d, hs, hm, q, q_dim, false);
+        dense(L.wk, h, d, hs, hm, kb, kv_dim, false);
+        dense(L.wv, h, d, hs, hm, vb, kv_dim, false);
     }
     cuda::qk_rope_kv_args qa;
     qa.q = q;
@@ -406,6 +434,10 @@ int64_t cuda_device::layer_experts(int32_t l, int32_t r0, int32_t n) {
     aa.scale = 1.0f / std::sqrt(float(dh));
     if (r0 < max_logit_rows)  // decode steps, and prompt steps that fall back (step_rows_limit)
         aa.partial = m.partial + size_t(r0) * size_t(hp.n_head) * m.n_chunks * (dh + 2);
+    if (split) {
+        aa.out_split = m.att_split + size_t(r0) * q_dim / 4;
+        aa.out_sums = m.att_sums + size_t(r0) * q_dim / 32;
+    }
     if (m.prompt_rows) {
         cuda::attention_prompt(aa, s);  // tensor cores, keys in tiles shared by a chunk's rows
         launches += 2;
@@ -413,10 +445,14 @@ int64_t cuda_device::layer_experts(int32_t l, int32_t r0, int32_t n) {
         cuda::attention(aa, s);
         launches += 3;  // the attention family counts as two
     }
-    dense(L.wo, att, q_dim, x, d, true);
-    cuda::rmsnorm({x, L.ffn_norm, h, n, d, hp.rms_eps}, s);
+    dense(L.wo, att, q_dim, aa.out_split, aa.out_sums, x, d, true);
+    cuda::rmsnorm_args na{x, L.ffn_norm, h, n, d, hp.rms_eps};
+    na.y_split = h_split;
+    na.y_sums = h_sums;
+    cuda::rmsnorm(na, s);
+    m.h_split_fresh = split;
     ++launches;
-    dense(L.router, h, d, router_logits, hp.n_expert, false);
+    dense(L.router, h, d, h_split, h_sums, router_logits, hp.n_expert, false);
 
     cuda::moe_route_args ra;
     ra.logits = router_logits;
@@ -459,6 +495,8 @@ int64_t cuda_device::layer_experts(int32_t l, int32_t r0, int32_t n) {
     g.n_groups = m.n_groups;
     g.max_groups = max_groups;
     g.n_pairs = n * k;          // all groups together (matmul_prompt's grid; matvec ignores it)
+    g.x_split = h_split;
+    g.x_sums = h_sums;
     if (L.local) {
         // Only the experts held here: narrow the groups (matrix index = position in the upload).
         cuda::moe_groups_filter_args fa;
@@ -494,6 +532,8 @@ int64_t cuda_device::layer_experts(int32_t l, int32_t r0, int32_t n) {
     dn.y = eout;
     dn.y_stride = d;
     dn.x_rows = g.y_rows;
+    dn.x_split = nullptr;  // the SwiGLU outputs: split here (their 32-element sums span 4 blocks)
+    dn.x_sums = nullptr;
     dn.groups_settled = true;  // written by the launch before the gate/up launch
     product(dn);
     launches += 2;
@@ -532,6 +572,11 @@ int64_t cuda_device::combine(int32_t l, int32_t r0, int32_t n) {
     ca.k = hp.n_expert_used;
     ca.d_model = hp.d_model;
     ca.eps = hp.rms_eps;
+    if (!m.prompt_rows) {
+        ca.h_split = m.h_split + size_t(r0) * hp.d_model / 4;
+        ca.h_sums = m.h_sums + size_t(r0) * hp.d_model / 32;
+    }
+    m.h_split_fresh = ca.h_split != nullptr;
     cuda::moe_combine(ca, m.stream);
     return 1;
 }
@@ -551,6 +596,10 @@ int64_t cuda_device::head(int32_t r0, int32_t n_out, int32_t out0) {
     a.x = h_rows(r0);
     a.x_stride = hp.d_model;
     a.x_rows = m.head_rows() + r0;
+    if (m.h_split_fresh) {
+        a.x_split = m.h_split + size_t(r0) * hp.d_model / 4;
+        a.x_sums = m.h_sums + size_t(r0) * hp.d_model / 32;
+    }
     a.y = m.logits + size_t(out0) * size_t(cols);
     a.y_stride = cols;
     a.n_pairs = n_out;

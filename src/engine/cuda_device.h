@@ -52,6 +52,9 @@ public:
     // The kind of the rows the launches below will compute (engine_row::prompt): prompt rows use
     // the tensor-core products (cuda/matmul_prompt.h), decode rows the fp32 ones (cuda/matvec.h).
     void set_prompt_rows(bool prompt);
+    // h rows arrived from another device (their split twin, cuda/x_split.cuh, did not): the next
+    // products over h split them themselves (bitwise the same values).
+    void h_received();
     // x, h [r0, r0+n) <- embedding rows, then the first layer's attention norm.
     int64_t embed(int32_t r0, int32_t n);
     // Attention, the FFN norm, the router, routing and this device's experts for layer l:

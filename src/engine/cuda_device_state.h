@@ -55,6 +55,12 @@ struct cuda_device::state {
     // The groups narrowed to the experts held here (pairs only).
     int32_t *own_mat = nullptr, *own_off = nullptr, *own_n = nullptr, *own_x = nullptr, *own_y = nullptr;
     float *logits = nullptr;        // [max_step_rows][head columns]
+    // Decode rows' split twins (cuda/x_split.cuh), max_logit_rows rows: h and att with their
+    // 32-element sums. h_split_fresh: h_split holds the rows h holds (the last writer of h was
+    // this device's norm or combine in a decode step, not a transfer).
+    uint4 *h_split = nullptr, *att_split = nullptr;
+    float *h_sums = nullptr, *att_sums = nullptr;
+    bool h_split_fresh = false;
     unsigned long long *traffic = nullptr;  // [layers here][n_expert] routed rows, when recording
 
     const int32_t *tokens() const { return rows; }

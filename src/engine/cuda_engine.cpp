@@ -275,6 +275,7 @@ int64_t cuda_engine::enqueue(const std::vector<int32_t> &mb_begin, const std::ve
                     cuda_device &p = *devices_[size_t(members[i])];
                     links.send(first, first.x_rows(b), p, p.x_rows(b), size_t(n) * row, (R - size_t(b)) * row);
                     links.send(first, first.h_rows(b), p, p.h_rows(b), size_t(n) * row, (R - size_t(b)) * row);
+                    p.h_received();
                 }
             }
             const placement_device_plan &part = first.part();
@@ -298,6 +299,7 @@ int64_t cuda_engine::enqueue(const std::vector<int32_t> &mb_begin, const std::ve
                     cuda_device &dst = *devices_[size_t(next[i])];
                     links.send(src, src.x_rows(b), dst, dst.x_rows(b), size_t(n) * row, (R - size_t(b)) * row);
                     links.send(src, src.h_rows(b), dst, dst.h_rows(b), size_t(n) * row, (R - size_t(b)) * row);
+                    dst.h_received();
                 }
             } else {
                 for (int32_t i : members) {

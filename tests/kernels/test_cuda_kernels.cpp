@@ -3,6 +3,7 @@
 // experts across rows, padding rows; batch invariance of the products, bitwise.
 #include "gpu_test_util.h"
 #include "quant_test_util.h"
+#include "split_test_util.h"
 
 #include "cuda/attention.h"
 #include "cuda/matvec.h"
@@ -56,6 +57,20 @@ TEST_CASE("matvec matches the CPU matmul for every weight type, and rows are bat
             const auto got = dy.download();
             for (int32_t r = 0; r < sh.n_rows; ++r)
                 CHECK(rel_err(got.data() + size_t(r) * sh.n_out, ref.data() + size_t(r) * sh.n_out, size_t(sh.n_out)) <= tolerance::matvec);
+
+            // x handed over pre-split (cuda/x_split.cuh) with its 32-element sums: bitwise what
+            // the product computes from the fp32 rows itself.
+            {
+                device_buffer<uint16_t> dsplit(test::host_split(x));
+                device_buffer<float> dsums(test::host_sums32(x)), ys(ref.size());
+                ys.poison();
+                cuda::matvec_args p = a;
+                p.x_split = reinterpret_cast<const uint4 *>(dsplit.ptr);
+                p.x_sums = dsums.ptr;
+                p.y = ys.ptr;
+                cuda::matvec(p, nullptr);
+                CHECK(std::memcmp(ys.download().data(), got.data(), got.size() * sizeof(float)) == 0);
+            }
 
             // Each row alone: bitwise what it was in the batch.
             for (int32_t r = 0; r < sh.n_rows; r += std::max(1, sh.n_rows / 4)) {
@@ -121,6 +136,19 @@ TEST_CASE("rmsnorm and embed are bitwise the CPU's", "[gpu][kernels]") {
             cuda::rmsnorm({dx.ptr, dw.ptr, dy.ptr, rows, n, 1e-6f}, nullptr);
             const auto got = dy.download();
             CHECK(std::memcmp(got.data(), ref.data(), ref.size() * sizeof(float)) == 0);
+            if (n % 32 == 0) {  // the split twin for the decode products, and the same y
+                device_buffer<uint16_t> ds(x.size() * 2);
+                device_buffer<float> dm(x.size() / 32);
+                dy.poison();
+                cuda::rmsnorm_args na{dx.ptr, dw.ptr, dy.ptr, rows, n, 1e-6f};
+                na.y_split = reinterpret_cast<uint4 *>(ds.ptr);
+                na.y_sums = dm.ptr;
+                cuda::rmsnorm(na, nullptr);
+                CHECK(std::memcmp(dy.download().data(), ref.data(), ref.size() * sizeof(float)) == 0);
+                CHECK(ds.download() == test::host_split(ref));
+                const auto sums = dm.download(), want = test::host_sums32(ref);
+                CHECK(std::memcmp(sums.data(), want.data(), want.size() * sizeof(float)) == 0);
+            }
         }
     }
     for (ggml_type type : all_types) {
@@ -207,8 +235,18 @@ TEST_CASE("QK norm, RoPE, KV write and chunked attention match the CPU", "[gpu][
         aa.partial = dpart.ptr; aa.out = dout.ptr; aa.n_rows = n; aa.n_head = sh.n_head; aa.n_head_kv = sh.n_head_kv;
         aa.d_head = dh; aa.n_ctx = n_ctx; aa.chunk = cuda::attention_chunk(n_ctx); aa.scale = 1.0f / std::sqrt(float(dh));
         REQUIRE((n_ctx + aa.chunk - 1) / aa.chunk <= cuda::attention_max_chunks);
+        device_buffer<uint16_t> dsplit(size_t(n) * q_dim * 2);
+        device_buffer<float> dsums(size_t(n) * q_dim / 32);
+        aa.out_split = reinterpret_cast<uint4 *>(dsplit.ptr);
+        aa.out_sums = dsums.ptr;
         cuda::attention(aa, nullptr);
         const auto got = dout.download();
+        // The split twin of the output (padding rows: zeros) for the wo product.
+        CHECK(dsplit.download() == test::host_split(got));
+        {
+            const auto sums = dsums.download(), want = test::host_sums32(got);
+            CHECK(std::memcmp(sums.data(), want.data(), want.size() * sizeof(float)) == 0);
+        }
 
         std::vector<const float *> kc, vc;
         std::vector<int32_t> real_pos;
@@ -336,6 +374,22 @@ TEST_CASE("routing, grouping by expert, grouped SwiGLU experts and the combine m
             INFO("pair " << p);
             CHECK(rel_err(out.data() + size_t(p) * d, out_ref.data() + size_t(p) * d, size_t(d)) <= tolerance::moe);
         }
+        {
+            // gate/up over pre-split rows (cuda/x_split.cuh): the same SwiGLU outputs, bitwise.
+            device_buffer<uint16_t> dsplit(test::host_split(h));
+            device_buffer<float> dsums(test::host_sums32(h)), dact2(dact.count);
+            cuda::matvec_args gs = f.gate_up;
+            gs.x_split = reinterpret_cast<const uint4 *>(dsplit.ptr);
+            gs.x_sums = dsums.ptr;
+            gs.y = dact2.ptr;
+            cuda::matvec(gs, nullptr);
+            const auto act = dact.download(), act2 = dact2.download();
+            for (int32_t p = 0; p < n * k; ++p) {
+                if (ids[size_t(p)] < 0) continue;
+                INFO("pair " << p);
+                CHECK(std::memcmp(act2.data() + size_t(p) * ff, act.data() + size_t(p) * ff, size_t(ff) * sizeof(float)) == 0);
+            }
+        }
 
         // Combine + next norm: bitwise the CPU's moe_combine then rmsnorm, on the same inputs.
         for (int32_t p = 0; p < n * k; ++p)
@@ -354,9 +408,20 @@ TEST_CASE("routing, grouping by expert, grouped SwiGLU experts and the combine m
         cuda::moe_combine_args ca;
         ca.x = dx.ptr; ca.out = dout2.ptr; ca.weights = dw.ptr; ca.slots = dslots.ptr; ca.norm = dnorm.ptr; ca.h = dh2.ptr;
         ca.n_rows = n; ca.k = k; ca.d_model = d; ca.eps = 1e-6f;
+        device_buffer<uint16_t> dhs(x0.size() * 2);
+        device_buffer<float> dhm(x0.size() / 32);
+        if (d % 32 == 0) {
+            ca.h_split = reinterpret_cast<uint4 *>(dhs.ptr);
+            ca.h_sums = dhm.ptr;
+        }
         cuda::moe_combine(ca, nullptr);
         const auto gx = dx.download(), gh = dh2.download();
         CHECK(std::memcmp(gx.data(), x_ref.data(), gx.size() * sizeof(float)) == 0);
         CHECK(std::memcmp(gh.data(), h_ref.data(), gh.size() * sizeof(float)) == 0);
+        if (d % 32 == 0) {  // h's split twin for the next layer's products
+            CHECK(dhs.download() == test::host_split(h_ref));
+            const auto sums = dhm.download(), want = test::host_sums32(h_ref);
+            CHECK(std::memcmp(sums.data(), want.data(), want.size() * sizeof(float)) == 0);
+        }
     }
 }
