@@ -27,10 +27,12 @@ namespace {
 // Measured on the H200 (docs/perf-notes.md): 4 warps per block beat 8 (more, smaller blocks), and
 // one n8 tile of step rows per pass beats two (half the registers: 4 blocks per SM instead of 2);
 // more rows take more passes, whose weights then come from L1/L2. A dense matrix too narrow to
-// give every SM two blocks (wo, the router) splits K 8 ways instead: the split is a function of
-// the matrix's shape, never of the step's rows, so decode rows stay batch invariant.
+// give every SM two blocks (wo) splits K 8 ways instead, one that gives a quarter of them one
+// block (the router: 8 blocks) 16 ways; the split is a function of the matrix's shape, never of
+// the step's rows, so decode rows stay batch invariant.
 constexpr int block_warps = 4;   // K split 4 ways: enough warps in flight for one-row steps
 constexpr int narrow_blocks = 264;  // fewer blocks than this (2 per SM of an H200): K split 8 ways
+constexpr int tiny_blocks = 33;     // fewer than this (a quarter of an H200's SMs): K split 16 ways
 constexpr int block_rows = 16;   // weight rows per block (an m16 tile); SwiGLU: 8 gate + 8 up rows
 constexpr int chunk_items = 4;   // generic types: items per K chunk, lane t of a quad takes item 4c + t
 
@@ -414,6 +416,11 @@ void launch_matvec_shape(const matvec_args &a, cudaStream_t stream) {
     const dim3 grid(blocks0 + blocks1 + blocks2, a.group_off ? a.max_groups : 1);
     const int64_t row_bytes = matvec_row_bytes(a.type, a.n_in);
     if constexpr (!swiglu) {
+        if (!a.group_off && grid.x < tiny_blocks) {
+            launch_pdl(matvec_kernel<T, false, 4 * block_warps, split_in>, grid, dim3(4 * block_warps * 32), stream, a, row_bytes,
+                       blocks0, blocks1);
+            return;
+        }
         if (!a.group_off && grid.x < narrow_blocks) {
             launch_pdl(matvec_kernel<T, false, 2 * block_warps, split_in>, grid, dim3(2 * block_warps * 32), stream, a, row_bytes,
                        blocks0, blocks1);

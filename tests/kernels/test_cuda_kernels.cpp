@@ -35,9 +35,10 @@ TEST_CASE("matvec matches the CPU matmul for every weight type, and rows are bat
     uint64_t seed = 1000;
     for (ggml_type type : all_types) {
         const int64_t blk = ggml_type_info(type).block_elems;
-        // n_out 4500: enough blocks for the 4-way K split; the narrower shapes take the 8-way one.
+        // K split by the matrix's blocks of 16 rows: n_out 4500 (282 blocks) 4 ways, 1000 (63) 8
+        // ways, the narrower shapes (under 33 blocks) 16 ways.
         std::vector<shape> shapes = {{256, 1, 1}, {512, 37, 3}, {768, 129, 13}, {2048, 67, 16}, {256, 5, 40}, {4352, 19, 3},
-                                     {512, 4500, 9}};
+                                     {512, 4500, 9}, {1024, 1000, 5}};
         if (blk == 1 || blk == 32) shapes.push_back({96, 33, 7});
         for (const shape &sh : shapes) {
             ++seed;
