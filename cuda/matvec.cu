@@ -36,6 +36,8 @@ constexpr int tiny_blocks = 33;     // fewer than this (a quarter of an H200's S
 constexpr int block_rows = 16;   // weight rows per block (an m16 tile); SwiGLU: 8 gate + 8 up rows
 constexpr int chunk_items = 4;   // generic types: items per K chunk, lane t of a quad takes item 4c + t
 
+__device__ __forceinline__ void prefetch_l1(const void *p) { asm volatile("prefetch.L1 [%0];" ::"l"(p)); }
+
 // Q4_K: the low (high) nibbles of a word's four bytes -> two bf16 pairs, exact: the nibbles
 // masked in place, then bytes b0, b1 (pair 0) or b2, b3 (pair 1) each under an 0x43 byte
 // (0x4300 | q is 128 + q in bf16), minus 128.
@@ -161,7 +163,17 @@ __global__ void __launch_bounds__(n_warps * 32)
             if (j0 + g + 8 < n_out) row_hi = base + (size_t(mat) * n_out + size_t(j0 + g + 8)) * size_t(row_bytes);
         }
     };
-    // The chunk being computed; the next one is loaded before it is.
+    // The chunk being computed is loaded into registers; the warp's next one is prefetched into
+    // L1 meanwhile (no registers held: lane t of a quad touches byte min(128 t, last) of its two
+    // rows' chunk, which reaches every 128-byte line of a chunk of up to 384 bytes).
+    const int64_t chunk_bytes = q4k || q6k ? row_bytes / n_chunks : row_bytes / n_items * chunk_items;
+    auto prefetch_chunk = [&](int c) {
+        if (c >= n_chunks) return;
+        const int64_t off = int64_t(c) * chunk_bytes + (128 * t < chunk_bytes ? 128 * t : chunk_bytes - 1);
+        if (off >= row_bytes) return;
+        if (row_lo) prefetch_l1(row_lo + off);
+        if (row_hi) prefetch_l1(row_hi + off);
+    };
     using raw_t = std::conditional_t<q4k, q4_k_lane, item_raw<T>>;
     raw_t raw_lo{}, raw_hi{};
     auto load_chunk = [&](int c, raw_t &lo, raw_t &hi) {
@@ -182,7 +194,9 @@ __global__ void __launch_bounds__(n_warps * 32)
     if (early) {
         if (grouped && !resolve_group()) return;
         resolve_rows();
-        load_chunk(warp, raw_lo, raw_hi);  // stream this warp's first weights while the previous kernel finishes
+        // Stream this warp's first weights while the previous kernel finishes.
+        load_chunk(warp, raw_lo, raw_hi);
+        prefetch_chunk(warp + n_warps);
         prefetched = true;
     }
     pdl_wait();
@@ -209,10 +223,9 @@ __global__ void __launch_bounds__(n_warps * 32)
             if (i1 < end) sums1 = a.x_sums + int64_t(a.x_rows ? a.x_rows[i1] : i1) * (a.x_stride / 32);
         }
         float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-        if (!(prefetched && p0 == begin)) load_chunk(warp, raw_lo, raw_hi);
         for (int c = warp; c < n_chunks; c += n_warps) {
-            raw_t next_lo = raw_lo, next_hi = raw_hi;
-            load_chunk(c + n_warps, next_lo, next_hi);
+            if (!(prefetched && p0 == begin && c == warp)) load_chunk(c, raw_lo, raw_hi);
+            prefetch_chunk(c + n_warps);
             if constexpr (q4k) {
                 // Sub-block j (32 elements) of block c: sum_l q_l x_l on the tensor cores (q exact
                 // in bf16, x split hi/lo), then acc += d_j * that - m_j * sum_l x_l per row.
@@ -371,8 +384,6 @@ __global__ void __launch_bounds__(n_warps * 32)
 #pragma unroll
                 for (int e = 0; e < 4; ++e) acc[e] += part[0][e] + part[1][e];
             }
-            raw_lo = next_lo;
-            raw_hi = next_hi;
         }
         // The warps' K parts, added in warp order by warp 0, which writes the outputs.
         if (warp > 0)
