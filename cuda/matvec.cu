@@ -50,13 +50,13 @@ __device__ __forceinline__ uint32_t q4_pair(uint32_t nibbles, int pair) {
 }
 
 // The B registers of elements e .. e + 3 (e a multiple of 4) of one step row: read from the row's
-// split twin (x_split.cuh) when the producer wrote one, else split here; zeros for no row.
+// split twin (x_split.cuh) when the producer wrote one, else split here.
 template <bool split_in>
-__device__ __forceinline__ uint4 b_frag(const uint4 *split_row, const float *x_row, int64_t e) {
-    uint4 r = make_uint4(0u, 0u, 0u, 0u);
+__device__ __forceinline__ uint4 b_frag(const uint4 *split_row, const float *x_row, int e) {
+    uint4 r;
     if constexpr (split_in) {
-        if (split_row) r = split_row[e >> 2];
-    } else if (x_row) {
+        r = split_row[e >> 2];
+    } else {
         const float4 f = *reinterpret_cast<const float4 *>(x_row + e);
         bf16_split2(f.x, f.y, r.x, r.z);
         bf16_split2(f.z, f.w, r.y, r.w);
@@ -148,19 +148,19 @@ __global__ void __launch_bounds__(n_warps * 32)
         mat = a.group_mat[gi];
         return true;
     };
-    // A rows of this lane: g and g + 8 of the tile (SwiGLU: gate and up of output j0 + g).
+    // A rows of this lane: g and g + 8 of the tile (SwiGLU: gate and up of output j0 + g). A row
+    // past n_out reads row j0 instead: its C row is never written, and every mma output element
+    // is its own A row times its own B column, so no other element sees it. Loads need no guards.
     const uint8_t *row_lo = nullptr, *row_hi = nullptr;
     auto resolve_rows = [&]() {
         const uint8_t *base = static_cast<const uint8_t *>(w);
+        auto row = [&](const uint8_t *m, int j) { return m + (size_t(mat) * n_out + size_t(j < n_out ? j : j0)) * size_t(row_bytes); };
         if constexpr (swiglu) {
-            if (j0 + g < n_out) {
-                const size_t off = (size_t(mat) * n_out + size_t(j0 + g)) * size_t(row_bytes);
-                row_lo = base + off;
-                row_hi = static_cast<const uint8_t *>(a.w_up) + off;
-            }
+            row_lo = row(base, j0 + g);
+            row_hi = row(static_cast<const uint8_t *>(a.w_up), j0 + g);
         } else {
-            if (j0 + g < n_out) row_lo = base + (size_t(mat) * n_out + size_t(j0 + g)) * size_t(row_bytes);
-            if (j0 + g + 8 < n_out) row_hi = base + (size_t(mat) * n_out + size_t(j0 + g + 8)) * size_t(row_bytes);
+            row_lo = row(base, j0 + g);
+            row_hi = row(base, j0 + g + 8);
         }
     };
     // The chunk being computed is loaded into registers; the warp's next one is prefetched into
@@ -171,23 +171,23 @@ __global__ void __launch_bounds__(n_warps * 32)
         if (c >= n_chunks) return;
         const int64_t off = int64_t(c) * chunk_bytes + (128 * t < chunk_bytes ? 128 * t : chunk_bytes - 1);
         if (off >= row_bytes) return;
-        if (row_lo) prefetch_l1(row_lo + off);
-        if (row_hi) prefetch_l1(row_hi + off);
+        prefetch_l1(row_lo + off);
+        prefetch_l1(row_hi + off);
     };
     using raw_t = std::conditional_t<q4k, q4_k_lane, item_raw<T>>;
     raw_t raw_lo{}, raw_hi{};
     auto load_chunk = [&](int c, raw_t &lo, raw_t &hi) {
         if (c >= n_chunks) return;
         if constexpr (q4k) {
-            if (row_lo) lo = load_q4_k_lane(row_lo, c, t);
-            if (row_hi) hi = load_q4_k_lane(row_hi, c, t);
+            lo = load_q4_k_lane(row_lo, c, t);
+            hi = load_q4_k_lane(row_hi, c, t);
         } else if constexpr (q6k) {
             // Loaded where it is used (the lane's words of a block take 36 registers per row).
         } else {
             const int item = chunk_items * c + t;
             if (item >= n_items) return;
-            if (row_lo) lo = load_item<T>(row_lo, item);
-            if (row_hi) hi = load_item<T>(row_hi, item);
+            lo = load_item<T>(row_lo, item);
+            hi = load_item<T>(row_hi, item);
         }
     };
     bool prefetched = false;
@@ -207,20 +207,21 @@ __global__ void __launch_bounds__(n_warps * 32)
     }
 
     for (int p0 = begin; p0 < end; p0 += 8) {
-        // B: this lane holds row p0 + g of the step (none past the group's end).
-        const float *xr = nullptr;
+        // B: this lane holds row p0 + g of the step; past the group's end, row `begin` again (like
+        // the A rows past n_out: its C column is never written).
+        auto x_row = [&](int i) -> int64_t {
+            const int r = i < end ? i : begin;
+            return a.x_rows ? a.x_rows[r] : r;
+        };
+        const int64_t row_g = x_row(p0 + g);
+        const float *xr = a.x + row_g * a.x_stride;
         const uint4 *sr = nullptr;
-        if (p0 + g < end) {
-            const int64_t row = a.x_rows ? a.x_rows[p0 + g] : p0 + g;
-            xr = a.x + row * a.x_stride;
-            if constexpr (split_in) sr = a.x_split + row * (a.x_stride / 4);
-        }
+        if constexpr (split_in) sr = a.x_split + row_g * (a.x_stride / 4);
         // Q4_K with the producer's sums: those of rows 2t and 2t + 1, whose outputs this lane adds.
         const float *sums0 = nullptr, *sums1 = nullptr;
         if constexpr (q4k && split_in) {
-            const int i0 = p0 + 2 * t, i1 = i0 + 1;
-            if (i0 < end) sums0 = a.x_sums + int64_t(a.x_rows ? a.x_rows[i0] : i0) * (a.x_stride / 32);
-            if (i1 < end) sums1 = a.x_sums + int64_t(a.x_rows ? a.x_rows[i1] : i1) * (a.x_stride / 32);
+            sums0 = a.x_sums + x_row(p0 + 2 * t) * (a.x_stride / 32);
+            sums1 = a.x_sums + x_row(p0 + 2 * t + 1) * (a.x_stride / 32);
         }
         float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
         for (int c = warp; c < n_chunks; c += n_warps) {
@@ -238,11 +239,11 @@ __global__ void __launch_bounds__(n_warps * 32)
                 const uint4 *xb = nullptr;
                 const float *xs_row0 = nullptr, *xs_row1 = nullptr, *xc = nullptr;
                 if constexpr (!split_in) {
-                    if (xr) xc = xr + 256 * c + 8 * t;
+                    xc = xr + 256 * c + 8 * t;
                 } else {
-                    if (sr) xb = sr + 64 * c + 2 * t;
-                    if (sums0) xs_row0 = sums0 + 8 * c;
-                    if (sums1) xs_row1 = sums1 + 8 * c;
+                    xb = sr + 64 * c + 2 * t;
+                    xs_row0 = sums0 + 8 * c;
+                    xs_row1 = sums1 + 8 * c;
                 }
 #pragma unroll
                 for (int cc = 0; cc < 4; ++cc)
@@ -255,8 +256,7 @@ __global__ void __launch_bounds__(n_warps * 32)
                             float xv[8];
 #pragma unroll
                             for (int q = 0; q < 2; ++q) {
-                                float4 f = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-                                if (xc) f = *reinterpret_cast<const float4 *>(xc + 64 * cc + 32 * h + 4 * q);
+                                const float4 f = *reinterpret_cast<const float4 *>(xc + 64 * cc + 32 * h + 4 * q);
                                 xv[4 * q] = f.x; xv[4 * q + 1] = f.y; xv[4 * q + 2] = f.z; xv[4 * q + 3] = f.w;
                                 bf16_split2(f.x, f.y, bq[q].x, bq[q].z);
                                 bf16_split2(f.z, f.w, bq[q].y, bq[q].w);
@@ -269,11 +269,10 @@ __global__ void __launch_bounds__(n_warps * 32)
                             xs0 = __shfl_sync(0xFFFFFFFFu, xs, 8 * t);
                             xs1 = __shfl_sync(0xFFFFFFFFu, xs, 8 * t + 4);
                         } else {
-                            const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
-                            bq[0] = xb ? xb[16 * cc + 8 * h] : zero;
-                            bq[1] = xb ? xb[16 * cc + 8 * h + 1] : zero;
-                            xs0 = xs_row0 ? xs_row0[2 * cc + h] : 0.0f;
-                            xs1 = xs_row1 ? xs_row1[2 * cc + h] : 0.0f;
+                            bq[0] = xb[16 * cc + 8 * h];
+                            bq[1] = xb[16 * cc + 8 * h + 1];
+                            xs0 = xs_row0[2 * cc + h];
+                            xs1 = xs_row1[2 * cc + h];
                         }
                         float part[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
@@ -309,7 +308,6 @@ __global__ void __launch_bounds__(n_warps * 32)
                 const uint8_t *rows2[2] = {row_lo, row_hi};
 #pragma unroll
                 for (int r = 0; r < 2; ++r) {
-                    if (!rows2[r]) continue;
                     const uint8_t *b = rows2[r] + size_t(c) * 210;
                     const float d = half_bits_to_float(*reinterpret_cast<const uint16_t *>(b + 208));
 #pragma unroll
@@ -358,14 +356,16 @@ __global__ void __launch_bounds__(n_warps * 32)
                 // B: this lane's row's activations at the item's positions, 4 per k16 step.
                 uint4 xb[8];  // B of the 4-element steps 4q .. 4q + 3 of the item
 #pragma unroll
-                for (int q = 0; q < 8; ++q) xb[q] = b_frag<split_in>(live ? sr : nullptr, live ? xr : nullptr, start[q >> 1] + 4 * (q & 1));
+                for (int q = 0; q < 8; ++q) xb[q] = b_frag<split_in>(sr, xr, start[q >> 1] + 4 * (q & 1));  // A is zero past n_items
                 // A: the two weight rows' values of the item (zeros past n_out or n_in).
                 float v_lo[32], v_hi[32];
                 int st[4];
 #pragma unroll
                 for (int i = 0; i < 32; ++i) v_lo[i] = v_hi[i] = 0.0f;
-                if (live && row_lo) decode_raw<T>(raw_lo, item, v_lo, st);
-                if (live && row_hi) decode_raw<T>(raw_hi, item, v_hi, st);
+                if (live) {
+                    decode_raw<T>(raw_lo, item, v_lo, st);
+                    decode_raw<T>(raw_hi, item, v_hi, st);
+                }
                 // Two accumulators (even and odd k16 steps) so consecutive mmas do not wait on
                 // each other; the split terms hi hi, hi lo, lo hi in that order.
                 float part[2][4] = {};
