@@ -21,7 +21,7 @@ struct engine_row {
     int32_t token = 0;        // input token id
     bool want_logits = false; // write this row's logits to the output
     // A row of a prompt (prefill) rather than a generated token. The CUDA engine computes prompt
-    // rows with its tensor-core kernels and decode rows with its fp32 ones: each kind's results
+    // rows with its tiled GEMM kernels and decode rows with its matrix-vector ones: each kind's results
     // are independent of the step's other rows, bitwise, and the two kinds agree within the
     // CUDA-vs-CPU tolerance. Callers mark every row of a prompt, however it is chunked, so a
     // session's cache never depends on how its prompt was split. The CPU engine ignores it.

@@ -347,7 +347,7 @@ int64_t cuda_device::layer_experts(int32_t l, int32_t r0, int32_t n) {
     float *k_cache = m.kv + (layer_here * 2 + 0) * size_t(m.n_slots) * size_t(m.n_ctx) * size_t(kv_dim);
     float *v_cache = m.kv + (layer_here * 2 + 1) * size_t(m.n_slots) * size_t(m.n_ctx) * size_t(kv_dim);
 
-    // Prompt rows: tensor cores; decode rows: the fp32 products (engine_row::prompt).
+    // Prompt rows: the tiled GEMMs; decode rows: the matrix-vector products (engine_row::prompt).
     auto product = [&](const cuda::matvec_args &a) {
         if (m.prompt_rows)
             cuda::matmul_prompt(a, s);

@@ -50,7 +50,8 @@ public:
     // (max_step_rows each) from pinned host memory; launches address rows [r0, r0 + n).
     void upload_rows(const int32_t *rows_host_pinned);
     // The kind of the rows the launches below will compute (engine_row::prompt): prompt rows use
-    // the tensor-core products (cuda/matmul_prompt.h), decode rows the fp32 ones (cuda/matvec.h).
+    // the tiled products (cuda/matmul_prompt.h), decode rows the matrix-vector ones (cuda/matvec.h),
+    // whose inputs the decode-row producers also write pre-split (cuda/x_split.cuh).
     void set_prompt_rows(bool prompt);
     // h rows arrived from another device (their split twin, cuda/x_split.cuh, did not): the next
     // products over h split them themselves (bitwise the same values).
