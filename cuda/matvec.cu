@@ -11,6 +11,10 @@
 // keep their scales out of the mma: every k16 step lies in one scale group, so the exact integer
 // quants are the A operand and the group's sum is scaled afterwards (no per-weight dequantising).
 // A block's warps split K by chunks (chunk c to warp c % W) and add their sums in warp order.
+// A warp loads the chunk it computes into registers and prefetches its next one into L1. The
+// activations of decode rows usually arrive pre-split from their producer (x_split.cuh), so a
+// block reads its B registers instead of computing them. Weight rows past n_out and step rows
+// past a group's end read valid rows whose outputs are never written, so no load needs a guard.
 #include "matvec.h"
 
 #include "cuda_check.h"
