@@ -3,7 +3,8 @@
 # carry-cuda/): the [gpu] tests, compute-sanitizer on the kernel tests, the model comparison and
 # `tandem bench` on the qwen3-30b-a3b Q4_K synth model. Logs under $OUT; a short table last.
 #   usage: scripts/device-run.sh [tests|bench|profile|all] [extra bench flags...]
-# profile: ncu per-kernel durations of one decode step (1 session), summed by kernel name.
+# profile: ncu per-kernel durations of one decode step (PROFILE_SESSIONS, default 1), summed by
+# kernel name and grid (so Q/K/V, wo, the experts and the head stand apart).
 set -u
 mode=${1:-all}
 shift || true
@@ -40,25 +41,29 @@ if [ "$mode" = bench ] || [ "$mode" = all ]; then
 fi
 if [ "$mode" = profile ] || [ "$mode" = all ]; then
     [ -f /tmp/m.gguf ] || "$carry/bin/tandem" synth --preset qwen3-30b-a3b --type q4_k --out /tmp/m.gguf > "$out/synth.log" 2>&1
-    steps=${PROFILE_LAUNCHES:-531}  # launches of one step: skip the 16-row prefill step, profile the first decode step
-    ncu --clock-control none --metrics gpu__time_duration.sum --launch-skip "$steps" --launch-count "$steps" --csv \
-        "$carry/bin/tandem" bench -m /tmp/m.gguf --backend cuda --prompt 0 --gen 2 --sessions 1 > "$out/ncu.csv" 2> "$out/ncu.err"
+    # One decode step's launches (bench --json reports launches_per_step), after 40 steps: past the
+    # prompt steps of every session, whichever step the window starts in.
+    steps=${PROFILE_LAUNCHES:-531}
+    sessions=${PROFILE_SESSIONS:-1}
+    ncu --cache-control none --clock-control none --metrics gpu__time_duration.sum --launch-skip "$((40 * steps))" \
+        --launch-count "$steps" --csv "$carry/bin/tandem" bench -m /tmp/m.gguf --backend cuda --prompt 0 --gen 48 \
+        --sessions "$sessions" > "$out/ncu.csv" 2> "$out/ncu.err"
     python3 - "$out/ncu.csv" > "$out/profile.txt" <<'PY'
 import csv, sys, collections
 scale = {"nsecond": 1e-3, "usecond": 1.0, "msecond": 1e3, "second": 1e6, "ns": 1e-3, "us": 1.0, "ms": 1e3, "s": 1e6}
-tot = collections.defaultdict(float); cnt = collections.Counter(); grids = {}
+tot = collections.defaultdict(float); cnt = collections.Counter()
 lines = [l for l in open(sys.argv[1]) if l.startswith('"')]
 for row in csv.DictReader(lines):
     if row.get("Metric Name") != "gpu__time_duration.sum": continue
     kn = row["Kernel Name"].replace("void ", "").replace("tandem::cuda::", "").replace("(anonymous namespace)::", "")
     full = (kn.split(">(")[0] + ">") if ">(" in kn else kn.split("(")[0]
-    full = full.replace("(tandem::ggml_type)", "t")[:70]
+    full = full.replace("(tandem::ggml_type)", "t")[:60] + " " + row.get("Grid Size", "")  # one product per shape
     us = float(row["Metric Value"].replace(",", "")) * scale.get(row["Metric Unit"], 1.0)
-    tot[full] += us; cnt[full] += 1; grids[full] = row.get("Grid Size", "")
+    tot[full] += us; cnt[full] += 1
 all_us = sum(tot.values())
 print(f"kernels {sum(cnt.values())}  sum of durations {all_us:.1f} us")
 for k, v in sorted(tot.items(), key=lambda kv: -kv[1])[:16]:
-    print(f"{v:9.1f} us {100*v/all_us:5.1f}%  n={cnt[k]:4d}  avg {v/cnt[k]:7.2f} us  grid {grids[k]:>14}  {k}")
+    print(f"{v:9.1f} us {100*v/all_us:5.1f}%  n={cnt[k]:4d}  avg {v/cnt[k]:7.2f} us  {k}")
 PY
     summary+=("profile: $(head -1 "$out/profile.txt")")
 fi
