@@ -335,6 +335,7 @@ void qk_rope_kv(const qk_rope_kv_args &a, cudaStream_t stream) {
 void attention(const attention_args &a, cudaStream_t stream) {
     TANDEM_CUDA_REQUIRE(a.n_head_kv > 0 && a.n_head % a.n_head_kv == 0, "attention: n_head must be a multiple of n_head_kv");
     TANDEM_CUDA_REQUIRE(a.chunk > 0 && a.chunk % 32 == 0, "attention: chunk must be a positive multiple of 32");
+    TANDEM_CUDA_REQUIRE(!a.out_sums || a.out_split, "attention: out_sums is written with out_split only");
     if (a.n_rows == 0) return;
     const int n_chunks = (a.n_ctx + a.chunk - 1) / a.chunk;
     TANDEM_CUDA_REQUIRE(n_chunks <= 65535, "attention: too many chunks");

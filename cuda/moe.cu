@@ -350,6 +350,7 @@ void moe_combine(const moe_combine_args &a, cudaStream_t stream) {
     TANDEM_CUDA_REQUIRE(a.x && a.out && a.weights && a.slots && (!a.norm || a.h), "moe_combine: null pointer");
     TANDEM_CUDA_REQUIRE(a.k >= 1 && a.k <= max_k && a.d_model <= combine_max_d, "moe_combine: k up to 32, d_model up to 8192");
     TANDEM_CUDA_REQUIRE(!a.h_split || (a.norm && a.d_model % 32 == 0), "moe_combine: a split h needs the norm and d_model a multiple of 32");
+    TANDEM_CUDA_REQUIRE(!a.h_sums || a.h_split, "moe_combine: h_sums is written with h_split only");
     if (a.n_rows == 0) return;
     static_assert(combine_max_d == 8 * combine_threads, "moe_combine: per-thread variants cover 1, 2, 4 and 8 elements");
     const dim3 grid(a.n_rows), block(combine_threads);

@@ -84,6 +84,7 @@ __global__ void embed_kernel(const embed_args a, int64_t row_bytes) {
 void rmsnorm(const rmsnorm_args &a, cudaStream_t stream) {
     TANDEM_CUDA_REQUIRE(a.x && a.w && a.y && a.n > 0 && a.n <= norm_max_n && a.n_rows >= 0, "rmsnorm: bad arguments (n up to 8192)");
     TANDEM_CUDA_REQUIRE(!a.y_split || a.n % 32 == 0, "rmsnorm: a split output needs n a multiple of 32");
+    TANDEM_CUDA_REQUIRE(!a.y_sums || a.y_split, "rmsnorm: y_sums is written with y_split only");
     if (a.n_rows == 0) return;
     static_assert(norm_max_n == 8 * norm_threads, "rmsnorm: per-thread variants cover 1, 2, 4 and 8 elements");
     const dim3 grid(a.n_rows), block(norm_threads);

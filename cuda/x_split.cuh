@@ -1,5 +1,5 @@
 // cuda/x_split.cuh - activations handed to the decode products already split for the tensor
-// cores, written by the kernel that produces them (RMSNorm, the MoE combine, attention, SwiGLU).
+// cores, written by the kernel that produces them (RMSNorm, the MoE combine, decode attention).
 //
 // The split (mma_bf16.cuh): hi = v truncated to bf16, lo = bf16_rn(v - hi). A split row has the
 // geometry of its fp32 row (4 bytes an element, same row stride): elements 4i .. 4i + 3 are one
@@ -18,14 +18,6 @@
 
 namespace tandem::cuda {
 
-// Writes element i of a split row (16-bit halves).
-__device__ __forceinline__ void split_store(uint16_t *row, int64_t i, float v) {
-    const uint32_t hi = __float_as_uint(v) & 0xFFFF0000u;
-    uint16_t *group = row + (i >> 2) * 8 + (i & 3);
-    group[0] = uint16_t(hi >> 16);
-    group[4] = __bfloat16_as_ushort(__float2bfloat16_rn(v - __uint_as_float(hi)));
-}
-
 // The canonical sum of 32 consecutive elements held one per lane (lane j: element j), in every lane.
 __device__ __forceinline__ float sum32_canonical(float v) {
 #pragma unroll
@@ -33,10 +25,13 @@ __device__ __forceinline__ float sum32_canonical(float v) {
     return v;
 }
 
-// A warp's share of one split row: element i (i % 32 == lane) written, and lane 0 writing the sum
-// of its 32-element sub-block. Every lane of the warp must call it (the sum shuffles).
+// A warp's share of one split row (as 16-bit halves): element i (i % 32 == lane) written, and lane 0
+// writing the sum of its 32-element sub-block. Every lane of the warp must call it (the sum shuffles).
 __device__ __forceinline__ void split_store_warp(uint16_t *split_row, float *sums_row, int64_t i, float v) {
-    split_store(split_row, i, v);
+    const uint32_t hi = __float_as_uint(v) & 0xFFFF0000u;
+    uint16_t *group = split_row + (i >> 2) * 8 + (i & 3);
+    group[0] = uint16_t(hi >> 16);
+    group[4] = __bfloat16_as_ushort(__float2bfloat16_rn(v - __uint_as_float(hi)));
     const float s = sum32_canonical(v);
     if (sums_row && (threadIdx.x & 31) == 0) sums_row[i >> 5] = s;
 }
