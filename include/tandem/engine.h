@@ -3,6 +3,7 @@
 #pragma once
 
 #include "tandem/model.h"
+#include "tandem/sampler.h"
 
 #include <cstdint>
 #include <map>
@@ -64,6 +65,18 @@ public:
     // to `logits` in row order, n_vocab floats each. A row's logits do not depend on the other
     // rows of the call (batch invariance, bitwise).
     virtual void forward(std::span<const engine_row> rows, std::vector<float> &logits) = 0;
+
+    // forward, with each want_logits row reduced to its logits_top (sampler.h), in row order.
+    // The CUDA engine reduces the rows on the device and moves ~0.5 KB a row to the host instead
+    // of n_vocab floats; the default reduces forward's rows on the host (logits_top_of). The top
+    // is the same bits either way.
+    virtual void forward_top(std::span<const engine_row> rows, std::vector<logits_top> &top) {
+        std::vector<float> logits;
+        forward(rows, logits);
+        const size_t vocab = size_t(hparams().n_vocab);
+        top.clear();
+        for (size_t i = 0; i < logits.size() / vocab; ++i) top.push_back(logits_top_of({logits.data() + i * vocab, vocab}));
+    }
 
     // Tokens whose K/V the slot holds.
     virtual int32_t slot_length(int32_t slot) const = 0;

@@ -1,7 +1,9 @@
-// tandem/sampler.h - turns a row of logits into a token: greedy, temperature, top-k, top-p, min-p.
+// tandem/sampler.h - turns a row of logits into a token: greedy, temperature, top-k, top-p, min-p;
+// from the whole row, or from the row's best tokens when those decide the draw (logits_top).
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <random>
 #include <span>
 #include <vector>
@@ -28,12 +30,43 @@ struct sample_result {
     std::vector<token_logprob> top;  // n_logprobs best, descending
 };
 
+// Tokens a logits_top keeps: enough for greedy, for up to 20 logprobs and for top_k <= 64.
+constexpr int32_t logits_top_max = 64;
+
+struct token_logit {
+    int32_t id = 0;
+    float logit = 0.0f;
+};
+
+// A logits row reduced to what sampling usually needs: its best tokens and its normaliser.
+struct logits_top {
+    int32_t n_vocab = 0;
+    double log_norm = 0.0;           // log sum_i exp(logit_i) over the whole row
+    bool has_nan = false;
+    std::vector<token_logit> top;    // min(logits_top_max, n_vocab) best: logit descending, then id ascending
+};
+
+// The host twin of the device's reduction (cuda/logits_top.h): exact top, log_norm as sample()
+// computes it.
+logits_top logits_top_of(std::span<const float> logits);
+
 class sampler {
 public:
     explicit sampler(const sampling_params &params);
     sample_result sample(std::span<const float> logits);
+    // The same draw as sample() on the whole row (same id, same random stream), from its top
+    // alone; nullopt, with no random number drawn, when the top does not decide it: a temperature
+    // draw without a top_k <= logits_top_max whose candidates (logits within 30 x temperature of
+    // the best) run past the top. needs_full_row() says in advance whether that can happen.
+    std::optional<sample_result> sample_top(const logits_top &top);
+    bool needs_full_row() const;
 
 private:
+    // Draws among candidates sorted best first (logit(i) is candidate i's logit; max_logit the
+    // row's), applying top_k, min_p and top_p as sample() does; returns the candidate's index.
+    template <class Logit>
+    size_t draw(size_t n_candidates, Logit logit, float max_logit);
+
     sampling_params params_;
     std::mt19937_64 rng_;
     std::vector<int32_t> order_;  // scratch

@@ -5,6 +5,7 @@
 
 #include "cuda/attention.h"
 #include "cuda/attention_prompt.h"
+#include "cuda/logits_top.h"
 #include "cuda/cuda_check.h"
 #include "cuda/launch.cuh"
 #include "cuda/matmul_prompt.h"
@@ -79,7 +80,12 @@ struct upload_plan {
 uint64_t cuda_device::scratch_bytes(const model_hparams &hp, int32_t n_ctx, bool has_head, bool paired) {
     const size_t r = max_step_rows, k = size_t(hp.n_expert_used), d = size_t(hp.d_model);
     size_t floats = step_floats(hp, n_ctx);
-    if (has_head) floats += size_t(max_logit_rows) * size_t(hp.n_vocab);
+    if (has_head) {
+        floats += size_t(max_logit_rows) * size_t(hp.n_vocab);
+        // The summaries: 64 candidate keys (two floats each), max, sum (two) and flag per slice and row.
+        floats += size_t(max_logit_rows) * (size_t(cuda::logits_top_slices(hp.n_vocab)) * (2 * cuda::logits_top_n + 4) +
+                                           sizeof(cuda::logits_top_row) / 4);
+    }
     if (paired) floats += 2 * r * k * d + 2 * r * k + 2 * size_t(hp.n_expert) + 2;
     return uint64_t(floats) * 4 + (uint64_t(64) << 20);  // + allocator slack and the graphs
 }
@@ -255,7 +261,17 @@ cuda_device::cuda_device(const model_hparams &hp, const model_tensors &tensors, 
         m.own_x = device_alloc<int32_t>(R * k);
         m.own_y = device_alloc<int32_t>(R * k);
     }
-    if (has_head) m.logits = device_alloc<float>(size_t(max_logit_rows) * size_t(part.head_end - part.head_begin));
+    if (has_head) {
+        const int32_t cols = part.head_end - part.head_begin, slices = cuda::logits_top_slices(cols);
+        m.logits = device_alloc<float>(D * size_t(cols));
+        if (slices > 0) {
+            m.top_keys = device_alloc<uint64_t>(D * size_t(slices) * cuda::logits_top_n);
+            m.top_slice_max = device_alloc<float>(D * size_t(slices));
+            m.top_slice_sum = device_alloc<double>(D * size_t(slices));
+            m.top_slice_nan = device_alloc<int32_t>(D * size_t(slices));
+            m.top_rows = device_alloc<cuda::logits_top_row>(D);
+        }
+    }
     if (record_traffic && part.role != placement_role::partner) {
         const size_t n = size_t(part.layer_end - part.layer_begin) * size_t(hp.n_expert);
         m.traffic = device_alloc<unsigned long long>(n);
@@ -272,7 +288,8 @@ cuda_device::~cuda_device() {
     for (const void *p : std::initializer_list<const void *>{
              m.weights, m.kv, m.inv_freq, m.rows, m.x, m.h, m.q, m.kb, m.vb, m.att, m.router_logits, m.route_w, m.act,
              m.eout, m.partial, m.exchange[0], m.exchange[1], m.ids, m.group_expert, m.group_off, m.n_groups, m.pair_x,
-             m.pair_y, m.groups_total, m.own_mat, m.own_off, m.own_n, m.own_x, m.own_y, m.logits, m.traffic, local})
+             m.pair_y, m.groups_total, m.own_mat, m.own_off, m.own_n, m.own_x, m.own_y, m.logits, m.top_keys, m.top_slice_max,
+             m.top_slice_sum, m.top_slice_nan, m.top_rows, m.traffic, local})
         if (p) cudaFree(const_cast<void *>(p));
     if (m.event) cudaEventDestroy(m.event);
     if (m.stream) cudaStreamDestroy(m.stream);
@@ -615,6 +632,35 @@ void cuda_device::download_logits(float *host_pinned, int32_t n_out) {
     TANDEM_CUDA_CHECK(cudaMemcpy2DAsync(host_pinned + m.part.head_begin, vocab * sizeof(float), m.logits,
                                         cols * sizeof(float), cols * sizeof(float), size_t(n_out),
                                         cudaMemcpyDeviceToHost, m.stream));
+}
+
+bool cuda_device::has_logits_top() const { return s_->top_rows != nullptr; }
+
+int64_t cuda_device::logits_top(int32_t n_out) {
+    state &m = *s_;
+    TANDEM_ASSERT(m.top_rows, "device {} does not reduce logits rows", m.part.logical);
+    if (n_out == 0) return 0;
+    TANDEM_CUDA_CHECK(cudaSetDevice(m.device));
+    cuda::logits_top_args a;
+    a.logits = m.logits;
+    a.n_rows = n_out;
+    a.n_cols = m.head.n_out;
+    a.first_id = m.part.head_begin;
+    a.scratch = m.top_keys;
+    a.slice_max = m.top_slice_max;
+    a.slice_sum = m.top_slice_sum;
+    a.slice_nan = m.top_slice_nan;
+    a.out = m.top_rows;
+    cuda::logits_top(a, m.stream);
+    return 2;
+}
+
+void cuda_device::download_logits_top(void *host_pinned, int32_t n_out) {
+    state &m = *s_;
+    if (n_out == 0 || !m.top_rows) return;
+    TANDEM_CUDA_CHECK(cudaSetDevice(m.device));
+    TANDEM_CUDA_CHECK(cudaMemcpyAsync(host_pinned, m.top_rows, size_t(n_out) * sizeof(cuda::logits_top_row),
+                                      cudaMemcpyDeviceToHost, m.stream));
 }
 
 void cuda_device::download_groups_total(int32_t *host_pinned) {

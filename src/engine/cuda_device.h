@@ -71,6 +71,12 @@ public:
     int64_t head(int32_t r0, int32_t n_out, int32_t out0);
     // Logits rows [0, n_out) -> host rows (pitch n_vocab floats, at this device's head columns).
     void download_logits(float *host_pinned, int32_t n_out);
+    // Whether this device reduces its logits rows to summaries (it holds head columns, and no
+    // more than the reduction takes), and the launches that do it for rows [0, n_out).
+    bool has_logits_top() const;
+    int64_t logits_top(int32_t n_out);
+    // Summaries of rows [0, n_out) -> host (cuda::logits_top_row each, ids of the whole vocabulary).
+    void download_logits_top(void *host_pinned, int32_t n_out);
     // Adds the number of expert groups routed so far to `total` once the stream is done.
     void download_groups_total(int32_t *host_pinned);
     void synchronize();

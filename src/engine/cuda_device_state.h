@@ -2,6 +2,7 @@
 // and the transfers between devices (the public cuda_device.h stays free of CUDA types).
 #pragma once
 
+#include "cuda/logits_top.h"
 #include "cuda_device.h"
 #include "tandem/gguf.h"
 
@@ -54,7 +55,14 @@ struct cuda_device::state {
     int32_t *pair_x = nullptr, *pair_y = nullptr, *groups_total = nullptr;
     // The groups narrowed to the experts held here (pairs only).
     int32_t *own_mat = nullptr, *own_off = nullptr, *own_n = nullptr, *own_x = nullptr, *own_y = nullptr;
-    float *logits = nullptr;        // [max_step_rows][head columns]
+    float *logits = nullptr;        // [max_logit_rows][head columns]
+    // The logits rows' summaries (cuda/logits_top.h) over this device's head columns, and the
+    // first pass's candidates; only when the head's columns fit the device reduction.
+    uint64_t *top_keys = nullptr;   // [max_logit_rows][slices][logits_top_n]
+    float *top_slice_max = nullptr;
+    double *top_slice_sum = nullptr;
+    int32_t *top_slice_nan = nullptr;  // [max_logit_rows][slices] each
+    cuda::logits_top_row *top_rows = nullptr;  // [max_logit_rows]
     // Decode rows' split twins (cuda/x_split.cuh), max_logit_rows rows: h and att with their
     // 32-element sums. h_split_fresh: h_split holds the rows h holds (the last writer of h was
     // this device's norm or combine in a decode step, not a transfer).

@@ -7,6 +7,7 @@
 #include "cuda_engine.h"
 
 #include "cuda/cuda_check.h"
+#include "cuda/logits_top.h"
 #include "cuda_device_state.h"
 #include "cuda_link.h"
 #include "step_split.h"
@@ -16,9 +17,11 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <set>
+#include <tuple>
 
 namespace tandem {
 
@@ -60,17 +63,20 @@ int32_t graph_bucket(int32_t n) {
 struct cuda_engine::host_state {
     int32_t *rows = nullptr;      // pinned [4][cuda_device::max_step_rows]: tokens, slots, positions, head rows
     float *logits = nullptr;      // pinned [cuda_device::max_logit_rows][n_vocab]
+    cuda::logits_top_row *tops = nullptr;  // pinned [devices][cuda_device::max_logit_rows]: row summaries
     int32_t *groups = nullptr;    // pinned [devices]: each device's routed-group counter
     std::vector<int64_t> groups_seen;
-    // Small steps: (bucket, prompt rows) -> captured step, and the bytes its transfers move.
-    std::map<std::pair<int32_t, bool>, cudaGraphExec_t> graphs;
-    std::map<std::pair<int32_t, bool>, uint64_t> graph_bytes;
+    // Small steps: (bucket, prompt rows, rows reduced on the device) -> captured step, and the
+    // bytes its transfers move.
+    std::map<std::tuple<int32_t, bool, bool>, cudaGraphExec_t> graphs;
+    std::map<std::tuple<int32_t, bool, bool>, uint64_t> graph_bytes;
     int32_t exchanges = 0;        // pair exchanges so far (their buffer parity)
 
     ~host_state() {
         for (auto &[bucket, g] : graphs) cudaGraphExecDestroy(g);
         if (rows) cudaFreeHost(rows);
         if (logits) cudaFreeHost(logits);
+        if (tops) cudaFreeHost(tops);
         if (groups) cudaFreeHost(groups);
     }
 };
@@ -203,6 +209,17 @@ cuda_engine::cuda_engine(std::shared_ptr<const gguf_file> file, const engine_opt
     TANDEM_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void **>(&h.logits),
                                     size_t(cuda_device::max_logit_rows) * size_t(hp_.n_vocab) * sizeof(float),
                                     cudaHostAllocPortable));
+    TANDEM_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void **>(&h.tops),
+                                    devices_.size() * size_t(cuda_device::max_logit_rows) * sizeof(cuda::logits_top_row),
+                                    cudaHostAllocPortable));
+    // The summaries run on every device holding head columns, or nowhere (forward_top then
+    // reduces whole rows on the host).
+    device_top_ = false;
+    for (const auto &d : devices_) {
+        const bool head = d->part().head_end > d->part().head_begin;
+        if (head) device_top_ = d->has_logits_top();
+        if (head && !device_top_) break;
+    }
     TANDEM_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void **>(&h.groups), devices_.size() * sizeof(int32_t),
                                     cudaHostAllocPortable));
     h.groups_seen.assign(devices_.size(), 0);
@@ -324,14 +341,54 @@ void cuda_engine::join_streams() {
     TANDEM_CUDA_CHECK(cudaSetDevice(d0.device));
 }
 
-void cuda_engine::run_step(std::span<const engine_row> rows, bool prompt, float *logits_out) {
+namespace {
+
+// The summaries of one row from the devices holding its head columns (each sorted best first):
+// the max over devices, the sums rescaled to it in device order, the lists merged in the sampler's order.
+logits_top merge_logits_top(const std::vector<const cuda::logits_top_row *> &parts, int32_t n_vocab) {
+    logits_top t;
+    t.n_vocab = n_vocab;
+    float max_logit = -INFINITY;
+    for (const cuda::logits_top_row *p : parts) {
+        max_logit = std::max(max_logit, p->max);
+        t.has_nan = t.has_nan || p->has_nan != 0;
+    }
+    double sum = 0.0;
+    for (const cuda::logits_top_row *p : parts)
+        if (p->sum_exp > 0.0) sum += p->sum_exp * std::exp(double(p->max) - double(max_logit));
+    t.log_norm = double(max_logit) + std::log(sum);
+    std::vector<size_t> at(parts.size(), 0);
+    const size_t want = std::min<size_t>(logits_top_max, size_t(n_vocab));
+    while (t.top.size() < want) {
+        int best = -1;
+        for (size_t d = 0; d < parts.size(); ++d) {
+            if (at[d] >= size_t(parts[d]->n)) continue;
+            if (best < 0) {
+                best = int(d);
+                continue;
+            }
+            const float a = parts[d]->logit[at[d]], b = parts[size_t(best)]->logit[at[size_t(best)]];
+            if (a > b || (a == b && parts[d]->id[at[d]] < parts[size_t(best)]->id[at[size_t(best)]])) best = int(d);
+        }
+        TANDEM_ASSERT(best >= 0, "the devices' logits summaries hold {} of {} tokens", t.top.size(), want);
+        const size_t b = size_t(best);
+        t.top.push_back({parts[b]->id[at[b]], parts[b]->logit[at[b]]});
+        ++at[b];
+    }
+    return t;
+}
+
+}  // namespace
+
+void cuda_engine::run_step(std::span<const engine_row> rows, bool prompt, float *logits_out, logits_top *top_out) {
     host_state &h = *host_;
     const int32_t R = cuda_device::max_step_rows;
     const int32_t n_real = int32_t(rows.size());
     const bool one_device = devices_.size() == 1;
     const bool use_graph = (one_device || multi_graphs_) && n_real <= max_graph_rows;
     const int32_t n = use_graph ? graph_bucket(n_real) : n_real;
-    const std::pair<int32_t, bool> graph_key{n, prompt};
+    const bool reduce = top_out != nullptr;
+    const std::tuple<int32_t, bool, bool> graph_key{n, prompt, reduce};
     for (const auto &d : devices_) d->set_prompt_rows(prompt);
 
     // Micro-batches: contiguous row ranges (a slot's rows keep their order; each stage runs the
@@ -382,6 +439,7 @@ void cuda_engine::run_step(std::span<const engine_row> rows, bool prompt, float 
             for (size_t i = 1; i < devices_.size(); ++i)
                 TANDEM_CUDA_CHECK(cudaStreamWaitEvent(devices_[i]->impl().stream, d0.event, 0));
             launches_per_step_ = enqueue(mb_begin, mb_out, n);
+            if (reduce) launches_per_step_ += enqueue_logits_top(n);
             join_streams();
             TANDEM_CUDA_CHECK(cudaStreamEndCapture(d0.stream, &graph));
             cudaGraphExec_t exec = nullptr;
@@ -395,12 +453,14 @@ void cuda_engine::run_step(std::span<const engine_row> rows, bool prompt, float 
             TANDEM_CUDA_CHECK(cudaStreamWaitEvent(devices_[i]->impl().stream, d0.event, 0));
     } else {
         launches_per_step_ = enqueue(mb_begin, mb_out, n_wanted);
+        if (reduce) launches_per_step_ += enqueue_logits_top(n_wanted);
     }
     if (use_graph && !h.graph_bytes.count(graph_key)) h.graph_bytes[graph_key] = links_->bytes_moved();
     bytes_moved_ = use_graph ? h.graph_bytes[graph_key] : links_->bytes_moved();
     for (size_t i = 0; i < devices_.size(); ++i) {
         cuda_device &d = *devices_[i];
-        if (n_download > 0) d.download_logits(h.logits, n_download);
+        if (n_download > 0 && logits_out) d.download_logits(h.logits, n_download);
+        if (n_download > 0 && reduce) d.download_logits_top(h.tops + i * size_t(cuda_device::max_logit_rows), n_download);
         d.download_groups_total(h.groups + i);
     }
     for (const auto &d : devices_) d->synchronize();
@@ -412,22 +472,56 @@ void cuda_engine::run_step(std::span<const engine_row> rows, bool prompt, float 
     }
     experts_touched_per_layer_ = double(groups) / hp_.n_layer;
     const size_t vocab = size_t(hp_.n_vocab);
-    if (!use_graph) {
-        if (n_wanted > 0) std::memcpy(logits_out, h.logits, size_t(n_wanted) * vocab * sizeof(float));
-    } else {
-        for (size_t j = 0; j < keep.size(); ++j)
-            std::memcpy(logits_out + j * vocab, h.logits + size_t(keep[j]) * vocab, vocab * sizeof(float));
+    if (logits_out) {
+        if (!use_graph) {
+            if (n_wanted > 0) std::memcpy(logits_out, h.logits, size_t(n_wanted) * vocab * sizeof(float));
+        } else {
+            for (size_t j = 0; j < keep.size(); ++j)
+                std::memcpy(logits_out + j * vocab, h.logits + size_t(keep[j]) * vocab, vocab * sizeof(float));
+        }
+    }
+    if (reduce) {
+        std::vector<const cuda::logits_top_row *> parts;
+        for (int32_t j = 0; j < n_wanted; ++j) {
+            const size_t r = size_t(use_graph ? keep[size_t(j)] : j);
+            parts.clear();
+            for (size_t i = 0; i < devices_.size(); ++i)
+                if (devices_[i]->part().head_end > devices_[i]->part().head_begin)
+                    parts.push_back(h.tops + i * size_t(cuda_device::max_logit_rows) + r);
+            top_out[j] = merge_logits_top(parts, hp_.n_vocab);
+        }
     }
 }
 
+int64_t cuda_engine::enqueue_logits_top(int32_t n_out) {
+    int64_t launches = 0;
+    for (const auto &d : devices_)
+        if (d->part().head_end > d->part().head_begin) launches += d->logits_top(n_out);
+    return launches;
+}
+
 void cuda_engine::forward(std::span<const engine_row> rows, std::vector<float> &logits) {
-    logits.clear();
+    forward_rows(rows, &logits, nullptr);
+}
+
+void cuda_engine::forward_top(std::span<const engine_row> rows, std::vector<logits_top> &top) {
+    if (!device_top_) {
+        engine::forward_top(rows, top);
+        return;
+    }
+    forward_rows(rows, nullptr, &top);
+}
+
+void cuda_engine::forward_rows(std::span<const engine_row> rows, std::vector<float> *logits, std::vector<logits_top> *top) {
+    if (logits) logits->clear();
+    if (top) top->clear();
     if (rows.empty()) return;
     slots_.validate(rows);
     const size_t vocab = size_t(hp_.n_vocab);
     size_t n_wanted = 0;
     for (const engine_row &r : rows) n_wanted += r.want_logits ? 1 : 0;
-    logits.resize(n_wanted * vocab);
+    if (logits) logits->resize(n_wanted * vocab);
+    if (top) top->resize(n_wanted);
 
     // Decode rows and prompt rows run as separate steps (their kernels differ, engine_row::prompt).
     step_limits limits;
@@ -436,21 +530,27 @@ void cuda_engine::forward(std::span<const engine_row> rows, std::vector<float> &
     limits.logit_rows = size_t(cuda_device::max_logit_rows);
     std::vector<engine_row> step_rows;
     std::vector<float> scratch;
+    std::vector<logits_top> step_top;
     for (const engine_step &step : engine_steps_split(rows, n_slots_, limits)) {
         step_rows.clear();
         for (size_t i : step.rows) step_rows.push_back(rows[i]);
         // Logits rows that are consecutive in the output go there directly.
         bool direct = true;
         for (size_t j = 1; j < step.out.size(); ++j) direct = direct && step.out[j] == step.out[j - 1] + 1;
-        float *dst = step.out.empty() ? nullptr : logits.data() + step.out[0] * vocab;
-        if (!direct) {
-            scratch.resize(step.out.size() * vocab);
-            dst = scratch.data();
+        float *dst = nullptr;
+        if (logits) {
+            dst = step.out.empty() ? nullptr : logits->data() + step.out[0] * vocab;
+            if (!direct) {
+                scratch.resize(step.out.size() * vocab);
+                dst = scratch.data();
+            }
         }
-        run_step(step_rows, step.prompt, dst);
-        if (!direct)
+        step_top.assign(top ? step.out.size() : 0, logits_top{});
+        run_step(step_rows, step.prompt, dst, top ? step_top.data() : nullptr);
+        if (logits && !direct)
             for (size_t j = 0; j < step.out.size(); ++j)
-                std::memcpy(logits.data() + step.out[j] * vocab, scratch.data() + j * vocab, vocab * sizeof(float));
+                std::memcpy(logits->data() + step.out[j] * vocab, scratch.data() + j * vocab, vocab * sizeof(float));
+        for (size_t j = 0; top && j < step.out.size(); ++j) (*top)[step.out[j]] = std::move(step_top[j]);
     }
     slots_.advance(rows);
 }

@@ -28,6 +28,7 @@ public:
     int32_t n_slots() const override { return n_slots_; }
     int32_t n_ctx() const override { return n_ctx_; }
     void forward(std::span<const engine_row> rows, std::vector<float> &logits) override;
+    void forward_top(std::span<const engine_row> rows, std::vector<logits_top> &top) override;
     int32_t slot_length(int32_t slot) const override;
     void slot_truncate(int32_t slot, int32_t n_keep) override;
     std::string layout() const override;
@@ -45,12 +46,17 @@ public:
     struct host_state;  // pinned buffers and graphs (opaque here: no CUDA types in this header)
 
 private:
-    // One step of rows of one kind (engine_row::prompt), within cuda_device's row limits.
-    void run_step(std::span<const engine_row> rows, bool prompt, float *logits_out);
+    // forward and forward_top: whole rows into *logits and / or summaries into *top (either may be null).
+    void forward_rows(std::span<const engine_row> rows, std::vector<float> *logits, std::vector<logits_top> *top);
+    // One step of rows of one kind (engine_row::prompt), within cuda_device's row limits; the
+    // logits rows go to logits_out and / or, reduced on the devices, to top_out (either may be null).
+    void run_step(std::span<const engine_row> rows, bool prompt, float *logits_out, logits_top *top_out);
     // Device 0's stream waits for everything enqueued so far on the other devices' streams.
     void join_streams();
     // Enqueues the whole step on every device; returns the launches.
     int64_t enqueue(const std::vector<int32_t> &mb_begin, const std::vector<int32_t> &mb_out, int32_t n_out);
+    // Enqueues the reduction of logits rows [0, n_out) on every device holding head columns.
+    int64_t enqueue_logits_top(int32_t n_out);
 
     std::shared_ptr<const gguf_file> file_;
     model_hparams hp_;
@@ -58,6 +64,7 @@ private:
     slot_table slots_;
     int32_t n_slots_ = 0, n_ctx_ = 0, micro_batches_ = 0;
     bool multi_graphs_ = false;
+    bool device_top_ = false;      // the head's devices reduce logits rows (forward_top)
     bool record_traffic_ = false;  // several devices: decode steps as one multi-device graph
     placement_plan plan_;
     std::vector<std::unique_ptr<cuda_device>> devices_;  // by logical index

@@ -356,9 +356,16 @@ bool scheduler::step() {
         n_prefill += n;
     }
 
+    // Whole rows only when some picker needs one (a temperature draw without a small top_k):
+    // else each row leaves the engine as its best tokens (on CUDA: reduced on the device).
+    bool from_top = true;
+    for (const active *a : logit_owner) from_top = from_top && a->picker->picks_from_top();
     auto t0 = clock_type::now();
     try {
-        engine_.forward(rows, logits_);
+        if (from_top)
+            engine_.forward_top(rows, tops_);
+        else
+            engine_.forward(rows, logits_);
     } catch (const std::exception &e) {
         // The KV of the slots in this call is unknown now: forget it and fail their requests.
         log_error("engine forward failed ({} rows): {}", rows.size(), e.what());
@@ -375,12 +382,16 @@ bool scheduler::step() {
     budget_.record(static_cast<int32_t>(rows.size()), dt);
 
     const size_t n_vocab = static_cast<size_t>(engine_.hparams().n_vocab);
-    TANDEM_ASSERT(logits_.size() >= logit_owner.size() * n_vocab, "engine returned {} logits for {} rows",
-                  logits_.size(), logit_owner.size());
+    if (from_top)
+        TANDEM_ASSERT(tops_.size() == logit_owner.size(), "engine returned {} summaries for {} rows", tops_.size(),
+                      logit_owner.size());
+    else
+        TANDEM_ASSERT(logits_.size() >= logit_owner.size() * n_vocab, "engine returned {} logits for {} rows",
+                      logits_.size(), logit_owner.size());
     for (size_t i = 0; i < logit_owner.size(); ++i) {
         active &a = *logit_owner[i];
-        std::span<const float> row(logits_.data() + i * n_vocab, n_vocab);
-        sample_result r = a.picker->pick(row);
+        sample_result r = from_top ? a.picker->pick_top(tops_[i])
+                                   : a.picker->pick(std::span<const float>(logits_.data() + i * n_vocab, n_vocab));
         bool done = false;
         emit_token(a, r, done);
     }

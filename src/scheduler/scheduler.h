@@ -1,11 +1,12 @@
 // src/scheduler/scheduler.h - the engine loop: the only owner of the engine, its KV slots and the
 // sessions. HTTP threads submit gen_requests and receive gen_events through a gen_sink.
-// Depends on engine.h and sampler.h (types only): tokenizer and sampler come in through hooks,
+// Depends on engine.h and sampler.h: tokenizer and sampler come in through hooks,
 // so the policy is testable with a fake engine before any backend exists.
 #pragma once
 
 #include "src/scheduler/prefill_budget.h"
 #include "tandem/engine.h"
+#include "tandem/error.h"
 #include "tandem/sampler.h"
 
 #include <atomic>
@@ -36,6 +37,15 @@ class token_picker {
 public:
     virtual ~token_picker() = default;
     virtual sample_result pick(std::span<const float> logits) = 0;
+    // Whether pick_top can decide this picker's draws (sampler::needs_full_row is the opposite):
+    // when every row of a step's pickers can, the step asks the engine for summaries
+    // (engine::forward_top) instead of whole rows.
+    virtual bool picks_from_top() const { return false; }
+    // The pick from the row's top; called only when picks_from_top().
+    virtual sample_result pick_top(const logits_top &top) {
+        (void)top;
+        fail(error_kind::internal, "this token picker picks from whole rows only");
+    }
 };
 
 struct scheduler_hooks {
@@ -197,6 +207,7 @@ private:
     std::vector<std::unique_ptr<active>> active_;  // in admission order
     uint64_t use_clock_ = 0;
     std::vector<float> logits_;
+    std::vector<logits_top> tops_;  // the step's rows as summaries (engine::forward_top)
     prefill_budget budget_;
     std::thread thread_;
 };

@@ -32,6 +32,7 @@ struct bench_cli {
     std::string model, sessions = "1,4,16", json_path, traffic_path;
     int prompt = 2048, gen = 128, decode_prompt = 16, prefill_chunk = 2048, repeats = 3;
     double bandwidth_gbps = 0;
+    bool full_logits = false;
 };
 
 std::vector<int> parse_list(const std::string &text) {
@@ -91,6 +92,8 @@ TANDEM_COMMAND(bench, "Measure prefill and multi-session decode throughput", [](
     sub.add_option("--prefill-chunk", cli->prefill_chunk, "Rows per prefill call");
     sub.add_option("--repeats", cli->repeats, "Prefill repeats (median)");
     sub.add_option("--bandwidth", cli->bandwidth_gbps, "Memory bandwidth roof in GB/s for % of roof (cuda default 4300 per GPU of the plan)");
+    sub.add_flag("--full-logits", cli->full_logits,
+                 "Decode steps take whole logits rows (as a temperature draw without top_k does) instead of each row's best tokens");
     sub.add_option("--json", cli->json_path, "Also write the results as JSON to this file");
     sub.add_option("--expert-traffic-out", cli->traffic_path,
                    "Record the rows routed to each expert and write them here (the --expert-balance format)");
@@ -120,7 +123,8 @@ TANDEM_COMMAND(bench, "Measure prefill and multi-session decode throughput", [](
             for (auto &t : ids) t = int32_t(rng() % uint32_t(hp.n_vocab));
             return ids;
         };
-        std::vector<float> logits;
+        std::vector<logits_top> tops;  // the logits rows as the server takes them (engine::forward_top)
+        std::vector<float> logits;     // --full-logits
         nlohmann::json result;
 
         // Prefill: one session, the prompt in chunks; median over repeats (first one warms up).
@@ -134,7 +138,7 @@ TANDEM_COMMAND(bench, "Measure prefill and multi-session decode throughput", [](
                     const int end = std::min(cli->prompt, begin + cli->prefill_chunk);
                     std::vector<engine_row> rows;
                     for (int i = begin; i < end; ++i) rows.push_back({0, i, ids[size_t(i)], i + 1 == cli->prompt, true});
-                    eng->forward(rows, logits);
+                    eng->forward_top(rows, tops);
                 }
                 if (rep > 0 || cli->repeats == 0) times.push_back(seconds_since(t0));
             }
@@ -144,7 +148,8 @@ TANDEM_COMMAND(bench, "Measure prefill and multi-session decode throughput", [](
         }
 
         // Decode: n sessions, each starting from a short prompt; one engine call per step with
-        // every session's row; greedy tokens; median step time after two warm-up steps.
+        // every session's row; greedy tokens from each row's summary (what the server asks for
+        // greedy and top_k requests); median step time after two warm-up steps.
         result["decode"] = nlohmann::json::array();
         for (int n : counts) {
             for (int s = 0; s < n; ++s) {
@@ -153,7 +158,7 @@ TANDEM_COMMAND(bench, "Measure prefill and multi-session decode throughput", [](
                 std::vector<engine_row> rows;
                 for (int i = 0; i < cli->decode_prompt; ++i)
                     rows.push_back({s, i, ids[size_t(i)], i + 1 == cli->decode_prompt, true});
-                eng->forward(rows, logits);
+                eng->forward_top(rows, tops);
             }
             std::vector<int32_t> next(static_cast<size_t>(n));
             for (int s = 0; s < n; ++s) next[size_t(s)] = int32_t(rng() % uint32_t(hp.n_vocab));
@@ -164,10 +169,14 @@ TANDEM_COMMAND(bench, "Measure prefill and multi-session decode throughput", [](
                 std::vector<engine_row> rows;
                 for (int s = 0; s < n; ++s) rows.push_back({s, cli->decode_prompt + step, next[size_t(s)], true});
                 const auto t0 = clock_type::now();
-                eng->forward(rows, logits);
+                if (cli->full_logits)
+                    eng->forward(rows, logits);
+                else
+                    eng->forward_top(rows, tops);
                 const double dt = seconds_since(t0);
                 for (int s = 0; s < n; ++s)
-                    next[size_t(s)] = argmax({logits.data() + size_t(s) * size_t(hp.n_vocab), size_t(hp.n_vocab)});
+                    next[size_t(s)] = cli->full_logits ? argmax({logits.data() + size_t(s) * size_t(hp.n_vocab), size_t(hp.n_vocab)})
+                                                       : tops[size_t(s)].top[0].id;
                 if (step >= 2) {
                     step_times.push_back(dt);
                     const auto c = eng->counters();
@@ -201,7 +210,7 @@ TANDEM_COMMAND(bench, "Measure prefill and multi-session decode throughput", [](
                            {"d_model", hp.d_model}, {"experts", hp.n_expert}, {"experts_used", hp.n_expert_used},
                            {"file_type", file->get_int("general.file_type", -1)}, {"bytes", bytes.total()}};
         result["flags"] = {{"prompt", cli->prompt}, {"gen", cli->gen}, {"sessions", counts},
-                           {"decode_prompt", cli->decode_prompt}, {"prefill_chunk", cli->prefill_chunk},
+                           {"decode_prompt", cli->decode_prompt}, {"prefill_chunk", cli->prefill_chunk}, {"full_logits", cli->full_logits},
                            {"threads", opt.n_threads}, {"devices", opt.n_devices}};
         fmt::print("{}\n", eng->layout());
         if (!cli->traffic_path.empty()) engine_write_expert_traffic(*eng, cli->traffic_path);

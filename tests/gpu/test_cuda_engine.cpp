@@ -232,3 +232,46 @@ TEST_CASE("CUDA prompt rows are bitwise independent of chunking and of the decod
         CHECK(same_bits(a, b));
     }
 }
+
+// forward_top reduces the logits rows on the device: the same top (ids and logits bitwise) and
+// normaliser (to double rounding) as the host reduction of forward's whole rows, on graph steps
+// (decode) and direct steps (a prompt with every row's logits).
+TEST_CASE("CUDA forward_top equals the host reduction of forward's rows", "[gpu][engine][logits_top]") {
+    if (!gpu_present()) return;
+    const std::string model = synth_gguf("tiny", ggml_type::q4_k, 2);
+    auto whole = open_cuda(model, 3, 160), reduced = open_cuda(model, 3, 160);
+    const int32_t nv = whole->hparams().n_vocab;
+    std::mt19937 rng(707);
+    auto check = [&](const std::vector<float> &rows_logits, const std::vector<logits_top> &tops) {
+        REQUIRE(rows_logits.size() == tops.size() * size_t(nv));
+        for (size_t j = 0; j < tops.size(); ++j) {
+            const logits_top ref = logits_top_of({rows_logits.data() + j * size_t(nv), size_t(nv)});
+            INFO("logits row " << j);
+            REQUIRE(tops[j].n_vocab == nv);
+            REQUIRE_FALSE(tops[j].has_nan);
+            REQUIRE(tops[j].top.size() == ref.top.size());
+            for (size_t i = 0; i < ref.top.size(); ++i) {
+                REQUIRE(tops[j].top[i].id == ref.top[i].id);
+                REQUIRE(std::memcmp(&tops[j].top[i].logit, &ref.top[i].logit, sizeof(float)) == 0);
+            }
+            REQUIRE(std::abs(tops[j].log_norm - ref.log_norm) <= 1e-12 * std::max(1.0, std::abs(ref.log_norm)));
+        }
+    };
+    std::vector<engine_row> rows;
+    const int lengths[3] = {7, 1, 80};
+    for (int32_t s = 0; s < 3; ++s)
+        for (int32_t i = 0; i < lengths[s]; ++i)
+            rows.push_back({s, i, int32_t(rng() % uint32_t(nv)), s == 2 || i + 1 == lengths[s], true});
+    std::vector<float> a;
+    std::vector<logits_top> tops;
+    whole->forward(rows, a);
+    reduced->forward_top(rows, tops);
+    check(a, tops);
+    for (int step = 0; step < 6; ++step) {
+        rows.clear();
+        for (int32_t s = 0; s < 3; ++s) rows.push_back({s, whole->slot_length(s), tops[size_t(s) < 2 ? s : tops.size() - 1].top[0].id, true});
+        whole->forward(rows, a);
+        reduced->forward_top(rows, tops);
+        check(a, tops);
+    }
+}

@@ -132,6 +132,61 @@ TEST_CASE("CUDA decode logits are bitwise equal on every placement plan", "[gpu]
     }
 }
 
+// forward_top on a plan: each device holding head columns reduces its shard, the engine merges
+// them; ids and logits bitwise those of one GPU, the normaliser to double rounding.
+TEST_CASE("CUDA logits summaries are equal on every placement plan", "[gpu][placement][logits_top]") {
+    if (!gpu_present()) return;
+    const std::string model = synth_gguf("tiny", ggml_type::q4_k, 4);
+    auto run = [&](const gpu_plan &p) {
+        engine_options opt = cuda_options(p.devices, p.tensor_parallel);
+        opt.micro_batches = p.micro_batches;
+        opt.transport = p.transport;
+        auto eng = engine_open(gguf_file::open(model), opt);
+        std::mt19937 rng(31);
+        const int32_t nv = eng->hparams().n_vocab;
+        std::vector<engine_row> rows;
+        for (int32_t s = 0; s < 3; ++s)
+            for (int32_t i = 0; i < 5 + 3 * s; ++i) rows.push_back({s, i, int32_t(rng() % uint32_t(nv)), true, true});
+        std::vector<std::vector<logits_top>> out;
+        std::vector<logits_top> tops;
+        eng->forward_top(rows, tops);
+        out.push_back(tops);
+        for (int step = 0; step < 5; ++step) {
+            std::vector<int32_t> next;
+            for (int32_t s = 0, at = 0; s < 3; ++s) next.push_back(tops[size_t(at += (step == 0 ? 5 + 3 * s : 1)) - 1].top[0].id);
+            rows.clear();
+            for (int32_t s = 0; s < 3; ++s) rows.push_back({s, eng->slot_length(s), next[size_t(s)], true});
+            eng->forward_top(rows, tops);
+            out.push_back(tops);
+        }
+        return out;
+    };
+    const auto single = run({{0}});
+    std::vector<gpu_plan> some = {{{0, 0}, true}, {{0, 0, 0}, false}, {{0, 0, 0, 0}, true, 2}, {{0, 0}, true, 0, "host"}};
+    if (visible_gpus() >= 2) {
+        some.push_back({{0, 1}, true});
+        some.push_back({{0, 0, 1, 1}, true});
+    }
+    for (const gpu_plan &p : some) {
+        INFO(describe(p));
+        const auto placed = run(p);
+        REQUIRE(placed.size() == single.size());
+        for (size_t c = 0; c < single.size(); ++c) {
+            REQUIRE(placed[c].size() == single[c].size());
+            for (size_t j = 0; j < single[c].size(); ++j) {
+                INFO("call " << c << " row " << j);
+                const logits_top &a = placed[c][j], &b = single[c][j];
+                REQUIRE(a.top.size() == b.top.size());
+                for (size_t i = 0; i < b.top.size(); ++i) {
+                    REQUIRE(a.top[i].id == b.top[i].id);
+                    REQUIRE(std::memcmp(&a.top[i].logit, &b.top[i].logit, sizeof(float)) == 0);
+                }
+                REQUIRE(std::abs(a.log_norm - b.log_norm) <= 1e-12 * std::max(1.0, std::abs(b.log_norm)));
+            }
+        }
+    }
+}
+
 TEST_CASE("CUDA fixture logits are bitwise equal on pairs and stages", "[gpu][placement][fixtures]") {
     if (!gpu_present()) return;
     for (const char *name : {"qwen3moe-a", "qwen3moe-b"})

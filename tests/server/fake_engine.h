@@ -57,6 +57,19 @@ public:
         calls_.emplace_back(rows.begin(), rows.end());
     }
 
+    // Counted, then the default: forward's rows reduced on the host.
+    void forward_top(std::span<const engine_row> rows, std::vector<logits_top> &top) override {
+        {
+            std::lock_guard lock(mutex_);
+            ++top_calls_;
+        }
+        engine::forward_top(rows, top);
+    }
+    int64_t top_calls() const {
+        std::lock_guard lock(mutex_);
+        return top_calls_;
+    }
+
     int32_t slot_length(int32_t slot) const override {
         std::lock_guard lock(mutex_);
         return static_cast<int32_t>(history_.at(static_cast<size_t>(slot)).size());
@@ -104,13 +117,16 @@ private:
     std::vector<std::vector<int32_t>> history_;
     std::vector<std::vector<engine_row>> calls_;
     bool fail_next_ = false;
+    int64_t top_calls_ = 0;
     std::chrono::milliseconds delay_{0};
 };
 
-// Greedy argmax with log-softmax logprobs (lowest id wins ties, like tandem::argmax).
+// Greedy argmax with log-softmax logprobs (lowest id wins ties, like tandem::argmax). It takes
+// the row's summary where the real sampler would (sampler::needs_full_row), so both of the
+// scheduler's paths run; its picks are greedy either way.
 class fake_greedy_picker : public token_picker {
 public:
-    explicit fake_greedy_picker(int32_t n_top) : n_top_(n_top) {}
+    explicit fake_greedy_picker(int32_t n_top, bool from_top = true) : n_top_(n_top), from_top_(from_top) {}
     sample_result pick(std::span<const float> logits) override {
         int32_t best = 0;
         for (size_t i = 1; i < logits.size(); ++i)
@@ -124,9 +140,18 @@ public:
         if (n_top_ > 0) r.top.push_back({best, r.logprob});
         return r;
     }
+    bool picks_from_top() const override { return from_top_; }
+    sample_result pick_top(const logits_top &top) override {
+        sample_result r;
+        r.id = top.top[0].id;
+        r.logprob = static_cast<float>(double(top.top[0].logit) - top.log_norm);
+        if (n_top_ > 0) r.top.push_back({r.id, r.logprob});
+        return r;
+    }
 
 private:
     int32_t n_top_;
+    bool from_top_;
 };
 
 // Token id -> one letter: 'a' + id % 26.
@@ -140,7 +165,10 @@ inline scheduler_hooks fake_hooks(int32_t eog_id) {
     scheduler_hooks h;
     h.is_eog = [eog_id](int32_t id) { return id == eog_id; };
     h.make_text_stream = [] { return std::make_unique<fake_text_stream>(); };
-    h.make_picker = [](const sampling_params &p) { return std::make_unique<fake_greedy_picker>(p.n_logprobs); };
+    h.make_picker = [](const sampling_params &p) {
+        const bool needs_row = p.temperature > 0.0f && (p.top_k == 0 || p.top_k > logits_top_max);
+        return std::make_unique<fake_greedy_picker>(p.n_logprobs, !needs_row);
+    };
     return h;
 }
 

@@ -129,6 +129,28 @@ TEST_CASE("16 concurrent greedy requests equal their runs alone, decoding in one
     CHECK(s.stats().max_rows_per_decode == 16);
 }
 
+TEST_CASE("steps ask for row summaries unless a picker needs whole rows", "[scheduler]") {
+    fake_engine eng(4, 256, n_vocab);
+    scheduler s(eng, {}, fake_hooks(-1));
+    auto a = std::make_shared<collect_sink>(), b = std::make_shared<collect_sink>();
+    const auto pa = make_prompt(7, 9), pb = make_prompt(8, 4);
+    s.submit(make_request(pa, 10, a));
+    run_until_done(s, {a});
+    const int64_t summaries = eng.top_calls();
+    CHECK(summaries == int64_t(eng.calls().size()));  // every call of a greedy request: summaries
+    eng.clear_calls();
+    // A temperature draw without top_k needs whole rows: every call it has a row in takes forward.
+    gen_request rb = make_request(pb, 10, b);
+    rb.sampling.temperature = 0.7f;
+    s.submit(std::move(rb));
+    run_until_done(s, {b});
+    CHECK(eng.top_calls() == summaries);
+    CHECK_FALSE(eng.calls().empty());
+    // Both paths pick the same greedy tokens (the fake picker is greedy either way).
+    CHECK(a->tokens() == fake_greedy_reference(n_vocab, pa, 10));
+    CHECK(b->tokens() == fake_greedy_reference(n_vocab, pb, 10));
+}
+
 TEST_CASE("prefill goes in chunks while nobody decodes", "[scheduler]") {
     fake_engine eng(2, 512, n_vocab);
     scheduler_options opt;

@@ -1,0 +1,108 @@
+// tests/kernels/test_cuda_logits_top.cpp - cuda/logits_top against its host twin, logits_top_of:
+// ids and logits bitwise (ties to the lower id, -0 == +0), the max bitwise, the normaliser to
+// double rounding, NaN flagged; rows independent of the launch's other rows.
+#include "cuda/logits_top.h"
+#include "gpu_test_util.h"
+#include "tandem/sampler.h"
+
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstring>
+
+using namespace tandem;
+using namespace tandem::test;
+
+namespace {
+
+struct top_run {
+    std::vector<cuda::logits_top_row> rows;
+};
+
+top_run run_top(const std::vector<float> &logits, int32_t n_rows, int32_t n_cols, int32_t first_id) {
+    const int32_t slices = cuda::logits_top_slices(n_cols);
+    REQUIRE(slices > 0);
+    device_buffer<float> x(logits);
+    device_buffer<uint64_t> keys(size_t(n_rows) * size_t(slices) * cuda::logits_top_n);
+    device_buffer<float> smax(size_t(n_rows) * size_t(slices));
+    device_buffer<double> ssum(size_t(n_rows) * size_t(slices));
+    device_buffer<int32_t> snan(size_t(n_rows) * size_t(slices));
+    device_buffer<cuda::logits_top_row> out{size_t(n_rows)};
+    keys.poison();
+    out.poison();
+    cuda::logits_top_args a;
+    a.logits = x.ptr;
+    a.n_rows = n_rows;
+    a.n_cols = n_cols;
+    a.first_id = first_id;
+    a.scratch = keys.ptr;
+    a.slice_max = smax.ptr;
+    a.slice_sum = ssum.ptr;
+    a.slice_nan = snan.ptr;
+    a.out = out.ptr;
+    cuda::logits_top(a, nullptr);
+    TANDEM_CUDA_CHECK(cudaDeviceSynchronize());
+    return {out.download()};
+}
+
+// One device row against the host twin of the same columns.
+void check_row(const cuda::logits_top_row &got, const float *row, int32_t n_cols, int32_t first_id) {
+    const logits_top ref = logits_top_of({row, size_t(n_cols)});
+    REQUIRE(got.has_nan == (ref.has_nan ? 1 : 0));
+    REQUIRE(got.n == std::min(n_cols, cuda::logits_top_n));
+    const size_t n_valid = ref.top.size();  // NaNs are left out of both
+    for (size_t i = 0; i < n_valid; ++i) {
+        INFO("place " << i);
+        REQUIRE(got.id[i] == ref.top[i].id + first_id);
+        REQUIRE(std::memcmp(&got.logit[i], &ref.top[i].logit, sizeof(float)) == 0);
+    }
+    if (n_valid == 0) return;
+    REQUIRE(got.max == ref.top[0].logit);  // as values: fmaxf may pick either of -0 and +0
+    const double log_norm = double(got.max) + std::log(got.sum_exp);
+    REQUIRE(std::abs(log_norm - ref.log_norm) <= 1e-12 * std::max(1.0, std::abs(ref.log_norm)));
+}
+
+}  // namespace
+
+TEST_CASE("logits_top matches its host twin", "[gpu][logits_top]") {
+    if (!gpu_present()) return;
+    std::mt19937_64 rng(21);
+    const int32_t widths[] = {1, 5, 63, 64, 65, 4095, 4096, 4097, 75968, 151936, 262144};
+    for (int32_t n_cols : widths) {
+        const int32_t n_rows = n_cols > 100000 ? 3 : 7;
+        const int32_t first_id = n_cols % 2 ? 0 : 75968;
+        std::vector<float> x = random_floats(rng, size_t(n_rows) * size_t(n_cols), 3.0f);
+        // Row 1: exact ties on a coarse grid, across slices; row 2: all equal, with -0 and +0 mixed.
+        std::uniform_int_distribution<int> level(0, 4);
+        for (int32_t c = 0; c < n_cols; ++c) {
+            x[size_t(n_cols) + size_t(c)] = float(level(rng)) * 0.5f;
+            x[2 * size_t(n_cols) + size_t(c)] = c % 3 ? 0.0f : -0.0f;
+        }
+        // Row 0: its best values planted in the last slice and at the first column.
+        x[size_t(n_cols) - 1] = 100.0f;
+        x[0] = 100.0f;
+        const top_run r = run_top(x, n_rows, n_cols, first_id);
+        for (int32_t row = 0; row < n_rows; ++row) {
+            INFO("n_cols " << n_cols << " row " << row);
+            check_row(r.rows[size_t(row)], x.data() + size_t(row) * size_t(n_cols), n_cols, first_id);
+        }
+        // Batch invariance: row 0 alone gives the same bytes (the sum included).
+        const top_run alone = run_top(std::vector<float>(x.begin(), x.begin() + n_cols), 1, n_cols, first_id);
+        REQUIRE(std::memcmp(&alone.rows[0], &r.rows[0], sizeof(cuda::logits_top_row)) == 0);
+    }
+}
+
+TEST_CASE("logits_top flags NaN rows and rejects rows too wide", "[gpu][logits_top]") {
+    if (!gpu_present()) return;
+    std::mt19937_64 rng(22);
+    const int32_t n_cols = 9000;
+    std::vector<float> x = random_floats(rng, 2 * size_t(n_cols));
+    x[size_t(n_cols) + 4321] = NAN;
+    const top_run r = run_top(x, 2, n_cols, 0);
+    REQUIRE(r.rows[0].has_nan == 0);
+    REQUIRE(r.rows[1].has_nan == 1);
+    check_row(r.rows[1], x.data() + n_cols, n_cols, 0);  // the NaN is left out of the top and the sum
+    REQUIRE(cuda::logits_top_slices(262144) == 64);
+    REQUIRE(cuda::logits_top_slices(262145) == 0);
+    REQUIRE(cuda::logits_top_slices(0) == 0);
+}

@@ -1,0 +1,160 @@
+// tests/unit/sampler/test_sampler.cpp - tandem::sampler on whole rows and on logits_top: the
+// reduction is exact (ties to the lower id, -0 == +0, NaN flagged), and a draw from the top is the
+// whole-row draw (same id, same logprobs, same random stream) whenever the top decides it.
+#include "tandem/error.h"
+#include "tandem/sampler.h"
+
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+using namespace tandem;
+
+namespace {
+
+// Logits with many exact ties: values on a coarse grid.
+std::vector<float> grid_logits(std::mt19937_64 &rng, size_t n, float scale, int levels) {
+    std::uniform_int_distribution<int> level(0, levels - 1);
+    std::vector<float> v(n);
+    for (float &x : v) x = scale * float(level(rng)) / float(levels);
+    return v;
+}
+
+std::vector<float> normal_logits(std::mt19937_64 &rng, size_t n, float scale) {
+    std::normal_distribution<float> d(0.0f, scale);
+    std::vector<float> v(n);
+    for (float &x : v) x = d(rng);
+    return v;
+}
+
+// Reference: the n best (logit, id) by logit descending then id ascending, by a full sort.
+std::vector<token_logit> sorted_best(const std::vector<float> &v, size_t n) {
+    std::vector<int32_t> ids(v.size());
+    for (size_t i = 0; i < v.size(); ++i) ids[i] = int32_t(i);
+    std::stable_sort(ids.begin(), ids.end(), [&](int32_t a, int32_t b) { return v[size_t(a)] > v[size_t(b)]; });
+    std::vector<token_logit> out;
+    for (size_t i = 0; i < std::min(n, ids.size()); ++i) out.push_back({ids[i], v[size_t(ids[i])]});
+    return out;
+}
+
+}  // namespace
+
+TEST_CASE("logits_top_of keeps the best tokens in the sampler's order", "[sampler]") {
+    std::mt19937_64 rng(11);
+    for (size_t n : {1u, 2u, 63u, 64u, 65u, 1000u, 151936u}) {
+        for (int trial = 0; trial < 3; ++trial) {
+            const std::vector<float> v = trial == 0 ? grid_logits(rng, n, 8.0f, 5) : normal_logits(rng, n, 3.0f);
+            const logits_top t = logits_top_of(v);
+            INFO("n " << n << " trial " << trial);
+            REQUIRE(t.n_vocab == int32_t(n));
+            REQUIRE_FALSE(t.has_nan);
+            const std::vector<token_logit> ref = sorted_best(v, size_t(logits_top_max));
+            REQUIRE(t.top.size() == ref.size());
+            for (size_t i = 0; i < ref.size(); ++i) {
+                REQUIRE(t.top[i].id == ref[i].id);
+                REQUIRE(std::memcmp(&t.top[i].logit, &ref[i].logit, sizeof(float)) == 0);
+            }
+            double sum = 0.0;
+            for (float x : v) sum += std::exp(double(x) - double(ref[0].logit));
+            REQUIRE(t.log_norm == Approx(double(ref[0].logit) + std::log(sum)).epsilon(1e-12));
+        }
+    }
+    SECTION("-0 and +0 are one value: the lower id wins") {
+        const std::vector<float> v = {-1.0f, 0.0f, -0.0f, -2.0f};
+        const std::vector<float> w = {-1.0f, -0.0f, 0.0f, -2.0f};
+        REQUIRE(logits_top_of(v).top[0].id == 1);
+        REQUIRE(logits_top_of(v).top[1].id == 2);
+        REQUIRE(logits_top_of(w).top[0].id == 1);
+    }
+    SECTION("NaN is flagged, left out, and refused by the sampler") {
+        std::vector<float> v = {1.0f, NAN, 3.0f};
+        const logits_top t = logits_top_of(v);
+        REQUIRE(t.has_nan);
+        REQUIRE(t.top.size() == 2);
+        REQUIRE(t.top[0].id == 2);
+        sampler s(sampling_params{});
+        REQUIRE_THROWS_AS(s.sample_top(t), error);
+        REQUIRE_THROWS_AS(s.sample(v), error);
+    }
+}
+
+TEST_CASE("sampling from the top is the whole-row draw", "[sampler]") {
+    std::mt19937_64 rng(12);
+    struct shape {
+        size_t n;
+        float scale;  // logit spread: a wide one puts the temperature cutoff inside the top
+        bool ties;
+    };
+    const std::vector<shape> shapes = {{1, 1.0f, false}, {50, 2.0f, true}, {64, 1.0f, false},
+                                       {5000, 1.0f, false}, {5000, 40.0f, false}, {5000, 30.0f, true}};
+    std::vector<sampling_params> params;
+    for (float temp : {0.0f, 0.3f, 1.0f, 2.5f})
+        for (int32_t top_k : {0, 1, 7, 64, 65})
+            for (float top_p : {1.0f, 0.9f, 0.3f})
+                for (float min_p : {0.0f, 0.05f}) {
+                    sampling_params p;
+                    p.temperature = temp;
+                    p.top_k = top_k;
+                    p.top_p = top_p;
+                    p.min_p = min_p;
+                    p.n_logprobs = top_k % 2 == 0 ? 5 : 20;
+                    p.seed = uint64_t(top_k) * 131 + uint64_t(temp * 10);
+                    params.push_back(p);
+                }
+    int decided = 0, undecided = 0;
+    for (const shape &sh : shapes)
+        for (const sampling_params &p : params) {
+            sampler whole(p), from_top(p);
+            REQUIRE(from_top.needs_full_row() == (p.temperature > 0.0f && (p.top_k == 0 || p.top_k > logits_top_max)));
+            for (int draw = 0; draw < 4; ++draw) {
+                const std::vector<float> v = sh.ties ? grid_logits(rng, sh.n, sh.scale, 7) : normal_logits(rng, sh.n, sh.scale);
+                const sample_result ref = whole.sample(v);
+                const std::optional<sample_result> got = from_top.sample_top(logits_top_of(v));
+                INFO("n " << sh.n << " scale " << sh.scale << " temp " << p.temperature << " top_k " << p.top_k
+                          << " top_p " << p.top_p << " min_p " << p.min_p << " draw " << draw);
+                if (!got) {
+                    // Only where announced; the stream did not move, so the whole row keeps it in step.
+                    REQUIRE(from_top.needs_full_row());
+                    ++undecided;
+                    const sample_result again = from_top.sample(v);
+                    REQUIRE(again.id == ref.id);
+                    continue;
+                }
+                ++decided;
+                REQUIRE(got->id == ref.id);
+                REQUIRE(got->logprob == ref.logprob);
+                REQUIRE(got->top.size() == ref.top.size());
+                for (size_t i = 0; i < ref.top.size(); ++i) {
+                    REQUIRE(got->top[i].id == ref.top[i].id);
+                    REQUIRE(got->top[i].logprob == ref.top[i].logprob);
+                }
+            }
+        }
+    // Both outcomes occurred, so both branches above were exercised.
+    REQUIRE(decided > 0);
+    REQUIRE(undecided > 0);
+}
+
+TEST_CASE("sampler basics: greedy, top_k 1, bad parameters", "[sampler]") {
+    const std::vector<float> v = {0.5f, 2.0f, 2.0f, -1.0f};
+    sampler greedy(sampling_params{});
+    REQUIRE(greedy.sample(v).id == 1);  // a tie goes to the lower id
+    sampling_params k1;
+    k1.temperature = 5.0f;
+    k1.top_k = 1;
+    sampler s(k1);
+    for (int i = 0; i < 10; ++i) REQUIRE(s.sample(v).id == 1);
+    sampling_params bad;
+    bad.top_p = 0.0f;
+    REQUIRE_THROWS_AS(sampler(bad), error);
+    bad = {};
+    bad.top_k = -1;
+    REQUIRE_THROWS_AS(sampler(bad), error);
+    bad = {};
+    bad.n_logprobs = 21;
+    REQUIRE_THROWS_AS(sampler(bad), error);
+}
