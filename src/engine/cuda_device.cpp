@@ -289,7 +289,8 @@ cuda_device::~cuda_device() {
              m.weights, m.kv, m.inv_freq, m.rows, m.x, m.h, m.q, m.kb, m.vb, m.att, m.router_logits, m.route_w, m.act,
              m.eout, m.partial, m.exchange[0], m.exchange[1], m.ids, m.group_expert, m.group_off, m.n_groups, m.pair_x,
              m.pair_y, m.groups_total, m.own_mat, m.own_off, m.own_n, m.own_x, m.own_y, m.logits, m.top_keys, m.top_slice_max,
-             m.top_slice_sum, m.top_slice_nan, m.top_rows, m.traffic, local})
+             m.top_slice_sum, m.top_slice_nan, m.top_rows, m.h_split, m.h_sums, m.att_split,
+             m.att_sums, m.traffic, local})
         if (p) cudaFree(const_cast<void *>(p));
     if (m.event) cudaEventDestroy(m.event);
     if (m.stream) cudaStreamDestroy(m.stream);
