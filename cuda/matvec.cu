@@ -33,7 +33,9 @@ namespace {
 // more rows take more passes, whose weights then come from L1/L2. A dense matrix too narrow to
 // give every SM two blocks (wo) splits K 8 ways instead, one that gives a quarter of them one
 // block (the router: 8 blocks) 16 ways; the split is a function of the matrix's shape, never of
-// the step's rows, so decode rows stay batch invariant.
+// the step's rows, so decode rows stay batch invariant. A grouped K-quant matrix of three blocks a
+// row (K = 768: Qwen3-30B's experts' down) runs three warps a block, none idle: 96 registers
+// instead of 128, 7 blocks per SM instead of 4 (16 sessions: 1,200 -> 1,274 tok/s).
 constexpr int block_warps = 4;   // K split 4 ways: enough warps in flight for one-row steps
 constexpr int narrow_blocks = 264;  // fewer blocks than this (2 per SM of an H200): K split 8 ways
 constexpr int tiny_blocks = 33;     // fewer than this (a quarter of an H200's SMs): K split 16 ways
@@ -440,6 +442,13 @@ void launch_matvec_shape(const matvec_args &a, cudaStream_t stream) {
             launch_pdl(matvec_kernel<T, false, 2 * block_warps, split_in>, grid, dim3(2 * block_warps * 32), stream, a, row_bytes,
                        blocks0, blocks1);
             return;
+        }
+        if constexpr (T == ggml_type::q4_k || T == ggml_type::q6_k) {
+            // Three K-quant blocks a row (Qwen3-30B's experts' down, K = 768): three warps, none idle.
+            if (a.group_off && a.n_in == 3 * 256) {
+                launch_pdl(matvec_kernel<T, false, 3, split_in>, grid, dim3(3 * 32), stream, a, row_bytes, blocks0, blocks1);
+                return;
+            }
         }
     }
     launch_pdl(matvec_kernel<T, swiglu, block_warps, split_in>, grid, dim3(block_warps * 32), stream, a, row_bytes, blocks0, blocks1);
