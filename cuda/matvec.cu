@@ -116,7 +116,9 @@ __device__ __forceinline__ uint32_t load_u32_a2(const uint8_t *p) {
 
 // split_in: the B registers come from the producer's split rows (x_split, and Q4_K's sums from
 // x_sums) instead of being computed here; one path per instantiation keeps the unrolled body small.
-template <ggml_type T, bool swiglu, int n_warps, bool split_in>
+// parted: K in a.k_parts parts on blocks of their own (an instance of its own: the part
+// arithmetic would cost the other instances registers).
+template <ggml_type T, bool swiglu, int n_warps, bool split_in, bool parted = false>
 __global__ void __launch_bounds__(n_warps * 32)
     matvec_kernel(const matvec_args a, int64_t row_bytes, int blocks0, int blocks1) {
     __shared__ float s_red[n_warps - 1][4][32];  // warps 1.. sums, lane-minor
@@ -126,6 +128,13 @@ __global__ void __launch_bounds__(n_warps * 32)
     const void *w = a.w;
     float *y_base = a.y;
     int64_t y_stride = a.y_stride;
+    // K parts (matvec_args::k_parts): blocks [s * blocks0, (s + 1) * blocks0) take part s.
+    int part = 0;
+    if constexpr (parted) {
+        part = bx / blocks0;
+        bx -= part * blocks0;
+        y_base += part * a.y_part_stride;
+    }
     if (a.n_extra > 0 && bx >= blocks0) {
         bx -= blocks0;
         int part = 0;
@@ -145,6 +154,8 @@ __global__ void __launch_bounds__(n_warps * 32)
     // K chunks: Q4_K / Q6_K blocks of 256 (scales applied outside the mma), else 4 items of 32.
     const int n_items = a.n_in / 32;
     const int n_chunks = q4k || q6k ? a.n_in / 256 : (n_items + chunk_items - 1) / chunk_items;
+    const int n_parts = parted ? a.k_parts : 1;
+    const int c_begin = part * n_chunks / n_parts, c_end = (part + 1) * n_chunks / n_parts;  // this block's chunks
     int begin = 0, end = a.n_pairs, mat = 0;
     auto resolve_group = [&]() {
         const int gi = blockIdx.y;
@@ -174,7 +185,7 @@ __global__ void __launch_bounds__(n_warps * 32)
     // rows' chunk, which reaches every 128-byte line of a chunk of up to 384 bytes).
     const int64_t chunk_bytes = q4k || q6k ? row_bytes / n_chunks : row_bytes / n_items * chunk_items;
     auto prefetch_chunk = [&](int c) {
-        if (c >= n_chunks) return;
+        if (c >= c_end) return;
         const int64_t off = int64_t(c) * chunk_bytes + (128 * t < chunk_bytes ? 128 * t : chunk_bytes - 1);
         if (off >= row_bytes) return;
         prefetch_l1(row_lo + off);
@@ -183,7 +194,7 @@ __global__ void __launch_bounds__(n_warps * 32)
     using raw_t = std::conditional_t<q4k, q4_k_lane, item_raw<T>>;
     raw_t raw_lo{}, raw_hi{};
     auto load_chunk = [&](int c, raw_t &lo, raw_t &hi) {
-        if (c >= n_chunks) return;
+        if (c >= c_end) return;
         if constexpr (q4k) {
             lo = load_q4_k_lane(row_lo, c, t);
             hi = load_q4_k_lane(row_hi, c, t);
@@ -201,8 +212,8 @@ __global__ void __launch_bounds__(n_warps * 32)
         if (grouped && !resolve_group()) return;
         resolve_rows();
         // Stream this warp's first weights while the previous kernel finishes.
-        load_chunk(warp, raw_lo, raw_hi);
-        prefetch_chunk(warp + n_warps);
+        load_chunk(c_begin + warp, raw_lo, raw_hi);
+        prefetch_chunk(c_begin + warp + n_warps);
         prefetched = true;
     }
     pdl_wait();
@@ -230,8 +241,8 @@ __global__ void __launch_bounds__(n_warps * 32)
             sums1 = a.x_sums + x_row(p0 + 2 * t + 1) * (a.x_stride / 32);
         }
         float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-        for (int c = warp; c < n_chunks; c += n_warps) {
-            if (!(prefetched && p0 == begin && c == warp)) load_chunk(c, raw_lo, raw_hi);
+        for (int c = c_begin + warp; c < c_end; c += n_warps) {
+            if (!(prefetched && p0 == begin && c == c_begin + warp)) load_chunk(c, raw_lo, raw_hi);
             prefetch_chunk(c + n_warps);
             if constexpr (q4k) {
                 // Sub-block j (32 elements) of block c: sum_l q_l x_l on the tensor cores (q exact
@@ -433,6 +444,12 @@ void launch_matvec_shape(const matvec_args &a, cudaStream_t stream) {
     const dim3 grid(blocks0 + blocks1 + blocks2, a.group_off ? a.max_groups : 1);
     const int64_t row_bytes = matvec_row_bytes(a.type, a.n_in);
     if constexpr (!swiglu) {
+        if (a.k_parts > 1) {
+            const dim3 parts_grid(blocks0 * a.k_parts);
+            launch_pdl(matvec_kernel<T, false, block_warps, split_in, true>, parts_grid, dim3(block_warps * 32), stream, a,
+                       row_bytes, blocks0, 0);
+            return;
+        }
         if (!a.group_off && grid.x < tiny_blocks) {
             launch_pdl(matvec_kernel<T, false, 4 * block_warps, split_in>, grid, dim3(4 * block_warps * 32), stream, a, row_bytes,
                        blocks0, blocks1);
@@ -493,6 +510,11 @@ void matvec(const matvec_args &a, cudaStream_t stream) {
     TANDEM_CUDA_REQUIRE(!a.group_off || (a.group_mat && a.n_groups && a.max_groups >= 1 && a.max_groups <= 65535),
                         "matvec: grouped mode needs group_mat, n_groups and 1 <= max_groups <= 65535");
     TANDEM_CUDA_REQUIRE(!(a.w_up && a.accumulate), "matvec: SwiGLU and accumulate do not combine");
+    TANDEM_CUDA_REQUIRE(a.k_parts >= 1 && (a.k_parts == 1 || (!a.group_off && !a.w_up && !a.accumulate && a.n_extra == 0 &&
+                                                             a.y_part_stride >= int64_t(a.n_pairs) * a.y_stride &&
+                                                             a.n_in / 256 >= a.k_parts)),
+                        "matvec: k_parts is for dense products without SwiGLU, accumulate or extra matrices, with parts "
+                        "that do not overlap and at least one 256-element chunk each");
     TANDEM_CUDA_REQUIRE(a.n_extra >= 0 && a.n_extra <= 2 && (a.n_extra == 0 || (!a.group_off && !a.w_up)),
                         "matvec: up to 2 extra matrices, dense and without SwiGLU only");
     for (int i = 0; i < a.n_extra; ++i)

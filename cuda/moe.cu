@@ -66,6 +66,10 @@ __device__ void route_rows(const moe_route_args &a, int row_begin, int row_end, 
             float p[max_epl];
 #pragma unroll
             for (int t = 0; t < max_epl; ++t) p[t] = lane + 32 * t < ne ? l[lane + 32 * t] : -INFINITY;
+            for (int part = 1; part < a.n_logit_parts; ++part)  // the router's K parts, added in order
+#pragma unroll
+                for (int t = 0; t < max_epl; ++t)
+                    if (lane + 32 * t < ne) p[t] = __fadd_rn(p[t], l[part * a.logit_part_stride + lane + 32 * t]);
             const bool pad = a.slots[r] < 0;
             if (lane == 0) s_pad[warp] = pad;
             if (pad) {
@@ -334,6 +338,8 @@ void moe_count(const moe_count_args &a, cudaStream_t stream) {
 void moe_route(const moe_route_args &a, cudaStream_t stream) {
     TANDEM_CUDA_REQUIRE(a.n_expert >= 1 && a.n_expert <= 32 * max_epl, "moe_route: n_expert must be in 1..512");
     TANDEM_CUDA_REQUIRE(a.k >= 1 && a.k <= a.n_expert && a.k <= max_k, "moe_route: k must be in 1..min(n_expert, 32)");
+    TANDEM_CUDA_REQUIRE(a.n_logit_parts >= 1 && (a.n_logit_parts == 1 || a.logit_part_stride >= int64_t(a.n_rows) * a.n_expert),
+                        "moe_route: logit parts must not overlap");
     if (a.n_rows == 0) return;
     if (a.n_rows <= route_single_block_rows) {
         launch_pdl(moe_route_kernel, dim3(1), dim3(route_threads), stream, a);

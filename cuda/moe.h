@@ -13,6 +13,10 @@ namespace tandem::cuda {
 
 struct moe_route_args {
     const float *logits = nullptr;   // [n_rows][n_expert] router logits
+    // The router's K parts (matvec_args::k_parts): logits = part 0 + part 1 + ... in that order,
+    // part s at logits + s * logit_part_stride.
+    int32_t n_logit_parts = 1;
+    int64_t logit_part_stride = 0;
     const int32_t *slots = nullptr;  // [n_rows]; < 0: padding row, routed nowhere
     int32_t *ids = nullptr;          // [n_rows][k] selected experts (-1 for padding rows)
     float *weights = nullptr;        // [n_rows][k]

@@ -470,10 +470,32 @@ int64_t cuda_device::layer_experts(int32_t l, int32_t r0, int32_t n) {
     cuda::rmsnorm(na, s);
     m.h_split_fresh = split;
     ++launches;
-    dense(L.router, h, d, h_split, h_sums, router_logits, hp.n_expert, false);
+    // The router (8 row tiles of 16 for 128 experts) in K parts on their own blocks: decode rows,
+    // 4 parts when every part gets at least one 256-element chunk (part stride: max_logit_rows rows).
+    const int32_t router_parts = !m.prompt_rows && L.router.n_in / 256 >= 4 ? 4 : 1;
+    {
+        cuda::matvec_args a;
+        a.w = L.router.data;
+        a.type = L.router.type;
+        a.n_in = L.router.n_in;
+        a.n_out = L.router.n_out;
+        a.x = h;
+        a.x_stride = d;
+        a.x_split = h_split;
+        a.x_sums = h_sums;
+        a.y = router_logits;
+        a.y_stride = hp.n_expert;
+        a.n_pairs = n;
+        a.k_parts = router_parts;
+        a.y_part_stride = int64_t(max_logit_rows) * hp.n_expert;
+        product(a);
+        ++launches;
+    }
 
     cuda::moe_route_args ra;
     ra.logits = router_logits;
+    ra.n_logit_parts = router_parts;
+    ra.logit_part_stride = int64_t(max_logit_rows) * hp.n_expert;
     ra.slots = slots;
     ra.ids = ids;
     ra.weights = route_w;

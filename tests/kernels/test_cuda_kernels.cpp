@@ -108,6 +108,40 @@ TEST_CASE("matvec matches the CPU matmul for every weight type, and rows are bat
                 CHECK(std::memcmp(y2.download().data(), s2.download().data(), s2.count * sizeof(float)) == 0);
             }
 
+            // K in parts on blocks of their own (the router's launch): the parts added in order
+            // match the CPU; a row's parts alone are bitwise its parts in the batch.
+            if (sh.n_in / 256 >= 2) {
+                const int32_t n_parts = sh.n_in / 256 >= 4 ? 4 : 2;
+                const int64_t part_stride = int64_t(sh.n_out) * sh.n_rows;
+                device_buffer<float> yp(size_t(part_stride) * n_parts), yp1(size_t(sh.n_out) * n_parts);
+                yp.poison();
+                cuda::matvec_args k = a;
+                k.y = yp.ptr;
+                k.k_parts = n_parts;
+                k.y_part_stride = part_stride;
+                cuda::matvec(k, nullptr);
+                const auto parts = yp.download();
+                std::vector<float> summed(ref.size());
+                for (size_t i = 0; i < summed.size(); ++i) {
+                    float v = parts[i];
+                    for (int32_t q = 1; q < n_parts; ++q) v += parts[size_t(q) * size_t(part_stride) + i];
+                    summed[i] = v;
+                }
+                for (int32_t r = 0; r < sh.n_rows; ++r)
+                    CHECK(rel_err(summed.data() + size_t(r) * sh.n_out, ref.data() + size_t(r) * sh.n_out, size_t(sh.n_out)) <=
+                          tolerance::matvec);
+                const int32_t r = sh.n_rows - 1;
+                k.x = dx.ptr + size_t(r) * sh.n_in;
+                k.y = yp1.ptr;
+                k.n_pairs = 1;
+                k.y_part_stride = sh.n_out;
+                cuda::matvec(k, nullptr);
+                const auto alone = yp1.download();
+                for (int32_t q = 0; q < n_parts; ++q)
+                    CHECK(std::memcmp(alone.data() + size_t(q) * sh.n_out, parts.data() + size_t(q) * part_stride + size_t(r) * sh.n_out,
+                                      size_t(sh.n_out) * sizeof(float)) == 0);
+            }
+
             // accumulate: y += W x.
             const auto base = test::random_floats(rng, ref.size());
             dy.upload(base);
@@ -354,6 +388,33 @@ TEST_CASE("routing, grouping by expert, grouped SwiGLU experts and the combine m
             }
         }
         for (int32_t p = 0; p < n * k; ++p) CHECK(seen[size_t(p)] == (ids[size_t(p)] >= 0 ? 1 : 0));
+        {
+            // The router's K parts (matvec_args::k_parts): three parts routed as their sum in part
+            // order, bitwise the routing of that sum.
+            const auto p0 = test::random_floats(rng, logits.size()), p1 = test::random_floats(rng, logits.size()),
+                       p2 = test::random_floats(rng, logits.size());
+            std::vector<float> parts(logits.size() * 3), summed(logits.size());
+            for (size_t i = 0; i < logits.size(); ++i) {
+                parts[i] = p0[i];
+                parts[logits.size() + i] = p1[i];
+                parts[2 * logits.size() + i] = p2[i];
+                summed[i] = (p0[i] + p1[i]) + p2[i];
+            }
+            device_buffer<float> dparts(parts), dsum(summed), w1(ids_ref.size()), w2(ids_ref.size());
+            device_buffer<int32_t> i1(ids_ref.size()), i2(ids_ref.size()), ge2{size_t(max_groups)}, go2{size_t(max_groups) + 1},
+                ng2{1}, px2{ids_ref.size()}, py2{ids_ref.size()};
+            cuda::moe_route_args rp = ra;
+            rp.group_expert = ge2.ptr; rp.group_off = go2.ptr; rp.n_groups = ng2.ptr; rp.pair_x = px2.ptr; rp.pair_y = py2.ptr;
+            rp.logits = dsum.ptr; rp.ids = i1.ptr; rp.weights = w1.ptr;
+            cuda::moe_route(rp, nullptr);
+            rp.logits = dparts.ptr; rp.ids = i2.ptr; rp.weights = w2.ptr;
+            rp.n_logit_parts = 3;
+            rp.logit_part_stride = int64_t(logits.size());
+            cuda::moe_route(rp, nullptr);
+            CHECK(i2.download() == i1.download());
+            const auto wa = w1.download(), wb = w2.download();
+            CHECK(std::memcmp(wa.data(), wb.data(), wa.size() * sizeof(float)) == 0);
+        }
 
         // Grouped experts: gate+up (SwiGLU) then down, against cpu::moe_grouped on the same ids.
         const auto gate = random_matrix(rng, sh.type, d, int64_t(ff) * ne, 0.06f);
