@@ -9,6 +9,13 @@
 
 namespace tandem {
 
+namespace {
+// The sampler's order of token ids: higher logit first, the lower id first among equal logits.
+auto logit_order(std::span<const float> logits) {
+    return [logits](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); };
+}
+}  // namespace
+
 int32_t argmax(std::span<const float> values) {
     TANDEM_ASSERT(!values.empty());
     int32_t best = 0;
@@ -81,8 +88,7 @@ sample_result sampler::sample(std::span<const float> logits) {
         order_.clear();
         for (int32_t i = 0; i < n; ++i)
             if (logits[i] >= cutoff) order_.push_back(i);
-        auto by_logit = [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); };
-        std::sort(order_.begin(), order_.end(), by_logit);
+        std::sort(order_.begin(), order_.end(), logit_order(logits));
         result.id = order_[draw(order_.size(), [&](size_t i) { return logits[order_[i]]; }, max_logit)];
     }
     result.logprob = static_cast<float>(double(logits[result.id]) - log_norm);
@@ -91,9 +97,7 @@ sample_result sampler::sample(std::span<const float> logits) {
         const int32_t k = std::min(params_.n_logprobs, n);
         std::vector<int32_t> top(n);
         std::iota(top.begin(), top.end(), 0);
-        std::partial_sort(top.begin(), top.begin() + k, top.end(), [&](int32_t a, int32_t b) {
-            return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
-        });
+        std::partial_sort(top.begin(), top.begin() + k, top.end(), logit_order(logits));
         for (int32_t i = 0; i < k; ++i)
             result.top.push_back({top[i], static_cast<float>(double(logits[top[i]]) - log_norm)});
     }
@@ -154,9 +158,7 @@ logits_top logits_top_of(std::span<const float> logits) {
     for (int32_t i = 0; i < n; ++i)
         if (!std::isnan(logits[i])) ids.push_back(i);
     const size_t k = std::min(ids.size(), size_t(logits_top_max));
-    std::partial_sort(ids.begin(), ids.begin() + ptrdiff_t(k), ids.end(), [&](int32_t a, int32_t b) {
-        return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
-    });
+    std::partial_sort(ids.begin(), ids.begin() + ptrdiff_t(k), ids.end(), logit_order(logits));
     for (size_t i = 0; i < k; ++i) t.top.push_back({ids[i], logits[size_t(ids[i])]});
     return t;
 }
