@@ -373,8 +373,10 @@ int64_t cuda_device::layer_experts(int32_t l, int32_t r0, int32_t n) {
             cuda::matvec(a, s);
     };
     auto dense = [&](const cuda_matrix &w, const float *in, int64_t in_stride, const uint4 *in_split, const float *in_sums,
-                     float *out, int64_t out_stride, bool acc) {
+                     float *out, int64_t out_stride, bool acc, int32_t k_parts = 1, int64_t part_stride = 0) {
         cuda::matvec_args a;
+        a.k_parts = k_parts;
+        a.y_part_stride = part_stride;
         a.x_split = in_split;
         a.x_sums = in_sums;
         a.w = w.data;
@@ -473,24 +475,7 @@ int64_t cuda_device::layer_experts(int32_t l, int32_t r0, int32_t n) {
     // The router (8 row tiles of 16 for 128 experts) in K parts on their own blocks: decode rows,
     // 4 parts when every part gets at least one 256-element chunk (part stride: max_logit_rows rows).
     const int32_t router_parts = !m.prompt_rows && L.router.n_in / 256 >= 4 ? 4 : 1;
-    {
-        cuda::matvec_args a;
-        a.w = L.router.data;
-        a.type = L.router.type;
-        a.n_in = L.router.n_in;
-        a.n_out = L.router.n_out;
-        a.x = h;
-        a.x_stride = d;
-        a.x_split = h_split;
-        a.x_sums = h_sums;
-        a.y = router_logits;
-        a.y_stride = hp.n_expert;
-        a.n_pairs = n;
-        a.k_parts = router_parts;
-        a.y_part_stride = int64_t(max_logit_rows) * hp.n_expert;
-        product(a);
-        ++launches;
-    }
+    dense(L.router, h, d, h_split, h_sums, router_logits, hp.n_expert, false, router_parts, int64_t(max_logit_rows) * hp.n_expert);
 
     cuda::moe_route_args ra;
     ra.logits = router_logits;
