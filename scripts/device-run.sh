@@ -30,9 +30,11 @@ if [ "$mode" = tests ] || [ "$mode" = all ]; then
     run kernels "$carry/bin/test_cuda_kernels"
     run matmul_prompt "$carry/bin/test_cuda_matmul_prompt"
     run attn_prompt "$carry/bin/test_cuda_attention_prompt"
+    run logits_top "$carry/bin/test_cuda_logits_top"
     run engine "$carry/bin/test_cuda_engine"
     run sanitizer compute-sanitizer --tool memcheck --error-exitcode 9 "$carry/bin/test_cuda_kernels"
     run sanitizer_mm compute-sanitizer --tool memcheck --error-exitcode 9 "$carry/bin/test_cuda_matmul_prompt"
+    run sanitizer_top compute-sanitizer --tool memcheck --error-exitcode 9 "$carry/bin/test_cuda_logits_top"
 fi
 if [ "$mode" = bench ] || [ "$mode" = all ]; then
     [ -f /tmp/m.gguf ] || "$carry/bin/tandem" synth --preset qwen3-30b-a3b --type q4_k --out /tmp/m.gguf > "$out/synth.log" 2>&1
