@@ -546,7 +546,8 @@ void cuda_engine::forward_rows(std::span<const engine_row> rows, std::vector<flo
             }
         }
         step_top.assign(top ? step.out.size() : 0, logits_top{});
-        run_step(step_rows, step.prompt, dst, top ? step_top.data() : nullptr);
+        // A step without logits rows (a prompt chunk) reduces nothing: no summary launches.
+        run_step(step_rows, step.prompt, dst, top && !step.out.empty() ? step_top.data() : nullptr);
         if (logits && !direct)
             for (size_t j = 0; j < step.out.size(); ++j)
                 std::memcpy(logits->data() + step.out[j] * vocab, scratch.data() + j * vocab, vocab * sizeof(float));
