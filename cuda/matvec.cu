@@ -118,10 +118,13 @@ __device__ __forceinline__ uint32_t load_u32_a2(const uint8_t *p) {
 // x_sums) instead of being computed here; one path per instantiation keeps the unrolled body small.
 // parted: K in a.k_parts parts on blocks of their own (an instance of its own: the part
 // arithmetic would cost the other instances registers).
-template <ggml_type T, bool swiglu, int n_warps, bool split_in, bool parted = false>
+// n_tiles: m16 tiles of weight rows per block (Q4_K only), sharing the block's activation
+// registers; every output's arithmetic is the same whatever the tiling.
+template <ggml_type T, bool swiglu, int n_warps, bool split_in, bool parted = false, int n_tiles = 1>
 __global__ void __launch_bounds__(n_warps * 32)
     matvec_kernel(const matvec_args a, int64_t row_bytes, int blocks0, int blocks1) {
-    __shared__ float s_red[n_warps - 1][4][32];  // warps 1.. sums, lane-minor
+    static_assert(n_tiles == 1 || T == ggml_type::q4_k, "matvec: several row tiles a block are for Q4_K only");
+    __shared__ float s_red[n_warps - 1][4 * n_tiles][32];  // warps 1.. sums, lane-minor
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     // Which matrix of a fused launch this block computes (uniform per block).
     int bx = blockIdx.x, n_out = a.n_out;
@@ -147,7 +150,8 @@ __global__ void __launch_bounds__(n_warps * 32)
         y_base = a.extra[part].y;
         y_stride = a.extra[part].y_stride;
     }
-    const int j0 = bx * (swiglu ? block_rows / 2 : block_rows);
+    constexpr int tile_out = swiglu ? block_rows / 2 : block_rows;  // outputs of one tile
+    const int j0 = bx * tile_out * n_tiles;
     const bool grouped = a.group_off != nullptr;
     const bool early = !grouped || a.groups_settled;  // the weight rows are known before the wait
     constexpr bool q4k = T == ggml_type::q4_k, q6k = T == ggml_type::q6_k;
@@ -168,16 +172,20 @@ __global__ void __launch_bounds__(n_warps * 32)
     // A rows of this lane: g and g + 8 of the tile (SwiGLU: gate and up of output j0 + g). A row
     // past n_out reads row j0 instead: its C row is never written, and every mma output element
     // is its own A row times its own B column, so no other element sees it. Loads need no guards.
-    const uint8_t *row_lo = nullptr, *row_hi = nullptr;
+    const uint8_t *rows_lo[n_tiles] = {}, *rows_hi[n_tiles] = {};
     auto resolve_rows = [&]() {
         const uint8_t *base = static_cast<const uint8_t *>(w);
         auto row = [&](const uint8_t *m, int j) { return m + (size_t(mat) * n_out + size_t(j < n_out ? j : j0)) * size_t(row_bytes); };
-        if constexpr (swiglu) {
-            row_lo = row(base, j0 + g);
-            row_hi = row(static_cast<const uint8_t *>(a.w_up), j0 + g);
-        } else {
-            row_lo = row(base, j0 + g);
-            row_hi = row(base, j0 + g + 8);
+#pragma unroll
+        for (int i = 0; i < n_tiles; ++i) {
+            const int jt = j0 + i * tile_out;
+            if constexpr (swiglu) {
+                rows_lo[i] = row(base, jt + g);
+                rows_hi[i] = row(static_cast<const uint8_t *>(a.w_up), jt + g);
+            } else {
+                rows_lo[i] = row(base, jt + g);
+                rows_hi[i] = row(base, jt + g + 8);
+            }
         }
     };
     // The chunk being computed is loaded into registers; the warp's next one is prefetched into
@@ -188,23 +196,29 @@ __global__ void __launch_bounds__(n_warps * 32)
         if (c >= c_end) return;
         const int64_t off = int64_t(c) * chunk_bytes + (128 * t < chunk_bytes ? 128 * t : chunk_bytes - 1);
         if (off >= row_bytes) return;
-        prefetch_l1(row_lo + off);
-        prefetch_l1(row_hi + off);
+#pragma unroll
+        for (int i = 0; i < n_tiles; ++i) {
+            prefetch_l1(rows_lo[i] + off);
+            prefetch_l1(rows_hi[i] + off);
+        }
     };
     using raw_t = std::conditional_t<q4k, q4_k_lane, item_raw<T>>;
-    raw_t raw_lo{}, raw_hi{};
-    auto load_chunk = [&](int c, raw_t &lo, raw_t &hi) {
+    raw_t raws_lo[n_tiles] = {}, raws_hi[n_tiles] = {};
+    auto load_chunk = [&](int c) {
         if (c >= c_end) return;
         if constexpr (q4k) {
-            lo = load_q4_k_lane(row_lo, c, t);
-            hi = load_q4_k_lane(row_hi, c, t);
+#pragma unroll
+            for (int i = 0; i < n_tiles; ++i) {
+                raws_lo[i] = load_q4_k_lane(rows_lo[i], c, t);
+                raws_hi[i] = load_q4_k_lane(rows_hi[i], c, t);
+            }
         } else if constexpr (q6k) {
             // Loaded where it is used (the lane's words of a block take 36 registers per row).
         } else {
             const int item = chunk_items * c + t;
             if (item >= n_items) return;
-            lo = load_item<T>(row_lo, item);
-            hi = load_item<T>(row_hi, item);
+            raws_lo[0] = load_item<T>(rows_lo[0], item);
+            raws_hi[0] = load_item<T>(rows_hi[0], item);
         }
     };
     bool prefetched = false;
@@ -212,7 +226,7 @@ __global__ void __launch_bounds__(n_warps * 32)
         if (grouped && !resolve_group()) return;
         resolve_rows();
         // Stream this warp's first weights while the previous kernel finishes.
-        load_chunk(c_begin + warp, raw_lo, raw_hi);
+        load_chunk(c_begin + warp);
         prefetch_chunk(c_begin + warp + n_warps);
         prefetched = true;
     }
@@ -240,18 +254,21 @@ __global__ void __launch_bounds__(n_warps * 32)
             sums0 = a.x_sums + x_row(p0 + 2 * t) * (a.x_stride / 32);
             sums1 = a.x_sums + x_row(p0 + 2 * t + 1) * (a.x_stride / 32);
         }
-        float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        float acc[n_tiles][4] = {};
         for (int c = c_begin + warp; c < c_end; c += n_warps) {
-            if (!(prefetched && p0 == begin && c == c_begin + warp)) load_chunk(c, raw_lo, raw_hi);
+            if (!(prefetched && p0 == begin && c == c_begin + warp)) load_chunk(c);
             prefetch_chunk(c + n_warps);
             if constexpr (q4k) {
                 // Sub-block j (32 elements) of block c: sum_l q_l x_l on the tensor cores (q exact
                 // in bf16, x split hi/lo), then acc += d_j * that - m_j * sum_l x_l per row.
                 // Lane t of a quad unpacks the scales of sub-blocks 2t, 2t + 1 of both rows; the
                 // quad shares them by shuffles below (each lane unpacking all 16 cost more).
-                float own[2][4];  // [sub-block 2t + h][d1 row g, m1 row g, d1 row g + 8, m1 row g + 8]
-                q4_k_lane_scales(raw_lo.head, t, own[0][0], own[0][1], own[1][0], own[1][1]);
-                q4_k_lane_scales(raw_hi.head, t, own[0][2], own[0][3], own[1][2], own[1][3]);
+                float own[n_tiles][2][4];  // [tile][sub-block 2t + h][d1 row g, m1 row g, d1 row g + 8, m1 row g + 8]
+#pragma unroll
+                for (int i = 0; i < n_tiles; ++i) {
+                    q4_k_lane_scales(raws_lo[i].head, t, own[i][0][0], own[i][0][1], own[i][1][0], own[i][1][1]);
+                    q4_k_lane_scales(raws_hi[i].head, t, own[i][0][2], own[i][0][3], own[i][1][2], own[i][1][3]);
+                }
                 // This lane's activations of the block: B registers at 4-element steps, sums per sub-block.
                 const uint4 *xb = nullptr;
                 const float *xs_row0 = nullptr, *xs_row1 = nullptr, *xc = nullptr;
@@ -291,28 +308,31 @@ __global__ void __launch_bounds__(n_warps * 32)
                             xs0 = xs_row0[2 * cc + h];
                             xs1 = xs_row1[2 * cc + h];
                         }
-                        float part[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
-                        for (int q = 0; q < 2; ++q) {
-                            // k slots 2t, 2t + 1 <- elements 8t + 4q, +1; slots 2t + 8, +9 <- 8t + 4q + 2, +3.
-                            const uint32_t nl = q4_nibbles(q == 0 ? raw_lo.qs[cc].x : raw_lo.qs[cc].y, h);
-                            const uint32_t nh = q4_nibbles(q == 0 ? raw_hi.qs[cc].x : raw_hi.qs[cc].y, h);
-                            const uint32_t av[4] = {q4_pair(nl, 0), q4_pair(nh, 0), q4_pair(nl, 1), q4_pair(nh, 1)};
-                            mma_bf16(part, av, bq[q].x, bq[q].y);
-                            mma_bf16(part, av, bq[q].z, bq[q].w);
-                        }
-                        // Sub-block j = 2 cc + h: its scales are lane cc's of the quad, entry h.
-                        const int owner = (lane & ~3) | cc;
-                        const float d1_lo = __shfl_sync(0xFFFFFFFFu, own[h][0], owner);
-                        const float m1_lo = __shfl_sync(0xFFFFFFFFu, own[h][1], owner);
-                        const float d1_hi = __shfl_sync(0xFFFFFFFFu, own[h][2], owner);
-                        const float m1_hi = __shfl_sync(0xFFFFFFFFu, own[h][3], owner);
-                        // C element e: weight row g + 8 (e >> 1), step row 2t + (e & 1).
+                        for (int i = 0; i < n_tiles; ++i) {
+                            float part[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
-                        for (int e = 0; e < 4; ++e) {
-                            const float d1 = e < 2 ? d1_lo : d1_hi, m1 = e < 2 ? m1_lo : m1_hi;
-                            acc[e] = fmaf(d1, part[e], acc[e]);
-                            acc[e] = fmaf(-m1, (e & 1) ? xs1 : xs0, acc[e]);
+                            for (int q = 0; q < 2; ++q) {
+                                // k slots 2t, 2t + 1 <- elements 8t + 4q, +1; slots 2t + 8, +9 <- 8t + 4q + 2, +3.
+                                const uint32_t nl = q4_nibbles(q == 0 ? raws_lo[i].qs[cc].x : raws_lo[i].qs[cc].y, h);
+                                const uint32_t nh = q4_nibbles(q == 0 ? raws_hi[i].qs[cc].x : raws_hi[i].qs[cc].y, h);
+                                const uint32_t av[4] = {q4_pair(nl, 0), q4_pair(nh, 0), q4_pair(nl, 1), q4_pair(nh, 1)};
+                                mma_bf16(part, av, bq[q].x, bq[q].y);
+                                mma_bf16(part, av, bq[q].z, bq[q].w);
+                            }
+                            // Sub-block j = 2 cc + h: its scales are lane cc's of the quad, entry h.
+                            const int owner = (lane & ~3) | cc;
+                            const float d1_lo = __shfl_sync(0xFFFFFFFFu, own[i][h][0], owner);
+                            const float m1_lo = __shfl_sync(0xFFFFFFFFu, own[i][h][1], owner);
+                            const float d1_hi = __shfl_sync(0xFFFFFFFFu, own[i][h][2], owner);
+                            const float m1_hi = __shfl_sync(0xFFFFFFFFu, own[i][h][3], owner);
+                            // C element e: weight row g + 8 (e >> 1), step row 2t + (e & 1).
+#pragma unroll
+                            for (int e = 0; e < 4; ++e) {
+                                const float d1 = e < 2 ? d1_lo : d1_hi, m1 = e < 2 ? m1_lo : m1_hi;
+                                acc[i][e] = fmaf(d1, part[e], acc[i][e]);
+                                acc[i][e] = fmaf(-m1, (e & 1) ? xs1 : xs0, acc[i][e]);
+                            }
                         }
                     }
             } else if constexpr (q6k) {
@@ -322,7 +342,7 @@ __global__ void __launch_bounds__(n_warps * 32)
                 // through the tensor cores, then acc += (d * scale) * that per row.
                 uint32_t ql[2][2][2][2] = {}, qh[2][2][2] = {};  // [row][half][is][at l / l + 32], [row][half][is]
                 float dsc[2][16] = {};
-                const uint8_t *rows2[2] = {row_lo, row_hi};
+                const uint8_t *rows2[2] = {rows_lo[0], rows_hi[0]};
 #pragma unroll
                 for (int r = 0; r < 2; ++r) {
                     const uint8_t *b = rows2[r] + size_t(c) * 210;
@@ -362,7 +382,7 @@ __global__ void __launch_bounds__(n_warps * 32)
                             mma_bf16(part, av, xq.z, xq.w);
                             const int grp = 8 * h + 2 * qq + is;
 #pragma unroll
-                            for (int e = 0; e < 4; ++e) acc[e] = fmaf(dsc[e >> 1][grp], part[e], acc[e]);
+                            for (int e = 0; e < 4; ++e) acc[0][e] = fmaf(dsc[e >> 1][grp], part[e], acc[0][e]);
                         }
                 }
             } else {
@@ -380,8 +400,8 @@ __global__ void __launch_bounds__(n_warps * 32)
 #pragma unroll
                 for (int i = 0; i < 32; ++i) v_lo[i] = v_hi[i] = 0.0f;
                 if (live) {
-                    decode_raw<T>(raw_lo, item, v_lo, st);
-                    decode_raw<T>(raw_hi, item, v_hi, st);
+                    decode_raw<T>(raws_lo[0], item, v_lo, st);
+                    decode_raw<T>(raws_hi[0], item, v_hi, st);
                 }
                 // Two accumulators (even and odd k16 steps) so consecutive mmas do not wait on
                 // each other; the split terms hi hi, hi lo, lo hi in that order.
@@ -399,35 +419,41 @@ __global__ void __launch_bounds__(n_warps * 32)
                     mma_bf16(part[s & 1], a_lo, xb[s].x, xb[s].y);
                 }
 #pragma unroll
-                for (int e = 0; e < 4; ++e) acc[e] += part[0][e] + part[1][e];
+                for (int e = 0; e < 4; ++e) acc[0][e] += part[0][e] + part[1][e];
             }
         }
         // The warps' K parts, added in warp order by warp 0, which writes the outputs.
         if (warp > 0)
 #pragma unroll
-            for (int e = 0; e < 4; ++e) s_red[warp - 1][e][lane] = acc[e];
+            for (int i = 0; i < n_tiles; ++i)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) s_red[warp - 1][4 * i + e][lane] = acc[i][e];
         __syncthreads();
         if (warp == 0) {
 #pragma unroll
-            for (int e = 0; e < 4; ++e)
+            for (int i = 0; i < n_tiles; ++i) {
 #pragma unroll
-                for (int v = 0; v < n_warps - 1; ++v) acc[e] += s_red[v][e][lane];
-            // Element e: weight row g + 8 (e >> 1) of the tile, step row 2t + (e & 1).
+                for (int e = 0; e < 4; ++e)
 #pragma unroll
-            for (int e = 0; e < (swiglu ? 2 : 4); ++e) {
-                const int i = p0 + 2 * t + (e & 1);
-                if (i >= end) continue;
-                float *y_row = y_base + int64_t(a.y_rows ? a.y_rows[i] : i) * y_stride;
-                if constexpr (swiglu) {
-                    const int j = j0 + g;
-                    if (j >= n_out) continue;
-                    const float gate = acc[e], up = acc[e + 2];
-                    const float v = gate / (1.0f + expf(-gate)) * up;  // silu(gate) * up, as the CPU twin writes it
-                    y_row[j] = v;
-                } else {
-                    const int j = j0 + g + 8 * (e >> 1);
-                    if (j >= n_out) continue;
-                    y_row[j] = a.accumulate ? y_row[j] + acc[e] : acc[e];
+                    for (int v = 0; v < n_warps - 1; ++v) acc[i][e] += s_red[v][4 * i + e][lane];
+                // Element e: weight row g + 8 (e >> 1) of the tile, step row 2t + (e & 1).
+                const int jt = j0 + i * tile_out;
+#pragma unroll
+                for (int e = 0; e < (swiglu ? 2 : 4); ++e) {
+                    const int r = p0 + 2 * t + (e & 1);
+                    if (r >= end) continue;
+                    float *y_row = y_base + int64_t(a.y_rows ? a.y_rows[r] : r) * y_stride;
+                    if constexpr (swiglu) {
+                        const int j = jt + g;
+                        if (j >= n_out) continue;
+                        const float gate = acc[i][e], up = acc[i][e + 2];
+                        const float v = gate / (1.0f + expf(-gate)) * up;  // silu(gate) * up, as the CPU twin writes it
+                        y_row[j] = v;
+                    } else {
+                        const int j = jt + g + 8 * (e >> 1);
+                        if (j >= n_out) continue;
+                        y_row[j] = a.accumulate ? y_row[j] + acc[i][e] : acc[i][e];
+                    }
                 }
             }
         }
@@ -435,14 +461,39 @@ __global__ void __launch_bounds__(n_warps * 32)
     }
 }
 
+// Grouped Q4_K products: weight-row tiles per block (matvec_args::row_tiles). Measured on the
+// H200 (docs/perf-notes.md, session 6): two tiles for the experts' down (K = 768, three warps) at
+// every step size (1 / 4 / 16 sessions +5 / +2 / +4%); two for SwiGLU only at one row (+1.5%; at
+// 4 and 16 sessions -4%: 168 registers leave 3 blocks an SM); four spill and lose.
+int grouped_row_tiles(const matvec_args &a, bool swiglu) {
+    if (a.row_tiles > 0) return a.row_tiles;
+    if (swiglu) return a.n_pairs <= 8 ? 2 : 1;
+    return a.n_in == 3 * 256 ? 2 : 1;
+}
+
 template <ggml_type T, bool swiglu, bool split_in>
 void launch_matvec_shape(const matvec_args &a, cudaStream_t stream) {
     constexpr int per_block = swiglu ? block_rows / 2 : block_rows;
-    const int blocks0 = (a.n_out + per_block - 1) / per_block;
-    const int blocks1 = a.n_extra > 0 ? (a.extra[0].n_out + per_block - 1) / per_block : 0;
-    const int blocks2 = a.n_extra > 1 ? (a.extra[1].n_out + per_block - 1) / per_block : 0;
+    const int tiles = T == ggml_type::q4_k && a.group_off ? grouped_row_tiles(a, swiglu) : 1;
+    const int per_tiled = per_block * tiles;
+    const int blocks0 = (a.n_out + per_tiled - 1) / per_tiled;
+    const int blocks1 = a.n_extra > 0 ? (a.extra[0].n_out + per_tiled - 1) / per_tiled : 0;
+    const int blocks2 = a.n_extra > 1 ? (a.extra[1].n_out + per_tiled - 1) / per_tiled : 0;
     const dim3 grid(blocks0 + blocks1 + blocks2, a.group_off ? a.max_groups : 1);
     const int64_t row_bytes = matvec_row_bytes(a.type, a.n_in);
+    if constexpr (T == ggml_type::q4_k) {
+        if (tiles > 1) {
+            auto go = [&](auto kernel, int warps) {
+                launch_pdl(kernel, grid, dim3(warps * 32), stream, a, row_bytes, blocks0, blocks1);
+            };
+            constexpr int w = block_warps;
+            if (!swiglu && a.n_in == 3 * 256)
+                go(matvec_kernel<T, false, 3, split_in, false, 2>, 3);
+            else
+                go(matvec_kernel<T, swiglu, w, split_in, false, 2>, w);
+            return;
+        }
+    }
     if constexpr (!swiglu) {
         if (a.k_parts > 1) {
             const dim3 parts_grid(blocks0 * a.k_parts);
@@ -515,6 +566,7 @@ void matvec(const matvec_args &a, cudaStream_t stream) {
                                                              a.n_in / 256 >= a.k_parts)),
                         "matvec: k_parts is for dense products without SwiGLU, accumulate or extra matrices, with parts "
                         "that do not overlap and at least one 256-element chunk each");
+    TANDEM_CUDA_REQUIRE(a.row_tiles >= 0 && a.row_tiles <= 2, "matvec: row_tiles is 0 (chosen here), 1 or 2");
     TANDEM_CUDA_REQUIRE(a.n_extra >= 0 && a.n_extra <= 2 && (a.n_extra == 0 || (!a.group_off && !a.w_up)),
                         "matvec: up to 2 extra matrices, dense and without SwiGLU only");
     for (int i = 0; i < a.n_extra; ++i)

@@ -69,6 +69,10 @@ struct matvec_args {
     // multiprocessors. The consumer adds the parts in order (moe_route_args::n_logit_parts).
     int32_t k_parts = 1;
     int64_t y_part_stride = 0;
+    // Grouped Q4_K: m16 tiles of weight rows a block computes (1 or 2; 0: the launcher picks by the
+    // matrix and the step's size). Every output's arithmetic is the same whatever the tiling, so the
+    // choice may depend on the rows without breaking batch invariance (tests pin it).
+    int32_t row_tiles = 0;
 };
 
 // Bytes of one weight row (n_in elements of type).

@@ -1,10 +1,10 @@
 // cuda/moe.cu - routing and the counting sort of pairs by expert (one block for a small step,
 // parallel routing blocks then one sorting block for a large one; no host round trip), and the
 // fused combine + RMSNorm.
-// Routing: a warp per row computes the softmax; then a thread per (row, expert) finds the
-// expert's rank among the row's probabilities (higher first, lower id on ties) in one pass over
-// shared memory, instead of k dependent warp-wide argmax rounds; the histogram, a two-level scan
-// and the scatter follow on shared memory.
+// Routing: a warp per row computes the softmax, keeps the few experts that can be in the row's
+// top k (select_top_k) and ranks each of those among them (higher probability first, lower id on
+// ties) in one pass, instead of k dependent warp-wide argmax rounds; the histogram, a two-level
+// scan and the scatter follow on shared memory.
 #include "moe.h"
 
 #include "cuda_check.h"
@@ -24,6 +24,7 @@ constexpr int max_experts = 32 * max_epl;
 constexpr int max_k = 32;
 constexpr int route_prob_cap = 4096;  // probabilities of one batch of rows in shared memory (16 KiB)
 constexpr int route_ids_cap = 4096;   // pair experts kept in shared memory up to this many pairs (16 KiB)
+constexpr int route_cand_cap = 64;    // top-k candidates a row keeps in shared memory (4 KiB for 32 rows)
 static_assert(route_prob_cap >= max_experts, "a batch holds at least one row");
 // Steps up to this many rows route and sort in one block (decode steps: one launch, no gap);
 // larger ones route batches in parallel blocks, then sort in one (a 2,048-row prompt step took
@@ -34,6 +35,7 @@ struct route_shared {
     float prob[route_prob_cap];           // [rows of the batch][n_expert]
     float w[route_warps][max_k];          // selected probabilities, slot order
     int32_t ids[route_ids_cap];           // [n_pairs] expert of each pair (when it fits)
+    uint16_t cand[route_warps][route_cand_cap];  // each warp's row's top-k candidates (select_top_k)
     int32_t count[max_experts], cursor[max_experts];
     int32_t wsum[route_warps], gsum[route_warps];
     bool pad[route_warps];
@@ -44,13 +46,65 @@ __host__ __device__ constexpr int route_batch(int n_expert) {
     return route_warps < route_prob_cap / n_expert ? route_warps : route_prob_cap / n_expert;
 }
 
+// Rank of each (row, expert): the experts before it in (probability desc, id asc) order; the k
+// first go to the row's slots. The row's warp ranks only candidates: with T the k-th largest of
+// the 32 lanes' maxima, k distinct experts reach T, so an expert below T has rank >= k; the
+// experts before a candidate are candidates too, so its rank among candidates is its rank.
+// Typically ~k candidates, so a 16-row step no longer ranks 16 x 128 experts against 128 each.
+__device__ void select_top_k(const moe_route_args &a, const float (&p)[max_epl], const float *row, uint16_t *cand, int r,
+                             int rb, route_shared &sm, bool count, bool ids_shared) {
+    const int lane = threadIdx.x & 31, ne = a.n_expert, k = a.k;
+    float mx = -INFINITY;  // -1 (NaN) and real probabilities compare as floats; -inf: no expert
+#pragma unroll
+    for (int t = 0; t < max_epl; ++t)
+        if (lane + 32 * t < ne) mx = fmaxf(mx, p[t]);
+    int lane_rank = 0;
+#pragma unroll 8
+    for (int j = 0; j < 32; ++j) {
+        const float mj = __shfl_sync(0xFFFFFFFFu, mx, j);
+        lane_rank += (mj > mx || (mj == mx && j < lane)) ? 1 : 0;
+    }
+    const unsigned at_k = __ballot_sync(0xFFFFFFFFu, lane_rank == k - 1);
+    const float thr = __shfl_sync(0xFFFFFFFFu, mx, __ffs(at_k) - 1);
+    // Candidates in expert order, kept as ids; more than route_cand_cap (ties): rank them all.
+    int n_c = 0;
+#pragma unroll
+    for (int t = 0; t < max_epl; ++t) {
+        const bool c = lane + 32 * t < ne && p[t] >= thr;
+        const unsigned m = __ballot_sync(0xFFFFFFFFu, c);
+        const int at = n_c + __popc(m & ((1u << lane) - 1u));
+        if (c && at < route_cand_cap) cand[at] = uint16_t(lane + 32 * t);
+        n_c += __popc(m);
+    }
+    __syncwarp();
+    const bool all = n_c > route_cand_cap;
+    const int n_list = all ? ne : n_c;
+    for (int c = lane; c < n_list; c += 32) {
+        const int e = all ? c : cand[c];
+        const float pe = row[e];
+        if (pe < thr) continue;
+        int rank = 0;
+        for (int j = 0; j < n_list; ++j) {
+            const int ej = all ? j : cand[j];
+            const float pj = row[ej];
+            rank += (pj > pe || (pj == pe && ej < e)) ? 1 : 0;
+        }
+        if (rank < k) {
+            a.ids[int64_t(r) * k + rank] = e;
+            if (ids_shared) sm.ids[r * k + rank] = e;
+            sm.w[rb][rank] = pe;
+            if (count) atomicAdd(&sm.count[e], 1);
+        }
+    }
+}
+
 // Routes rows [row_begin, row_end): ids and weights; with `count`, the histogram of experts in
 // sm.count (and, with ids_shared, each pair's expert in sm.ids).
 __device__ void route_rows(const moe_route_args &a, int row_begin, int row_end, route_shared &sm, bool count,
                            bool ids_shared) {
     float *const s_prob = sm.prob;
     auto &s_w = sm.w;
-    int32_t *const s_ids = sm.ids, *const s_count = sm.count;
+    int32_t *const s_ids = sm.ids;
     bool *const s_pad = sm.pad;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int ne = a.n_expert, k = a.k;
@@ -96,37 +150,10 @@ __device__ void route_rows(const moe_route_args &a, int row_begin, int row_end, 
                     const float pt = p[t] / sum;
                     // NaN (from NaN or infinite logits) ranks as -1: the ranks stay a permutation,
                     // so every slot gets exactly one expert and no expert id goes out of range.
-                    if (lane + 32 * t < ne) s_prob[warp * ne + lane + 32 * t] = pt == pt ? pt : -1.0f;
+                    p[t] = pt == pt ? pt : -1.0f;
+                    if (lane + 32 * t < ne) s_prob[warp * ne + lane + 32 * t] = p[t];
                 }
-            }
-        }
-        __syncthreads();
-        // Rank of each (row, expert): the experts before it in (probability desc, id asc) order.
-        // `split` threads (adjacent lanes) share an item when the batch leaves threads idle.
-        const int n_items = nb * ne;
-        int split = 1;
-        while (split < 8 && n_items * split * 2 <= route_threads) split *= 2;
-        for (int base = 0; base < n_items * split; base += route_threads) {  // block-uniform trip count
-            const int tt = base + threadIdx.x, item = tt / split, sub = tt % split;
-            const int rb = item / ne, e = item - rb * ne;
-            const bool active = item < n_items && !s_pad[min(rb, nb - 1)];
-            const float *row = s_prob + rb * ne;
-            const float pe = active ? row[e] : 0.0f;
-            int rank = 0;
-            if (active) {
-#pragma unroll 8
-                for (int j = sub; j < ne; j += split) {
-                    const float pj = row[j];
-                    rank += (pj > pe || (pj == pe && j < e)) ? 1 : 0;
-                }
-            }
-            for (int o = 1; o < split; o <<= 1) rank += __shfl_xor_sync(0xFFFFFFFFu, rank, o);
-            if (active && sub == 0 && rank < k) {
-                const int r = r0 + rb;
-                a.ids[int64_t(r) * k + rank] = e;
-                if (ids_shared) s_ids[r * k + rank] = e;
-                s_w[rb][rank] = pe;
-                if (count) atomicAdd(&s_count[e], 1);
+                select_top_k(a, p, s_prob + warp * ne, sm.cand[warp], r, warp, sm, count, ids_shared);
             }
         }
         __syncthreads();

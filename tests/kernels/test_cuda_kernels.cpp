@@ -453,6 +453,33 @@ TEST_CASE("routing, grouping by expert, grouped SwiGLU experts and the combine m
                 CHECK(std::memcmp(act2.data() + size_t(p) * ff, act.data() + size_t(p) * ff, size_t(ff) * sizeof(float)) == 0);
             }
         }
+        if (sh.type == ggml_type::q4_k) {
+            // Several weight-row tiles a block (matvec_args::row_tiles): the same outputs, bitwise,
+            // also where a block's last tile runs past n_out (n_out cut so 16 * tiles does not divide it).
+            for (const bool swiglu : {true, false}) {
+                cuda::matvec_args base = swiglu ? f.gate_up : f.down;
+                base.n_out -= swiglu ? 40 : 24;
+                const int32_t width = swiglu ? ff : d;
+                std::vector<float> first;
+                for (const int32_t tiles : {1, 2}) {
+                    INFO((swiglu ? "gate/up" : "down") << " row tiles " << tiles);
+                    device_buffer<float> y(size_t(n) * k * width);
+                    y.poison();
+                    cuda::matvec_args ta = base;
+                    ta.row_tiles = tiles;
+                    ta.y = y.ptr;
+                    cuda::matvec(ta, nullptr);
+                    auto got = y.download();
+                    for (int32_t p = 0; p < n * k; ++p)  // pairs routed nowhere and columns past n_out: not written
+                        for (int32_t j = 0; j < width; ++j)
+                            if (ids[size_t(p)] < 0 || j >= base.n_out) got[size_t(p) * width + j] = 0.0f;
+                    if (first.empty())
+                        first = got;
+                    else
+                        CHECK(std::memcmp(got.data(), first.data(), got.size() * sizeof(float)) == 0);
+                }
+            }
+        }
 
         // Combine + next norm: bitwise the CPU's moe_combine then rmsnorm, on the same inputs.
         for (int32_t p = 0; p < n * k; ++p)
