@@ -119,12 +119,13 @@ __device__ __forceinline__ uint32_t load_u32_a2(const uint8_t *p) {
 // parted: K in a.k_parts parts on blocks of their own (an instance of its own: the part
 // arithmetic would cost the other instances registers).
 // n_tiles: m16 tiles of weight rows per block (Q4_K only), sharing the block's activation
-// registers; every output's arithmetic is the same whatever the tiling.
-template <ggml_type T, bool swiglu, int n_warps, bool split_in, bool parted = false, int n_tiles = 1>
+// registers; n_cols: n8 tiles of step rows per pass (Q4_K only), sharing the unpacked weights.
+// Every output's arithmetic is the same whatever the tiling.
+template <ggml_type T, bool swiglu, int n_warps, bool split_in, bool parted = false, int n_tiles = 1, int n_cols = 1>
 __global__ void __launch_bounds__(n_warps * 32)
     matvec_kernel(const matvec_args a, int64_t row_bytes, int blocks0, int blocks1) {
-    static_assert(n_tiles == 1 || T == ggml_type::q4_k, "matvec: several row tiles a block are for Q4_K only");
-    __shared__ float s_red[n_warps - 1][4 * n_tiles][32];  // warps 1.. sums, lane-minor
+    static_assert((n_tiles == 1 && n_cols == 1) || T == ggml_type::q4_k, "matvec: several tiles a block are for Q4_K only");
+    __shared__ float s_red[n_warps - 1][4 * n_tiles * n_cols][32];  // warps 1.. sums, lane-minor
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     // Which matrix of a fused launch this block computes (uniform per block).
     int bx = blockIdx.x, n_out = a.n_out;
@@ -237,24 +238,30 @@ __global__ void __launch_bounds__(n_warps * 32)
         resolve_rows();
     }
 
-    for (int p0 = begin; p0 < end; p0 += 8) {
-        // B: this lane holds row p0 + g of the step; past the group's end, row `begin` again (like
-        // the A rows past n_out: its C column is never written).
+    for (int p0 = begin; p0 < end; p0 += 8 * n_cols) {
+        // B: this lane holds row p0 + 8 u + g of the step in column tile u; past the group's end,
+        // row `begin` again (like the A rows past n_out: its C column is never written).
         auto x_row = [&](int i) -> int64_t {
             const int r = i < end ? i : begin;
             return a.x_rows ? a.x_rows[r] : r;
         };
-        const int64_t row_g = x_row(p0 + g);
-        const float *xr = a.x + row_g * a.x_stride;
-        const uint4 *sr = nullptr;
-        if constexpr (split_in) sr = a.x_split + row_g * (a.x_stride / 4);
+        const float *xrs[n_cols];
+        const uint4 *srs[n_cols] = {};
         // Q4_K with the producer's sums: those of rows 2t and 2t + 1, whose outputs this lane adds.
-        const float *sums0 = nullptr, *sums1 = nullptr;
-        if constexpr (q4k && split_in) {
-            sums0 = a.x_sums + x_row(p0 + 2 * t) * (a.x_stride / 32);
-            sums1 = a.x_sums + x_row(p0 + 2 * t + 1) * (a.x_stride / 32);
+        const float *sums0[n_cols] = {}, *sums1[n_cols] = {};
+#pragma unroll
+        for (int u = 0; u < n_cols; ++u) {
+            const int64_t row_g = x_row(p0 + 8 * u + g);
+            xrs[u] = a.x + row_g * a.x_stride;
+            if constexpr (split_in) srs[u] = a.x_split + row_g * (a.x_stride / 4);
+            if constexpr (q4k && split_in) {
+                sums0[u] = a.x_sums + x_row(p0 + 8 * u + 2 * t) * (a.x_stride / 32);
+                sums1[u] = a.x_sums + x_row(p0 + 8 * u + 2 * t + 1) * (a.x_stride / 32);
+            }
         }
-        float acc[n_tiles][4] = {};
+        [[maybe_unused]] const float *xr = xrs[0];
+        [[maybe_unused]] const uint4 *sr = srs[0];
+        float acc[n_tiles * n_cols][4] = {};  // [tile * n_cols + column tile]
         for (int c = c_begin + warp; c < c_end; c += n_warps) {
             if (!(prefetched && p0 == begin && c == c_begin + warp)) load_chunk(c);
             prefetch_chunk(c + n_warps);
@@ -270,55 +277,64 @@ __global__ void __launch_bounds__(n_warps * 32)
                     q4_k_lane_scales(raws_hi[i].head, t, own[i][0][2], own[i][0][3], own[i][1][2], own[i][1][3]);
                 }
                 // This lane's activations of the block: B registers at 4-element steps, sums per sub-block.
-                const uint4 *xb = nullptr;
-                const float *xs_row0 = nullptr, *xs_row1 = nullptr, *xc = nullptr;
-                if constexpr (!split_in) {
-                    xc = xr + 256 * c + 8 * t;
-                } else {
-                    xb = sr + 64 * c + 2 * t;
-                    xs_row0 = sums0 + 8 * c;
-                    xs_row1 = sums1 + 8 * c;
+                const uint4 *xbs[n_cols];
+                const float *xs_rows0[n_cols], *xs_rows1[n_cols], *xcs[n_cols];
+#pragma unroll
+                for (int u = 0; u < n_cols; ++u) {
+                    xcs[u] = xrs[u] + 256 * c + 8 * t;
+                    if constexpr (split_in) {
+                        xbs[u] = srs[u] + 64 * c + 2 * t;
+                        xs_rows0[u] = sums0[u] + 8 * c;
+                        xs_rows1[u] = sums1[u] + 8 * c;
+                    }
                 }
 #pragma unroll
                 for (int cc = 0; cc < 4; ++cc)
 #pragma unroll
                     for (int h = 0; h < 2; ++h) {
                         // Sub-block j = 2 cc + h; this lane's elements 8t .. 8t + 7 of it.
-                        uint4 bq[2];
-                        float xs0, xs1;  // the sub-block's x sums of step rows 2t and 2t + 1
-                        if constexpr (!split_in) {
-                            float xv[8];
+                        uint4 bq[n_cols][2];
+                        float xs0[n_cols], xs1[n_cols];  // the sub-block's x sums of step rows 2t and 2t + 1
 #pragma unroll
-                            for (int q = 0; q < 2; ++q) {
-                                const float4 f = *reinterpret_cast<const float4 *>(xc + 64 * cc + 32 * h + 4 * q);
-                                xv[4 * q] = f.x; xv[4 * q + 1] = f.y; xv[4 * q + 2] = f.z; xv[4 * q + 3] = f.w;
-                                bf16_split2(f.x, f.y, bq[q].x, bq[q].z);
-                                bf16_split2(f.z, f.w, bq[q].y, bq[q].w);
+                        for (int u = 0; u < n_cols; ++u) {
+                            if constexpr (!split_in) {
+                                const float *xc = xcs[u];
+                                float xv[8];
+#pragma unroll
+                                for (int q = 0; q < 2; ++q) {
+                                    const float4 f = *reinterpret_cast<const float4 *>(xc + 64 * cc + 32 * h + 4 * q);
+                                    xv[4 * q] = f.x; xv[4 * q + 1] = f.y; xv[4 * q + 2] = f.z; xv[4 * q + 3] = f.w;
+                                    bf16_split2(f.x, f.y, bq[u][q].x, bq[u][q].z);
+                                    bf16_split2(f.z, f.w, bq[u][q].y, bq[u][q].w);
+                                }
+                                // The row's 32 x of the sub-block, in x_split.cuh's canonical order:
+                                // 8 here, then the quad's butterfly; the C rows' sums from their quads.
+                                float xs = ((xv[0] + xv[1]) + (xv[2] + xv[3])) + ((xv[4] + xv[5]) + (xv[6] + xv[7]));
+                                xs += __shfl_xor_sync(0xFFFFFFFFu, xs, 1);
+                                xs += __shfl_xor_sync(0xFFFFFFFFu, xs, 2);
+                                xs0[u] = __shfl_sync(0xFFFFFFFFu, xs, 8 * t);
+                                xs1[u] = __shfl_sync(0xFFFFFFFFu, xs, 8 * t + 4);
+                            } else {
+                                bq[u][0] = xbs[u][16 * cc + 8 * h];
+                                bq[u][1] = xbs[u][16 * cc + 8 * h + 1];
+                                xs0[u] = xs_rows0[u][2 * cc + h];
+                                xs1[u] = xs_rows1[u][2 * cc + h];
                             }
-                            // The row's 32 x of the sub-block, in x_split.cuh's canonical order:
-                            // 8 here, then the quad's butterfly; the C rows' sums from their quads.
-                            float xs = ((xv[0] + xv[1]) + (xv[2] + xv[3])) + ((xv[4] + xv[5]) + (xv[6] + xv[7]));
-                            xs += __shfl_xor_sync(0xFFFFFFFFu, xs, 1);
-                            xs += __shfl_xor_sync(0xFFFFFFFFu, xs, 2);
-                            xs0 = __shfl_sync(0xFFFFFFFFu, xs, 8 * t);
-                            xs1 = __shfl_sync(0xFFFFFFFFu, xs, 8 * t + 4);
-                        } else {
-                            bq[0] = xb[16 * cc + 8 * h];
-                            bq[1] = xb[16 * cc + 8 * h + 1];
-                            xs0 = xs_row0[2 * cc + h];
-                            xs1 = xs_row1[2 * cc + h];
                         }
 #pragma unroll
                         for (int i = 0; i < n_tiles; ++i) {
-                            float part[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+                            float part[n_cols][4] = {};
 #pragma unroll
                             for (int q = 0; q < 2; ++q) {
                                 // k slots 2t, 2t + 1 <- elements 8t + 4q, +1; slots 2t + 8, +9 <- 8t + 4q + 2, +3.
                                 const uint32_t nl = q4_nibbles(q == 0 ? raws_lo[i].qs[cc].x : raws_lo[i].qs[cc].y, h);
                                 const uint32_t nh = q4_nibbles(q == 0 ? raws_hi[i].qs[cc].x : raws_hi[i].qs[cc].y, h);
                                 const uint32_t av[4] = {q4_pair(nl, 0), q4_pair(nh, 0), q4_pair(nl, 1), q4_pair(nh, 1)};
-                                mma_bf16(part, av, bq[q].x, bq[q].y);
-                                mma_bf16(part, av, bq[q].z, bq[q].w);
+#pragma unroll
+                                for (int u = 0; u < n_cols; ++u) {
+                                    mma_bf16(part[u], av, bq[u][q].x, bq[u][q].y);
+                                    mma_bf16(part[u], av, bq[u][q].z, bq[u][q].w);
+                                }
                             }
                             // Sub-block j = 2 cc + h: its scales are lane cc's of the quad, entry h.
                             const int owner = (lane & ~3) | cc;
@@ -328,11 +344,14 @@ __global__ void __launch_bounds__(n_warps * 32)
                             const float m1_hi = __shfl_sync(0xFFFFFFFFu, own[i][h][3], owner);
                             // C element e: weight row g + 8 (e >> 1), step row 2t + (e & 1).
 #pragma unroll
-                            for (int e = 0; e < 4; ++e) {
-                                const float d1 = e < 2 ? d1_lo : d1_hi, m1 = e < 2 ? m1_lo : m1_hi;
-                                acc[i][e] = fmaf(d1, part[e], acc[i][e]);
-                                acc[i][e] = fmaf(-m1, (e & 1) ? xs1 : xs0, acc[i][e]);
-                            }
+                            for (int u = 0; u < n_cols; ++u)
+#pragma unroll
+                                for (int e = 0; e < 4; ++e) {
+                                    const float d1 = e < 2 ? d1_lo : d1_hi, m1 = e < 2 ? m1_lo : m1_hi;
+                                    float &y = acc[i * n_cols + u][e];
+                                    y = fmaf(d1, part[u][e], y);
+                                    y = fmaf(-m1, (e & 1) ? xs1[u] : xs0[u], y);
+                                }
                         }
                     }
             } else if constexpr (q6k) {
@@ -425,22 +444,22 @@ __global__ void __launch_bounds__(n_warps * 32)
         // The warps' K parts, added in warp order by warp 0, which writes the outputs.
         if (warp > 0)
 #pragma unroll
-            for (int i = 0; i < n_tiles; ++i)
+            for (int i = 0; i < n_tiles * n_cols; ++i)
 #pragma unroll
                 for (int e = 0; e < 4; ++e) s_red[warp - 1][4 * i + e][lane] = acc[i][e];
         __syncthreads();
         if (warp == 0) {
 #pragma unroll
-            for (int i = 0; i < n_tiles; ++i) {
+            for (int i = 0; i < n_tiles * n_cols; ++i) {
 #pragma unroll
                 for (int e = 0; e < 4; ++e)
 #pragma unroll
                     for (int v = 0; v < n_warps - 1; ++v) acc[i][e] += s_red[v][4 * i + e][lane];
                 // Element e: weight row g + 8 (e >> 1) of the tile, step row 2t + (e & 1).
-                const int jt = j0 + i * tile_out;
+                const int jt = j0 + (i / n_cols) * tile_out;
 #pragma unroll
                 for (int e = 0; e < (swiglu ? 2 : 4); ++e) {
-                    const int r = p0 + 2 * t + (e & 1);
+                    const int r = p0 + 8 * (i % n_cols) + 2 * t + (e & 1);
                     if (r >= end) continue;
                     float *y_row = y_base + int64_t(a.y_rows ? a.y_rows[r] : r) * y_stride;
                     if constexpr (swiglu) {
@@ -482,6 +501,21 @@ void launch_matvec_shape(const matvec_args &a, cudaStream_t stream) {
     const dim3 grid(blocks0 + blocks1 + blocks2, a.group_off ? a.max_groups : 1);
     const int64_t row_bytes = matvec_row_bytes(a.type, a.n_in);
     if constexpr (T == ggml_type::q4_k) {
+        // Dense Q4_K over more than 8 rows: two n8 tiles of rows a pass (matvec_args::col_tiles;
+        // dense SwiGLU, which no engine path uses, keeps one).
+        const int cols = a.col_tiles > 0 ? a.col_tiles : (!a.group_off && a.k_parts == 1 && a.n_pairs > 8 ? 2 : 1);
+        if (cols == 2 && !swiglu && !a.group_off && a.k_parts == 1) {
+            auto go = [&](auto kernel, int warps) {
+                launch_pdl(kernel, grid, dim3(warps * 32), stream, a, row_bytes, blocks0, blocks1);
+            };
+            if (grid.x < tiny_blocks)
+                go(matvec_kernel<T, false, 4 * block_warps, split_in, false, 1, 2>, 4 * block_warps);
+            else if (grid.x < narrow_blocks)
+                go(matvec_kernel<T, false, 2 * block_warps, split_in, false, 1, 2>, 2 * block_warps);
+            else
+                go(matvec_kernel<T, false, block_warps, split_in, false, 1, 2>, block_warps);
+            return;
+        }
         if (tiles > 1) {
             auto go = [&](auto kernel, int warps) {
                 launch_pdl(kernel, grid, dim3(warps * 32), stream, a, row_bytes, blocks0, blocks1);
@@ -567,6 +601,8 @@ void matvec(const matvec_args &a, cudaStream_t stream) {
                         "matvec: k_parts is for dense products without SwiGLU, accumulate or extra matrices, with parts "
                         "that do not overlap and at least one 256-element chunk each");
     TANDEM_CUDA_REQUIRE(a.row_tiles >= 0 && a.row_tiles <= 2, "matvec: row_tiles is 0 (chosen here), 1 or 2");
+    TANDEM_CUDA_REQUIRE(a.col_tiles >= 0 && a.col_tiles <= 2 && (a.col_tiles < 2 || (!a.group_off && a.k_parts == 1)),
+                        "matvec: col_tiles is 0 (chosen here), 1 or 2, and 2 is for dense products without K parts");
     TANDEM_CUDA_REQUIRE(a.n_extra >= 0 && a.n_extra <= 2 && (a.n_extra == 0 || (!a.group_off && !a.w_up)),
                         "matvec: up to 2 extra matrices, dense and without SwiGLU only");
     for (int i = 0; i < a.n_extra; ++i)

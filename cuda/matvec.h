@@ -73,6 +73,9 @@ struct matvec_args {
     // matrix and the step's size). Every output's arithmetic is the same whatever the tiling, so the
     // choice may depend on the rows without breaking batch invariance (tests pin it).
     int32_t row_tiles = 0;
+    // Dense Q4_K: n8 tiles of step rows a pass (1 or 2; 0: two when the step has more than 8
+    // rows), the weights unpacked once for both. Same outputs, bitwise, either way.
+    int32_t col_tiles = 0;
 };
 
 // Bytes of one weight row (n_in elements of type).

@@ -72,6 +72,17 @@ TEST_CASE("matvec matches the CPU matmul for every weight type, and rows are bat
                 cuda::matvec(p, nullptr);
                 CHECK(std::memcmp(ys.download().data(), got.data(), got.size() * sizeof(float)) == 0);
             }
+            // Rows one n8 tile a pass (matvec_args::col_tiles; more than 8 rows take two by
+            // default where the type has a two-tile path): bitwise the same.
+            {
+                device_buffer<float> yc(ref.size());
+                yc.poison();
+                cuda::matvec_args p = a;
+                p.col_tiles = 1;
+                p.y = yc.ptr;
+                cuda::matvec(p, nullptr);
+                CHECK(std::memcmp(yc.download().data(), got.data(), got.size() * sizeof(float)) == 0);
+            }
 
             // Each row alone: bitwise what it was in the batch.
             for (int32_t r = 0; r < sh.n_rows; r += std::max(1, sh.n_rows / 4)) {
