@@ -1,6 +1,6 @@
-// cuda/moe.cu - routing and the counting sort of pairs by expert (one block for a small step,
-// parallel routing blocks then one sorting block for a large one; no host round trip), and the
-// fused combine + RMSNorm.
+// cuda/moe.cu - routing and the counting sort of pairs by expert (one warp for a one-row step,
+// one block for a small step, parallel routing blocks then one sorting block for a large one; no
+// host round trip), and the fused combine + RMSNorm.
 // Routing: a warp per row computes the softmax, keeps the few experts that can be in the row's
 // top k (select_top_k) and ranks each of those among them (higher probability first, lower id on
 // ties) in one pass, instead of k dependent warp-wide argmax rounds; the histogram, a two-level
@@ -241,6 +241,39 @@ __global__ void __launch_bounds__(route_threads) moe_route_kernel(const moe_rout
     sort_pairs(a, sm, ids_shared);
 }
 
+// One-row steps (a single decoding session): one warp routes the row with the same code, and its
+// groups are its k experts in ascending order, one pair each (the slot), so the scans, the
+// histogram and the barriers of 32 warps are skipped (about 3 us a layer less on an H200).
+__global__ void __launch_bounds__(32) moe_route_one_kernel(const moe_route_args a) {
+    __shared__ route_shared sm;
+    pdl_wait();
+    pdl_trigger();
+    route_rows(a, 0, 1, sm, false, true);
+    __syncwarp();
+    const int lane = threadIdx.x, k = a.k;
+    if (sm.pad[0]) {
+        if (lane == 0) {
+            a.group_off[0] = 0;
+            *a.n_groups = 0;
+        }
+        return;
+    }
+    const int e = lane < k ? sm.ids[lane] : 0;
+    int g = 0;  // the expert's place in ascending order (the k experts are distinct)
+    for (int s = 0; s < k; ++s) g += __shfl_sync(0xFFFFFFFFu, e, s) < e ? 1 : 0;
+    if (lane < k) {
+        a.group_expert[g] = e;
+        a.group_off[g] = g;
+        a.pair_x[g] = 0;
+        a.pair_y[g] = lane;
+    }
+    if (lane == 0) {
+        a.group_off[k] = k;
+        *a.n_groups = k;
+        if (a.groups_total) atomicAdd(a.groups_total, k);
+    }
+}
+
 // Large steps (prompt steps of thousands of rows): blocks route a batch of rows each ...
 __global__ void __launch_bounds__(route_threads) moe_route_rows_kernel(const moe_route_args a) {
     __shared__ route_shared sm;
@@ -368,7 +401,9 @@ void moe_route(const moe_route_args &a, cudaStream_t stream) {
     TANDEM_CUDA_REQUIRE(a.n_logit_parts >= 1 && (a.n_logit_parts == 1 || a.logit_part_stride >= int64_t(a.n_rows) * a.n_expert),
                         "moe_route: logit parts must not overlap");
     if (a.n_rows == 0) return;
-    if (a.n_rows <= route_single_block_rows) {
+    if (a.n_rows == 1) {
+        launch_pdl(moe_route_one_kernel, dim3(1), dim3(32), stream, a);
+    } else if (a.n_rows <= route_single_block_rows) {
         launch_pdl(moe_route_kernel, dim3(1), dim3(route_threads), stream, a);
     } else {
         const int batch = route_batch(a.n_expert);
