@@ -1,5 +1,6 @@
-// src/scheduler/prefill_budget.cpp - the step-time model (a moving average per row count,
-// piecewise linear between them) and the largest prompt share that fits the latency budget.
+// src/scheduler/prefill_budget.cpp - the step-time curves (a moving average per row count,
+// piecewise linear between them; decode-only calls and calls with prompt rows apart) and the
+// largest prompt share that fits the latency budget.
 #include "src/scheduler/prefill_budget.h"
 
 #include "tandem/error.h"
@@ -17,16 +18,17 @@ static constexpr double ema_weight = 0.25;
 // Relative slack when comparing a prediction with the limit, so that a budget that divides
 // exactly (1 ms + 10 x 0.1 ms = 2 ms) is not lost to rounding.
 static constexpr double limit_slack = 1e-9;
+// When even the smallest prompt share costs more than the budget allows (a prompt pass whose fixed
+// cost alone exceeds it: small models on a GPU, where a decode step is as cheap as a prompt
+// step's launches), every step that carries prompt rows is over the budget anyway. A share of a
+// few tokens would then only multiply the slow steps (an 8,000-token prompt at 11 tokens a step:
+// 700 slow steps instead of 63), so the share may grow while a step costs at most this factor
+// times the cheapest step that carries prompt rows.
+static constexpr double over_budget_growth = 1.25;
 
-prefill_budget::prefill_budget(int32_t prefill_yield, double itl_budget)
-    : prefill_yield_(prefill_yield), itl_budget_(itl_budget) {
-    if (prefill_yield_ < 1) fail(error_kind::config, "--prefill-yield must be >= 1, got {}", prefill_yield_);
-    if (!(itl_budget_ >= 1.0)) fail(error_kind::config, "--itl-budget must be >= 1.0, got {}", itl_budget_);
-}
-
-void prefill_budget::record(int32_t n_rows, double seconds) {
+void step_time_curve::record(int32_t n_rows, double seconds) {
     if (n_rows < 1 || !(seconds >= 0.0) || !std::isfinite(seconds)) return;
-    auto [it, inserted] = step_seconds_.try_emplace(n_rows, seconds);
+    auto [it, inserted] = seconds_.try_emplace(n_rows, seconds);
     const int32_t seen = ++samples_[n_rows];
     // The first call of a size can include one-off work (a CUDA graph captured for its bucket:
     // tens of ms across GPUs), so the second sample replaces it instead of averaging with it.
@@ -34,15 +36,20 @@ void prefill_budget::record(int32_t n_rows, double seconds) {
     else if (!inserted) it->second += ema_weight * (seconds - it->second);
 }
 
-double prefill_budget::predict(int32_t n_rows) const {
-    if (step_seconds_.empty()) return -1.0;
-    auto hi = step_seconds_.lower_bound(n_rows);
-    if (hi != step_seconds_.end() && hi->first == n_rows) return hi->second;
-    if (hi == step_seconds_.begin()) return hi->second;  // below the smallest measured
+double step_time_curve::predict(int32_t n_rows, bool below_slope) const {
+    if (seconds_.empty()) return -1.0;
+    auto hi = seconds_.lower_bound(n_rows);
+    if (hi != seconds_.end() && hi->first == n_rows) return hi->second;
+    if (hi == seconds_.begin()) {  // below the smallest measured
+        auto next = std::next(hi);
+        if (!below_slope || next == seconds_.end()) return hi->second;
+        const double slope = std::max(0.0, (next->second - hi->second) / static_cast<double>(next->first - hi->first));
+        return std::max(0.0, hi->second - slope * static_cast<double>(hi->first - n_rows));
+    }
     auto lo = std::prev(hi);
-    if (hi == step_seconds_.end()) {
+    if (hi == seconds_.end()) {
         // Above the largest measured: continue the last segment, never downwards.
-        if (lo == step_seconds_.begin()) return lo->second;
+        if (lo == seconds_.begin()) return lo->second;
         auto before = std::prev(lo);
         double slope = std::max(0.0, (lo->second - before->second) / static_cast<double>(lo->first - before->first));
         return lo->second + slope * static_cast<double>(n_rows - lo->first);
@@ -51,7 +58,8 @@ double prefill_budget::predict(int32_t n_rows) const {
     return lo->second + f * (hi->second - lo->second);
 }
 
-int64_t prefill_budget::largest_within(int64_t lo, int64_t hi, double limit) const {
+int64_t step_time_curve::largest_within(int64_t lo, int64_t hi, double limit, bool below_slope) const {
+    if (seconds_.empty()) return 0;
     // The prediction is linear on each region between measured row counts; regions are visited
     // from the top, so the first n found is the largest.
     auto best_on = [&](int64_t a, int64_t b, int64_t n0, double t0, double slope) -> int64_t {
@@ -68,8 +76,8 @@ int64_t prefill_budget::largest_within(int64_t lo, int64_t hi, double limit) con
         while (n >= a && at(n) > limit) --n;  // rounding in the division
         return n >= a ? n : 0;
     };
-    const auto first = step_seconds_.begin();
-    const auto last = std::prev(step_seconds_.end());
+    const auto first = seconds_.begin();
+    const auto last = std::prev(seconds_.end());
     double top_slope = 0.0;
     if (last != first) {
         auto before = std::prev(last);
@@ -81,22 +89,64 @@ int64_t prefill_budget::largest_within(int64_t lo, int64_t hi, double limit) con
         double slope = (it->second - below->second) / static_cast<double>(it->first - below->first);
         if (int64_t n = best_on(below->first, it->first, below->first, below->second, slope)) return n;
     }
-    return best_on(lo, first->first, first->first, first->second, 0.0);
+    double first_slope = 0.0;
+    if (below_slope && last != first) {
+        auto next = std::next(first);
+        first_slope = std::max(0.0, (next->second - first->second) / static_cast<double>(next->first - first->first));
+    }
+    return best_on(lo, first->first, first->first, first->second, first_slope);
+}
+
+prefill_budget::prefill_budget(int32_t prefill_yield, double itl_budget)
+    : prefill_yield_(prefill_yield), itl_budget_(itl_budget) {
+    if (prefill_yield_ < 1) fail(error_kind::config, "--prefill-yield must be >= 1, got {}", prefill_yield_);
+    if (!(itl_budget_ >= 1.0)) fail(error_kind::config, "--itl-budget must be >= 1.0, got {}", itl_budget_);
+}
+
+void prefill_budget::record(int32_t n_decode, int32_t n_prompt, double seconds) {
+    if (n_decode < 1 || n_prompt < 0) return;
+    if (n_prompt == 0) decode_.record(n_decode, seconds);
+    else prompt_.record(n_decode + n_prompt, seconds);
+}
+
+// The curve a step with n_decode decode rows plans with: calls with prompt rows alone once two
+// sizes of them are timed (below_slope: the cost of fewer prompt rows follows their first
+// segment); with one, that one joined to the decode-only time of n_decode rows.
+static step_time_curve plan_with(const step_time_curve &decode, const step_time_curve &prompt, int32_t n_decode,
+                                 bool &below_slope) {
+    below_slope = prompt.sizes() >= 2;
+    step_time_curve c = prompt;
+    if (!below_slope) c.record(n_decode, decode.predict(n_decode));
+    return c;
+}
+
+double prefill_budget::predict_with_prompt(int32_t n_decode, int32_t n_rows) const {
+    if (prompt_.sizes() == 0 || decode_.sizes() == 0) return -1.0;
+    bool below = false;
+    return plan_with(decode_, prompt_, n_decode, below).predict(n_rows, below);
 }
 
 int32_t prefill_budget::tokens(int32_t n_decode, int32_t n_waiting) const {
     TANDEM_ASSERT(n_decode >= 1);
     const double share = std::max(1.0, static_cast<double>(n_waiting) / static_cast<double>(n_decode));
-    // No slope known yet: probe with as many prompt rows as decode rows (about twice the decode
+    // Nothing to go by yet: probe with as many prompt rows as decode rows (about twice the decode
     // step's work), not the cap: a cost curve with a cliff (CUDA graphs up to a row count) would
     // make a first step at the cap the slowest of the prefill.
-    if (step_seconds_.size() < 2)
+    if (decode_.sizes() == 0 || prompt_.sizes() == 0)
         return static_cast<int32_t>(std::clamp<int64_t>(std::llround(n_decode * share), min_tokens, prefill_yield_));
-    double limit = itl_budget_ * share * predict(n_decode) * (1.0 + limit_slack);
-    int64_t n = largest_within(static_cast<int64_t>(n_decode) + min_tokens,
-                               static_cast<int64_t>(n_decode) + prefill_yield_, limit);
-    if (n == 0) return min_tokens;
-    return static_cast<int32_t>(std::clamp<int64_t>(n - n_decode, min_tokens, prefill_yield_));
+    bool below = false;
+    const step_time_curve c = plan_with(decode_, prompt_, n_decode, below);
+    const double plain = itl_budget_ * share * decode_.predict(n_decode);
+    const double thinnest = over_budget_growth * c.predict(n_decode + min_tokens, below);
+    const double limit = std::max(plain, thinnest) * (1.0 + limit_slack);
+    int64_t n = c.largest_within(static_cast<int64_t>(n_decode) + min_tokens, static_cast<int64_t>(n_decode) + prefill_yield_,
+                                 limit, below);
+    int32_t k = n == 0 ? min_tokens : static_cast<int32_t>(std::clamp<int64_t>(n - n_decode, min_tokens, prefill_yield_));
+    // The curve of calls with prompt rows needs two sizes for a slope: while one is timed, a plan
+    // that would time the same size again steps one token aside (a jump at the first prompt row,
+    // joined to the decode-only time, would otherwise hold the share at that size for good).
+    if (prompt_.sizes() == 1 && prompt_.timed(n_decode + k)) k = k < prefill_yield_ ? k + 1 : std::max(min_tokens, k - 1);
+    return k;
 }
 
 }  // namespace tandem

@@ -5,10 +5,30 @@
 // it with synthetic timings.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <map>
 
 namespace tandem {
+
+// Seconds per engine call as a function of its row count: a moving average per row count that
+// occurred, piecewise linear between them.
+class step_time_curve {
+public:
+    void record(int32_t n_rows, double seconds);
+    // < 0 when nothing has been measured. Between measured row counts: linear interpolation.
+    // Above the largest: the last segment's slope (never negative). Below the smallest: the first
+    // segment's slope when below_slope (never negative, never under 0 s), else the smallest's time.
+    double predict(int32_t n_rows, bool below_slope = false) const;
+    // Largest n in [lo, hi] with predict(n, below_slope) <= limit; 0 when there is none.
+    int64_t largest_within(int64_t lo, int64_t hi, double limit, bool below_slope) const;
+    std::size_t sizes() const { return seconds_.size(); }
+    bool timed(int32_t n_rows) const { return seconds_.count(n_rows) > 0; }
+
+private:
+    std::map<int32_t, double> seconds_;
+    std::map<int32_t, int32_t> samples_;  // calls timed per row count
+};
 
 class prefill_budget {
 public:
@@ -21,38 +41,41 @@ public:
     // itl_budget >= 1.0: a step with prompt rows may take this many times a decode-only step.
     prefill_budget(int32_t prefill_yield, double itl_budget);
 
-    // One engine call's wall time. Steps are keyed by their total row count: what a call costs
-    // depends on how many rows it has (the CUDA engine picks a graph bucket or the direct path by
-    // it), not on whether they are decode or prompt rows.
-    void record(int32_t n_rows, double seconds);
+    // One engine call's wall time, by its decode rows and prompt rows. Calls with and without
+    // prompt rows are timed apart: the CUDA engine runs prompt rows as a pass of their own after
+    // the decode rows (their own kernels), so one prompt row can cost a step more than the next
+    // hundred do, and a curve over all calls would hide that jump between n_decode and n_decode + 1
+    // rows. Calls without decode rows are not recorded (no budget applies to them).
+    void record(int32_t n_decode, int32_t n_prompt, double seconds);
 
     // Prompt tokens for a step with n_decode >= 1 decode rows: the most, up to prefill_yield,
     // whose predicted step time stays within itl_budget x waiting_share x the predicted time of
-    // n_decode rows; never below min_tokens. waiting_share = max(1, sessions waiting in prefill /
-    // n_decode): a burst of newcomers behind few decoders is admitted in few steps (their
-    // time-to-first-token outweighs a few slow steps of the few), while one long prompt among many
-    // decoders keeps the plain bound. Until two row counts have been measured: a probe of
-    // n_decode x waiting_share tokens, capped.
+    // n_decode rows, or within 1.25 x the predicted time of the step with min_tokens prompt rows
+    // when that is larger (prompt steps whose fixed cost alone breaks the bound: then fewer, fuller
+    // slow steps beat many thin ones); never below min_tokens. waiting_share = max(1, sessions
+    // waiting in prefill / n_decode): a burst of newcomers behind few decoders is admitted in few
+    // steps (their time-to-first-token outweighs a few slow steps of the few), while one long
+    // prompt among many decoders keeps the plain bound. Until a decode-only call and a call with
+    // prompt rows have been timed: a probe of n_decode x waiting_share tokens, capped. With one
+    // call size with prompt rows timed, its cost is taken as linear from the decode-only time of
+    // n_decode rows, and a plan for that same size takes one token more (or less) to time a
+    // second; from two, the curve of calls with prompt rows stands on its own.
     int32_t tokens(int32_t n_decode, int32_t n_waiting = 1) const;
 
-    // Predicted seconds for a call of n_rows rows; < 0 when nothing has been measured.
-    // Between measured row counts: linear interpolation. Above the largest: the last segment's
-    // slope (never negative). Below the smallest: the smallest's time.
-    double predict(int32_t n_rows) const;
+    // Predicted seconds of a call of n_rows decode rows (predict) or of n_rows rows of which some
+    // are prompt rows, for a step with n_decode decode rows (predict_with_prompt); < 0 when
+    // nothing has been measured.
+    double predict(int32_t n_rows) const { return decode_.predict(n_rows); }
+    double predict_with_prompt(int32_t n_decode, int32_t n_rows) const;
 
     int32_t prefill_yield() const { return prefill_yield_; }
     double itl_budget() const { return itl_budget_; }
 
 private:
-    // Largest n in [lo, hi] with predict(n) <= limit; 0 when there is none.
-    int64_t largest_within(int64_t lo, int64_t hi, double limit) const;
-
     int32_t prefill_yield_;
     double itl_budget_;
-    // Exponential moving average of the seconds per call, by rows in the call. Only row counts
-    // that occurred are held: a handful in practice (decode counts, decode + chosen prompt rows).
-    std::map<int32_t, double> step_seconds_;
-    std::map<int32_t, int32_t> samples_;  // calls timed per row count
+    step_time_curve decode_;  // calls of decode rows only, by rows
+    step_time_curve prompt_;  // calls with prompt rows (and decode rows), by all their rows
 };
 
 }  // namespace tandem

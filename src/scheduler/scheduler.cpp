@@ -379,7 +379,7 @@ bool scheduler::step() {
         return true;
     }
     double dt = std::chrono::duration<double>(clock_type::now() - t0).count();
-    budget_.record(static_cast<int32_t>(rows.size()), dt);
+    budget_.record(n_decode, n_prefill, dt);
 
     const size_t n_vocab = static_cast<size_t>(engine_.hparams().n_vocab);
     if (from_top)
