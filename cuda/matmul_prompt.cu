@@ -11,7 +11,8 @@
 // leave one block per multiprocessor. Measured on an H200 (the [.bench] case of
 // tests/kernels/test_cuda_matmul_prompt.cpp), this beat 64 x 128 tiles at two blocks per
 // multiprocessor (4 or 8 warps) and 16 warps of 32 x 32 by 4-20%; Q4_K's int-to-float through
-// 2^23 (store_q4_k) saved 11% against the I2F of decode_q4_k.
+// 2^23 (store_q4_k) saved 11% against the I2F of decode_q4_k. Steps of few rows (a prompt chunk
+// beside decoding sessions) take a small tile of 16 rows x 64 weight rows instead (tile_shape).
 #include "matmul_prompt.h"
 
 #include "cuda_check.h"
@@ -23,24 +24,39 @@
 namespace tandem::cuda {
 namespace {
 
-constexpr int warps_m = 2, warps_n = 4;
-constexpr int m_frags = 4;  // m16 tiles per warp: 16 accumulator tiles, 64 registers
-constexpr int n_frags = 4;  // n8 tiles per warp: two (gate, up) pairs in SwiGLU mode
-constexpr int n_threads = 32 * warps_m * warps_n;
-constexpr int tile_m = 16 * m_frags * warps_m;  // rows (pairs) per block
-constexpr int tile_n = 8 * n_frags * warps_n;   // weight rows per block (SwiGLU: gate and up by runs of 8)
 constexpr int tile_k = 128;  // items 4t .. 4t + 3 of every row cover elements 128t .. 128t + 127 in
                              // every type (half a Q4_K/Q6_K block, four Q8_0 blocks)
 constexpr int row_elems = tile_k + 8;  // bf16 per shared row: +16 bytes, so the 8 rows an ldmatrix
                                        // reads (and 8 threads' 16-byte stores) start in different banks
-// Per thread and K step: x_loads float4 of one activation column (rows warp + n_warps i), and
-// w_items consecutive items of one weight row.
-constexpr int x_loads = tile_m * (tile_k / 4) / n_threads;
-constexpr int w_items = tile_n * (tile_k / 32) / n_threads;
-constexpr int w_threads_per_row = 4 / w_items;
-static_assert(x_loads >= 1 && w_items >= 1 && 4 % w_items == 0, "tile shape and thread count disagree");
-constexpr size_t smem_tiles = size_t(2 * (tile_m + tile_n) * row_elems) * sizeof(__nv_bfloat16);
-constexpr size_t smem_bytes = smem_tiles + size_t(tile_m) * sizeof(const float *);
+
+// Block tile shapes. Every output's arithmetic is the same in both (one accumulator, K tiles
+// ascending, hi.hi, hi.lo, lo.hi per k16 step), so the shape may follow the step's size.
+// Large: 128 rows x 128 weight rows, 8 warps of 64 x 32 (16 accumulator tiles, 64 registers), one
+// block per multiprocessor: prompts in hundreds of rows. Small: 16 rows x 64 weight rows, 4 warps
+// of 16 x 16, 44 KB of shared memory, four blocks per multiprocessor: prompt chunks of a few rows
+// beside decoding sessions, and experts that get a row or two each, where the large tile
+// converted 128 weight rows for one row on one block per multiprocessor. H200, 30b synth, a
+// 1,024-token prompt in chunks of 16 rows: 3.40 -> 1.55 s; of 64: 1.17 -> 0.58 s.
+template <int warps_m_, int warps_n_, int m_frags_, int n_frags_, int min_blocks_>
+struct tile_shape {
+    static constexpr int warps_m = warps_m_, warps_n = warps_n_;
+    static constexpr int m_frags = m_frags_;  // m16 tiles per warp
+    static constexpr int n_frags = n_frags_;  // n8 tiles per warp: (gate, up) pairs in SwiGLU mode
+    static constexpr int min_blocks = min_blocks_;
+    static constexpr int n_threads = 32 * warps_m * warps_n;
+    static constexpr int tile_m = 16 * m_frags * warps_m;  // rows (pairs) per block
+    static constexpr int tile_n = 8 * n_frags * warps_n;   // weight rows per block (SwiGLU: gate and up by runs of 8)
+    // Per thread and K step: x_loads float4 of one activation column (rows warp + n_warps i), and
+    // w_items consecutive items of one weight row.
+    static constexpr int x_loads = tile_m * (tile_k / 4) / n_threads;
+    static constexpr int w_items = tile_n * (tile_k / 32) / n_threads;
+    static constexpr int w_threads_per_row = 4 / w_items;
+    static_assert(x_loads >= 1 && w_items >= 1 && 4 % w_items == 0 && n_frags % 2 == 0, "tile shape and thread count disagree");
+    static constexpr size_t smem_tiles = size_t(2 * (tile_m + tile_n) * row_elems) * sizeof(__nv_bfloat16);
+    static constexpr size_t smem_bytes = smem_tiles + size_t(tile_m) * sizeof(const float *);
+};
+using large_tiles = tile_shape<2, 4, 4, 4, 1>;
+using small_tiles = tile_shape<1, 4, 1, 2, 4>;
 
 // v = hi + lo for two floats at once: hi = bf16(v), lo = bf16(v - hi), packed low element first.
 __device__ __forceinline__ void split2(float a, float b, uint32_t &hi, uint32_t &lo) {
@@ -98,19 +114,19 @@ __device__ __forceinline__ void store_q4_k(const q4_k_raw &r, int item, __nv_bfl
 // The raw bytes of a thread's w_items consecutive items of one row (all in one Q4_K block),
 // loaded a K step ahead: Q4_K the block's d, dmin and scales once, then each item's 16 quant
 // bytes; other types load while decoding.
-template <ggml_type T>
+template <ggml_type T, int w_items>
 struct w_raw {
     const uint8_t *row;
 };
-template <>
-struct w_raw<ggml_type::q4_k> {
+template <int w_items>
+struct w_raw<ggml_type::q4_k, w_items> {
     uint4 head, q[w_items];
 };
-template <ggml_type T>
-__device__ __forceinline__ w_raw<T> load_w_raw(const uint8_t *row, int item0) {
+template <ggml_type T, int w_items>
+__device__ __forceinline__ w_raw<T, w_items> load_w_raw(const uint8_t *row, int item0) {
     if constexpr (T == ggml_type::q4_k) {
         const uint8_t *blk = row + size_t(item0 >> 3) * sizeof(block_q4_k);
-        w_raw<T> r;
+        w_raw<T, w_items> r;
         r.head = *reinterpret_cast<const uint4 *>(blk);
 #pragma unroll
         for (int ii = 0; ii < w_items; ++ii) r.q[ii] = *reinterpret_cast<const uint4 *>(blk + 16 + 16 * ((item0 + ii) & 7));
@@ -138,6 +154,7 @@ __device__ __forceinline__ void mma_bf16(float (&c)[4], const uint32_t (&a)[4], 
 
 // Grouped mode: block tile t of the concatenated groups (each group's pairs in tiles of tile_m).
 // Every warp computes it (uniform per block): a warp scan over the groups' tile counts.
+template <int tile_m>
 __device__ __forceinline__ bool find_group_tile(const matvec_args &a, int t, int &begin, int &end, int &mat, int &m0) {
     const int lane = threadIdx.x & 31, n_groups = *a.n_groups;
     int base = 0;
@@ -183,8 +200,11 @@ __device__ __forceinline__ part_view find_part(const matvec_args &a, int bx, int
     return p;
 }
 
-template <ggml_type T, bool swiglu>
-__global__ void __launch_bounds__(n_threads, 1) matmul_prompt_kernel(const matvec_args a, int64_t row_bytes) {
+template <ggml_type T, bool swiglu, class S>
+__global__ void __launch_bounds__(S::n_threads, S::min_blocks) matmul_prompt_kernel(const matvec_args a, int64_t row_bytes) {
+    constexpr int warps_n = S::warps_n, m_frags = S::m_frags, n_frags = S::n_frags, n_threads = S::n_threads;
+    constexpr int tile_m = S::tile_m, tile_n = S::tile_n, x_loads = S::x_loads, w_items = S::w_items;
+    constexpr int w_threads_per_row = S::w_threads_per_row;
     extern __shared__ uint4 smem_words[];
     __nv_bfloat16 *const x_hi = reinterpret_cast<__nv_bfloat16 *>(smem_words);
     __nv_bfloat16 *const x_lo = x_hi + tile_m * row_elems;
@@ -197,7 +217,7 @@ __global__ void __launch_bounds__(n_threads, 1) matmul_prompt_kernel(const matve
     pdl_trigger();
     int begin = 0, end = a.n_pairs, mat = 0, m0 = blockIdx.y * tile_m;
     if (a.group_off) {
-        if (!find_group_tile(a, blockIdx.y, begin, end, mat, m0)) return;
+        if (!find_group_tile<tile_m>(a, blockIdx.y, begin, end, mat, m0)) return;
     } else if (m0 >= end) {
         return;
     }
@@ -234,7 +254,7 @@ __global__ void __launch_bounds__(n_threads, 1) matmul_prompt_kernel(const matve
 
     // The next K step's global data, in flight while this one's mmas run.
     float4 xv[x_loads];
-    w_raw<T> wv;
+    w_raw<T, w_items> wv;
     auto load = [&](int kt) {
         const int col = kt * tile_k + 4 * lane;
 #pragma unroll
@@ -243,7 +263,7 @@ __global__ void __launch_bounds__(n_threads, 1) matmul_prompt_kernel(const matve
             xv[i] = src && col < a.n_in ? *reinterpret_cast<const float4 *>(src + col) : make_float4(0, 0, 0, 0);
         }
         const int item0 = 4 * kt + w_items * w_part;
-        if (w_row && item0 < n_items) wv = load_w_raw<T>(w_row, item0);
+        if (w_row && item0 < n_items) wv = load_w_raw<T, w_items>(w_row, item0);
     };
     load(0);
 
@@ -372,26 +392,37 @@ __global__ void __launch_bounds__(n_threads, 1) matmul_prompt_kernel(const matve
         }
 }
 
-template <ggml_type T, bool swiglu>
+template <ggml_type T, bool swiglu, class S>
 void launch_matmul_prompt_shape(const matvec_args &a, cudaStream_t stream) {
-    auto kernel = matmul_prompt_kernel<T, swiglu>;
+    auto kernel = matmul_prompt_kernel<T, swiglu, S>;
     // Per device and cheap: set every launch rather than remembering which devices have it.
-    TANDEM_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem_bytes)));
-    constexpr int outs_per_block = swiglu ? tile_n / 2 : tile_n;
+    TANDEM_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(S::smem_bytes)));
+    constexpr int outs_per_block = swiglu ? S::tile_n / 2 : S::tile_n;
     int col_blocks = (a.n_out + outs_per_block - 1) / outs_per_block;
     for (int i = 0; i < a.n_extra; ++i) col_blocks += (a.extra[i].n_out + outs_per_block - 1) / outs_per_block;
-    const int m_tiles = a.group_off ? a.n_pairs / tile_m + a.max_groups : (a.n_pairs + tile_m - 1) / tile_m;
-    launch_pdl_smem(kernel, dim3(col_blocks, m_tiles), dim3(n_threads), smem_bytes, stream, a,
+    const int m_tiles = a.group_off ? a.n_pairs / S::tile_m + a.max_groups : (a.n_pairs + S::tile_m - 1) / S::tile_m;
+    TANDEM_CUDA_REQUIRE(m_tiles <= 65535, "matmul_prompt: too many rows for one launch");
+    launch_pdl_smem(kernel, dim3(col_blocks, m_tiles), dim3(S::n_threads), S::smem_bytes, stream, a,
                     matvec_row_bytes(a.type, a.n_in));
     TANDEM_CUDA_CHECK_LAUNCH();
 }
 
+// Small tiles for steps of few rows: dense up to 64 rows, grouped up to 32 rows an expert on average.
+bool small_step(const matvec_args &a) {
+    if (a.prompt_tile_rows > 0) return a.prompt_tile_rows == small_tiles::tile_m;
+    return a.group_off ? int64_t(a.n_pairs) <= 32 * int64_t(a.max_groups) : a.n_pairs <= 64;
+}
+
 template <ggml_type T>
 void launch_matmul_prompt_type(const matvec_args &a, cudaStream_t stream) {
-    if (a.w_up)
-        launch_matmul_prompt_shape<T, true>(a, stream);
-    else
-        launch_matmul_prompt_shape<T, false>(a, stream);
+    const bool small = small_step(a);
+    if (a.w_up) {
+        if (small) launch_matmul_prompt_shape<T, true, small_tiles>(a, stream);
+        else launch_matmul_prompt_shape<T, true, large_tiles>(a, stream);
+    } else {
+        if (small) launch_matmul_prompt_shape<T, false, small_tiles>(a, stream);
+        else launch_matmul_prompt_shape<T, false, large_tiles>(a, stream);
+    }
 }
 
 }  // namespace
@@ -409,7 +440,8 @@ void matmul_prompt(const matvec_args &args, cudaStream_t stream) {
     for (int i = 0; i < a.n_extra; ++i)
         TANDEM_CUDA_REQUIRE(a.extra[i].w && a.extra[i].y && a.extra[i].n_out > 0, "matmul_prompt: empty extra matrix");
     if (a.n_pairs == 0) return;
-    TANDEM_CUDA_REQUIRE(int64_t(a.n_pairs) / tile_m + a.max_groups <= 65535, "matmul_prompt: too many rows for one launch");
+    TANDEM_CUDA_REQUIRE(a.prompt_tile_rows == 0 || a.prompt_tile_rows == small_tiles::tile_m || a.prompt_tile_rows == large_tiles::tile_m,
+                        "matmul_prompt: prompt_tile_rows is 0 (chosen by the step), 16 or 128");
     if ((a.type == ggml_type::q4_k || a.type == ggml_type::q6_k) && a.n_in % 256 != 0)
         TANDEM_CUDA_REQUIRE(false, "matmul_prompt: K-quant rows are whole 256-element blocks");
     // Extra matrices (Q, K, V together in matvec) continue the grid's column blocks: one launch.

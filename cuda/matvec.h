@@ -76,6 +76,9 @@ struct matvec_args {
     // Dense Q4_K: n8 tiles of step rows a pass (1 or 2; 0: two when the step has more than 8
     // rows), the weights unpacked once for both. Same outputs, bitwise, either way.
     int32_t col_tiles = 0;
+    // matmul_prompt: rows per block tile, 16 or 128 (0: 16 for steps of few rows, see
+    // matmul_prompt.cu). Same outputs, bitwise, either way (tests pin it).
+    int32_t prompt_tile_rows = 0;
 };
 
 // Bytes of one weight row (n_in elements of type).

@@ -149,6 +149,17 @@ TEST_CASE("matmul_prompt matches the CPU matmul for every weight type; rows are 
                 CHECK(e <= tolerance::matmul_prompt);
             }
 
+            // Both block tile shapes (16 and 128 rows; the step's size picks one): bitwise the same.
+            for (const int32_t tile_rows : {16, 128}) {
+                INFO("tile rows " << tile_rows);
+                device_buffer<float> yt(ref.size());
+                cuda::matvec_args b = a;
+                b.y = yt.ptr;
+                b.prompt_tile_rows = tile_rows;
+                cuda::matmul_prompt(b, nullptr);
+                CHECK(same_bits(yt.download().data(), got.data(), got.size()));
+            }
+
             // Each row alone, and the rows from 3 on as one batch (every row at another offset of
             // its tile): bitwise what they were.
             for (int32_t r = 0; r < sh.n_rows; r += std::max(1, sh.n_rows / 5)) {
@@ -259,6 +270,28 @@ TEST_CASE("matmul_prompt grouped SwiGLU experts match the CPU and the dense prod
             if (ids[size_t(p)] < 0) continue;
             INFO("pair " << p);
             CHECK(rel_err(out.data() + size_t(p) * d, out_ref.data() + size_t(p) * d, size_t(d)) <= 2 * tolerance::matmul_prompt);
+        }
+
+        // Both block tile shapes: gate/up and down bitwise the same (pairs routed nowhere and
+        // their rows are not written).
+        for (const int32_t tile_rows : {16, 128}) {
+            INFO("tile rows " << tile_rows);
+            device_buffer<float> act_t(dact.count), out_t(dout.count);
+            cuda::matvec_args gt = g, dt = f.down;
+            gt.y = act_t.ptr;
+            gt.prompt_tile_rows = tile_rows;
+            dt.x = act_t.ptr;
+            dt.y = out_t.ptr;
+            dt.prompt_tile_rows = tile_rows;
+            cuda::matmul_prompt(gt, nullptr);
+            cuda::matmul_prompt(dt, nullptr);
+            const auto at = act_t.download(), ot = out_t.download();
+            for (int32_t p = 0; p < n * k; ++p) {
+                if (ids[size_t(p)] < 0) continue;
+                INFO("pair " << p);
+                CHECK(same_bits(at.data() + size_t(p) * ff, act.data() + size_t(p) * ff, size_t(ff)));
+                CHECK(same_bits(ot.data() + size_t(p) * d, out.data() + size_t(p) * d, size_t(d)));
+            }
         }
 
         // Each pair's down product is bitwise the dense product of its expert's matrix on its
