@@ -407,10 +407,12 @@ void launch_matmul_prompt_shape(const matvec_args &a, cudaStream_t stream) {
     TANDEM_CUDA_CHECK_LAUNCH();
 }
 
-// Small tiles for steps of few rows: dense up to 64 rows, grouped up to 32 rows an expert on average.
+// Small tiles for steps of few rows: dense up to 64 rows, grouped up to one small tile (16 rows)
+// an expert on average. Measured at 16- and 64-row steps (docs/perf-notes.md, session 6); steps
+// in between the two shapes' regimes (~130-2,000 rows) keep the large tile, as before.
 bool small_step(const matvec_args &a) {
     if (a.prompt_tile_rows > 0) return a.prompt_tile_rows == small_tiles::tile_m;
-    return a.group_off ? int64_t(a.n_pairs) <= 32 * int64_t(a.max_groups) : a.n_pairs <= 64;
+    return a.group_off ? int64_t(a.n_pairs) <= int64_t(small_tiles::tile_m) * a.max_groups : a.n_pairs <= 64;
 }
 
 template <ggml_type T>
