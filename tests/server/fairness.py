@@ -40,13 +40,17 @@ def main():
     ap.add_argument("--baseline-tokens", type=int, default=12, help="tokens per session before the long prompt")
     ap.add_argument("--prefill-yield", type=int, default=128, help="the server's default")
     ap.add_argument("--max-ratio", type=float, default=0.0)
+    ap.add_argument("--max-prefill-seconds", type=float, default=0.0,
+                    help="with a value: exit 1 when the long prompt takes longer than this")
     ap.add_argument("--server-args", default="", help="extra tandem-server flags")
+    ap.add_argument("--model", default=None,
+                    help="serve this GGUF instead of the tiny demo model (it answers to the same name)")
     a = ap.parse_args()
 
     ctx = a.prompt_tokens + 512
     args = ["--ctx", str(ctx), "--batched-session", str(a.sessions + 1), "--prefill-yield", str(a.prefill_yield)]
     args += a.server_args.split()
-    with h.running(a.build_dir, args, "fairness.log") as srv:
+    with h.running(a.build_dir, args, "fairness.log", model=a.model) as srv:
         long_text, long_tokens = sized_prompt(srv, a.prompt_tokens)
         arrivals = [[] for _ in range(a.sessions)]
         finished = [False] * a.sessions  # ended by the model (EOS, length), not cut off
@@ -108,6 +112,7 @@ def main():
             "prefill_yields": int(float(yields[0].split()[1])) if yields else None,
             "prefill_budget_tokens": int(float(budget[0].split()[1])) if budget else None,
             "max_ratio": a.max_ratio or None,
+            "model": a.model or "tiny",
             # A session is lost when its stream stopped before the long prompt was answered without
             # the model ending it (a greedy tiny model may emit its end token: that is not a loss).
             "sessions_finished": sum(finished),
@@ -122,6 +127,10 @@ def main():
         return 1
     if a.max_ratio and not result["ratio"] <= a.max_ratio:
         print(f"fairness: ITL ratio {result['ratio']:.2f} exceeds {a.max_ratio}", file=sys.stderr)
+        return 1
+    if a.max_prefill_seconds and not result["long_prompt_seconds"] <= a.max_prefill_seconds:
+        print(f"fairness: the long prompt took {result['long_prompt_seconds']:.1f} s, over {a.max_prefill_seconds}",
+              file=sys.stderr)
         return 1
     return 0
 
