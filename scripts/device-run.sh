@@ -2,7 +2,9 @@
 # scripts/device-run.sh - what runs on the GPU machine (from the repo root, binaries carried in
 # carry-cuda/): the [gpu] tests, compute-sanitizer on the kernel tests, the model comparison and
 # `tandem bench` on the qwen3-30b-a3b Q4_K synth model. Logs under $OUT; a short table last.
-#   usage: scripts/device-run.sh [tests|bench|profile|all] [extra bench flags...]
+#   usage: scripts/device-run.sh [tests|bench|fairness|profile|all] [extra bench flags...]
+# fairness: a 4,000-token prompt beside 1 and 15 streaming sessions on the synth model
+# (QA_BEFORE_RELEASES.md item 7), and the prefill of 1,024 tokens in 16- and 64-row chunks.
 # profile: ncu per-kernel durations of one decode step (PROFILE_SESSIONS, default 1), summed by
 # kernel name and grid (so Q/K/V, wo, the experts and the head stand apart).
 set -u
@@ -40,6 +42,18 @@ if [ "$mode" = bench ] || [ "$mode" = all ]; then
     [ -f /tmp/m.gguf ] || "$carry/bin/tandem" synth --preset qwen3-30b-a3b --type q4_k --out /tmp/m.gguf > "$out/synth.log" 2>&1
     run bench "$carry/bin/tandem" bench -m /tmp/m.gguf --backend cuda --prompt 2048 --gen 128 --sessions 1,4,16 \
         --json "$out/bench.json" "$@"
+fi
+if [ "$mode" = fairness ] || [ "$mode" = all ]; then
+    [ -f /tmp/m.gguf ] || "$carry/bin/tandem" synth --preset qwen3-30b-a3b --type q4_k --out /tmp/m.gguf > "$out/synth.log" 2>&1
+    for ch in 16 64; do
+        run "chunks_$ch" "$carry/bin/tandem" bench -m /tmp/m.gguf --backend cuda --prompt 1024 --prefill-chunk "$ch" \
+            --repeats 1 --gen 2 --sessions 1
+    done
+    for n in 1 15; do
+        run "fairness_$n" python3 tests/server/fairness.py --build-dir "$carry/bin" --model /tmp/m.gguf \
+            --prompt-tokens 4000 --sessions "$n" --max-prefill-seconds 25
+        summary+=("  $(tail -1 "$out/fairness_$n.log" | cut -c1-300)")
+    done
 fi
 if [ "$mode" = profile ] || [ "$mode" = all ]; then
     [ -f /tmp/m.gguf ] || "$carry/bin/tandem" synth --preset qwen3-30b-a3b --type q4_k --out /tmp/m.gguf > "$out/synth.log" 2>&1
