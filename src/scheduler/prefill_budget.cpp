@@ -36,6 +36,11 @@ void step_time_curve::record(int32_t n_rows, double seconds) {
     else if (!inserted) it->second += ema_weight * (seconds - it->second);
 }
 
+void step_time_curve::set(int32_t n_rows, double seconds) {
+    seconds_[n_rows] = seconds;
+    samples_[n_rows] = 2;  // a later record() averages with it
+}
+
 double step_time_curve::predict(int32_t n_rows, bool below_slope) const {
     if (seconds_.empty()) return -1.0;
     auto hi = seconds_.lower_bound(n_rows);
@@ -104,26 +109,31 @@ prefill_budget::prefill_budget(int32_t prefill_yield, double itl_budget)
 }
 
 void prefill_budget::record(int32_t n_decode, int32_t n_prompt, double seconds) {
-    if (n_decode < 1 || n_prompt < 0) return;
-    if (n_prompt == 0) decode_.record(n_decode, seconds);
-    else prompt_.record(n_decode + n_prompt, seconds);
+    if (n_decode < 0 || n_prompt < 0 || n_decode + n_prompt < 1 || !(seconds >= 0.0) || !std::isfinite(seconds)) return;
+    if (n_prompt == 0) {
+        decode_.record(n_decode, seconds);
+        return;
+    }
+    // What the prompt rows added: the call's time less the decode rows' predicted time (a call
+    // without decode rows, or before any decode-only call was timed, counts whole).
+    const double decode_part = n_decode > 0 ? decode_.predict(n_decode) : 0.0;
+    prompt_extra_.record(n_prompt, std::max(0.0, seconds - std::max(0.0, decode_part)));
 }
 
-// The curve a step with n_decode decode rows plans with: calls with prompt rows alone once two
-// sizes of them are timed (below_slope: the cost of fewer prompt rows follows their first
-// segment); with one, that one joined to the decode-only time of n_decode rows.
-static step_time_curve plan_with(const step_time_curve &decode, const step_time_curve &prompt, int32_t n_decode,
-                                 bool &below_slope) {
-    below_slope = prompt.sizes() >= 2;
-    step_time_curve c = prompt;
-    if (!below_slope) c.record(n_decode, decode.predict(n_decode));
+// The curve of the time prompt rows add to a step, as planned with: the timed sizes alone once
+// there are two (below_slope: fewer prompt rows than timed follow the first segment down); with
+// one, that size joined to (0 rows, 0 s).
+static step_time_curve plan_with(const step_time_curve &extra, bool &below_slope) {
+    below_slope = extra.sizes() >= 2;
+    step_time_curve c = extra;
+    if (!below_slope) c.set(0, 0.0);
     return c;
 }
 
 double prefill_budget::predict_with_prompt(int32_t n_decode, int32_t n_rows) const {
-    if (prompt_.sizes() == 0 || decode_.sizes() == 0) return -1.0;
+    if (prompt_extra_.sizes() == 0 || decode_.sizes() == 0 || n_rows <= n_decode) return -1.0;
     bool below = false;
-    return plan_with(decode_, prompt_, n_decode, below).predict(n_rows, below);
+    return decode_.predict(n_decode) + plan_with(prompt_extra_, below).predict(n_rows - n_decode, below);
 }
 
 int32_t prefill_budget::tokens(int32_t n_decode, int32_t n_waiting) const {
@@ -132,20 +142,20 @@ int32_t prefill_budget::tokens(int32_t n_decode, int32_t n_waiting) const {
     // Nothing to go by yet: probe with as many prompt rows as decode rows (about twice the decode
     // step's work), not the cap: a cost curve with a cliff (CUDA graphs up to a row count) would
     // make a first step at the cap the slowest of the prefill.
-    if (decode_.sizes() == 0 || prompt_.sizes() == 0)
+    if (decode_.sizes() == 0 || prompt_extra_.sizes() == 0)
         return static_cast<int32_t>(std::clamp<int64_t>(std::llround(n_decode * share), min_tokens, prefill_yield_));
     bool below = false;
-    const step_time_curve c = plan_with(decode_, prompt_, n_decode, below);
-    const double plain = itl_budget_ * share * decode_.predict(n_decode);
-    const double thinnest = over_budget_growth * c.predict(n_decode + min_tokens, below);
+    const step_time_curve extra = plan_with(prompt_extra_, below);
+    const double t_decode = decode_.predict(n_decode);
+    const double plain = itl_budget_ * share * t_decode;
+    const double thinnest = over_budget_growth * (t_decode + extra.predict(min_tokens, below));
     const double limit = std::max(plain, thinnest) * (1.0 + limit_slack);
-    int64_t n = c.largest_within(static_cast<int64_t>(n_decode) + min_tokens, static_cast<int64_t>(n_decode) + prefill_yield_,
-                                 limit, below);
-    int32_t k = n == 0 ? min_tokens : static_cast<int32_t>(std::clamp<int64_t>(n - n_decode, min_tokens, prefill_yield_));
-    // The curve of calls with prompt rows needs two sizes for a slope: while one is timed, a plan
-    // that would time the same size again steps one token aside (a jump at the first prompt row,
-    // joined to the decode-only time, would otherwise hold the share at that size for good).
-    if (prompt_.sizes() == 1 && prompt_.timed(n_decode + k)) k = k < prefill_yield_ ? k + 1 : std::max(min_tokens, k - 1);
+    const int64_t n = extra.largest_within(min_tokens, prefill_yield_, limit - t_decode, below);
+    int32_t k = n == 0 ? min_tokens : static_cast<int32_t>(std::clamp<int64_t>(n, min_tokens, prefill_yield_));
+    // The curve needs two sizes for a slope: while one is timed, a plan that would time the same
+    // size again steps one token aside (a jump at the first prompt row, joined to zero, would
+    // otherwise hold the share at that size for good).
+    if (prompt_extra_.sizes() == 1 && prompt_extra_.timed(k)) k = k < prefill_yield_ ? k + 1 : std::max(min_tokens, k - 1);
     return k;
 }
 

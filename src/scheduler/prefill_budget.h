@@ -16,6 +16,7 @@ namespace tandem {
 class step_time_curve {
 public:
     void record(int32_t n_rows, double seconds);
+    void set(int32_t n_rows, double seconds);  // a point as is (n_rows >= 0), no averaging
     // < 0 when nothing has been measured. Between measured row counts: linear interpolation.
     // Above the largest: the last segment's slope (never negative). Below the smallest: the first
     // segment's slope when below_slope (never negative, never under 0 s), else the smallest's time.
@@ -41,11 +42,13 @@ public:
     // itl_budget >= 1.0: a step with prompt rows may take this many times a decode-only step.
     prefill_budget(int32_t prefill_yield, double itl_budget);
 
-    // One engine call's wall time, by its decode rows and prompt rows. Calls with and without
-    // prompt rows are timed apart: the CUDA engine runs prompt rows as a pass of their own after
-    // the decode rows (their own kernels), so one prompt row can cost a step more than the next
-    // hundred do, and a curve over all calls would hide that jump between n_decode and n_decode + 1
-    // rows. Calls without decode rows are not recorded (no budget applies to them).
+    // One engine call's wall time, by its decode rows and prompt rows. A step is modelled as the
+    // decode rows' time (a curve over decode-only calls, by rows) plus what its prompt rows add
+    // (a curve by prompt rows: a call's time less its decode rows' predicted time; a call
+    // without decode rows counts whole). The CUDA engine runs prompt rows as a pass of their own
+    // after the decode rows (their own kernels), so one prompt row can add more than the next
+    // hundred do; a single curve over all calls by their total rows hid that jump between
+    // n_decode and n_decode + 1 rows.
     void record(int32_t n_decode, int32_t n_prompt, double seconds);
 
     // Prompt tokens for a step with n_decode >= 1 decode rows: the most, up to prefill_yield,
@@ -57,14 +60,12 @@ public:
     // steps (their time-to-first-token outweighs a few slow steps of the few), while one long
     // prompt among many decoders keeps the plain bound. Until a decode-only call and a call with
     // prompt rows have been timed: a probe of n_decode x waiting_share tokens, capped. With one
-    // call size with prompt rows timed, its cost is taken as linear from the decode-only time of
-    // n_decode rows, and a plan for that same size takes one token more (or less) to time a
-    // second; from two, the curve of calls with prompt rows stands on its own.
+    // prompt size timed, what prompt rows add is taken as proportional to their number, and a plan
+    // for that same size takes one token more (or less) to time a second.
     int32_t tokens(int32_t n_decode, int32_t n_waiting = 1) const;
 
-    // Predicted seconds of a call of n_rows decode rows (predict) or of n_rows rows of which some
-    // are prompt rows, for a step with n_decode decode rows (predict_with_prompt); < 0 when
-    // nothing has been measured.
+    // Predicted seconds of a call of n_rows decode rows (predict), or of n_decode decode rows and
+    // n_rows - n_decode > 0 prompt rows (predict_with_prompt); < 0 when nothing has been measured.
     double predict(int32_t n_rows) const { return decode_.predict(n_rows); }
     double predict_with_prompt(int32_t n_decode, int32_t n_rows) const;
 
@@ -74,8 +75,8 @@ public:
 private:
     int32_t prefill_yield_;
     double itl_budget_;
-    step_time_curve decode_;  // calls of decode rows only, by rows
-    step_time_curve prompt_;  // calls with prompt rows (and decode rows), by all their rows
+    step_time_curve decode_;        // calls of decode rows only, by rows
+    step_time_curve prompt_extra_;  // what prompt rows add to a call, by prompt rows
 };
 
 }  // namespace tandem

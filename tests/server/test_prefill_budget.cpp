@@ -157,10 +157,10 @@ TEST_CASE("prefill budget: predictions interpolate between measured row counts",
     b.record(10, 0, 1.0 * ms);
     CHECK(b.predict(10) > 1.0 * ms);
     CHECK(b.predict(10) < 2.0 * ms);
-    // Calls with prompt rows are a curve of their own. With one size timed, it is joined to the
-    // decode-only time of the step's decode rows; from two, it stands alone, and fewer prompt
-    // rows than timed follow its first segment down (not flat: a jump at the first prompt row is
-    // what this curve measures).
+    // What prompt rows add is a curve of its own, by prompt rows (a call's time less its decode
+    // rows' predicted time). With one size timed it is proportional to the prompt rows; from two
+    // it stands alone, and fewer prompt rows than timed follow its first segment down (not flat:
+    // a jump at the first prompt row is what this curve measures).
     b.record(10, 6, 4.0 * ms);
     const double at10 = b.predict(10);
     CHECK(b.predict_with_prompt(10, 13) == Approx(at10 + (4.0 * ms - at10) / 2));
@@ -233,7 +233,7 @@ TEST_CASE("prefill budget: prompt steps whose fixed cost alone breaks the bound 
     prefill_budget b(128, 2.0);
     b.record(15, 0, flat(15));
     b.record(15, 1, flat(16));
-    CHECK(b.tokens(15) == 2);  // joined to the decode-only time, one token fits; a second size is timed
+    CHECK(b.tokens(15) == 2);  // proportional to one timed size, one token fits; a second size is timed
     b.record(15, 2, flat(17));
     CHECK(b.tokens(15) == 128);
     CHECK(settle(b, 15, flat) == 128);
@@ -252,4 +252,22 @@ TEST_CASE("prefill budget: prompt steps whose fixed cost alone breaks the bound 
     d.record(4, 0, fits(4));
     d.record(4, 128, fits(132));
     CHECK(settle(d, 4, fits) == 10);
+}
+
+TEST_CASE("prefill budget: calls without decode rows teach what prompt rows add", "[prefill_budget]") {
+    // A burst after single requests: the prompt-only calls (a request alone) already give the
+    // cost of prompt rows, so the first burst step plans with it instead of probing.
+    auto cost = [](int32_t rows) { return 1.0 * ms + 0.1 * ms * rows; };
+    prefill_budget b(128, 2.0);
+    b.record(0, 20, cost(20));
+    b.record(0, 700, cost(700));
+    b.record(4, 0, cost(4));
+    // 4 decoding, 12 waiting: 2 x 3 x 1.4 ms = 8.4 ms; prompt rows add 1 ms + 0.1 ms each as the
+    // prompt-only calls count them (their fixed 1 ms too: cautious), so 1.4 + 1 + 0.1 k <= 8.4.
+    const int32_t k = b.tokens(4, 12);
+    CHECK(k == 60);
+    CHECK(b.predict_with_prompt(4, 4 + k) <= 2.0 * 3.0 * cost(4) * (1 + 1e-9));
+    // A decode call's own rows are not counted twice: a mixed call of 4 + 10 rows adds 1 ms.
+    b.record(4, 10, cost(14));
+    CHECK(b.predict_with_prompt(4, 14) == Approx(cost(14)));
 }
