@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """scripts/perf_gate.py - checks `tandem bench --json` results against perf/floors.json.
 
-usage: perf_gate.py --floors perf/floors.json --bench B.json [--gpu NAME --preset P --type T
-                    [--gpus N --plan single|tp|pipeline]] [--fairness F.json]
-Without --gpu: the CPU gate (ratios measured in one run, robust to a noisy machine).
+usage: perf_gate.py --floors perf/floors.json --bench B.json [B2.json ...] [--gpu NAME --preset P
+                    --type T [--gpus N --plan single|tp|pipeline]] [--fairness F.json]
+Without --gpu: the CPU gate, a ratio of two session counts within each run (robust to the
+machine's speed), the median over the runs given (robust to its noise).
 With --gpu: the GPU floors of that (gpu, preset, type, gpus, plan) entry (gpus 1 / plan single
 when an entry does not say).
 Exit 0: pass (warnings printed for values within 5% of a floor); 1: below a floor; 2: bad input.

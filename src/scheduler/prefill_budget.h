@@ -34,8 +34,8 @@ private:
 class prefill_budget {
 public:
     // The prefill always advances: a step with decode rows carries at least this many prompt
-    // tokens. 1, not more: with 15 sessions decoding, one prompt row keeps a call at 16 rows (the
-    // CUDA engine's largest graph bucket), a second one leaves the graph path and costs ~5x.
+    // tokens. 1, not more: the floor only guarantees progress; how many more a step can carry is
+    // what the measured times decide (on CUDA the first prompt row already costs a pass of its own).
     static constexpr int32_t min_tokens = 1;
 
     // prefill_yield >= 1: the most prompt tokens per step while anyone decodes.
