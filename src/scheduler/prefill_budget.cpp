@@ -25,11 +25,18 @@ static constexpr double limit_slack = 1e-9;
 // 700 slow steps instead of 63), so the share may grow while a step costs at most this factor
 // times the cheapest step that carries prompt rows.
 static constexpr double over_budget_growth = 1.25;
+// In that regime a share can stick at a size whose neighbours look dear: noise between two
+// nearby sizes, a prompt-only call (timed whole) just above it, or a step in the cost such as a
+// CUDA graph bucket just above it. Whatever the curve predicts above it is then never timed. So
+// for every this many calls of the planned size, one call probes twice that size: such a step
+// costs little more (the fixed cost dominates), and the curve learns where the bound really is.
+static constexpr int32_t probe_every = 16;
 
 void step_time_curve::record(int32_t n_rows, double seconds) {
     if (n_rows < 1 || !(seconds >= 0.0) || !std::isfinite(seconds)) return;
     auto [it, inserted] = seconds_.try_emplace(n_rows, seconds);
     const int32_t seen = ++samples_[n_rows];
+    ++calls_[n_rows];
     // The first call of a size can include one-off work (a CUDA graph captured for its bucket:
     // tens of ms across GPUs), so the second sample replaces it instead of averaging with it.
     if (seen == 2) it->second = seconds;
@@ -152,6 +159,9 @@ int32_t prefill_budget::tokens(int32_t n_decode, int32_t n_waiting) const {
     const double limit = std::max(plain, thinnest) * (1.0 + limit_slack);
     const int64_t n = extra.largest_within(min_tokens, prefill_yield_, limit - t_decode, below);
     int32_t k = n == 0 ? min_tokens : static_cast<int32_t>(std::clamp<int64_t>(n, min_tokens, prefill_yield_));
+    // Over the plain bound anyway: probe twice the share once for every probe_every calls of it.
+    const int32_t probe = std::min(prefill_yield_, 2 * k);
+    if (thinnest > plain && probe > k && (prompt_extra_.calls(probe) + 1) * probe_every <= prompt_extra_.calls(k)) return probe;
     // The curve needs two sizes for a slope: while one is timed, a plan that would time the same
     // size again steps one token aside (a jump at the first prompt row, joined to zero, would
     // otherwise hold the share at that size for good).

@@ -25,10 +25,16 @@ public:
     int64_t largest_within(int64_t lo, int64_t hi, double limit, bool below_slope) const;
     std::size_t sizes() const { return seconds_.size(); }
     bool timed(int32_t n_rows) const { return seconds_.count(n_rows) > 0; }
+    // Calls recorded at n_rows (set() adds none).
+    int32_t calls(int32_t n_rows) const {
+        auto it = calls_.find(n_rows);
+        return it == calls_.end() ? 0 : it->second;
+    }
 
 private:
     std::map<int32_t, double> seconds_;
-    std::map<int32_t, int32_t> samples_;  // calls timed per row count
+    std::map<int32_t, int32_t> samples_;  // calls timed per row count (set() counts as two)
+    std::map<int32_t, int32_t> calls_;    // calls recorded per row count
 };
 
 class prefill_budget {
@@ -61,7 +67,9 @@ public:
     // prompt among many decoders keeps the plain bound. Until a decode-only call and a call with
     // prompt rows have been timed: a probe of n_decode x waiting_share tokens, capped. With one
     // prompt size timed, what prompt rows add is taken as proportional to their number, and a plan
-    // for that same size takes one token more (or less) to time a second.
+    // for that same size takes one token more (or less) to time a second. Under the 1.25 x rule,
+    // once for every 16 calls recorded at the planned share k, the plan is min(2 k, yield) instead
+    // (a probe), so a share held down by a dear-looking neighbour is found out.
     int32_t tokens(int32_t n_decode, int32_t n_waiting = 1) const;
 
     // Predicted seconds of a call of n_rows decode rows (predict), or of n_decode decode rows and

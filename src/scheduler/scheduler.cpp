@@ -380,6 +380,7 @@ bool scheduler::step() {
     }
     double dt = std::chrono::duration<double>(clock_type::now() - t0).count();
     budget_.record(n_decode, n_prefill, dt);
+    log_debug("step: {} decode rows, {} prompt rows (share {}), {:.3f} ms", n_decode, n_prefill, step_budget, dt * 1e3);
 
     const size_t n_vocab = static_cast<size_t>(engine_.hparams().n_vocab);
     if (from_top)

@@ -4,14 +4,25 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <ctime>
 #include <string>
 
 namespace tandem {
 
 namespace {
-std::atomic<int> g_level{static_cast<int>(log_level::info)};
+// TANDEM_LOG_LEVEL=debug|info|warn|error sets the starting level (default info), for every
+// binary; anything else is ignored.
+int level_from_env() {
+    const char *v = std::getenv("TANDEM_LOG_LEVEL");
+    const std::string s = v ? v : "";
+    if (s == "debug") return static_cast<int>(log_level::debug);
+    if (s == "warn") return static_cast<int>(log_level::warn);
+    if (s == "error") return static_cast<int>(log_level::error);
+    return static_cast<int>(log_level::info);
 }
+std::atomic<int> g_level{level_from_env()};
+}  // namespace
 
 void log_set_level(log_level level) { g_level.store(static_cast<int>(level)); }
 log_level log_get_level() { return static_cast<log_level>(g_level.load(std::memory_order_relaxed)); }
