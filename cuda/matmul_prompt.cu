@@ -17,12 +17,14 @@
 
 #include "cuda_check.h"
 #include "launch.cuh"
+#include "matmul_prompt_tile.cuh"
 #include "quant_decode.cuh"
 
 #include <cuda_bf16.h>
 
 namespace tandem::cuda {
 namespace {
+using namespace prompt_tile;
 
 constexpr int tile_k = 128;  // items 4t .. 4t + 3 of every row cover elements 128t .. 128t + 127 in
                              // every type (half a Q4_K/Q6_K block, four Q8_0 blocks)
@@ -134,70 +136,6 @@ __device__ __forceinline__ w_raw<T, w_items> load_w_raw(const uint8_t *row, int 
     } else {
         return {row};
     }
-}
-
-__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const __nv_bfloat16 *p) {
-    const uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(p));
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(addr));
-}
-
-// c += a b for one m16n8k16 tile (a: 16 x 16 row-major, b: 16 x 8 column-major, bf16; c fp32).
-// Not volatile: registers in and out only, so the compiler may move it among the ldmatrix loads.
-__device__ __forceinline__ void mma_bf16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
-        "{%8, %9}, {%0, %1, %2, %3};"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-// Grouped mode: block tile t of the concatenated groups (each group's pairs in tiles of tile_m).
-// Every warp computes it (uniform per block): a warp scan over the groups' tile counts.
-template <int tile_m>
-__device__ __forceinline__ bool find_group_tile(const matvec_args &a, int t, int &begin, int &end, int &mat, int &m0) {
-    const int lane = threadIdx.x & 31, n_groups = *a.n_groups;
-    int base = 0;
-    for (int g0 = 0; g0 < n_groups; g0 += 32) {
-        const int g = g0 + lane;
-        const int cnt = g < n_groups ? (a.group_off[g + 1] - a.group_off[g] + tile_m - 1) / tile_m : 0;
-        int incl = cnt;
-#pragma unroll
-        for (int o = 1; o < 32; o <<= 1) {
-            const int v = __shfl_up_sync(0xFFFFFFFFu, incl, o);
-            if (lane >= o) incl += v;
-        }
-        const int total = __shfl_sync(0xFFFFFFFFu, incl, 31);
-        if (t < base + total) {
-            const int hit = __ffs(__ballot_sync(0xFFFFFFFFu, t < base + incl)) - 1;
-            const int before = __shfl_sync(0xFFFFFFFFu, incl - cnt, hit);
-            const int gg = g0 + hit;
-            begin = a.group_off[gg];
-            end = a.group_off[gg + 1];
-            mat = a.group_mat[gg];
-            m0 = begin + (t - base - before) * tile_m;
-            return true;
-        }
-        base += total;
-    }
-    return false;
-}
-
-// The matrix of a dense launch's column block: the extra matrices (Q, K, V) continue the grid.
-struct part_view {
-    const void *w;
-    float *y;
-    int64_t y_stride;
-    int n_out, block;  // block: column block within this matrix
-};
-__device__ __forceinline__ part_view find_part(const matvec_args &a, int bx, int outs_per_block) {
-    part_view p{a.w, a.y, a.y_stride, a.n_out, bx};
-    for (int i = 0; i < a.n_extra; ++i) {
-        const int blocks = (p.n_out + outs_per_block - 1) / outs_per_block;
-        if (p.block < blocks) break;
-        p = {a.extra[i].w, a.extra[i].y, a.extra[i].y_stride, a.extra[i].n_out, p.block - blocks};
-    }
-    return p;
 }
 
 template <ggml_type T, bool swiglu, class S>
@@ -364,32 +302,7 @@ __global__ void __launch_bounds__(S::n_threads, S::min_blocks) matmul_prompt_ker
         __syncthreads();  // the tiles are rewritten by the next K step
     }
 
-    // Accumulator element e of tile (i, j): row 16 i + (lane >> 2) + 8 (e >> 1), weight row 8 j +
-    // 2 (lane & 3) + (e & 1), both within the warp's tile.
-    const int g = lane >> 2, t2 = 2 * (lane & 3);
-#pragma unroll
-    for (int i = 0; i < m_frags; ++i)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-            const int lm = 16 * (m_frags * wm + i) + g + 8 * (e >> 1);
-            if (lm >= rows_here) continue;
-            const int p = m0 + lm;
-            float *y_row = part.y + int64_t(a.y_rows ? a.y_rows[p] : p) * part.y_stride;
-#pragma unroll
-            for (int j = 0; j < n_frags; ++j) {
-                if constexpr (swiglu) {
-                    if (j & 1) continue;  // n-tile 2q: gate, 2q + 1: up of the same 8 outputs
-                    const int jo = j0 + 8 * ((n_frags * wn + j) >> 1) + t2 + (e & 1);
-                    if (jo >= part.n_out) continue;
-                    const float gate = acc[i][j][e], up = acc[i][j + 1][e];
-                    y_row[jo] = gate / (1.0f + expf(-gate)) * up;  // silu(gate) * up, as matvec writes it
-                } else {
-                    const int jo = j0 + 8 * (n_frags * wn + j) + t2 + (e & 1);
-                    if (jo >= part.n_out) continue;
-                    y_row[jo] = a.accumulate ? y_row[jo] + acc[i][j][e] : acc[i][j][e];
-                }
-            }
-        }
+    store_tile<swiglu, m_frags, n_frags>(a, part, acc, wm, wn, j0, m0, rows_here);
 }
 
 template <ggml_type T, bool swiglu, class S>
@@ -446,6 +359,11 @@ void matmul_prompt(const matvec_args &args, cudaStream_t stream) {
                         "matmul_prompt: prompt_tile_rows is 0 (chosen by the step), 16 or 128");
     if ((a.type == ggml_type::q4_k || a.type == ggml_type::q6_k) && a.n_in % 256 != 0)
         TANDEM_CUDA_REQUIRE(false, "matmul_prompt: K-quant rows are whole 256-element blocks");
+    if (matmul_prompt_q4k_applies(a)) {
+        TANDEM_CUDA_REQUIRE(!a.x_rows || a.prompt_split_rows > 0, "matmul_prompt: prompt_split_rows must cover x_rows");
+        matmul_prompt_q4k(a, small_step(a), stream);
+        return;
+    }
     // Extra matrices (Q, K, V together in matvec) continue the grid's column blocks: one launch.
     switch (a.type) {
     case ggml_type::q4_k: launch_matmul_prompt_type<ggml_type::q4_k>(a, stream); break;

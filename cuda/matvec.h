@@ -79,6 +79,13 @@ struct matvec_args {
     // matmul_prompt: rows per block tile, 16 or 128 (0: 16 for steps of few rows, see
     // matmul_prompt.cu). Same outputs, bitwise, either way (tests pin it).
     int32_t prompt_tile_rows = 0;
+    // matmul_prompt, Q4_K: scratch for the activations split once (x_split.cuh's layout, same
+    // geometry as x) and their 32-element sums; rows 0 .. prompt_split_rows - 1 of x are split
+    // (every row x_rows can name). All three set: the exact-quant kernel (matmul_prompt_q4k.cu);
+    // else the dequantising one.
+    uint4 *prompt_split = nullptr;   // [prompt_split_rows][x_stride / 4]
+    float *prompt_sums = nullptr;    // [prompt_split_rows][x_stride / 32]
+    int32_t prompt_split_rows = 0;
 };
 
 // Bytes of one weight row (n_in elements of type).

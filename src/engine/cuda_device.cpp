@@ -30,6 +30,13 @@ T *device_alloc(size_t count) {
     return static_cast<T *>(p);
 }
 
+// Floats a step row's widest prompt-product input takes: h (d_model), att (heads x d_head) or
+// its k SwiGLU outputs (k x d_ff); rounded up to 128-element multiples (matmul_prompt_q4k rows).
+size_t prompt_split_width(const model_hparams &hp) {
+    const size_t w = std::max({size_t(hp.d_model), size_t(hp.n_head) * size_t(hp.d_head), size_t(hp.n_expert_used) * size_t(hp.d_ff_expert)});
+    return (w + 127) / 128 * 128;
+}
+
 // The step buffers in floats (ints counted as floats): max_step_rows rows, chunk partials for
 // max_logit_rows.
 size_t step_floats(const model_hparams &hp, int32_t n_ctx) {
@@ -38,10 +45,12 @@ size_t step_floats(const model_hparams &hp, int32_t n_ctx) {
     const size_t dh = size_t(hp.d_head), q_dim = size_t(hp.n_head) * dh, kv_dim = size_t(hp.n_head_kv) * dh;
     const int32_t chunk = cuda::attention_chunk(n_ctx);
     const size_t n_chunks = size_t((n_ctx + chunk - 1) / chunk);
-    // Decode rows' split twins (cuda/x_split.cuh): h and att with their 32-element sums.
+    // Decode rows' split twins (cuda/x_split.cuh): h and att with their 32-element sums; the
+    // prompt rows' split input of a Q4_K product.
     const size_t split = r_partial * (d + d / 32 + q_dim + q_dim / 32);
+    const size_t prompt_split = r * prompt_split_width(hp) * 33 / 32;
     return r * (2 * d + 2 * q_dim + 2 * kv_dim + size_t(hp.n_expert) + 2 * k + k * size_t(hp.d_ff_expert) + k * d + 4) +
-           r_partial * size_t(hp.n_head) * n_chunks * (dh + 2) + split;
+           r_partial * size_t(hp.n_head) * n_chunks * (dh + 2) + split + prompt_split;
 }
 
 // The weights of one device as regions of one allocation; a region concatenates slices of the
@@ -253,6 +262,8 @@ cuda_device::cuda_device(const model_hparams &hp, const model_tensors &tensors, 
     m.h_sums = device_alloc<float>(D * d / 32);
     m.att_split = device_alloc<uint4>(D * q_dim / 4);
     m.att_sums = device_alloc<float>(D * q_dim / 32);
+    m.prompt_split = device_alloc<uint4>(R * prompt_split_width(hp) / 4);
+    m.prompt_sums = device_alloc<float>(R * prompt_split_width(hp) / 32);
     if (split) {
         for (float *&e : m.exchange) e = device_alloc<float>(R * k * d);
         m.own_mat = device_alloc<int32_t>(size_t(hp.n_expert));
@@ -290,7 +301,7 @@ cuda_device::~cuda_device() {
              m.eout, m.partial, m.exchange[0], m.exchange[1], m.ids, m.group_expert, m.group_off, m.n_groups, m.pair_x,
              m.pair_y, m.groups_total, m.own_mat, m.own_off, m.own_n, m.own_x, m.own_y, m.logits, m.top_keys, m.top_slice_max,
              m.top_slice_sum, m.top_slice_nan, m.top_rows, m.h_split, m.h_sums, m.att_split,
-             m.att_sums, m.traffic, local})
+             m.att_sums, m.prompt_split, m.prompt_sums, m.traffic, local})
         if (p) cudaFree(const_cast<void *>(p));
     if (m.event) cudaEventDestroy(m.event);
     if (m.stream) cudaStreamDestroy(m.stream);
@@ -366,11 +377,20 @@ int64_t cuda_device::layer_experts(int32_t l, int32_t r0, int32_t n) {
     float *v_cache = m.kv + (layer_here * 2 + 1) * size_t(m.n_slots) * size_t(m.n_ctx) * size_t(kv_dim);
 
     // Prompt rows: the tiled GEMMs; decode rows: the matrix-vector products (engine_row::prompt).
-    auto product = [&](const cuda::matvec_args &a) {
-        if (m.prompt_rows)
-            cuda::matmul_prompt(a, s);
-        else
+    // split_rows: rows of a.x its x_rows can name (prompt rows' Q4_K products split them first).
+    auto product = [&](const cuda::matvec_args &a, int32_t split_rows) {
+        if (!m.prompt_rows) {
             cuda::matvec(a, s);
+            return;
+        }
+        cuda::matvec_args b = a;
+        if (b.type == ggml_type::q4_k && size_t(split_rows) * size_t(b.x_stride) <= size_t(max_step_rows) * prompt_split_width(hp)) {
+            b.prompt_split = m.prompt_split;
+            b.prompt_sums = m.prompt_sums;
+            b.prompt_split_rows = split_rows;
+            if (cuda::matmul_prompt_q4k_applies(b)) ++launches;  // the split
+        }
+        cuda::matmul_prompt(b, s);
     };
     auto dense = [&](const cuda_matrix &w, const float *in, int64_t in_stride, const uint4 *in_split, const float *in_sums,
                      float *out, int64_t out_stride, bool acc, int32_t k_parts = 1, int64_t part_stride = 0) {
@@ -389,7 +409,7 @@ int64_t cuda_device::layer_experts(int32_t l, int32_t r0, int32_t n) {
         a.y_stride = out_stride;
         a.accumulate = acc;
         a.n_pairs = n;
-        product(a);
+        product(a, n);
         ++launches;
     };
     if (L.wq.type == L.wk.type && L.wq.type == L.wv.type) {
@@ -411,7 +431,7 @@ int64_t cuda_device::layer_experts(int32_t l, int32_t r0, int32_t n) {
         a.extra[0] = {L.wk.data, L.wk.n_out, kb, kv_dim};
         a.extra[1] = {L.wv.data, L.wv.n_out, vb, kv_dim};
         a.n_extra = 2;
-        product(a);
+        product(a, n);
         ++launches;
     } else {
         const uint4 *hs = m.h_split_fresh ? h_split : nullptr;
@@ -545,7 +565,7 @@ int64_t cuda_device::layer_experts(int32_t l, int32_t r0, int32_t n) {
         g.group_off = m.own_off;
         g.n_groups = m.own_n;
     }
-    product(g);
+    product(g, n);
     cuda::matvec_args dn = g;
     dn.w = L.down.data;
     dn.w_up = nullptr;
@@ -560,7 +580,7 @@ int64_t cuda_device::layer_experts(int32_t l, int32_t r0, int32_t n) {
     dn.x_split = nullptr;  // the SwiGLU outputs: split here (their 32-element sums span 4 blocks)
     dn.x_sums = nullptr;
     dn.groups_settled = true;  // written by the launch before the gate/up launch
-    product(dn);
+    product(dn, n * k);
     launches += 2;
     return launches;
 }

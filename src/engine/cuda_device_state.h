@@ -69,6 +69,10 @@ struct cuda_device::state {
     uint4 *h_split = nullptr, *att_split = nullptr;
     float *h_sums = nullptr, *att_sums = nullptr;
     bool h_split_fresh = false;
+    // Prompt rows' Q4_K products: their input split once per product (cuda/matmul_prompt_q4k.cu),
+    // max_step_rows rows of the widest input (h, att, or a row's k SwiGLU outputs).
+    uint4 *prompt_split = nullptr;
+    float *prompt_sums = nullptr;
     unsigned long long *traffic = nullptr;  // [layers here][n_expert] routed rows, when recording
 
     const int32_t *tokens() const { return rows; }

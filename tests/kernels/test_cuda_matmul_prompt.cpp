@@ -110,6 +110,23 @@ void bench_report(const char *what, double ms, double flop, const std::vector<fl
     std::fflush(stdout);
 }
 
+// Q4_K products run twice in the tests below: by the dequantising kernel, and (g_exact) by the
+// exact-quant kernel, which matmul_prompt takes when it is given split scratch
+// (matmul_prompt_q4k.cu). split_rows: rows of x that x_rows can name.
+bool g_exact = false;
+void run_prompt(cuda::matvec_args a, int32_t split_rows) {
+    static device_buffer<uint4> split(size_t(4) << 20);  // 64 MB: the [.bench] shapes' largest input
+    static device_buffer<float> sums(size_t(1) << 19);
+    if (g_exact && a.type == ggml_type::q4_k) {
+        REQUIRE(size_t(split_rows) * size_t(a.x_stride) <= 4 * split.count);
+        a.prompt_split = split.ptr;
+        a.prompt_sums = sums.ptr;
+        a.prompt_split_rows = split_rows;
+        REQUIRE(cuda::matmul_prompt_q4k_applies(a));
+    }
+    cuda::matmul_prompt(a, nullptr);
+}
+
 }  // namespace
 
 TEST_CASE("matmul_prompt matches the CPU matmul for every weight type; rows are invariant to the batch", "[gpu][kernels]") {
@@ -118,7 +135,10 @@ TEST_CASE("matmul_prompt matches the CPU matmul for every weight type; rows are 
     struct shape { int32_t n_in, n_out, n_rows; };
     uint64_t seed = 7000;
     double worst = 0;
+    for (const bool exact : {false, true})
     for (ggml_type type : {ggml_type::f32, ggml_type::f16, ggml_type::bf16, ggml_type::q8_0, ggml_type::q4_k, ggml_type::q6_k}) {
+        if (exact && type != ggml_type::q4_k) continue;
+        g_exact = exact;
         const int64_t blk = ggml_type_info(type).block_elems;
         // Rows: 1, partial tiles (13, 64, 65: the kernel's tile is 128 rows, its warps 64 and
         // mma tiles 16), two tiles (130); outputs: 1, odd, a tile and one (129); K: one block,
@@ -127,8 +147,8 @@ TEST_CASE("matmul_prompt matches the CPU matmul for every weight type; rows are 
         if (blk == 1 || blk == 32) shapes.push_back({96, 33, 70});
         for (const shape &sh : shapes) {
             ++seed;
-            INFO("type " << ggml_type_name(type) << " n_in " << sh.n_in << " n_out " << sh.n_out << " rows " << sh.n_rows
-                         << " seed " << seed);
+            INFO("type " << ggml_type_name(type) << (exact ? " (exact quants)" : "") << " n_in " << sh.n_in << " n_out "
+                         << sh.n_out << " rows " << sh.n_rows << " seed " << seed);
             std::mt19937_64 rng(seed);
             const auto w = random_matrix(rng, type, sh.n_in, sh.n_out, 0.05f);
             auto x = test::random_floats(rng, size_t(sh.n_in) * sh.n_rows);
@@ -141,7 +161,7 @@ TEST_CASE("matmul_prompt matches the CPU matmul for every weight type; rows are 
             device_buffer<float> dx(x), dy(ref.size());
             dy.poison();
             cuda::matvec_args a = test::dense_product_args(dw.ptr, type, sh.n_in, sh.n_out, dx.ptr, dy.ptr, sh.n_rows);
-            cuda::matmul_prompt(a, nullptr);
+            run_prompt(a, sh.n_rows);
             const auto got = dy.download();
             for (int32_t r = 0; r < sh.n_rows; ++r) {
                 const double e = rel_err(got.data() + size_t(r) * sh.n_out, ref.data() + size_t(r) * sh.n_out, size_t(sh.n_out));
@@ -156,7 +176,7 @@ TEST_CASE("matmul_prompt matches the CPU matmul for every weight type; rows are 
                 cuda::matvec_args b = a;
                 b.y = yt.ptr;
                 b.prompt_tile_rows = tile_rows;
-                cuda::matmul_prompt(b, nullptr);
+                run_prompt(b, sh.n_rows);
                 CHECK(same_bits(yt.download().data(), got.data(), got.size()));
             }
 
@@ -168,7 +188,7 @@ TEST_CASE("matmul_prompt matches the CPU matmul for every weight type; rows are 
                 b.x = dx.ptr + size_t(r) * sh.n_in;
                 b.y = one.ptr;
                 b.n_pairs = 1;
-                cuda::matmul_prompt(b, nullptr);
+                run_prompt(b, 1);
                 CHECK(same_bits(one.download().data(), got.data() + size_t(r) * sh.n_out, size_t(sh.n_out)));
             }
             if (sh.n_rows > 3) {
@@ -177,7 +197,7 @@ TEST_CASE("matmul_prompt matches the CPU matmul for every weight type; rows are 
                 b.x = dx.ptr + size_t(3) * sh.n_in;
                 b.y = rest.ptr;
                 b.n_pairs = sh.n_rows - 3;
-                cuda::matmul_prompt(b, nullptr);
+                run_prompt(b, sh.n_rows - 3);
                 CHECK(same_bits(rest.download().data(), got.data() + size_t(3) * sh.n_out, rest.count));
             }
 
@@ -191,7 +211,7 @@ TEST_CASE("matmul_prompt matches the CPU matmul for every weight type; rows are 
                 b.x_rows = drev.ptr;
                 b.y_rows = drev.ptr;
                 b.y = yr.ptr;
-                cuda::matmul_prompt(b, nullptr);
+                run_prompt(b, sh.n_rows);
                 CHECK(same_bits(yr.download().data(), got.data(), got.size()));
             }
 
@@ -205,13 +225,13 @@ TEST_CASE("matmul_prompt matches the CPU matmul for every weight type; rows are 
                 f.y = y0.ptr;
                 f.extra[0] = {dw1.ptr, n1, y1.ptr, n1};
                 f.n_extra = 1;
-                cuda::matmul_prompt(f, nullptr);
+                run_prompt(f, sh.n_rows);
                 cuda::matvec_args s = a;
                 s.w = dw1.ptr;
                 s.n_out = n1;
                 s.y = s1.ptr;
                 s.y_stride = n1;
-                cuda::matmul_prompt(s, nullptr);
+                run_prompt(s, sh.n_rows);
                 CHECK(same_bits(y0.download().data(), got.data(), got.size()));
                 CHECK(same_bits(y1.download().data(), s1.download().data(), s1.count));
             }
@@ -220,7 +240,7 @@ TEST_CASE("matmul_prompt matches the CPU matmul for every weight type; rows are 
             const auto base = test::random_floats(rng, ref.size());
             dy.upload(base);
             a.accumulate = true;
-            cuda::matmul_prompt(a, nullptr);
+            run_prompt(a, sh.n_rows);
             const auto acc = dy.download();
             std::vector<float> want(ref.size());
             for (size_t i = 0; i < want.size(); ++i) want[i] = base[i] + ref[i];
@@ -236,12 +256,15 @@ TEST_CASE("matmul_prompt grouped SwiGLU experts match the CPU and the dense prod
     uint64_t seed = 7500;
     // 300 rows of 8 experts of 16: groups of 100-200 pairs (several row tiles); 128 experts of
     // k 8 over 40 rows: most groups hold 1-5 pairs; 600 rows: more than the engine's step.
+    for (const bool exact : {false, true})
     for (const shape &sh : {shape{16, 8, 300, 256, 256, ggml_type::q4_k}, shape{128, 8, 40, 512, 256, ggml_type::q4_k},
                             shape{8, 2, 33, 256, 256, ggml_type::q6_k}, shape{40, 3, 70, 96, 64, ggml_type::q8_0},
                             shape{64, 4, 600, 256, 32, ggml_type::f32}}) {
         ++seed;
+        if (exact && sh.type != ggml_type::q4_k) continue;
+        g_exact = exact;
         INFO("experts " << sh.n_expert << " k " << sh.k << " rows " << sh.n_rows << " type " << ggml_type_name(sh.type)
-                        << " seed " << seed);
+                        << (exact ? " (exact quants)" : "") << " seed " << seed);
         std::mt19937_64 rng(seed);
         const int32_t n = sh.n_rows, ne = sh.n_expert, k = sh.k, d = sh.d_model, ff = sh.d_ff;
         const auto logits = test::random_floats(rng, size_t(n) * ne);
@@ -263,8 +286,8 @@ TEST_CASE("matmul_prompt grouped SwiGLU experts match the CPU and the dense prod
         const test::grouped_ffn_args f =
             test::grouped_ffn(dgate.ptr, dup.ptr, ddown.ptr, sh.type, d, ff, dh.ptr, dact.ptr, dout.ptr, rs.groups(), n, k);
         const cuda::matvec_args &g = f.gate_up;
-        cuda::matmul_prompt(g, nullptr);
-        cuda::matmul_prompt(f.down, nullptr);
+        run_prompt(g, n);
+        run_prompt(f.down, n * k);
         const auto act = dact.download(), out = dout.download();
         for (int32_t p = 0; p < n * k; ++p) {
             if (ids[size_t(p)] < 0) continue;
@@ -283,8 +306,8 @@ TEST_CASE("matmul_prompt grouped SwiGLU experts match the CPU and the dense prod
             dt.x = act_t.ptr;
             dt.y = out_t.ptr;
             dt.prompt_tile_rows = tile_rows;
-            cuda::matmul_prompt(gt, nullptr);
-            cuda::matmul_prompt(dt, nullptr);
+            run_prompt(gt, n);
+            run_prompt(dt, n * k);
             const auto at = act_t.download(), ot = out_t.download();
             for (int32_t p = 0; p < n * k; ++p) {
                 if (ids[size_t(p)] < 0) continue;
@@ -308,7 +331,7 @@ TEST_CASE("matmul_prompt grouped SwiGLU experts match the CPU and the dense prod
             s.w = ddown.ptr + size_t(e) * size_t(d) * down_row;
             s.type = sh.type; s.n_in = ff; s.n_out = d; s.x = dact.ptr; s.x_stride = ff;
             s.y = yd.ptr; s.y_stride = d; s.x_rows = dpairs.ptr; s.y_rows = dpairs.ptr; s.n_pairs = int32_t(pairs.size());
-            cuda::matmul_prompt(s, nullptr);
+            run_prompt(s, n * k);
             const auto dense = yd.download();
             INFO("expert " << e << " pairs " << pairs.size());
             for (int32_t p : pairs) CHECK(same_bits(dense.data() + size_t(p) * d, out.data() + size_t(p) * d, size_t(d)));
@@ -328,7 +351,7 @@ TEST_CASE("matmul_prompt grouped SwiGLU experts match the CPU and the dense prod
         gb.n_groups = dng2.ptr;
         gb.n_pairs = half * k;
         gb.max_groups = cuda::moe_max_groups(half, ne, k);
-        cuda::matmul_prompt(gb, nullptr);
+        run_prompt(gb, half);
         const auto act2 = dact2.download();
         for (int32_t p = 0; p < half * k; ++p) {
             if (ids[size_t(p)] < 0) continue;
@@ -343,6 +366,9 @@ TEST_CASE("matmul_prompt grouped SwiGLU experts match the CPU and the dense prod
 // launch, the grouped SwiGLU gate/up of 128 experts (8 per row, d_ff 768) and their down product.
 TEST_CASE("matmul_prompt speed on prefill shapes", "[.bench][gpu]") {
     if (!test::gpu_present()) return;
+    for (const bool exact : {false, true}) {
+    g_exact = exact;
+    std::printf("%s\n", exact ? "exact quants (matmul_prompt_q4k.cu):" : "dequantised and split (matmul_prompt.cu):");
     std::mt19937_64 rng(9100);
     const int32_t n = 2048, d = 2048, ne = 128, k = 8, ff = 768;
     const auto x = test::random_floats(rng, size_t(n) * 4096);
@@ -355,7 +381,7 @@ TEST_CASE("matmul_prompt speed on prefill shapes", "[.bench][gpu]") {
         cuda::matvec_args a;
         a.w = dw.ptr; a.type = ggml_type::q4_k; a.n_in = d; a.n_out = 5120;
         a.x = dx.ptr; a.x_stride = d; a.y = dy.ptr; a.y_stride = 5120; a.n_pairs = n;
-        const double ms = median_ms([&] { cuda::matmul_prompt(a, nullptr); });
+        const double ms = median_ms([&] { run_prompt(a, n); });
         bench_report("dense 2048 rows 2048 -> 5120", ms, 2.0 * n * d * 5120, dy.download());
     }
     {
@@ -368,7 +394,7 @@ TEST_CASE("matmul_prompt speed on prefill shapes", "[.bench][gpu]") {
         a.extra[0] = {dk.ptr, 512, yk.ptr, 512};
         a.extra[1] = {dv.ptr, 512, yv.ptr, 512};
         a.n_extra = 2;
-        const double ms = median_ms([&] { cuda::matmul_prompt(a, nullptr); });
+        const double ms = median_ms([&] { run_prompt(a, n); });
         auto out = yq.download();
         for (const auto *b : {&yk, &yv}) {
             const auto part = b->download();
@@ -386,9 +412,11 @@ TEST_CASE("matmul_prompt speed on prefill shapes", "[.bench][gpu]") {
         device_buffer<float> dact(size_t(n) * k * ff), dout(size_t(n) * k * d);
         const test::grouped_ffn_args f = test::grouped_ffn(dgate.ptr, dup.ptr, ddown.ptr, ggml_type::q4_k, d, ff, dx.ptr,
                                                            dact.ptr, dout.ptr, rs.groups(), n, k);
-        const double ms_gu = median_ms([&] { cuda::matmul_prompt(f.gate_up, nullptr); });
+        const double ms_gu = median_ms([&] { run_prompt(f.gate_up, n); });
         bench_report("grouped SwiGLU 128 experts 2048 -> 2 x 768", ms_gu, 2.0 * n * k * d * 2 * ff, dact.download());
-        const double ms_dn = median_ms([&] { cuda::matmul_prompt(f.down, nullptr); });
+        const double ms_dn = median_ms([&] { run_prompt(f.down, n * k); });
         bench_report("grouped down 128 experts 768 -> 2048", ms_dn, 2.0 * n * k * ff * d, dout.download());
     }
+    }
+    g_exact = false;
 }
