@@ -104,10 +104,6 @@ __device__ __forceinline__ void mma_bf16_ordered(float (&c)[4], const uint32_t (
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-// Two bf16 in one register, the first in the low half.
-__device__ __forceinline__ uint32_t pack_bf16(__nv_bfloat16 lo_half, __nv_bfloat16 hi_half) {
-    return uint32_t(__bfloat16_as_ushort(lo_half)) | (uint32_t(__bfloat16_as_ushort(hi_half)) << 16);
-}
 // v = hi + lo (hi = bf16_rn(v), lo = bf16_rn(v - hi)), negated when `neg` (exact).
 __device__ __forceinline__ void split_rn(float v, bool neg, __nv_bfloat16 &hi, __nv_bfloat16 &lo) {
     hi = __float2bfloat16_rn(v);
@@ -134,8 +130,10 @@ __global__ void __launch_bounds__(S::n_threads, S::min_blocks) matmul_prompt_q4k
     float *const s_tiles = reinterpret_cast<float *>(a_tiles + 2 * tile_m * a_row_u4);  // [2][tile_m][sub_blocks]
     __nv_bfloat16 *const b_tile = reinterpret_cast<__nv_bfloat16 *>(s_tiles + 2 * tile_m * sub_blocks);  // [tile_n][b_row_elems]
     float *const d_tile = reinterpret_cast<float *>(b_tile + tile_n * b_row_elems);  // [sub_blocks][tile_n]
-    float *const m_tile = d_tile + sub_blocks * tile_n;                              // [sub_blocks][tile_n]
-    const uint4 **const a_rows = reinterpret_cast<const uint4 **>(m_tile + sub_blocks * tile_n);
+    // -m split, [tile_n][sub_blocks] bf16 each: a lane's pair of sub-blocks is one 32-bit word.
+    __nv_bfloat16 *const m_hi = reinterpret_cast<__nv_bfloat16 *>(d_tile + sub_blocks * tile_n);
+    __nv_bfloat16 *const m_lo = m_hi + tile_n * sub_blocks;
+    const uint4 **const a_rows = reinterpret_cast<const uint4 **>(m_lo + tile_n * sub_blocks);
     const float **const s_rows = reinterpret_cast<const float **>(a_rows + tile_m);
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
 
@@ -178,7 +176,7 @@ __global__ void __launch_bounds__(S::n_threads, S::min_blocks) matmul_prompt_q4k
     const uint8_t *q_src[S::q_loads];
 #pragma unroll
     for (int i = 0; i < S::q_loads; ++i) q_src[i] = w_row((tid + i * n_threads) % tile_n);
-    const uint8_t *head_src = tid < tile_n ? w_row(tid) : nullptr;
+    const uint8_t *head_src = w_row(tid % tile_n);  // every thread: its row's d and m (n_threads % tile_n == 0)
     __syncthreads();  // a_rows, s_rows
 
     uint4 q_raw[S::q_loads], head_raw = make_uint4(0, 0, 0, 0);
@@ -229,14 +227,16 @@ __global__ void __launch_bounds__(S::n_threads, S::min_blocks) matmul_prompt_q4k
             *reinterpret_cast<uint4 *>(high) = make_uint4(hi[0], hi[1], hi[2], hi[3]);
             *reinterpret_cast<uint4 *>(high + 8) = make_uint4(hi[4], hi[5], hi[6], hi[7]);
         }
-        if (tid < tile_n) {
+        {
+            const int wr = tid % tile_n;
             const float d = half_bits_to_float(head_raw.x), dmin = half_bits_to_float(head_raw.x >> 16);
 #pragma unroll
-            for (int s = 0; s < sub_blocks; ++s) {
+            for (int u = tid; u < tile_n * sub_blocks; u += n_threads) {
+                const int s = u / tile_n;
                 float sc, mq;
                 q4_k_scale_min_dev(head_raw.y, head_raw.z, head_raw.w, 4 * (kt & 1) + s, sc, mq);
-                d_tile[s * tile_n + tid] = __fmul_rn(d, sc);
-                m_tile[s * tile_n + tid] = __fmul_rn(dmin, mq);
+                d_tile[s * tile_n + wr] = __fmul_rn(d, sc);
+                split_rn(__fmul_rn(dmin, mq), true, m_hi[wr * sub_blocks + s], m_lo[wr * sub_blocks + s]);
             }
         }
     };
@@ -254,7 +254,7 @@ __global__ void __launch_bounds__(S::n_threads, S::min_blocks) matmul_prompt_q4k
     const __nv_bfloat16 *const w_src = b_tile + (w0 + (lane & 15)) * b_row_elems + 8 * (lane >> 4);
 
     auto compute = [&](int st, int live) {
-        const float *sums = s_tiles + st * tile_m * sub_blocks;
+        const uint32_t *sums = reinterpret_cast<const uint32_t *>(s_tiles + st * tile_m * sub_blocks);  // per row: hi pairs, lo pairs
         // Lane (g, t)'s split word of row g of the warp's first row tile (elements 4t ..).
         const uint32_t x_base = smem_u32(a_tiles + (st * tile_m + 8 * r_frags * wr + g) * a_row_u4 + t);
         const uint32_t w_base = smem_u32(w_src);
@@ -312,20 +312,15 @@ __global__ void __launch_bounds__(S::n_threads, S::min_blocks) matmul_prompt_q4k
 #pragma unroll
             for (int half = 0; half < 2; ++half) {
                 const int row = w0 + 16 * i + g + 8 * half;
-                __nv_bfloat16 h0, l0, h1, l1;
-                split_rn(m_tile[s0 * tile_n + row], true, h0, l0);
-                split_rn(m_tile[(s0 + 1) * tile_n + row], true, h1, l1);
-                am[i][half] = pack_bf16(h0, h1);
-                am[i][2 + half] = first ? pack_bf16(l0, l1) : 0u;
+                am[i][half] = *reinterpret_cast<const uint32_t *>(m_hi + row * sub_blocks + s0);
+                am[i][2 + half] = first ? *reinterpret_cast<const uint32_t *>(m_lo + row * sub_blocks + s0) : 0u;
             }
 #pragma unroll
         for (int j = 0; j < r_frags; ++j) {
             if (j >= live) continue;
-            const float *sr = sums + (8 * (r_frags * wr + j) + g) * sub_blocks + s0;
-            __nv_bfloat16 h0, l0, h1, l1;
-            split_rn(sr[0], false, h0, l0);
-            split_rn(sr[1], false, h1, l1);
-            const uint32_t b0 = first ? pack_bf16(h0, h1) : pack_bf16(l0, l1), b1 = first ? pack_bf16(h0, h1) : 0u;
+            const uint32_t *sr = sums + (8 * (r_frags * wr + j) + g) * 4;
+            const uint32_t hi = sr[t & 1], lo = sr[2 + (t & 1)];
+            const uint32_t b0 = first ? hi : lo, b1 = first ? hi : 0u;
 #pragma unroll
             for (int i = 0; i < w_frags; ++i) mma_bf16_ordered(acc[i][j], am[i], b0, b1);
         }
@@ -386,16 +381,27 @@ void launch_q4k_shape(const matvec_args &a, cudaStream_t stream) {
     TANDEM_CUDA_CHECK_LAUNCH();
 }
 
-// One block a row, a warp a 32-element sub-block at a time: x_split.cuh's split and canonical sums.
+// One block a row, a warp a 32-element sub-block at a time: x_split.cuh's split of the elements;
+// each sub-block's canonical sum split too (hi = bf16_rn, lo = bf16_rn(sum - hi)), by K step of
+// 128: 8 bf16 [hi of its 4 sub-blocks, lo of them], the m-term mma's B registers as they are.
 __global__ void __launch_bounds__(256) prompt_split_rows_kernel(const float *x, int64_t x_stride, int32_t n_in, uint4 *split, float *sums) {
     pdl_wait();
     pdl_trigger();
     const int64_t row = blockIdx.x;
     const float *xr = x + row * x_stride;
     uint16_t *sr = reinterpret_cast<uint16_t *>(split + row * (x_stride / 4));
-    float *mr = sums + row * (x_stride / 32);
+    __nv_bfloat16 *mr = reinterpret_cast<__nv_bfloat16 *>(sums + row * (x_stride / 32));
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    for (int sb = warp; sb < n_in / 32; sb += 8) split_store_warp(sr, mr, 32 * sb + lane, xr[32 * sb + lane]);
+    for (int sb = warp; sb < n_in / 32; sb += 8) {
+        const int64_t i = 32 * sb + lane;
+        const float v = xr[i];
+        const uint32_t hi = __float_as_uint(v) & 0xFFFF0000u;  // as split_store_warp: hi truncated
+        uint16_t *group = sr + (i >> 2) * 8 + (i & 3);
+        group[0] = uint16_t(hi >> 16);
+        group[4] = __bfloat16_as_ushort(__float2bfloat16_rn(v - __uint_as_float(hi)));
+        const float sum = sum32_canonical(v);
+        if (lane == 0) split_rn(sum, false, mr[8 * (sb >> 2) + (sb & 3)], mr[8 * (sb >> 2) + 4 + (sb & 3)]);
+    }
 }
 
 }  // namespace
