@@ -11,7 +11,8 @@
 // stay invariant to chunking and to the step's other rows, bitwise.
 //
 // Work per block and K step: the split activations (4 bytes an element: hi and lo bf16) and the
-// rows' sub-block sums arrive by cp.async into one of two stages while the other is computed; the
+// rows' sub-block sums (split into bf16 hi and lo by the same kernel, in the m-term mma's register
+// order) arrive by cp.async into one of two stages while the other is computed; the
 // weights' raw bytes (80 a row: the block head and 64 quant bytes) are loaded into registers a
 // step ahead and unpacked into a bf16 tile (0x4300 | q minus 128, exact) with each row's d and m.
 // The weights are the mma's A operand (ldmatrix from that tile), the activations B: K is permuted
@@ -19,7 +20,9 @@
 // lane's B registers for a row, hi and lo, are one 16-byte load of the split layout, in the
 // order the mma takes them. Large tiles: 128 rows x 128 weight rows, 16 warps of 32 x 32 (at most
 // 128 registers: four warps a scheduler). Small tiles (prompt chunks of a few rows): 16 x 64.
-// H200, 30b synth (docs/perf-notes.md, session 7): a 2,048-token prefill 11,000 -> 13,090 tok/s.
+// H200, 30b synth (docs/perf-notes.md, session 7): a 2,048-token prefill 11,000 -> 13,121 tok/s;
+// tried and slower: x as the A operand (register moves), 8 warps of 64 x 32, the raw weights by
+// cp.async in 2-3 stages.
 #include "matmul_prompt.h"
 
 #include "cuda_check.h"
