@@ -142,16 +142,11 @@ __global__ void __launch_bounds__(S::n_threads, S::min_blocks) matmul_prompt_q4k
 
     pdl_wait();  // groups, rows and the split activations come from the kernels before
     pdl_trigger();
-    int begin = 0, end = a.n_pairs, mat = 0, m0 = blockIdx.y * tile_m;
-    if (a.group_off) {
-        if (!find_group_tile<tile_m>(a, blockIdx.y, begin, end, mat, m0)) return;
-    } else if (m0 >= end) {
-        return;
-    }
-    const int rows_here = min(tile_m, end - m0);
     constexpr int outs_per_block = swiglu ? tile_n / 2 : tile_n;
-    const part_view part = find_part(a, blockIdx.x, outs_per_block);
-    const int j0 = part.block * outs_per_block;
+    block_tile bt;
+    if (!resolve_block_tile<tile_m>(a, outs_per_block, bt)) return;
+    const int mat = bt.mat, m0 = bt.m0, rows_here = bt.rows_here, j0 = bt.j0;
+    const part_view &part = bt.part;
     const int n_k = a.n_in / k_step;
 
     for (int r = tid; r < tile_m; r += n_threads) {
@@ -376,11 +371,7 @@ void launch_q4k_shape(const matvec_args &a, cudaStream_t stream) {
     auto kernel = matmul_prompt_q4k_kernel<swiglu, S>;
     TANDEM_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(S::smem_bytes)));
     constexpr int outs_per_block = swiglu ? S::tile_n / 2 : S::tile_n;
-    int col_blocks = (a.n_out + outs_per_block - 1) / outs_per_block;
-    for (int i = 0; i < a.n_extra; ++i) col_blocks += (a.extra[i].n_out + outs_per_block - 1) / outs_per_block;
-    const int m_tiles = a.group_off ? a.n_pairs / S::tile_m + a.max_groups : (a.n_pairs + S::tile_m - 1) / S::tile_m;
-    TANDEM_CUDA_REQUIRE(m_tiles <= 65535, "matmul_prompt: too many rows for one launch");
-    launch_pdl_smem(kernel, dim3(col_blocks, m_tiles), dim3(S::n_threads), S::smem_bytes, stream, a, matvec_row_bytes(a.type, a.n_in));
+    launch_pdl_smem(kernel, prompt_grid(a, outs_per_block, S::tile_m), dim3(S::n_threads), S::smem_bytes, stream, a, matvec_row_bytes(a.type, a.n_in));
     TANDEM_CUDA_CHECK_LAUNCH();
 }
 

@@ -4,6 +4,7 @@
 // and the epilogue (SwiGLU, residual add, row indirection).
 #pragma once
 
+#include "cuda_check.h"
 #include "matvec.h"
 
 #include <cuda_bf16.h>
@@ -75,6 +76,38 @@ __device__ __forceinline__ part_view find_part(const matvec_args &a, int bx, int
         p = {a.extra[i].w, a.extra[i].y, a.extra[i].y_stride, a.extra[i].n_out, p.block - blocks};
     }
     return p;
+}
+
+// What a thread block computes: its rows (a tile of the dense rows, or of one group's pairs),
+// the matrix of its group, and its fused matrix and first output.
+struct block_tile {
+    int mat = 0, m0 = 0, rows_here = 0, j0 = 0;
+    part_view part;
+};
+// false: no work here (a grid slot past the groups' tiles, or past the rows).
+template <int tile_m>
+__device__ __forceinline__ bool resolve_block_tile(const matvec_args &a, int outs_per_block, block_tile &b) {
+    int begin = 0, end = a.n_pairs;
+    b.m0 = blockIdx.y * tile_m;
+    if (a.group_off) {
+        if (!find_group_tile<tile_m>(a, blockIdx.y, begin, end, b.mat, b.m0)) return false;
+    } else if (b.m0 >= end) {
+        return false;
+    }
+    b.rows_here = min(tile_m, end - b.m0);
+    b.part = find_part(a, blockIdx.x, outs_per_block);
+    b.j0 = b.part.block * outs_per_block;
+    return true;
+}
+
+// The grid of a launch: the column blocks of every fused matrix x the row tiles (grouped: a bound
+// on the groups' tiles together).
+inline dim3 prompt_grid(const matvec_args &a, int outs_per_block, int tile_m) {
+    int col_blocks = (a.n_out + outs_per_block - 1) / outs_per_block;
+    for (int i = 0; i < a.n_extra; ++i) col_blocks += (a.extra[i].n_out + outs_per_block - 1) / outs_per_block;
+    const int m_tiles = a.group_off ? a.n_pairs / tile_m + a.max_groups : (a.n_pairs + tile_m - 1) / tile_m;
+    TANDEM_CUDA_REQUIRE(m_tiles <= 65535, "matmul_prompt: too many rows for one launch");
+    return dim3(col_blocks, m_tiles);
 }
 
 // 16 bytes global -> shared without registers; src_bytes 0 writes zeros (src must still be valid).
