@@ -250,9 +250,14 @@ std::string cuda_engine::layout() const {
         ? fmt::format("graphs for <= {} rows", max_graph_rows)
         : fmt::format("micro-batches={}{}", micro_batches_ > 0 ? micro_batches_ : plan_.n_stages,
                       multi_graphs_ ? fmt::format(", graphs for <= {} rows", max_graph_rows) : std::string());
-    return fmt::format("{} | cuda {} ({}) {} kv=f32 {:.2f} GiB {}", placement_layout_line(plan_),
-                       devices_.front()->name(), devices_.size() == 1 ? "one device" : "logical devices",
-                       links_->describe(), double(kv) / gib, steps);
+    std::set<int32_t> gpus;
+    for (const auto &d : devices_) gpus.insert(d->physical());
+    // "one device", "2 devices on 2 GPUs", "4 devices on 1 GPU" (logical devices sharing a GPU).
+    const std::string where = devices_.size() == 1
+        ? std::string("one device")
+        : fmt::format("{} devices on {} GPU{}", devices_.size(), gpus.size(), gpus.size() == 1 ? "" : "s");
+    return fmt::format("{} | cuda {} ({}) {} kv=f32 {:.2f} GiB {}", placement_layout_line(plan_), devices_.front()->name(),
+                       where, links_->describe(), double(kv) / gib, steps);
 }
 
 std::map<std::string, double> cuda_engine::counters() const {
