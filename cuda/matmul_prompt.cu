@@ -138,6 +138,55 @@ __device__ __forceinline__ w_raw<T, w_items> load_w_raw(const uint8_t *row, int 
     }
 }
 
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const __nv_bfloat16 *p) {
+    const uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(p));
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr));
+}
+
+// c += a b for one m16n8k16 tile (a: 16 x 16 row-major, b: 16 x 8 column-major, bf16; c fp32).
+// Not volatile: registers in and out only, so the compiler may move it among the ldmatrix loads.
+__device__ __forceinline__ void mma_bf16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+        "{%8, %9}, {%0, %1, %2, %3};"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// A warp's accumulators to the outputs. Element e of tile (i, j): row 16 (m_frags wm + i) + g +
+// 8 (e >> 1) of the block tile, weight row 8 (n_frags wn + j) + t2 + (e & 1) of it (g = lane >> 2,
+// t2 = 2 (lane & 3)). SwiGLU: n-tile 2q holds gate and 2q + 1 up of the same 8 outputs.
+template <bool swiglu, int m_frags, int n_frags>
+__device__ __forceinline__ void store_tile(const matvec_args &a, const part_view &part, const float (&acc)[m_frags][n_frags][4],
+                                           int wm, int wn, int j0, int m0, int rows_here) {
+    const int lane = threadIdx.x & 31, g = lane >> 2, t2 = 2 * (lane & 3);
+#pragma unroll
+    for (int i = 0; i < m_frags; ++i)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            const int lm = 16 * (m_frags * wm + i) + g + 8 * (e >> 1);
+            if (lm >= rows_here) continue;
+            const int p = m0 + lm;
+            float *y_row = part.y + int64_t(a.y_rows ? a.y_rows[p] : p) * part.y_stride;
+#pragma unroll
+            for (int j = 0; j < n_frags; ++j) {
+                if constexpr (swiglu) {
+                    if (j & 1) continue;
+                    const int jo = j0 + 8 * ((n_frags * wn + j) >> 1) + t2 + (e & 1);
+                    if (jo >= part.n_out) continue;
+                    const float gate = acc[i][j][e], up = acc[i][j + 1][e];
+                    y_row[jo] = gate / (1.0f + expf(-gate)) * up;  // silu(gate) * up, as matvec writes it
+                } else {
+                    const int jo = j0 + 8 * (n_frags * wn + j) + t2 + (e & 1);
+                    if (jo >= part.n_out) continue;
+                    y_row[jo] = a.accumulate ? y_row[jo] + acc[i][j][e] : acc[i][j][e];
+                }
+            }
+        }
+}
+
+
 template <ggml_type T, bool swiglu, class S>
 __global__ void __launch_bounds__(S::n_threads, S::min_blocks) matmul_prompt_kernel(const matvec_args a, int64_t row_bytes) {
     constexpr int warps_n = S::warps_n, m_frags = S::m_frags, n_frags = S::n_frags, n_threads = S::n_threads;

@@ -80,11 +80,12 @@ struct matvec_args {
     // matmul_prompt.cu). Same outputs, bitwise, either way (tests pin it).
     int32_t prompt_tile_rows = 0;
     // matmul_prompt, Q4_K: scratch for the activations split once (x_split.cuh's layout, same
-    // geometry as x) and their 32-element sums; rows 0 .. prompt_split_rows - 1 of x are split
-    // (every row x_rows can name). All three set: the exact-quant kernel (matmul_prompt_q4k.cu);
-    // else the dequantising one.
+    // geometry as x) and their 32-element sums, split into bf16 hi and lo; rows 0 ..
+    // prompt_split_rows - 1 of x are split (every row x_rows can name). All three set, n_in a
+    // multiple of 256 and x_stride of 128: the exact-quant kernel (matmul_prompt_q4k.cu,
+    // matmul_prompt_q4k_applies); else the dequantising one.
     uint4 *prompt_split = nullptr;   // [prompt_split_rows][x_stride / 4]
-    float *prompt_sums = nullptr;    // [prompt_split_rows][x_stride / 32]
+    float *prompt_sums = nullptr;    // [prompt_split_rows][x_stride / 32] floats of room (bf16 pairs)
     int32_t prompt_split_rows = 0;
 };
 
