@@ -12,13 +12,15 @@ namespace tandem {
 
 namespace {
 // TANDEM_LOG_LEVEL=debug|info|warn|error sets the starting level (default info), for every
-// binary; anything else is ignored.
+// binary; another value is reported on stderr and info is used.
 int level_from_env() {
     const char *v = std::getenv("TANDEM_LOG_LEVEL");
     const std::string s = v ? v : "";
     if (s == "debug") return static_cast<int>(log_level::debug);
     if (s == "warn") return static_cast<int>(log_level::warn);
     if (s == "error") return static_cast<int>(log_level::error);
+    if (!s.empty() && s != "info")
+        std::fprintf(stderr, "tandem: TANDEM_LOG_LEVEL=%s is not one of debug, info, warn, error; logging at info\n", s.c_str());
     return static_cast<int>(log_level::info);
 }
 std::atomic<int> g_level{level_from_env()};
