@@ -20,31 +20,72 @@ constexpr int attn_warps = 8;       // warps per (row, KV head, chunk); position
 constexpr int attn_threads = attn_warps * 32;
 constexpr int max_dpl = 8;          // d_head up to 256 (8 elements per lane)
 
-// Per-head RMSNorm (bitwise the CPU's order: element i in lane i % 32, butterfly) and NeoX RoPE
-// with float32 angles and double cos/sin rounded to float, as the CPU twin computes them.
-// The row's slot and position, the angles' cos/sin and the norm weights do not depend on the
-// previous kernel (slots and positions are written before the step's first kernel, attention.h),
-// so they are computed before the PDL wait, overlapping the projection that precedes.
-__global__ void __launch_bounds__(rope_warps * 32) qk_rope_kv_kernel(const qk_rope_kv_args a) {
-    const int r = blockIdx.x, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int slot = a.slots[r], pos = a.positions[r];
-    const int dh = a.d_head, dpl = dh / 32, kv_dim = a.n_head_kv * dh;
-    const int n_heads_all = a.n_head + 2 * a.n_head_kv;
-    const int half_t = dpl / 2;
-    float cs[max_dpl / 2], sn[max_dpl / 2], qn[max_dpl], kn[max_dpl];
+// This lane's cos/sin of a position's NeoX rotation angles: float32 angles, double cos/sin rounded
+// to float, as the CPU twin computes them. d_head 32: element i (lane i) rotates with lane i + 16,
+// angle index lane % 16; otherwise element i with i + d_head/2, dpl/2 slots on in the same lane.
+__device__ __forceinline__ void rope_angles(int pos, const float *inv_freq, int dpl, int lane, float (&cs)[max_dpl / 2],
+                                            float (&sn)[max_dpl / 2]) {
 #pragma unroll
     for (int t = 0; t < max_dpl / 2; ++t) {
-        // d_head 32: element i (lane i) rotates with lane i + 16, angle index lane % 16.
         const int fi = dpl == 1 ? (lane & 15) : lane + 32 * t;
         cs[t] = sn[t] = 0.0f;
-        if (t < half_t || (dpl == 1 && t == 0)) {
-            const float angle = __fmul_rn(float(pos), a.inv_freq[fi]);
+        if (t < dpl / 2 || (dpl == 1 && t == 0)) {
+            const float angle = __fmul_rn(float(pos), inv_freq[fi]);
             double sd, cd;
             sincos(double(angle), &sd, &cd);
             cs[t] = float(cd);
             sn[t] = float(sd);
         }
     }
+}
+
+// One head held by a warp (val[t] = element lane + 32 t): per-head RMSNorm with weights nw
+// (bitwise the CPU's order: element i in lane i % 32, butterfly), then the NeoX rotation.
+__device__ __forceinline__ void norm_rope_head(float (&val)[max_dpl], const float (&nw)[max_dpl], const float (&cs)[max_dpl / 2],
+                                               const float (&sn)[max_dpl / 2], int dpl, int lane, float eps) {
+    const int dh = 32 * dpl, half_t = dpl / 2;
+    float acc = 0.0f;
+#pragma unroll
+    for (int t = 0; t < max_dpl; ++t)
+        if (t < dpl) acc = __fadd_rn(acc, __fmul_rn(val[t], val[t]));
+    const float mean_sq = __fdiv_rn(__shfl_sync(0xFFFFFFFFu, warp_sum_fixed(acc), 0), float(dh));
+    const float inv = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(mean_sq, eps)));
+#pragma unroll
+    for (int t = 0; t < max_dpl; ++t)
+        if (t < dpl) val[t] = __fmul_rn(__fmul_rn(val[t], inv), nw[t]);
+    if (dpl == 1) {
+        const float other = __shfl_xor_sync(0xFFFFFFFFu, val[0], 16);
+        val[0] = lane < 16 ? __fsub_rn(__fmul_rn(val[0], cs[0]), __fmul_rn(other, sn[0]))
+                           : __fadd_rn(__fmul_rn(val[0], cs[0]), __fmul_rn(other, sn[0]));
+    }
+#pragma unroll
+    for (int t = 0; t < max_dpl / 2; ++t) {
+        if (t >= half_t) continue;
+        const float c = cs[t], s = sn[t];
+        float x0 = val[t], x1 = val[t];
+#pragma unroll
+        for (int u = 0; u < max_dpl; ++u)
+            if (u == t + half_t) x1 = val[u];
+        const float y0 = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s));
+        const float y1 = __fadd_rn(__fmul_rn(x1, c), __fmul_rn(x0, s));
+        val[t] = y0;
+#pragma unroll
+        for (int u = 0; u < max_dpl; ++u)
+            if (u == t + half_t) val[u] = y1;
+    }
+}
+
+// Q and K: norm_rope_head; V copied. The row's slot and position, the angles' cos/sin and the
+// norm weights do not depend on the previous kernel (slots and positions are written before the
+// step's first kernel, attention.h), so they are computed before the PDL wait, overlapping the
+// projection that precedes.
+__global__ void __launch_bounds__(rope_warps * 32) qk_rope_kv_kernel(const qk_rope_kv_args a) {
+    const int r = blockIdx.x, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int slot = a.slots[r], pos = a.positions[r];
+    const int dh = a.d_head, dpl = dh / 32, kv_dim = a.n_head_kv * dh;
+    const int n_heads_all = a.n_head + 2 * a.n_head_kv;
+    float cs[max_dpl / 2], sn[max_dpl / 2], qn[max_dpl], kn[max_dpl];
+    rope_angles(pos, a.inv_freq, dpl, lane, cs, sn);
 #pragma unroll
     for (int t = 0; t < max_dpl; ++t) {
         qn[t] = t < dpl ? a.q_norm[lane + 32 * t] : 0.0f;
@@ -73,36 +114,10 @@ __global__ void __launch_bounds__(rope_warps * 32) qk_rope_kv_kernel(const qk_ro
 #pragma unroll
         for (int t = 0; t < max_dpl; ++t) val[t] = t < dpl ? src[lane + 32 * t] : 0.0f;
         if (norm) {
-            float acc = 0.0f;
+            float nw[max_dpl];  // chosen element by element: a choice of arrays would put them on the stack
 #pragma unroll
-            for (int t = 0; t < max_dpl; ++t)
-                if (t < dpl) acc = __fadd_rn(acc, __fmul_rn(val[t], val[t]));
-            const float mean_sq = __fdiv_rn(__shfl_sync(0xFFFFFFFFu, warp_sum_fixed(acc), 0), float(dh));
-            const float inv = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(mean_sq, a.eps)));
-#pragma unroll
-            for (int t = 0; t < max_dpl; ++t)
-                if (t < dpl) val[t] = __fmul_rn(__fmul_rn(val[t], inv), is_q ? qn[t] : kn[t]);
-            if (dpl == 1) {
-                const float other = __shfl_xor_sync(0xFFFFFFFFu, val[0], 16);
-                val[0] = lane < 16 ? __fsub_rn(__fmul_rn(val[0], cs[0]), __fmul_rn(other, sn[0]))
-                                   : __fadd_rn(__fmul_rn(val[0], cs[0]), __fmul_rn(other, sn[0]));
-            }
-            // NeoX: element i rotates with i + d_head/2, which sits in the same lane dpl/2 slots on.
-#pragma unroll
-            for (int t = 0; t < max_dpl / 2; ++t) {
-                if (t >= half_t) continue;
-                const float c = cs[t], s = sn[t];
-                float x0 = val[t], x1 = val[t];
-#pragma unroll
-                for (int u = 0; u < max_dpl; ++u)
-                    if (u == t + half_t) x1 = val[u];
-                const float y0 = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s));
-                const float y1 = __fadd_rn(__fmul_rn(x1, c), __fmul_rn(x0, s));
-                val[t] = y0;
-#pragma unroll
-                for (int u = 0; u < max_dpl; ++u)
-                    if (u == t + half_t) val[u] = y1;
-            }
+            for (int t = 0; t < max_dpl; ++t) nw[t] = is_q ? qn[t] : kn[t];
+            norm_rope_head(val, nw, cs, sn, dpl, lane, a.eps);
         }
 #pragma unroll
         for (int t = 0; t < max_dpl; ++t)
@@ -121,7 +136,11 @@ constexpr int attn_tile() { return dpl == 8 ? 32 : 64; }
 // softmax of head g over the tile (one max and rescale per tile, shared by every warp); (C) each
 // warp adds p * V for its own positions to its registers. The warps' accumulators are summed in
 // warp order at the end, and the chunk partial (unnormalised output, max, sum) goes to `partial`.
-template <int dpl, int group>
+// fused (attention_args::k_new): the block first normalises and rotates its query heads (and, in
+// the chunk holding the row's position, the new key; the value as it is) with qk_rope_kv's code,
+// so its values are bitwise that kernel's; the first block of the KV head writes them to the cache.
+// The new position's key and value come from shared memory: no other block's write is awaited.
+template <int dpl, int group, bool fused>
 __global__ void __launch_bounds__(attn_threads) attention_partial_kernel(const attention_args a, int n_chunks) {
     constexpr int dh = dpl * 32, tile = attn_tile<dpl>(), ppw = tile / attn_warps;
     static_assert(tile % attn_warps == 0 && tile <= 64, "a lane holds at most 2 scores of a tile in phase B");
@@ -135,38 +154,108 @@ __global__ void __launch_bounds__(attn_threads) attention_partial_kernel(const a
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     // Slots and positions are written before the step's first kernel (attention.h).
     const int slot = a.slots[r], pos = a.positions[r];
-    pdl_wait();
-    pdl_trigger();
-    if (slot < 0) return;
-    const int p_begin = c * a.chunk;
-    if (p_begin > pos) return;
-    const int p_end = min(p_begin + a.chunk, pos + 1);
-    const int kv_dim = a.n_head_kv * dh;
-
-    float qv[group][dpl], acc[group][dpl];
+    [[maybe_unused]] float cs[max_dpl / 2], sn[max_dpl / 2], qn[max_dpl], kn[max_dpl];
+    if constexpr (fused) {
+        rope_angles(pos, a.inv_freq, dpl, lane, cs, sn);
 #pragma unroll
-    for (int g = 0; g < group; ++g) {
-        const float *q = a.q + (int64_t(r) * a.n_head + qb * group + g) * dh;
-#pragma unroll
-        for (int t = 0; t < dpl; ++t) {
-            qv[g][t] = q[lane + 32 * t];
-            acc[g][t] = 0.0f;
+        for (int t = 0; t < max_dpl; ++t) {
+            qn[t] = t < dpl ? a.q_norm[lane + 32 * t] : 0.0f;
+            kn[t] = t < dpl ? a.k_norm[lane + 32 * t] : 0.0f;
         }
     }
-    float m_run = -INFINITY, l_run = 0.0f;  // head `warp`'s running max and sum (warps < group)
-    const float *kb = a.k_cache + int64_t(slot) * a.n_ctx * kv_dim + int64_t(kh) * dh + lane;
-    const float *vb = a.v_cache + int64_t(slot) * a.n_ctx * kv_dim + int64_t(kh) * dh + lane;
-    for (int t0 = p_begin; t0 < p_end; t0 += tile) {
-        // (A) every K and V load of this warp's positions in flight together.
-        float kv[ppw][dpl], vv[ppw][dpl];
+    const int p_begin = c * a.chunk, p_end = min(p_begin + a.chunk, pos + 1);
+    const int kv_dim = a.n_head_kv * dh;
+    const int64_t kv_base = int64_t(slot < 0 ? 0 : slot) * a.n_ctx * kv_dim + int64_t(kh) * dh + lane;  // padding rows load nothing
+    const float *kb = a.k_cache + kv_base, *vb = a.v_cache + kv_base;
+    // (A) of a tile: every K and V load of this warp's positions in flight together. Fused, the
+    // new position comes from shared memory (set below; `with_new` false: left for later).
+    float kv[ppw][dpl], vv[ppw][dpl];
+    [[maybe_unused]] const float *new_kv = nullptr;  // fused: the new key, then value, in shared memory
+    auto load_tile = [&](int t0, bool with_new) {
 #pragma unroll
         for (int i = 0; i < ppw; ++i) {
             const int p = t0 + warp + attn_warps * i;
 #pragma unroll
             for (int t = 0; t < dpl; ++t) {
-                kv[i][t] = p < p_end ? kb[int64_t(p) * kv_dim + 32 * t] : 0.0f;
-                vv[i][t] = p < p_end ? vb[int64_t(p) * kv_dim + 32 * t] : 0.0f;
+                if (fused && p == pos) {  // warp-uniform: the new position, not yet in the cache
+                    kv[i][t] = with_new ? new_kv[lane + 32 * t] : 0.0f;
+                    vv[i][t] = with_new ? new_kv[dh + lane + 32 * t] : 0.0f;
+                } else {
+                    kv[i][t] = p < p_end ? kb[int64_t(p) * kv_dim + 32 * t] : 0.0f;
+                    vv[i][t] = p < p_end ? vb[int64_t(p) * kv_dim + 32 * t] : 0.0f;
+                }
             }
+        }
+    };
+    // Fused, the rows' slots are distinct, so positions before the row's own were written by
+    // earlier steps: the first tile's keys and values are loaded before the wait.
+    if (fused && slot >= 0 && p_begin <= pos) load_tile(p_begin, false);
+    pdl_wait();
+    pdl_trigger();
+    if (slot < 0) return;
+    if (p_begin > pos) return;
+
+    float qv[group][dpl], acc[group][dpl];
+    [[maybe_unused]] const bool has_new = p_end == pos + 1;  // this chunk holds the row's own position
+    if constexpr (fused) {
+        __shared__ float s_q[group][dh], s_new[2][dh];  // the block's query heads; the new key and value
+        new_kv = &s_new[0][0];
+        const bool writer = has_new && qb % (a.n_head / (a.n_head_kv * group)) == 0;
+        for (int hh = warp; hh < group + 2; hh += attn_warps) {
+            if (hh >= group && !has_new) break;  // warp-uniform
+            const float *src = hh < group ? a.q + (int64_t(r) * a.n_head + qb * group + hh) * dh
+                                          : (hh == group ? a.k_new : a.v_new) + (int64_t(r) * a.n_head_kv + kh) * dh;
+            float val[max_dpl];
+#pragma unroll
+            for (int t = 0; t < max_dpl; ++t) val[t] = t < dpl ? src[lane + 32 * t] : 0.0f;
+            if (hh <= group) {
+                float nw[max_dpl];  // element by element, as in qk_rope_kv_kernel
+#pragma unroll
+                for (int t = 0; t < max_dpl; ++t) nw[t] = hh < group ? qn[t] : kn[t];
+                norm_rope_head(val, nw, cs, sn, dpl, lane, a.eps);
+            }
+            float *dst = hh < group ? s_q[hh] : s_new[hh - group];
+#pragma unroll
+            for (int t = 0; t < dpl; ++t) dst[lane + 32 * t] = val[t];
+            if (writer && hh >= group) {
+                float *cache = (hh == group ? a.k_cache : a.v_cache) + (int64_t(slot) * a.n_ctx + pos) * kv_dim + int64_t(kh) * dh;
+#pragma unroll
+                for (int t = 0; t < dpl; ++t) cache[lane + 32 * t] = val[t];
+            }
+        }
+        __syncthreads();
+#pragma unroll
+        for (int g = 0; g < group; ++g)
+#pragma unroll
+            for (int t = 0; t < dpl; ++t) {
+                qv[g][t] = s_q[g][lane + 32 * t];
+                acc[g][t] = 0.0f;
+            }
+    } else {
+#pragma unroll
+        for (int g = 0; g < group; ++g) {
+            const float *q = a.q + (int64_t(r) * a.n_head + qb * group + g) * dh;
+#pragma unroll
+            for (int t = 0; t < dpl; ++t) {
+                qv[g][t] = q[lane + 32 * t];
+                acc[g][t] = 0.0f;
+            }
+        }
+    }
+    float m_run = -INFINITY, l_run = 0.0f;  // head `warp`'s running max and sum (warps < group)
+    for (int t0 = p_begin; t0 < p_end; t0 += tile) {
+        if (!fused || t0 != p_begin) {
+            load_tile(t0, true);
+        } else if (has_new && pos - t0 < tile && (pos - t0) % attn_warps == warp) {  // the first tile: the new position only
+            const int i = (pos - t0) / attn_warps;
+#pragma unroll
+            for (int ii = 0; ii < ppw; ++ii)
+                if (ii == i)
+#pragma unroll
+                    for (int t = 0; t < dpl; ++t) {
+                        kv[ii][t] = new_kv[lane + 32 * t];
+                        vv[ii][t] = new_kv[dh + lane + 32 * t];
+                    }
         }
 #pragma unroll
         for (int i = 0; i < ppw; ++i) {
@@ -291,7 +380,10 @@ __global__ void attention_combine_kernel(const attention_args a, int n_chunks) {
 template <int dpl, int group>
 void launch_attention_partial(const attention_args &a, int n_chunks, cudaStream_t stream) {
     const dim3 grid(a.n_head / group, n_chunks, a.n_rows);
-    launch_pdl(attention_partial_kernel<dpl, group>, grid, dim3(attn_threads), stream, a, n_chunks);
+    if (a.k_new)
+        launch_pdl(attention_partial_kernel<dpl, group, true>, grid, dim3(attn_threads), stream, a, n_chunks);
+    else
+        launch_pdl(attention_partial_kernel<dpl, group, false>, grid, dim3(attn_threads), stream, a, n_chunks);
 }
 
 template <int dpl>
@@ -336,6 +428,8 @@ void attention(const attention_args &a, cudaStream_t stream) {
     TANDEM_CUDA_REQUIRE(a.n_head_kv > 0 && a.n_head % a.n_head_kv == 0, "attention: n_head must be a multiple of n_head_kv");
     TANDEM_CUDA_REQUIRE(a.chunk > 0 && a.chunk % 32 == 0, "attention: chunk must be a positive multiple of 32");
     TANDEM_CUDA_REQUIRE(!a.out_sums || a.out_split, "attention: out_sums is written with out_split only");
+    TANDEM_CUDA_REQUIRE(!a.k_new || (a.v_new && a.q_norm && a.k_norm && a.inv_freq),
+                        "attention: the fused QK norm and RoPE need v_new, q_norm, k_norm and inv_freq");
     if (a.n_rows == 0) return;
     const int n_chunks = (a.n_ctx + a.chunk - 1) / a.chunk;
     TANDEM_CUDA_REQUIRE(n_chunks <= 65535, "attention: too many chunks");

@@ -32,9 +32,9 @@ struct qk_rope_kv_args {
 void qk_rope_kv(const qk_rope_kv_args &args, cudaStream_t stream);
 
 struct attention_args {
-    const float *q = nullptr;        // [n_rows][n_head][d_head] (normalised, rotated)
-    const float *k_cache = nullptr;  // [n_slots][n_ctx][n_head_kv][d_head]
-    const float *v_cache = nullptr;  // same
+    const float *q = nullptr;        // [n_rows][n_head][d_head] (normalised, rotated; raw when fused)
+    float *k_cache = nullptr;        // [n_slots][n_ctx][n_head_kv][d_head] (written only when fused)
+    float *v_cache = nullptr;        // same
     const int32_t *slots = nullptr;  // [n_rows]; < 0: padding row (output zeros)
     const int32_t *positions = nullptr;  // [n_rows]: attends to cached positions 0..pos
     float *partial = nullptr;        // [n_rows][n_head][n_chunks][d_head + 2] scratch
@@ -44,6 +44,14 @@ struct attention_args {
     int32_t n_rows = 0, n_head = 0, n_head_kv = 0, d_head = 0, n_ctx = 0;
     int32_t chunk = 0;               // positions per chunk (multiple of 32), n_chunks = ceil(n_ctx / chunk)
     float scale = 1.0f;
+    // Decode kernel only, rows of distinct slots (one row per session, as decode steps are): with
+    // k_new set, qk_rope_kv's work is fused in (one launch fewer). q, k_new and v_new are then the
+    // raw projections ([n_rows][n_head_kv][d_head] for k_new, v_new); the results and the cache
+    // writes are bitwise those of qk_rope_kv then attention. Two rows of one slot would need each
+    // other's cache writes: such steps (prompt rows) take the two launches.
+    const float *k_new = nullptr, *v_new = nullptr;
+    const float *q_norm = nullptr, *k_norm = nullptr, *inv_freq = nullptr;  // as in qk_rope_kv_args
+    float eps = 1e-6f;
 };
 // Chunk length the engine uses for a context size: at most attention_max_chunks chunks.
 int32_t attention_chunk(int32_t n_ctx);

@@ -302,6 +302,7 @@ void attention_prompt(const attention_args &a, cudaStream_t stream) {
                         "attention_prompt: n_head must be a multiple of n_head_kv");
     TANDEM_CUDA_REQUIRE(a.q && a.k_cache && a.v_cache && a.slots && a.positions && a.out, "attention_prompt: null pointer");
     TANDEM_CUDA_REQUIRE(a.n_rows >= 0 && a.n_ctx > 0 && a.n_head_kv <= 65535, "attention_prompt: bad row, context or head count");
+    TANDEM_CUDA_REQUIRE(!a.k_new, "attention_prompt: prompt rows take qk_rope_kv first (several rows may share a slot)");
     if (a.n_rows == 0) return;
     if (!attention_prompt_native(a.n_head, a.n_head_kv, a.d_head)) {
         // A block holds every query head of a KV head for at least one row; d_head 256: Q and O

@@ -10,7 +10,8 @@
 // holding B load the matching activations, four consecutive elements per k16 step. Q4_K and Q6_K
 // keep their scales out of the mma: every k16 step lies in one scale group, so the exact integer
 // quants are the A operand and the group's sum is scaled afterwards (no per-weight dequantising).
-// A block's warps split K by chunks (chunk c to warp c % W) and add their sums in warp order.
+// A block's warps split K by chunks (chunk c to warp c % W) and add their sums in warp order; one
+// physical warp may play several of those warps (virtual warps: the same arithmetic, no barrier).
 // A warp loads the chunk it computes into registers and prefetches its next one into L1. The
 // activations of decode rows usually arrive pre-split from their producer (x_split.cuh), so a
 // block reads its B registers instead of computing them. Weight rows past n_out and step rows
@@ -40,6 +41,7 @@ constexpr int block_warps = 4;   // K split 4 ways: enough warps in flight for o
 constexpr int narrow_blocks = 264;  // fewer blocks than this (2 per SM of an H200): K split 8 ways
 constexpr int tiny_blocks = 33;     // fewer than this (a quarter of an H200's SMs): K split 16 ways
 constexpr int block_rows = 16;   // weight rows per block (an m16 tile); SwiGLU: 8 gate + 8 up rows
+constexpr int vw_swiglu_pairs = 64;  // grouped Q4_K SwiGLU above this many pairs: one-warp blocks (virtual warps)
 constexpr int chunk_items = 4;   // generic types: items per K chunk, lane t of a quad takes item 4c + t
 
 __device__ __forceinline__ void prefetch_l1(const void *p) { asm volatile("prefetch.L1 [%0];" ::"l"(p)); }
@@ -122,12 +124,17 @@ __device__ __forceinline__ uint32_t load_u32_a2(const uint8_t *p) {
 // registers; n_cols: n8 tiles of step rows per pass (Q4_K only), sharing the unpacked weights.
 // Every output's arithmetic is the same whatever the tiling. min_blocks: __launch_bounds__'s
 // minimum blocks per multiprocessor (0: the compiler's choice).
+// v_warps: K-split warps each physical warp plays (virtual warp w * v_warps + v takes the chunks a
+// block of n_warps * v_warps warps gives its warp of that index, into an accumulator of its own);
+// the sums are added in virtual-warp order, so the arithmetic is that of n_warps * v_warps warps.
 template <ggml_type T, bool swiglu, int n_warps, bool split_in, bool parted = false, int n_tiles = 1, int n_cols = 1,
-          int min_blocks = 0>
+          int min_blocks = 0, int v_warps = 1>
 __global__ void __launch_bounds__(n_warps * 32, min_blocks)
     matvec_kernel(const matvec_args a, int64_t row_bytes, int blocks0, int blocks1) {
     static_assert((n_tiles == 1 && n_cols == 1) || T == ggml_type::q4_k, "matvec: several tiles a block are for Q4_K only");
-    __shared__ float s_red[n_warps - 1][4 * n_tiles * n_cols][32];  // warps 1.. sums, lane-minor
+    constexpr int n_virtual = n_warps * v_warps;
+    // The sums of virtual warps v_warps.. (those of physical warps 1..), lane-minor.
+    __shared__ float s_red[n_warps > 1 ? (n_warps - 1) * v_warps : 1][4 * n_tiles * n_cols][32];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     // Which matrix of a fused launch this block computes (uniform per block).
     int bx = blockIdx.x, n_out = a.n_out;
@@ -164,12 +171,15 @@ __global__ void __launch_bounds__(n_warps * 32, min_blocks)
     const int n_parts = parted ? a.k_parts : 1;
     const int c_begin = part * n_chunks / n_parts, c_end = (part + 1) * n_chunks / n_parts;  // this block's chunks
     int begin = 0, end = a.n_pairs, mat = 0;
+    // The group's range and matrix are loaded with the group count, not after it (one round trip):
+    // entries past the count are in bounds (max_groups of them) and unused.
     auto resolve_group = [&]() {
         const int gi = blockIdx.y;
-        if (gi >= *a.n_groups) return false;
-        begin = a.group_off[gi];
-        end = a.group_off[gi + 1];
-        mat = a.group_mat[gi];
+        const int n_groups = *a.n_groups, b = a.group_off[gi], e = a.group_off[gi + 1], m = a.group_mat[gi];
+        if (gi >= n_groups) return false;
+        begin = b;
+        end = e;
+        mat = m;
         return true;
     };
     // A rows of this lane: g and g + 8 of the tile (SwiGLU: gate and up of output j0 + g). A row
@@ -224,13 +234,15 @@ __global__ void __launch_bounds__(n_warps * 32, min_blocks)
             raws_hi[0] = load_item<T>(rows_hi[0], item);
         }
     };
+    // This warp's chunks ascend: runs of v_warps consecutive chunks, n_virtual apart.
+    auto next_chunk = [&](int c) { return (c - c_begin) % v_warps == v_warps - 1 ? c + n_virtual - (v_warps - 1) : c + 1; };
     bool prefetched = false;
     if (early) {
         if (grouped && !resolve_group()) return;
         resolve_rows();
         // Stream this warp's first weights while the previous kernel finishes.
-        load_chunk(c_begin + warp);
-        prefetch_chunk(c_begin + warp + n_warps);
+        load_chunk(c_begin + warp * v_warps);
+        prefetch_chunk(next_chunk(c_begin + warp * v_warps));
         prefetched = true;
     }
     pdl_wait();
@@ -263,200 +275,211 @@ __global__ void __launch_bounds__(n_warps * 32, min_blocks)
         }
         [[maybe_unused]] const float *xr = xrs[0];
         [[maybe_unused]] const uint4 *sr = srs[0];
-        float acc[n_tiles * n_cols][4] = {};  // [tile * n_cols + column tile]
-        for (int c = c_begin + warp; c < c_end; c += n_warps) {
-            if (!(prefetched && p0 == begin && c == c_begin + warp)) load_chunk(c);
-            prefetch_chunk(c + n_warps);
-            if constexpr (q4k) {
-                // Sub-block j (32 elements) of block c: sum_l q_l x_l on the tensor cores (q exact
-                // in bf16, x split hi/lo), then acc += d_j * that - m_j * sum_l x_l per row.
-                // Lane t of a quad unpacks the scales of sub-blocks 2t, 2t + 1 of both rows; the
-                // quad shares them by shuffles below (each lane unpacking all 16 cost more).
-                float own[n_tiles][2][4];  // [tile][sub-block 2t + h][d1 row g, m1 row g, d1 row g + 8, m1 row g + 8]
+        float acc_all[v_warps][n_tiles * n_cols][4] = {};  // [virtual warp][tile * n_cols + column tile]
+        for (int c0 = c_begin + warp * v_warps; c0 < c_end; c0 += n_virtual)
 #pragma unroll
-                for (int i = 0; i < n_tiles; ++i) {
-                    q4_k_lane_scales(raws_lo[i].head, t, own[i][0][0], own[i][0][1], own[i][1][0], own[i][1][1]);
-                    q4_k_lane_scales(raws_hi[i].head, t, own[i][0][2], own[i][0][3], own[i][1][2], own[i][1][3]);
-                }
-                // This lane's activations of the block: B registers at 4-element steps, sums per sub-block.
-                const uint4 *xbs[n_cols];
-                const float *xs_rows0[n_cols], *xs_rows1[n_cols], *xcs[n_cols];
+            for (int v = 0; v < v_warps; ++v) {
+                const int c = c0 + v;
+                if (c >= c_end) break;
+                auto &acc = acc_all[v];
+                if (!(prefetched && p0 == begin && c == c_begin + warp * v_warps)) load_chunk(c);
+                prefetch_chunk(next_chunk(c));
+                if constexpr (q4k) {
+                    // Sub-block j (32 elements) of block c: sum_l q_l x_l on the tensor cores (q exact
+                    // in bf16, x split hi/lo), then acc += d_j * that - m_j * sum_l x_l per row.
+                    // Lane t of a quad unpacks the scales of sub-blocks 2t, 2t + 1 of both rows; the
+                    // quad shares them by shuffles below (each lane unpacking all 16 cost more).
+                    float own[n_tiles][2][4];  // [tile][sub-block 2t + h][d1 row g, m1 row g, d1 row g + 8, m1 row g + 8]
 #pragma unroll
-                for (int u = 0; u < n_cols; ++u) {
-                    xcs[u] = xrs[u] + 256 * c + 8 * t;
-                    if constexpr (split_in) {
-                        xbs[u] = srs[u] + 64 * c + 2 * t;
-                        xs_rows0[u] = sums0[u] + 8 * c;
-                        xs_rows1[u] = sums1[u] + 8 * c;
+                    for (int i = 0; i < n_tiles; ++i) {
+                        q4_k_lane_scales(raws_lo[i].head, t, own[i][0][0], own[i][0][1], own[i][1][0], own[i][1][1]);
+                        q4_k_lane_scales(raws_hi[i].head, t, own[i][0][2], own[i][0][3], own[i][1][2], own[i][1][3]);
                     }
-                }
+                    // This lane's activations of the block: B registers at 4-element steps, sums per sub-block.
+                    const uint4 *xbs[n_cols];
+                    const float *xs_rows0[n_cols], *xs_rows1[n_cols], *xcs[n_cols];
 #pragma unroll
-                for (int cc = 0; cc < 4; ++cc)
+                    for (int u = 0; u < n_cols; ++u) {
+                        xcs[u] = xrs[u] + 256 * c + 8 * t;
+                        if constexpr (split_in) {
+                            xbs[u] = srs[u] + 64 * c + 2 * t;
+                            xs_rows0[u] = sums0[u] + 8 * c;
+                            xs_rows1[u] = sums1[u] + 8 * c;
+                        }
+                    }
 #pragma unroll
-                    for (int h = 0; h < 2; ++h) {
-                        // Sub-block j = 2 cc + h; this lane's elements 8t .. 8t + 7 of it.
-                        uint4 bq[n_cols][2];
-                        float xs0[n_cols], xs1[n_cols];  // the sub-block's x sums of step rows 2t and 2t + 1
+                    for (int cc = 0; cc < 4; ++cc)
 #pragma unroll
-                        for (int u = 0; u < n_cols; ++u) {
-                            if constexpr (!split_in) {
-                                const float *xc = xcs[u];
-                                float xv[8];
+                        for (int h = 0; h < 2; ++h) {
+                            // Sub-block j = 2 cc + h; this lane's elements 8t .. 8t + 7 of it.
+                            uint4 bq[n_cols][2];
+                            float xs0[n_cols], xs1[n_cols];  // the sub-block's x sums of step rows 2t and 2t + 1
+#pragma unroll
+                            for (int u = 0; u < n_cols; ++u) {
+                                if constexpr (!split_in) {
+                                    const float *xc = xcs[u];
+                                    float xv[8];
+#pragma unroll
+                                    for (int q = 0; q < 2; ++q) {
+                                        const float4 f = *reinterpret_cast<const float4 *>(xc + 64 * cc + 32 * h + 4 * q);
+                                        xv[4 * q] = f.x; xv[4 * q + 1] = f.y; xv[4 * q + 2] = f.z; xv[4 * q + 3] = f.w;
+                                        bf16_split2(f.x, f.y, bq[u][q].x, bq[u][q].z);
+                                        bf16_split2(f.z, f.w, bq[u][q].y, bq[u][q].w);
+                                    }
+                                    // The row's 32 x of the sub-block, in x_split.cuh's canonical order:
+                                    // 8 here, then the quad's butterfly; the C rows' sums from their quads.
+                                    float xs = ((xv[0] + xv[1]) + (xv[2] + xv[3])) + ((xv[4] + xv[5]) + (xv[6] + xv[7]));
+                                    xs += __shfl_xor_sync(0xFFFFFFFFu, xs, 1);
+                                    xs += __shfl_xor_sync(0xFFFFFFFFu, xs, 2);
+                                    xs0[u] = __shfl_sync(0xFFFFFFFFu, xs, 8 * t);
+                                    xs1[u] = __shfl_sync(0xFFFFFFFFu, xs, 8 * t + 4);
+                                } else {
+                                    bq[u][0] = xbs[u][16 * cc + 8 * h];
+                                    bq[u][1] = xbs[u][16 * cc + 8 * h + 1];
+                                    xs0[u] = xs_rows0[u][2 * cc + h];
+                                    xs1[u] = xs_rows1[u][2 * cc + h];
+                                }
+                            }
+#pragma unroll
+                            for (int i = 0; i < n_tiles; ++i) {
+                                float part[n_cols][4] = {};
 #pragma unroll
                                 for (int q = 0; q < 2; ++q) {
-                                    const float4 f = *reinterpret_cast<const float4 *>(xc + 64 * cc + 32 * h + 4 * q);
-                                    xv[4 * q] = f.x; xv[4 * q + 1] = f.y; xv[4 * q + 2] = f.z; xv[4 * q + 3] = f.w;
-                                    bf16_split2(f.x, f.y, bq[u][q].x, bq[u][q].z);
-                                    bf16_split2(f.z, f.w, bq[u][q].y, bq[u][q].w);
+                                    // k slots 2t, 2t + 1 <- elements 8t + 4q, +1; slots 2t + 8, +9 <- 8t + 4q + 2, +3.
+                                    const uint32_t nl = q4_nibbles(q == 0 ? raws_lo[i].qs[cc].x : raws_lo[i].qs[cc].y, h);
+                                    const uint32_t nh = q4_nibbles(q == 0 ? raws_hi[i].qs[cc].x : raws_hi[i].qs[cc].y, h);
+                                    const uint32_t av[4] = {q4_pair(nl, 0), q4_pair(nh, 0), q4_pair(nl, 1), q4_pair(nh, 1)};
+#pragma unroll
+                                    for (int u = 0; u < n_cols; ++u) {
+                                        mma_bf16(part[u], av, bq[u][q].x, bq[u][q].y);
+                                        mma_bf16(part[u], av, bq[u][q].z, bq[u][q].w);
+                                    }
                                 }
-                                // The row's 32 x of the sub-block, in x_split.cuh's canonical order:
-                                // 8 here, then the quad's butterfly; the C rows' sums from their quads.
-                                float xs = ((xv[0] + xv[1]) + (xv[2] + xv[3])) + ((xv[4] + xv[5]) + (xv[6] + xv[7]));
-                                xs += __shfl_xor_sync(0xFFFFFFFFu, xs, 1);
-                                xs += __shfl_xor_sync(0xFFFFFFFFu, xs, 2);
-                                xs0[u] = __shfl_sync(0xFFFFFFFFu, xs, 8 * t);
-                                xs1[u] = __shfl_sync(0xFFFFFFFFu, xs, 8 * t + 4);
-                            } else {
-                                bq[u][0] = xbs[u][16 * cc + 8 * h];
-                                bq[u][1] = xbs[u][16 * cc + 8 * h + 1];
-                                xs0[u] = xs_rows0[u][2 * cc + h];
-                                xs1[u] = xs_rows1[u][2 * cc + h];
+                                // Sub-block j = 2 cc + h: its scales are lane cc's of the quad, entry h.
+                                const int owner = (lane & ~3) | cc;
+                                const float d1_lo = __shfl_sync(0xFFFFFFFFu, own[i][h][0], owner);
+                                const float m1_lo = __shfl_sync(0xFFFFFFFFu, own[i][h][1], owner);
+                                const float d1_hi = __shfl_sync(0xFFFFFFFFu, own[i][h][2], owner);
+                                const float m1_hi = __shfl_sync(0xFFFFFFFFu, own[i][h][3], owner);
+                                // C element e: weight row g + 8 (e >> 1), step row 2t + (e & 1).
+#pragma unroll
+                                for (int u = 0; u < n_cols; ++u)
+#pragma unroll
+                                    for (int e = 0; e < 4; ++e) {
+                                        const float d1 = e < 2 ? d1_lo : d1_hi, m1 = e < 2 ? m1_lo : m1_hi;
+                                        float &y = acc[i * n_cols + u][e];
+                                        y = fmaf(d1, part[u][e], y);
+                                        y = fmaf(-m1, (e & 1) ? xs1[u] : xs0[u], y);
+                                    }
                             }
                         }
+                } else if constexpr (q6k) {
+                    // Block c: 16 groups of 16 elements (half h, quarter qq, is: the CPU's loop order,
+                    // group index 8 h + 2 qq + is = its scale's index), one k16 step each; lane t holds
+                    // elements l = 16 is + 4t .. +3 of the group. The quants (q - 32, exact in bf16) go
+                    // through the tensor cores, then acc += (d * scale) * that per row.
+                    uint32_t ql[2][2][2][2] = {}, qh[2][2][2] = {};  // [row][half][is][at l / l + 32], [row][half][is]
+                    float dsc[2][16] = {};
+                    const uint8_t *rows2[2] = {rows_lo[0], rows_hi[0]};
 #pragma unroll
-                        for (int i = 0; i < n_tiles; ++i) {
-                            float part[n_cols][4] = {};
+                    for (int r = 0; r < 2; ++r) {
+                        const uint8_t *b = rows2[r] + size_t(c) * 210;
+                        const float d = half_bits_to_float(*reinterpret_cast<const uint16_t *>(b + 208));
 #pragma unroll
-                            for (int q = 0; q < 2; ++q) {
-                                // k slots 2t, 2t + 1 <- elements 8t + 4q, +1; slots 2t + 8, +9 <- 8t + 4q + 2, +3.
-                                const uint32_t nl = q4_nibbles(q == 0 ? raws_lo[i].qs[cc].x : raws_lo[i].qs[cc].y, h);
-                                const uint32_t nh = q4_nibbles(q == 0 ? raws_hi[i].qs[cc].x : raws_hi[i].qs[cc].y, h);
-                                const uint32_t av[4] = {q4_pair(nl, 0), q4_pair(nh, 0), q4_pair(nl, 1), q4_pair(nh, 1)};
+                        for (int h = 0; h < 2; ++h)
 #pragma unroll
-                                for (int u = 0; u < n_cols; ++u) {
-                                    mma_bf16(part[u], av, bq[u][q].x, bq[u][q].y);
-                                    mma_bf16(part[u], av, bq[u][q].z, bq[u][q].w);
-                                }
+                            for (int is = 0; is < 2; ++is) {
+                                ql[r][h][is][0] = load_u32_a2(b + 64 * h + 16 * is + 4 * t);
+                                ql[r][h][is][1] = load_u32_a2(b + 64 * h + 32 + 16 * is + 4 * t);
+                                qh[r][h][is] = load_u32_a2(b + 128 + 32 * h + 16 * is + 4 * t);
                             }
-                            // Sub-block j = 2 cc + h: its scales are lane cc's of the quad, entry h.
-                            const int owner = (lane & ~3) | cc;
-                            const float d1_lo = __shfl_sync(0xFFFFFFFFu, own[i][h][0], owner);
-                            const float m1_lo = __shfl_sync(0xFFFFFFFFu, own[i][h][1], owner);
-                            const float d1_hi = __shfl_sync(0xFFFFFFFFu, own[i][h][2], owner);
-                            const float m1_hi = __shfl_sync(0xFFFFFFFFu, own[i][h][3], owner);
-                            // C element e: weight row g + 8 (e >> 1), step row 2t + (e & 1).
 #pragma unroll
-                            for (int u = 0; u < n_cols; ++u)
-#pragma unroll
-                                for (int e = 0; e < 4; ++e) {
-                                    const float d1 = e < 2 ? d1_lo : d1_hi, m1 = e < 2 ? m1_lo : m1_hi;
-                                    float &y = acc[i * n_cols + u][e];
-                                    y = fmaf(d1, part[u][e], y);
-                                    y = fmaf(-m1, (e & 1) ? xs1[u] : xs0[u], y);
-                                }
+                        for (int k = 0; k < 8; ++k) {
+                            const uint32_t two = *reinterpret_cast<const uint16_t *>(b + 192 + 2 * k);
+                            dsc[r][2 * k] = __fmul_rn(d, float(int8_t(two & 0xFFu)));
+                            dsc[r][2 * k + 1] = __fmul_rn(d, float(int8_t(two >> 8)));
                         }
                     }
-            } else if constexpr (q6k) {
-                // Block c: 16 groups of 16 elements (half h, quarter qq, is: the CPU's loop order,
-                // group index 8 h + 2 qq + is = its scale's index), one k16 step each; lane t holds
-                // elements l = 16 is + 4t .. +3 of the group. The quants (q - 32, exact in bf16) go
-                // through the tensor cores, then acc += (d * scale) * that per row.
-                uint32_t ql[2][2][2][2] = {}, qh[2][2][2] = {};  // [row][half][is][at l / l + 32], [row][half][is]
-                float dsc[2][16] = {};
-                const uint8_t *rows2[2] = {rows_lo[0], rows_hi[0]};
 #pragma unroll
-                for (int r = 0; r < 2; ++r) {
-                    const uint8_t *b = rows2[r] + size_t(c) * 210;
-                    const float d = half_bits_to_float(*reinterpret_cast<const uint16_t *>(b + 208));
+                    for (int h = 0; h < 2; ++h) {
 #pragma unroll
-                    for (int h = 0; h < 2; ++h)
+                        for (int qq = 0; qq < 4; ++qq)
 #pragma unroll
-                        for (int is = 0; is < 2; ++is) {
-                            ql[r][h][is][0] = load_u32_a2(b + 64 * h + 16 * is + 4 * t);
-                            ql[r][h][is][1] = load_u32_a2(b + 64 * h + 32 + 16 * is + 4 * t);
-                            qh[r][h][is] = load_u32_a2(b + 128 + 32 * h + 16 * is + 4 * t);
-                        }
+                            for (int is = 0; is < 2; ++is) {
+                                // B of elements 128 h + 32 qq + 16 is + 4t .. +3
+                                const uint4 xq = b_frag<split_in>(sr, xr, 256 * c + 128 * h + 32 * qq + 16 * is + 4 * t);
+                                uint32_t qb[2];  // the four quants of each row, one per byte
 #pragma unroll
-                    for (int k = 0; k < 8; ++k) {
-                        const uint32_t two = *reinterpret_cast<const uint16_t *>(b + 192 + 2 * k);
-                        dsc[r][2 * k] = __fmul_rn(d, float(int8_t(two & 0xFFu)));
-                        dsc[r][2 * k + 1] = __fmul_rn(d, float(int8_t(two >> 8)));
-                    }
-                }
+                                for (int r = 0; r < 2; ++r) {
+                                    const uint32_t low = (ql[r][h][is][qq & 1] >> (qq >= 2 ? 4 : 0)) & 0x0F0F0F0Fu;
+                                    qb[r] = low | (((qh[r][h][is] >> (2 * qq)) & 0x03030303u) << 4);
+                                }
+                                const uint32_t av[4] = {q6_pair(qb[0], 0), q6_pair(qb[1], 0), q6_pair(qb[0], 1), q6_pair(qb[1], 1)};
+                                float part[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+                                mma_bf16(part, av, xq.x, xq.y);
+                                mma_bf16(part, av, xq.z, xq.w);
+                                const int grp = 8 * h + 2 * qq + is;
 #pragma unroll
-                for (int h = 0; h < 2; ++h) {
-#pragma unroll
-                    for (int qq = 0; qq < 4; ++qq)
-#pragma unroll
-                        for (int is = 0; is < 2; ++is) {
-                            // B of elements 128 h + 32 qq + 16 is + 4t .. +3
-                            const uint4 xq = b_frag<split_in>(sr, xr, 256 * c + 128 * h + 32 * qq + 16 * is + 4 * t);
-                            uint32_t qb[2];  // the four quants of each row, one per byte
-#pragma unroll
-                            for (int r = 0; r < 2; ++r) {
-                                const uint32_t low = (ql[r][h][is][qq & 1] >> (qq >= 2 ? 4 : 0)) & 0x0F0F0F0Fu;
-                                qb[r] = low | (((qh[r][h][is] >> (2 * qq)) & 0x03030303u) << 4);
+                                for (int e = 0; e < 4; ++e) acc[0][e] = fmaf(dsc[e >> 1][grp], part[e], acc[0][e]);
                             }
-                            const uint32_t av[4] = {q6_pair(qb[0], 0), q6_pair(qb[1], 0), q6_pair(qb[0], 1), q6_pair(qb[1], 1)};
-                            float part[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-                            mma_bf16(part, av, xq.x, xq.y);
-                            mma_bf16(part, av, xq.z, xq.w);
-                            const int grp = 8 * h + 2 * qq + is;
+                    }
+                } else {
+                    const int item = chunk_items * c + t;
+                    const bool live = item < n_items;
+                    int start[4];
+                    item_starts<T>(live ? item : 0, start);
+                    // B: this lane's row's activations at the item's positions, 4 per k16 step.
+                    uint4 xb[8];  // B of the 4-element steps 4q .. 4q + 3 of the item
 #pragma unroll
-                            for (int e = 0; e < 4; ++e) acc[0][e] = fmaf(dsc[e >> 1][grp], part[e], acc[0][e]);
-                        }
+                    for (int q = 0; q < 8; ++q) xb[q] = b_frag<split_in>(sr, xr, start[q >> 1] + 4 * (q & 1));  // A is zero past n_items
+                    // A: the two weight rows' values of the item (zeros past n_out or n_in).
+                    float v_lo[32], v_hi[32];
+                    int st[4];
+#pragma unroll
+                    for (int i = 0; i < 32; ++i) v_lo[i] = v_hi[i] = 0.0f;
+                    if (live) {
+                        decode_raw<T>(raws_lo[0], item, v_lo, st);
+                        decode_raw<T>(raws_hi[0], item, v_hi, st);
+                    }
+                    // Two accumulators (even and odd k16 steps) so consecutive mmas do not wait on
+                    // each other; the split terms hi hi, hi lo, lo hi in that order.
+                    float part[2][4] = {};
+#pragma unroll
+                    for (int s = 0; s < 8; ++s) {
+                        // k slots 2t, 2t + 1 <- values 4s, 4s + 1; slots 2t + 8, 2t + 9 <- 4s + 2, 4s + 3.
+                        uint32_t a_hi[4], a_lo[4];
+                        bf16_split2(v_lo[4 * s], v_lo[4 * s + 1], a_hi[0], a_lo[0]);
+                        bf16_split2(v_hi[4 * s], v_hi[4 * s + 1], a_hi[1], a_lo[1]);
+                        bf16_split2(v_lo[4 * s + 2], v_lo[4 * s + 3], a_hi[2], a_lo[2]);
+                        bf16_split2(v_hi[4 * s + 2], v_hi[4 * s + 3], a_hi[3], a_lo[3]);
+                        mma_bf16(part[s & 1], a_hi, xb[s].x, xb[s].y);
+                        mma_bf16(part[s & 1], a_hi, xb[s].z, xb[s].w);
+                        mma_bf16(part[s & 1], a_lo, xb[s].x, xb[s].y);
+                    }
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) acc[0][e] += part[0][e] + part[1][e];
                 }
-            } else {
-                const int item = chunk_items * c + t;
-                const bool live = item < n_items;
-                int start[4];
-                item_starts<T>(live ? item : 0, start);
-                // B: this lane's row's activations at the item's positions, 4 per k16 step.
-                uint4 xb[8];  // B of the 4-element steps 4q .. 4q + 3 of the item
-#pragma unroll
-                for (int q = 0; q < 8; ++q) xb[q] = b_frag<split_in>(sr, xr, start[q >> 1] + 4 * (q & 1));  // A is zero past n_items
-                // A: the two weight rows' values of the item (zeros past n_out or n_in).
-                float v_lo[32], v_hi[32];
-                int st[4];
-#pragma unroll
-                for (int i = 0; i < 32; ++i) v_lo[i] = v_hi[i] = 0.0f;
-                if (live) {
-                    decode_raw<T>(raws_lo[0], item, v_lo, st);
-                    decode_raw<T>(raws_hi[0], item, v_hi, st);
-                }
-                // Two accumulators (even and odd k16 steps) so consecutive mmas do not wait on
-                // each other; the split terms hi hi, hi lo, lo hi in that order.
-                float part[2][4] = {};
-#pragma unroll
-                for (int s = 0; s < 8; ++s) {
-                    // k slots 2t, 2t + 1 <- values 4s, 4s + 1; slots 2t + 8, 2t + 9 <- 4s + 2, 4s + 3.
-                    uint32_t a_hi[4], a_lo[4];
-                    bf16_split2(v_lo[4 * s], v_lo[4 * s + 1], a_hi[0], a_lo[0]);
-                    bf16_split2(v_hi[4 * s], v_hi[4 * s + 1], a_hi[1], a_lo[1]);
-                    bf16_split2(v_lo[4 * s + 2], v_lo[4 * s + 3], a_hi[2], a_lo[2]);
-                    bf16_split2(v_hi[4 * s + 2], v_hi[4 * s + 3], a_hi[3], a_lo[3]);
-                    mma_bf16(part[s & 1], a_hi, xb[s].x, xb[s].y);
-                    mma_bf16(part[s & 1], a_hi, xb[s].z, xb[s].w);
-                    mma_bf16(part[s & 1], a_lo, xb[s].x, xb[s].y);
-                }
-#pragma unroll
-                for (int e = 0; e < 4; ++e) acc[0][e] += part[0][e] + part[1][e];
             }
-        }
-        // The warps' K parts, added in warp order by warp 0, which writes the outputs.
+        // The virtual warps' K parts, added in virtual-warp order by warp 0, which writes the outputs.
         if (warp > 0)
 #pragma unroll
-            for (int i = 0; i < n_tiles * n_cols; ++i)
+            for (int v = 0; v < v_warps; ++v)
 #pragma unroll
-                for (int e = 0; e < 4; ++e) s_red[warp - 1][4 * i + e][lane] = acc[i][e];
-        __syncthreads();
+                for (int i = 0; i < n_tiles * n_cols; ++i)
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) s_red[(warp - 1) * v_warps + v][4 * i + e][lane] = acc_all[v][i][e];
+        if constexpr (n_warps > 1) __syncthreads();
         if (warp == 0) {
+            auto &acc = acc_all[0];
 #pragma unroll
             for (int i = 0; i < n_tiles * n_cols; ++i) {
 #pragma unroll
-                for (int e = 0; e < 4; ++e)
+                for (int e = 0; e < 4; ++e) {
 #pragma unroll
-                    for (int v = 0; v < n_warps - 1; ++v) acc[i][e] += s_red[v][4 * i + e][lane];
+                    for (int v = 1; v < v_warps; ++v) acc[i][e] += acc_all[v][i][e];
+#pragma unroll
+                    for (int v = 0; v < (n_warps - 1) * v_warps; ++v) acc[i][e] += s_red[v][4 * i + e][lane];
+                }
                 // Element e: weight row g + 8 (e >> 1) of the tile, step row 2t + (e & 1).
                 const int jt = j0 + (i / n_cols) * tile_out;
 #pragma unroll
@@ -478,7 +501,7 @@ __global__ void __launch_bounds__(n_warps * 32, min_blocks)
                 }
             }
         }
-        __syncthreads();  // s_red is rewritten by the next pass
+        if constexpr (n_warps > 1) __syncthreads();  // s_red is rewritten by the next pass
     }
 }
 
@@ -557,6 +580,16 @@ void launch_matvec_shape(const matvec_args &a, cudaStream_t stream) {
                 launch_pdl(matvec_kernel<T, false, 3, split_in>, grid, dim3(3 * 32), stream, a, row_bytes, blocks0, blocks1);
                 return;
             }
+        }
+    }
+    if constexpr (T == ggml_type::q4_k && swiglu) {
+        // Grouped SwiGLU of large steps: one warp playing the block's four (virtual warps; the same
+        // arithmetic), no barrier, 16 blocks an SM. Measured (docs/perf-notes.md, session 8): 16
+        // sessions +4.4%; 4 sessions -9% (too few blocks: 1.4 waves of long warps).
+        if (a.group_off && a.n_pairs > vw_swiglu_pairs) {
+            launch_pdl(matvec_kernel<T, swiglu, 1, split_in, false, 1, 1, 16, block_warps>, grid, dim3(32), stream, a, row_bytes,
+                       blocks0, blocks1);
+            return;
         }
     }
     launch_pdl(matvec_kernel<T, swiglu, block_warps, split_in>, grid, dim3(block_warps * 32), stream, a, row_bytes, blocks0, blocks1);

@@ -22,6 +22,7 @@ constexpr int route_warps = route_threads / 32;
 constexpr int max_epl = 16;          // experts per lane: n_expert up to 512
 constexpr int max_experts = 32 * max_epl;
 constexpr int max_k = 32;
+constexpr int max_logit_parts = 4;  // the router's K parts (matvec_args::k_parts) a row's logits may come in
 constexpr int route_prob_cap = 4096;  // probabilities of one batch of rows in shared memory (16 KiB)
 constexpr int route_ids_cap = 4096;   // pair experts kept in shared memory up to this many pairs (16 KiB)
 constexpr int route_cand_cap = 64;    // top-k candidates a row keeps in shared memory (4 KiB for 32 rows)
@@ -116,14 +117,25 @@ __device__ void route_rows(const moe_route_args &a, int row_begin, int row_end, 
             const int r = r0 + warp;
             // The logits are loaded with the slot, not after it (one round trip): every row of
             // the step has router logits, padding rows' are just not used.
+            // The router's K parts are all loaded before the first addition (one round trip, not
+            // one a part), then added in part order.
             const float *l = a.logits + int64_t(r) * ne;
             float p[max_epl];
 #pragma unroll
-            for (int t = 0; t < max_epl; ++t) p[t] = lane + 32 * t < ne ? l[lane + 32 * t] : -INFINITY;
-            for (int part = 1; part < a.n_logit_parts; ++part)  // the router's K parts, added in order
+            for (int t = 0; t < max_epl; ++t) {
+                if (lane + 32 * t >= ne) {
+                    p[t] = -INFINITY;
+                    continue;
+                }
+                float v[max_logit_parts];
 #pragma unroll
-                for (int t = 0; t < max_epl; ++t)
-                    if (lane + 32 * t < ne) p[t] = __fadd_rn(p[t], l[part * a.logit_part_stride + lane + 32 * t]);
+                for (int part = 0; part < max_logit_parts; ++part)
+                    v[part] = part < a.n_logit_parts ? l[part * a.logit_part_stride + lane + 32 * t] : 0.0f;
+                p[t] = v[0];
+#pragma unroll
+                for (int part = 1; part < max_logit_parts; ++part)
+                    if (part < a.n_logit_parts) p[t] = __fadd_rn(p[t], v[part]);
+            }
             const bool pad = a.slots[r] < 0;
             if (lane == 0) s_pad[warp] = pad;
             if (pad) {
@@ -398,8 +410,9 @@ void moe_count(const moe_count_args &a, cudaStream_t stream) {
 void moe_route(const moe_route_args &a, cudaStream_t stream) {
     TANDEM_CUDA_REQUIRE(a.n_expert >= 1 && a.n_expert <= 32 * max_epl, "moe_route: n_expert must be in 1..512");
     TANDEM_CUDA_REQUIRE(a.k >= 1 && a.k <= a.n_expert && a.k <= max_k, "moe_route: k must be in 1..min(n_expert, 32)");
-    TANDEM_CUDA_REQUIRE(a.n_logit_parts >= 1 && (a.n_logit_parts == 1 || a.logit_part_stride >= int64_t(a.n_rows) * a.n_expert),
-                        "moe_route: logit parts must not overlap");
+    TANDEM_CUDA_REQUIRE(a.n_logit_parts >= 1 && a.n_logit_parts <= max_logit_parts &&
+                            (a.n_logit_parts == 1 || a.logit_part_stride >= int64_t(a.n_rows) * a.n_expert),
+                        "moe_route: logit parts must be 1..4 and must not overlap");
     if (a.n_rows == 0) return;
     if (a.n_rows == 1) {
         launch_pdl(moe_route_one_kernel, dim3(1), dim3(32), stream, a);

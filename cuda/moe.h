@@ -13,7 +13,7 @@ namespace tandem::cuda {
 
 struct moe_route_args {
     const float *logits = nullptr;   // [n_rows][n_expert] router logits
-    // The router's K parts (matvec_args::k_parts): logits = part 0 + part 1 + ... in that order,
+    // The router's K parts (matvec_args::k_parts, 1 to 4): logits = part 0 + part 1 + ... in that order,
     // part s at logits + s * logit_part_stride.
     int32_t n_logit_parts = 1;
     int64_t logit_part_stride = 0;

@@ -457,7 +457,12 @@ int64_t cuda_device::layer_experts(int32_t l, int32_t r0, int32_t n) {
     qa.d_head = dh;
     qa.n_ctx = m.n_ctx;
     qa.eps = hp.rms_eps;
-    cuda::qk_rope_kv(qa, s);
+    // Decode rows (one per session, distinct slots): the norm, RoPE and cache write run inside the
+    // attention launch (attention_args::k_new).
+    if (m.prompt_rows) {
+        cuda::qk_rope_kv(qa, s);
+        ++launches;
+    }
     cuda::attention_args aa;
     aa.q = q;
     aa.k_cache = k_cache;
@@ -480,10 +485,16 @@ int64_t cuda_device::layer_experts(int32_t l, int32_t r0, int32_t n) {
     }
     if (m.prompt_rows) {
         cuda::attention_prompt(aa, s);  // tensor cores, keys in tiles shared by a chunk's rows
-        launches += 2;
+        launches += 1;
     } else {
+        aa.k_new = kb;
+        aa.v_new = vb;
+        aa.q_norm = L.q_norm;
+        aa.k_norm = L.k_norm;
+        aa.inv_freq = m.inv_freq;
+        aa.eps = hp.rms_eps;
         cuda::attention(aa, s);
-        launches += 3;  // the attention family counts as two
+        launches += 2;  // partial and combine
     }
     dense(L.wo, att, q_dim, aa.out_split, aa.out_sums, x, d, true);
     cuda::rmsnorm_args na{x, L.ffn_norm, h, n, d, hp.rms_eps};

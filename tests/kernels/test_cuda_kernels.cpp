@@ -247,6 +247,7 @@ TEST_CASE("QK norm, RoPE, KV write and chunked attention match the CPU", "[gpu][
         std::vector<float> inv_freq(size_t(dh / 2));
         for (int i = 0; i < dh / 2; ++i)
             inv_freq[size_t(i)] = 1.0f / static_cast<float>(std::pow(double(theta), double(float(2 * i) / float(dh))));
+        const std::vector<float> q_raw = q, cache_k0 = cache_k, cache_v0 = cache_v;  // before the step
 
         device_buffer<float> dq(q), dk(k), dv(v), dqn(qn), dkn(kn), dfreq(inv_freq), dck(cache_k), dcv(cache_v);
         device_buffer<int32_t> dslots(slots), dpos(pos);
@@ -317,6 +318,51 @@ TEST_CASE("QK norm, RoPE, KV write and chunked attention match the CPU", "[gpu][
         for (int32_t i = 0; i < n; ++i)
             if (slots[size_t(i)] < 0)
                 for (int32_t e = 0; e < q_dim; ++e) CHECK(got[size_t(i) * q_dim + e] == 0.0f);
+
+        // Fused (attention_args::k_new) on a decode step: each slot's first row and the padding
+        // row. Output, split twin and both caches bitwise qk_rope_kv then attention on the same rows.
+        std::vector<int32_t> f_slots, f_pos;
+        std::vector<float> f_q, f_k, f_v;
+        for (int32_t i = 0; i < n; ++i) {
+            const int32_t sl = slots[size_t(i)];
+            if (sl >= 0 && std::find(f_slots.begin(), f_slots.end(), sl) != f_slots.end()) continue;
+            f_slots.push_back(sl);
+            f_pos.push_back(pos[size_t(i)]);
+            f_q.insert(f_q.end(), q_raw.begin() + size_t(i) * q_dim, q_raw.begin() + size_t(i + 1) * q_dim);
+            f_k.insert(f_k.end(), k.begin() + size_t(i) * kv_dim, k.begin() + size_t(i + 1) * kv_dim);
+            f_v.insert(f_v.end(), v.begin() + size_t(i) * kv_dim, v.begin() + size_t(i + 1) * kv_dim);
+        }
+        const int32_t fn = int32_t(f_slots.size());
+        REQUIRE(fn >= 4);
+        struct step_out { std::vector<float> out, sums, ck, cv; std::vector<uint16_t> split; };
+        auto run_step = [&](bool fused) {
+            device_buffer<float> sq(f_q), sk(f_k), sv(f_v), sck(cache_k0), scv(cache_v0), sout(size_t(fn) * q_dim), ssums(size_t(fn) * q_dim / 32);
+            device_buffer<float> spart(size_t(fn) * sh.n_head * cuda::attention_max_chunks * (dh + 2));
+            device_buffer<uint16_t> ssplit(size_t(fn) * q_dim * 2);
+            device_buffer<int32_t> sslots(f_slots), spos(f_pos);
+            sout.poison();
+            cuda::attention_args fa = aa;
+            fa.q = sq.ptr; fa.k_cache = sck.ptr; fa.v_cache = scv.ptr; fa.slots = sslots.ptr; fa.positions = spos.ptr;
+            fa.partial = spart.ptr; fa.out = sout.ptr; fa.n_rows = fn;
+            fa.out_split = reinterpret_cast<uint4 *>(ssplit.ptr); fa.out_sums = ssums.ptr;
+            if (fused) {
+                fa.k_new = sk.ptr; fa.v_new = sv.ptr; fa.q_norm = dqn.ptr; fa.k_norm = dkn.ptr; fa.inv_freq = dfreq.ptr; fa.eps = eps;
+            } else {
+                cuda::qk_rope_kv_args fr = ra;
+                fr.q = sq.ptr; fr.k = sk.ptr; fr.v = sv.ptr; fr.slots = sslots.ptr; fr.positions = spos.ptr;
+                fr.k_cache = sck.ptr; fr.v_cache = scv.ptr; fr.n_rows = fn;
+                cuda::qk_rope_kv(fr, nullptr);
+            }
+            cuda::attention(fa, nullptr);
+            return step_out{sout.download(), ssums.download(), sck.download(), scv.download(), ssplit.download()};
+        };
+        const step_out two = run_step(false), one = run_step(true);
+        CHECK(std::memcmp(one.out.data(), two.out.data(), two.out.size() * sizeof(float)) == 0);
+        CHECK(std::memcmp(one.sums.data(), two.sums.data(), two.sums.size() * sizeof(float)) == 0);
+        CHECK(one.split == two.split);
+        CHECK(std::memcmp(one.ck.data(), two.ck.data(), two.ck.size() * sizeof(float)) == 0);
+        CHECK(std::memcmp(one.cv.data(), two.cv.data(), two.cv.size() * sizeof(float)) == 0);
+        CHECK(std::memcmp(two.ck.data(), cache_k0.data(), cache_k0.size() * sizeof(float)) != 0);  // the step wrote keys
     }
 }
 
@@ -326,13 +372,14 @@ TEST_CASE("routing, grouping by expert, grouped SwiGLU experts and the combine m
     uint64_t seed = 300;
     // Also: 600 rows (several routing batches; more pairs than the route kernel keeps in shared
     // memory), 512 experts with k 32 (the largest), d_model 2048 and 4352 (2 and 5 combine
-    // elements per thread), d_ff 768 in Q4_K and Q6_K (down in three-warp blocks).
+    // elements per thread), d_ff 768 in Q4_K and Q6_K (down in three-warp blocks), and Q4_K
+    // SwiGLU over more than 64 pairs (one-warp blocks of virtual warps) with K of 8 chunks.
     for (const shape &sh : {shape{4, 2, 1, 256, 256, ggml_type::q4_k}, shape{8, 2, 5, 256, 512, ggml_type::q8_0},
                             shape{128, 8, 16, 512, 256, ggml_type::q4_k}, shape{64, 4, 33, 256, 256, ggml_type::q6_k},
                             shape{40, 3, 9, 96, 64, ggml_type::f32}, shape{128, 8, 600, 64, 32, ggml_type::f32},
                             shape{512, 32, 11, 64, 32, ggml_type::f32}, shape{128, 8, 3, 2048, 64, ggml_type::q8_0},
                             shape{16, 4, 2, 4352, 32, ggml_type::f32}, shape{16, 4, 7, 256, 768, ggml_type::q4_k},
-                            shape{8, 2, 3, 256, 768, ggml_type::q6_k}}) {
+                            shape{8, 2, 3, 256, 768, ggml_type::q6_k}, shape{32, 8, 12, 2048, 256, ggml_type::q4_k}}) {
         ++seed;
         INFO("experts " << sh.n_expert << " k " << sh.k << " rows " << sh.n_rows << " type " << ggml_type_name(sh.type)
                         << " seed " << seed);
