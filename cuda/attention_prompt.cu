@@ -1,6 +1,6 @@
 // cuda/attention_prompt.cu - causal attention of prompt rows on tensor cores (flash-attention
 // style). Why: prefill through the decode kernel re-reads K/V from L2 for every row and does all
-// dot products on fp32 CUDA cores; here a block loads a tile of keys once for 64 (row, query
+// dot products on fp32 CUDA cores; here a block loads a tile of keys once for 128 (row, query
 // head) pairs of one KV head and multiplies with mma.sync.
 //
 // Work: per (row, query head) with position p, Q.K^T and P.V cost 2 * d_head * (p + 1) flops
@@ -9,12 +9,12 @@
 // split issues 3 bf16 mmas per product (~103 GFLOP of tensor work per layer), plus the masked
 // part of the diagonal key tiles.
 //
-// Layout of a block (4 warps): blockIdx.y is the KV head, blockIdx.x a tile of 64 / group rows
+// Layout of a block (8 warps): blockIdx.y is the KV head, blockIdx.x a tile of 128 / group rows
 // of the step; (row, head) pair m = row_in_tile * group + head_in_group, warp w owns pairs
 // 16w..16w+15 (one m16 tile). The block's rows are grouped by slot into passes; a pass streams
 // its slot's keys 0..(largest position of its rows) in tiles of ap_keys at fixed absolute
-// positions, ascending. Per key tile: S = Q.K^T (fp32), mask (other slot, key > position),
-// online softmax per pair, O += P.V.
+// positions, ascending; the next tile's floats arrive by cp.async while one is computed. Per key
+// tile: S = Q.K^T (fp32), mask (other slot, key > position), online softmax per pair, O += P.V.
 // Invariance: a pair's state changes only in its own slot's pass and only through key tiles at
 // the same absolute positions whatever the launch, in the same order. A tile wholly masked for a
 // pair leaves it unchanged: its scores become -inf by selection (never computed from garbage),
@@ -27,6 +27,7 @@
 #include "attention_prompt.h"
 
 #include "cuda_check.h"
+#include "cp_async.cuh"
 #include "launch.cuh"
 
 #include <cuda_bf16.h>
@@ -37,24 +38,29 @@
 namespace tandem::cuda {
 namespace {
 
-constexpr int ap_warps = 4;                // 4 warps x 16 pairs: 2 blocks per SM fit (registers, smem)
-constexpr int ap_threads = ap_warps * 32;
-constexpr int ap_pairs = ap_warps * 16;    // (row, query head) pairs per block: one m16 tile per warp
-constexpr int ap_keys = 32;                // keys per tile: K and V hi/lo for d_head 128 take 34 KiB
-                                           // of the 48 KiB static shared memory launch_pdl allows
+// Warps a block (W), each one m16 tile of (row, query head) pairs: 8 for steps of at least
+// ap_wide_rows rows (250 registers: one block an SM; a key tile loaded and split once for 128
+// pairs), else 4 (two blocks an SM; more blocks for a short step). The same arithmetic either way.
+constexpr int ap_max_warps = 8;
+constexpr int ap_max_pairs = ap_max_warps * 16;
+constexpr int ap_min_pairs = 4 * 16;
+constexpr int ap_wide_rows = 512;
+constexpr int ap_keys = 32;                // keys per tile
 constexpr int ap_pad = 8;                  // bf16 per smem row of padding: a row is 16 bytes * odd, so
                                            // the 8 rows of an ldmatrix phase hit distinct banks
 constexpr uint32_t full_mask = 0xFFFFFFFFu;
 
+// Dynamic shared memory (67 KiB for d_head 128): the split tile being computed, and the next
+// tile's raw floats arriving by cp.async meanwhile.
 template <int dh>
 struct ap_smem {
     __nv_bfloat16 k[2][ap_keys][dh + ap_pad];  // [hi, lo][key][d]
     __nv_bfloat16 v[2][ap_keys][dh + ap_pad];
-    int row_slot[ap_pairs], row_pos[ap_pairs];  // the tile's rows (at most 64 with group 1)
-    int pass_slot[ap_pairs], pass_end[ap_pairs];  // passes: slot, keys [0, end)
+    float stage[2][ap_keys][dh];               // [K, V][key][d] of the next tile
+    int row_slot[ap_max_pairs], row_pos[ap_max_pairs];  // the tile's rows (at most 128 with group 1)
+    int pass_slot[ap_max_pairs], pass_end[ap_max_pairs];  // passes: slot, keys [0, end)
     int n_pass;
 };
-static_assert(sizeof(ap_smem<128>) <= 48 * 1024, "static shared memory: launch_pdl passes no dynamic size");
 static_assert(((128 + ap_pad) * 2) % 16 == 0 && ((128 + ap_pad) * 2 / 16) % 2 == 1, "ldmatrix rows: 16-byte aligned, odd");
 
 // Splits (a, b) into hi = bf16 and lo = bf16(x - hi), packed with a in the low half as mma
@@ -94,40 +100,62 @@ __device__ __forceinline__ void ldsm_x4_trans(uint32_t (&r)[4], const __nv_bfloa
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
 }
 
+// This thread's share of a tile: float4 `it` of the tile is key idx / per_key, column 4 (idx % per_key).
+template <int dh, int W>
+struct ap_tile_share {
+    static constexpr int per_key = dh / 4, n = ap_keys * per_key / (32 * W);
+    static_assert(ap_keys * per_key % (32 * W) == 0, "whole float4 rounds per thread");
+};
+
 // Keys [t0, t0 + ap_keys) of one KV head (src: key 0 of the slot and head, key_stride floats
-// apart) into dst[hi/lo][key][d]; keys from `end` on are zeros. All loads in flight first.
-template <int dh>
-__device__ __forceinline__ void load_kv_tile(const float *src, int64_t key_stride, int t0, int end,
-                                             __nv_bfloat16 (&dst)[2][ap_keys][dh + ap_pad]) {
-    constexpr int per_key = dh / 4, n = ap_keys * per_key / ap_threads;
-    static_assert(ap_keys * per_key % ap_threads == 0, "whole float4 rounds per thread");
-    float4 buf[n];
+// apart), K and V, by cp.async into stage; keys from `end` on are zeros.
+template <int dh, int W>
+__device__ __forceinline__ void stage_kv_tile(const float *k_src, const float *v_src, int64_t key_stride, int t0, int end,
+                                              float (&stage)[2][ap_keys][dh]) {
+    using share = ap_tile_share<dh, W>;
 #pragma unroll
-    for (int it = 0; it < n; ++it) {
-        const int idx = threadIdx.x + it * ap_threads, key = t0 + idx / per_key;
-        buf[it] = key < end ? *reinterpret_cast<const float4 *>(src + key * key_stride + 4 * (idx % per_key))
-                            : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    for (int it = 0; it < share::n; ++it) {
+        const int idx = threadIdx.x + it * 32 * W, key = idx / share::per_key, col = 4 * (idx % share::per_key);
+        const bool live = t0 + key < end;
+        const int64_t off = live ? (t0 + key) * key_stride + col : 0;
+        cp_async_16(&stage[0][key][col], k_src + off, live ? 16 : 0);
+        cp_async_16(&stage[1][key][col], v_src + off, live ? 16 : 0);
     }
+    cp_async_commit();
+}
+
+// The staged tile (this thread's own copies: no barrier needed) split into hi/lo bf16 for ldmatrix.
+template <int dh, int W>
+__device__ __forceinline__ void split_kv_tile(const float (&stage)[2][ap_keys][dh], __nv_bfloat16 (&k)[2][ap_keys][dh + ap_pad],
+                                              __nv_bfloat16 (&v)[2][ap_keys][dh + ap_pad]) {
+    using share = ap_tile_share<dh, W>;
 #pragma unroll
-    for (int it = 0; it < n; ++it) {
-        const int idx = threadIdx.x + it * ap_threads, key = idx / per_key, col = 4 * (idx % per_key);
-        uint2 hi, lo;
-        split_bf16(buf[it].x, buf[it].y, hi.x, lo.x);
-        split_bf16(buf[it].z, buf[it].w, hi.y, lo.y);
-        *reinterpret_cast<uint2 *>(&dst[0][key][col]) = hi;
-        *reinterpret_cast<uint2 *>(&dst[1][key][col]) = lo;
+    for (int it = 0; it < share::n; ++it) {
+        const int idx = threadIdx.x + it * 32 * W, key = idx / share::per_key, col = 4 * (idx % share::per_key);
+#pragma unroll
+        for (int m = 0; m < 2; ++m) {
+            const float4 f = *reinterpret_cast<const float4 *>(&stage[m][key][col]);
+            uint2 hi, lo;
+            split_bf16(f.x, f.y, hi.x, lo.x);
+            split_bf16(f.z, f.w, hi.y, lo.y);
+            auto &dst = m == 0 ? k : v;
+            *reinterpret_cast<uint2 *>(&dst[0][key][col]) = hi;
+            *reinterpret_cast<uint2 *>(&dst[1][key][col]) = lo;
+        }
     }
 }
 
 // Fragment coordinates (PTX m16n8k16): lane = 4 * g + t; A and C rows g and g + 8, C columns
 // 2t, 2t + 1; this thread's pairs are m = 16 * warp + g + 8 * i, i = 0, 1.
-template <int dh>
-__global__ void __launch_bounds__(ap_threads, 2) attention_prompt_kernel(const attention_args a) {
+template <int dh, int W>
+__global__ void __launch_bounds__(32 * W, 8 / W) attention_prompt_kernel(const attention_args a) {
+    constexpr int ap_pairs = 16 * W;
     constexpr int ksteps = dh / 16;       // Q.K^T: k steps over d_head
     constexpr int dtiles = dh / 8;        // P.V: n tiles over d_head
     constexpr int ntiles = ap_keys / 8;   // Q.K^T: n tiles over the key tile
     static_assert(ntiles % 2 == 0 && dtiles % 2 == 0, "ldmatrix.x4 loads two n tiles");
-    __shared__ __align__(16) ap_smem<dh> sm;
+    extern __shared__ __align__(16) unsigned char ap_raw[];
+    ap_smem<dh> &sm = *reinterpret_cast<ap_smem<dh> *>(ap_raw);
 
     const int group = a.n_head / a.n_head_kv, rows_per_tile = ap_pairs / group;
     const int row0 = (gridDim.x - 1 - blockIdx.x) * rows_per_tile;  // last rows (longest keys) first
@@ -186,14 +214,28 @@ __global__ void __launch_bounds__(ap_threads, 2) attention_prompt_kernel(const a
     float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.0f, 0.0f};
     const int64_t kv_dim = int64_t(a.n_head_kv) * dh;
 
-    for (int ps = 0; ps < sm.n_pass; ++ps) {
+    // The tiles in order: passes, and keys 0, ap_keys, ... < pass_end in each. Tile i + 1 arrives
+    // by cp.async while tile i is computed.
+    auto stage = [&](int ps, int t0) {
+        const int64_t base = int64_t(sm.pass_slot[ps]) * a.n_ctx * kv_dim + int64_t(kh) * dh;
+        stage_kv_tile<dh, W>(a.k_cache + base, a.v_cache + base, kv_dim, t0, sm.pass_end[ps], sm.stage);
+    };
+    if (sm.n_pass > 0) stage(0, 0);
+    for (int ps = 0, t0 = 0; ps < sm.n_pass;) {
         const int slot = sm.pass_slot[ps], end = sm.pass_end[ps];
-        const int64_t base = int64_t(slot) * a.n_ctx * kv_dim + int64_t(kh) * dh;
-        for (int t0 = 0; t0 < end; t0 += ap_keys) {
-            __syncthreads();  // the previous tile's ldmatrix reads are done
-            load_kv_tile<dh>(a.k_cache + base, kv_dim, t0, end, sm.k);
-            load_kv_tile<dh>(a.v_cache + base, kv_dim, t0, end, sm.v);
-            __syncthreads();
+        cp_async_wait_all();
+        __syncthreads();  // the previous tile's ldmatrix reads are done
+        split_kv_tile<dh, W>(sm.stage, sm.k, sm.v);
+        __syncthreads();  // the split tile is complete; the stage is free
+        const int this_t0 = t0;
+        t0 += ap_keys;
+        if (t0 >= end) {
+            ++ps;
+            t0 = 0;
+        }
+        if (ps < sm.n_pass) stage(ps, t0);
+        {
+            const int t0 = this_t0;
             // A warp none of whose pairs needs this tile skips it: a masked tile changes nothing.
             const bool need = (my_slot[0] == slot && my_pos[0] >= t0) || (my_slot[1] == slot && my_pos[1] >= t0);
             if (!__any_sync(full_mask, need)) continue;
@@ -283,17 +325,28 @@ __global__ void __launch_bounds__(ap_threads, 2) attention_prompt_kernel(const a
     }
 }
 
+template <int dh, int W>
+void launch_attention_prompt_w(const attention_args &a, cudaStream_t stream) {
+    const int rows_per_tile = 16 * W / (a.n_head / a.n_head_kv);
+    const dim3 grid((a.n_rows + rows_per_tile - 1) / rows_per_tile, a.n_head_kv);
+    constexpr size_t smem = sizeof(ap_smem<dh>);
+    // Per device and cheap: set every launch rather than remembering which devices have it.
+    TANDEM_CUDA_CHECK(cudaFuncSetAttribute(attention_prompt_kernel<dh, W>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+    launch_pdl_smem(attention_prompt_kernel<dh, W>, grid, dim3(32 * W), smem, stream, a);
+}
+
 template <int dh>
 void launch_attention_prompt(const attention_args &a, cudaStream_t stream) {
-    const int rows_per_tile = ap_pairs / (a.n_head / a.n_head_kv);
-    const dim3 grid((a.n_rows + rows_per_tile - 1) / rows_per_tile, a.n_head_kv);
-    launch_pdl(attention_prompt_kernel<dh>, grid, dim3(ap_threads), stream, a);
+    if (a.n_rows >= ap_wide_rows)
+        launch_attention_prompt_w<dh, 8>(a, stream);
+    else
+        launch_attention_prompt_w<dh, 4>(a, stream);
 }
 
 }  // namespace
 
 bool attention_prompt_native(int32_t n_head, int32_t n_head_kv, int32_t d_head) {
-    return n_head_kv > 0 && n_head % n_head_kv == 0 && n_head / n_head_kv <= ap_pairs &&
+    return n_head_kv > 0 && n_head % n_head_kv == 0 && n_head / n_head_kv <= ap_min_pairs &&
            (d_head == 32 || d_head == 64 || d_head == 128);
 }
 

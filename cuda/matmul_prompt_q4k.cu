@@ -26,6 +26,7 @@
 #include "matmul_prompt.h"
 
 #include "cuda_check.h"
+#include "cp_async.cuh"
 #include "launch.cuh"
 #include "matmul_prompt_tile.cuh"
 #include "quant_decode.cuh"
@@ -66,14 +67,6 @@ struct q4k_tiles {
 };
 using q4k_large = q4k_tiles<4, 4, 4, 2, 1>;  // 128 rows x 128 weight rows, 16 warps of 32 x 32
 using q4k_small = q4k_tiles<1, 4, 2, 1, 4>;  // 16 rows x 64 weight rows, 4 warps of 16 x 16
-
-// 16 bytes global -> shared without registers; src_bytes 0 writes zeros (src must still be valid).
-__device__ __forceinline__ void cp_async_16(void *dst, const void *src, int src_bytes) {
-    const uint32_t d = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(d), "l"(src), "r"(src_bytes) : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
-__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;" ::: "memory"); }
 
 __device__ __forceinline__ uint32_t smem_u32(const void *p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); }
 // 16 bytes of shared memory at base + off (off a compile-time constant: one instruction, no address
