@@ -44,11 +44,12 @@ struct attention_args {
     int32_t n_rows = 0, n_head = 0, n_head_kv = 0, d_head = 0, n_ctx = 0;
     int32_t chunk = 0;               // positions per chunk (multiple of 32), n_chunks = ceil(n_ctx / chunk)
     float scale = 1.0f;
-    // Decode kernel only, rows of distinct slots (one row per session, as decode steps are): with
-    // k_new set, qk_rope_kv's work is fused in (one launch fewer). q, k_new and v_new are then the
-    // raw projections ([n_rows][n_head_kv][d_head] for k_new, v_new); the results and the cache
-    // writes are bitwise those of qk_rope_kv then attention. Two rows of one slot would need each
-    // other's cache writes: such steps (prompt rows) take the two launches.
+    // Decode kernel only, rows of distinct slots (the caller checks: cuda_device::set_distinct_slots):
+    // with k_new set, qk_rope_kv's work is fused in (one launch fewer), and the positions before a
+    // row's own are read before the PDL wait. q, k_new and v_new are then the raw projections
+    // ([n_rows][n_head_kv][d_head] for k_new, v_new); the results and the cache writes are bitwise
+    // those of qk_rope_kv then attention. Two rows of one slot would need each other's cache
+    // writes: such steps take the two launches.
     const float *k_new = nullptr, *v_new = nullptr;
     const float *q_norm = nullptr, *k_norm = nullptr, *inv_freq = nullptr;  // as in qk_rope_kv_args
     float eps = 1e-6f;

@@ -52,12 +52,13 @@ __host__ __device__ constexpr int route_batch(int n_expert) {
 // the 32 lanes' maxima, k distinct experts reach T, so an expert below T has rank >= k; the
 // experts before a candidate are candidates too, so its rank among candidates is its rank.
 // Typically ~k candidates, so a 16-row step no longer ranks 16 x 128 experts against 128 each.
-__device__ void select_top_k(const moe_route_args &a, const float (&p)[max_epl], const float *row, uint16_t *cand, int r,
+template <int epl>
+__device__ void select_top_k(const moe_route_args &a, const float (&p)[epl], const float *row, uint16_t *cand, int r,
                              int rb, route_shared &sm, bool count, bool ids_shared) {
     const int lane = threadIdx.x & 31, ne = a.n_expert, k = a.k;
     float mx = -INFINITY;  // -1 (NaN) and real probabilities compare as floats; -inf: no expert
 #pragma unroll
-    for (int t = 0; t < max_epl; ++t)
+    for (int t = 0; t < epl; ++t)
         if (lane + 32 * t < ne) mx = fmaxf(mx, p[t]);
     int lane_rank = 0;
 #pragma unroll 8
@@ -70,7 +71,7 @@ __device__ void select_top_k(const moe_route_args &a, const float (&p)[max_epl],
     // Candidates in expert order, kept as ids; more than route_cand_cap (ties): rank them all.
     int n_c = 0;
 #pragma unroll
-    for (int t = 0; t < max_epl; ++t) {
+    for (int t = 0; t < epl; ++t) {
         const bool c = lane + 32 * t < ne && p[t] >= thr;
         const unsigned m = __ballot_sync(0xFFFFFFFFu, c);
         const int at = n_c + __popc(m & ((1u << lane) - 1u));
@@ -101,6 +102,7 @@ __device__ void select_top_k(const moe_route_args &a, const float (&p)[max_epl],
 
 // Routes rows [row_begin, row_end): ids and weights; with `count`, the histogram of experts in
 // sm.count (and, with ids_shared, each pair's expert in sm.ids).
+template <int epl>
 __device__ void route_rows(const moe_route_args &a, int row_begin, int row_end, route_shared &sm, bool count,
                            bool ids_shared) {
     float *const s_prob = sm.prob;
@@ -120,9 +122,9 @@ __device__ void route_rows(const moe_route_args &a, int row_begin, int row_end, 
             // The router's K parts are all loaded before the first addition (one round trip, not
             // one a part), then added in part order.
             const float *l = a.logits + int64_t(r) * ne;
-            float p[max_epl];
+            float p[epl];
 #pragma unroll
-            for (int t = 0; t < max_epl; ++t) {
+            for (int t = 0; t < epl; ++t) {
                 if (lane + 32 * t >= ne) {
                     p[t] = -INFINITY;
                     continue;
@@ -148,33 +150,36 @@ __device__ void route_rows(const moe_route_args &a, int row_begin, int row_end, 
                 // Softmax exactly as before this file learnt ranks: lane's experts lane + 32 t.
                 float mx = -INFINITY;
 #pragma unroll
-                for (int t = 0; t < max_epl; ++t) mx = fmaxf(mx, p[t]);
+                for (int t = 0; t < epl; ++t) mx = fmaxf(mx, p[t]);
                 mx = warp_max(mx);
                 float sum = 0.0f;
 #pragma unroll
-                for (int t = 0; t < max_epl; ++t) {
+                for (int t = 0; t < epl; ++t) {
                     p[t] = lane + 32 * t < ne ? expf(p[t] - mx) : 0.0f;
                     sum += p[t];
                 }
                 sum = warp_sum_fixed(sum);
 #pragma unroll
-                for (int t = 0; t < max_epl; ++t) {
+                for (int t = 0; t < epl; ++t) {
+                    if (lane + 32 * t >= ne) continue;  // p[t] is 0 there and never read
                     const float pt = p[t] / sum;
                     // NaN (from NaN or infinite logits) ranks as -1: the ranks stay a permutation,
                     // so every slot gets exactly one expert and no expert id goes out of range.
                     p[t] = pt == pt ? pt : -1.0f;
                     if (lane + 32 * t < ne) s_prob[warp * ne + lane + 32 * t] = p[t];
                 }
-                select_top_k(a, p, s_prob + warp * ne, sm.cand[warp], r, warp, sm, count, ids_shared);
+                select_top_k<epl>(a, p, s_prob + warp * ne, sm.cand[warp], r, warp, sm, count, ids_shared);
             }
         }
         __syncthreads();
-        // Weights: renormalised over the slots in slot order, like the CPU twin.
-        if (threadIdx.x < nb && !s_pad[threadIdx.x]) {
-            const int rb = threadIdx.x, r = r0 + rb;
+        // Weights: renormalised over the slots in slot order, like the CPU twin; a thread a (row,
+        // slot), each adding its row's sum in the same order (the divisions in parallel).
+        for (int i = threadIdx.x; i < nb * k; i += blockDim.x) {
+            const int rb = i / k, s = i % k, r = r0 + rb;
+            if (s_pad[rb]) continue;
             float top = 0.0f;
-            for (int s = 0; s < k; ++s) top += s_w[rb][s];
-            for (int s = 0; s < k; ++s) a.weights[int64_t(r) * k + s] = a.renormalise ? s_w[rb][s] / top : s_w[rb][s];
+            for (int j = 0; j < k; ++j) top += s_w[rb][j];
+            a.weights[int64_t(r) * k + s] = a.renormalise ? s_w[rb][s] / top : s_w[rb][s];
         }
         if (r0 + batch < row_end) __syncthreads();  // s_prob, s_w and s_pad are reused by the next batch
     }
@@ -242,13 +247,14 @@ __device__ void sort_pairs(const moe_route_args &a, route_shared &sm, bool ids_s
 }
 
 // Small steps: one block routes and sorts the whole step (no second launch).
+template <int epl>
 __global__ void __launch_bounds__(route_threads) moe_route_kernel(const moe_route_args a) {
     __shared__ route_shared sm;
     const bool ids_shared = a.n_rows * a.k <= route_ids_cap;
     for (int e = threadIdx.x; e < a.n_expert; e += route_threads) sm.count[e] = 0;
     pdl_wait();
     pdl_trigger();
-    route_rows(a, 0, a.n_rows, sm, true, ids_shared);
+    route_rows<epl>(a, 0, a.n_rows, sm, true, ids_shared);
     __syncthreads();
     sort_pairs(a, sm, ids_shared);
 }
@@ -256,11 +262,12 @@ __global__ void __launch_bounds__(route_threads) moe_route_kernel(const moe_rout
 // One-row steps (a single decoding session): one warp routes the row with the same code, and its
 // groups are its k experts in ascending order, one pair each (the slot), so the scans, the
 // histogram and the barriers of 32 warps are skipped (about 3 us a layer less on an H200).
+template <int epl>
 __global__ void __launch_bounds__(32) moe_route_one_kernel(const moe_route_args a) {
     __shared__ route_shared sm;
     pdl_wait();
     pdl_trigger();
-    route_rows(a, 0, 1, sm, false, true);
+    route_rows<epl>(a, 0, 1, sm, false, true);
     __syncwarp();
     const int lane = threadIdx.x, k = a.k;
     if (sm.pad[0]) {
@@ -287,12 +294,13 @@ __global__ void __launch_bounds__(32) moe_route_one_kernel(const moe_route_args 
 }
 
 // Large steps (prompt steps of thousands of rows): blocks route a batch of rows each ...
+template <int epl>
 __global__ void __launch_bounds__(route_threads) moe_route_rows_kernel(const moe_route_args a) {
     __shared__ route_shared sm;
     pdl_wait();
     pdl_trigger();
     const int r0 = blockIdx.x * route_batch(a.n_expert);
-    route_rows(a, r0, min(a.n_rows, r0 + route_batch(a.n_expert)), sm, false, false);
+    route_rows<epl>(a, r0, min(a.n_rows, r0 + route_batch(a.n_expert)), sm, false, false);
 }
 
 // ... then one block counts the pairs' experts and sorts them.
@@ -398,6 +406,22 @@ __global__ void moe_count_kernel(const moe_count_args a) {
     if (e >= 0) atomicAdd(a.counts + e, 1ull);
 }
 
+// epl: experts per lane, n_expert <= 32 * epl (each lane's loops over its experts unrolled to that).
+template <int epl>
+void launch_route(const moe_route_args &a, cudaStream_t stream) {
+    if (a.n_rows == 1) {
+        launch_pdl(moe_route_one_kernel<epl>, dim3(1), dim3(32), stream, a);
+    } else if (a.n_rows <= route_single_block_rows) {
+        launch_pdl(moe_route_kernel<epl>, dim3(1), dim3(route_threads), stream, a);
+    } else {
+        const int batch = route_batch(a.n_expert);
+        launch_pdl(moe_route_rows_kernel<epl>, dim3((a.n_rows + batch - 1) / batch), dim3(route_threads), stream, a);
+        TANDEM_CUDA_CHECK_LAUNCH();
+        launch_pdl(moe_route_sort_kernel, dim3(1), dim3(route_threads), stream, a);
+    }
+    TANDEM_CUDA_CHECK_LAUNCH();
+}
+
 }  // namespace
 
 void moe_count(const moe_count_args &a, cudaStream_t stream) {
@@ -414,17 +438,12 @@ void moe_route(const moe_route_args &a, cudaStream_t stream) {
                             (a.n_logit_parts == 1 || a.logit_part_stride >= int64_t(a.n_rows) * a.n_expert),
                         "moe_route: logit parts must be 1..4 and must not overlap");
     if (a.n_rows == 0) return;
-    if (a.n_rows == 1) {
-        launch_pdl(moe_route_one_kernel, dim3(1), dim3(32), stream, a);
-    } else if (a.n_rows <= route_single_block_rows) {
-        launch_pdl(moe_route_kernel, dim3(1), dim3(route_threads), stream, a);
-    } else {
-        const int batch = route_batch(a.n_expert);
-        launch_pdl(moe_route_rows_kernel, dim3((a.n_rows + batch - 1) / batch), dim3(route_threads), stream, a);
-        TANDEM_CUDA_CHECK_LAUNCH();
-        launch_pdl(moe_route_sort_kernel, dim3(1), dim3(route_threads), stream, a);
-    }
-    TANDEM_CUDA_CHECK_LAUNCH();
+    if (a.n_expert <= 128)
+        launch_route<4>(a, stream);
+    else if (a.n_expert <= 256)
+        launch_route<8>(a, stream);
+    else
+        launch_route<max_epl>(a, stream);
 }
 
 void moe_combine(const moe_combine_args &a, cudaStream_t stream) {

@@ -333,6 +333,7 @@ int32_t cuda_device::step_rows_limit(const model_hparams &hp, bool prompt) {
 }
 
 void cuda_device::set_prompt_rows(bool prompt) { s_->prompt_rows = prompt; }
+void cuda_device::set_distinct_slots(bool distinct) { s_->distinct_slots = distinct; }
 
 void cuda_device::h_received() { s_->h_split_fresh = false; }
 
@@ -457,9 +458,10 @@ int64_t cuda_device::layer_experts(int32_t l, int32_t r0, int32_t n) {
     qa.d_head = dh;
     qa.n_ctx = m.n_ctx;
     qa.eps = hp.rms_eps;
-    // Decode rows (one per session, distinct slots): the norm, RoPE and cache write run inside the
-    // attention launch (attention_args::k_new).
-    if (m.prompt_rows) {
+    // Decode rows of distinct slots (one per session): the norm, RoPE and cache write run inside
+    // the attention launch (attention_args::k_new).
+    const bool fused = !m.prompt_rows && m.distinct_slots;
+    if (!fused) {
         cuda::qk_rope_kv(qa, s);
         ++launches;
     }
@@ -487,12 +489,14 @@ int64_t cuda_device::layer_experts(int32_t l, int32_t r0, int32_t n) {
         cuda::attention_prompt(aa, s);  // tensor cores, keys in tiles shared by a chunk's rows
         launches += 1;
     } else {
-        aa.k_new = kb;
-        aa.v_new = vb;
-        aa.q_norm = L.q_norm;
-        aa.k_norm = L.k_norm;
-        aa.inv_freq = m.inv_freq;
-        aa.eps = hp.rms_eps;
+        if (fused) {
+            aa.k_new = kb;
+            aa.v_new = vb;
+            aa.q_norm = L.q_norm;
+            aa.k_norm = L.k_norm;
+            aa.inv_freq = m.inv_freq;
+            aa.eps = hp.rms_eps;
+        }
         cuda::attention(aa, s);
         launches += 2;  // partial and combine
     }

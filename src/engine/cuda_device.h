@@ -53,6 +53,10 @@ public:
     // the tiled products (cuda/matmul_prompt.h), decode rows the matrix-vector ones (cuda/matvec.h),
     // whose inputs the decode-row producers also write pre-split (cuda/x_split.cuh).
     void set_prompt_rows(bool prompt);
+    // Whether the step's rows belong to distinct slots (decode steps of the scheduler: one row a
+    // session). Decode rows of distinct slots run the attention with the QK norm, RoPE and K/V
+    // write fused in (cuda/attention.h); rows sharing a slot need each other's K/V writes first.
+    void set_distinct_slots(bool distinct);
     // h rows arrived from another device (their split twin, cuda/x_split.cuh, did not): the next
     // products over h split them themselves (bitwise the same values).
     void h_received();

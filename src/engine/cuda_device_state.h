@@ -30,6 +30,7 @@ struct cuda_device::state {
     placement_device_plan part;
     int32_t n_slots = 0, n_ctx = 0;
     bool prompt_rows = false;       // the step's rows are prompt rows (cuda_device::set_prompt_rows)
+    bool distinct_slots = true;     // no two rows share a slot (cuda_device::set_distinct_slots)
     int device = 0;
     std::string name;
     cudaStream_t stream = nullptr;

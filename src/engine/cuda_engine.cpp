@@ -66,10 +66,10 @@ struct cuda_engine::host_state {
     cuda::logits_top_row *tops = nullptr;  // pinned [devices][cuda_device::max_logit_rows]: row summaries
     int32_t *groups = nullptr;    // pinned [devices]: each device's routed-group counter
     std::vector<int64_t> groups_seen;
-    // Small steps: (bucket, prompt rows, rows reduced on the device) -> captured step, and the
-    // bytes its transfers move.
-    std::map<std::tuple<int32_t, bool, bool>, cudaGraphExec_t> graphs;
-    std::map<std::tuple<int32_t, bool, bool>, uint64_t> graph_bytes;
+    // Small steps: (bucket, prompt rows, rows reduced on the device, rows of distinct slots) ->
+    // captured step, and the bytes its transfers move.
+    std::map<std::tuple<int32_t, bool, bool, bool>, cudaGraphExec_t> graphs;
+    std::map<std::tuple<int32_t, bool, bool, bool>, uint64_t> graph_bytes;
     int32_t exchanges = 0;        // pair exchanges so far (their buffer parity)
 
     ~host_state() {
@@ -393,8 +393,16 @@ void cuda_engine::run_step(std::span<const engine_row> rows, bool prompt, float 
     const bool use_graph = (one_device || multi_graphs_) && n_real <= max_graph_rows;
     const int32_t n = use_graph ? graph_bucket(n_real) : n_real;
     const bool reduce = top_out != nullptr;
-    const std::tuple<int32_t, bool, bool> graph_key{n, prompt, reduce};
-    for (const auto &d : devices_) d->set_prompt_rows(prompt);
+    std::vector<int32_t> slots;
+    slots.reserve(rows.size());
+    for (const engine_row &r : rows) slots.push_back(r.slot);
+    std::sort(slots.begin(), slots.end());
+    const bool distinct = std::adjacent_find(slots.begin(), slots.end()) == slots.end();
+    const std::tuple<int32_t, bool, bool, bool> graph_key{n, prompt, reduce, distinct};
+    for (const auto &d : devices_) {
+        d->set_prompt_rows(prompt);
+        d->set_distinct_slots(distinct);
+    }
 
     // Micro-batches: contiguous row ranges (a slot's rows keep their order; each stage runs the
     // batches in order, so a later batch sees the K/V an earlier one wrote).

@@ -373,13 +373,15 @@ TEST_CASE("routing, grouping by expert, grouped SwiGLU experts and the combine m
     // Also: 600 rows (several routing batches; more pairs than the route kernel keeps in shared
     // memory), 512 experts with k 32 (the largest), d_model 2048 and 4352 (2 and 5 combine
     // elements per thread), d_ff 768 in Q4_K and Q6_K (down in three-warp blocks), and Q4_K
-    // SwiGLU over more than 64 pairs (one-warp blocks of virtual warps) with K of 8 chunks.
+    // SwiGLU over more than 64 pairs (one-warp blocks of virtual warps) with K of 8 chunks; 256
+    // experts (8 a lane in the routing kernels), in a step and alone.
     for (const shape &sh : {shape{4, 2, 1, 256, 256, ggml_type::q4_k}, shape{8, 2, 5, 256, 512, ggml_type::q8_0},
                             shape{128, 8, 16, 512, 256, ggml_type::q4_k}, shape{64, 4, 33, 256, 256, ggml_type::q6_k},
                             shape{40, 3, 9, 96, 64, ggml_type::f32}, shape{128, 8, 600, 64, 32, ggml_type::f32},
                             shape{512, 32, 11, 64, 32, ggml_type::f32}, shape{128, 8, 3, 2048, 64, ggml_type::q8_0},
                             shape{16, 4, 2, 4352, 32, ggml_type::f32}, shape{16, 4, 7, 256, 768, ggml_type::q4_k},
-                            shape{8, 2, 3, 256, 768, ggml_type::q6_k}, shape{32, 8, 12, 2048, 256, ggml_type::q4_k}}) {
+                            shape{8, 2, 3, 256, 768, ggml_type::q6_k}, shape{32, 8, 12, 2048, 256, ggml_type::q4_k},
+                            shape{256, 8, 5, 64, 32, ggml_type::f32}, shape{256, 8, 1, 64, 32, ggml_type::f32}}) {
         ++seed;
         INFO("experts " << sh.n_expert << " k " << sh.k << " rows " << sh.n_rows << " type " << ggml_type_name(sh.type)
                         << " seed " << seed);
