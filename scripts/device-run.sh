@@ -2,11 +2,13 @@
 # scripts/device-run.sh - what runs on the GPU machine (from the repo root, binaries carried in
 # carry-cuda/): the [gpu] tests, compute-sanitizer on the kernel tests, the model comparison and
 # `tandem bench` on the qwen3-30b-a3b Q4_K synth model. Logs under $OUT; a short table last.
-#   usage: scripts/device-run.sh [tests|bench|fairness|profile|all] [extra bench flags...]
+#   usage: scripts/device-run.sh [tests|bench|fairness|profile|trace|all] [extra bench flags...]
 # fairness: a 4,000-token prompt beside 1 and 15 streaming sessions on the synth model
 # (QA_BEFORE_RELEASES.md item 7), and the prefill of 1,024 tokens in 16- and 64-row chunks.
 # profile: ncu per-kernel durations of one decode step (PROFILE_SESSIONS, default 1), summed by
 # kernel name and grid (so Q/K/V, wo, the experts and the head stand apart).
+# trace: every launch of decode steps at 1 and 16 sessions timed inside the replayed graph
+# (scripts/kernel-trace): each launch's share of a layer's critical path (not in `all`).
 set -u
 mode=${1:-all}
 shift || true
@@ -83,11 +85,28 @@ for k, v in sorted(tot.items(), key=lambda kv: -kv[1])[:16]:
 PY
     summary+=("profile: $(head -1 "$out/profile.txt")")
 fi
+if [ "$mode" = trace ]; then
+    # Where a decode step's time goes inside the replayed graph (PDL overlap kept): the CUPTI
+    # injection library of scripts/kernel-trace, built here against this machine's CUPTI.
+    [ -f /tmp/m.gguf ] || "$carry/bin/tandem" synth --preset qwen3-30b-a3b --type q4_k --out /tmp/m.gguf > "$out/synth.log" 2>&1
+    cuda=$(dirname "$(dirname "$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)")")
+    inc=$(dirname "$(find "$cuda/" -name cupti_activity.h | head -1)")
+    krec=$(grep -o "CUpti_ActivityKernel[0-9]*;" "$inc/cupti_activity.h" | sort -V | tail -1 | tr -d ';')
+    lib=$(dirname "$(find "$cuda/" -name 'libcupti.so' | head -1)")
+    g++ -O2 -shared -fPIC -DKREC="$krec" -I"$inc" -I"$cuda/include" scripts/kernel-trace/cupti_trace.cpp -L"$lib" -lcupti \
+        -Wl,-rpath,"$lib" -o /tmp/libtrace.so > "$out/trace-build.log" 2>&1
+    CUDA_INJECTION64_PATH=/tmp/libtrace.so TRACE_OUT="$out/trace.txt" "$carry/bin/tandem" bench -m /tmp/m.gguf --backend cuda \
+        --prompt 0 --repeats 1 --gen 32 --sessions "${TRACE_SESSIONS:-1,16}" > "$out/trace-bench.log" 2>&1
+    python3 scripts/kernel-trace/analyze.py "$out/trace.txt" > "$out/trace-steps.txt" 2>&1
+    gzip -f "$out/trace.txt"
+    summary+=("trace: $(grep -c '' "$out/trace-steps.txt") lines in trace-steps.txt")
+fi
 for f in kernels engine sanitizer; do
     [ -f "$out/$f.log" ] && { echo "== $f (tail)"; tail -12 "$out/$f.log"; }
 done
 [ -f "$out/profile.txt" ] && { echo "== profile"; cat "$out/profile.txt"; tail -3 "$out/ncu.err"; }
 [ -f "$out/bench.log" ] && { echo "== bench"; cat "$out/bench.log"; }
+[ -f "$out/trace-steps.txt" ] && { echo "== trace"; cat "$out/trace-steps.txt"; }
 echo "== summary"
 cat "$out/gpu.txt"
 printf '%s\n' "${summary[@]}"

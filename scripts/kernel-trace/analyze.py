@@ -1,0 +1,82 @@
+#!/usr/bin/env python3
+"""scripts/kernel-trace/analyze.py TRACE [--demangled] - where a step's time goes, from cupti_trace.cpp's
+output. A step ends at logits_top_merge_kernel; steps are grouped by their kernel count and their
+rows (the embed kernel's grid). For each launch, its increment is end - (previous launch's end):
+with PDL a launch starts early, so its own duration overstates it, and the increments add up to
+the step. Decode steps: the median increment of each launch position within a layer; other steps
+(prompt passes): the median per step of each kernel family's summed increments."""
+import collections
+import re
+import statistics as st
+import subprocess
+import sys
+
+
+def load(path, demangled):
+    text = open(path).read()
+    if not demangled:
+        try:
+            text = subprocess.run(["c++filt"], input=text, capture_output=True, text=True, check=True).stdout
+        except (OSError, subprocess.CalledProcessError):
+            pass
+    recs = []
+    for line in text.splitlines():
+        p = line.split(" ", 6)
+        if len(p) == 7:
+            recs.append((int(p[0]), int(p[1]), int(p[3]), int(p[4]), int(p[5]), p[6]))
+    recs.sort()
+    return recs
+
+
+def short(name):
+    m = re.search(r"(\w+_kernel\w*)", name)
+    base = m.group(1) if m else name[:40]
+    t = re.search(r"kernel[^<(]*<([^()]*?)>\(", name)
+    return base + ("<" + t.group(1)[:40] + ">" if t else "")
+
+
+def main():
+    recs = load(sys.argv[1], "--demangled" in sys.argv)
+    steps, cur = [], []
+    for r in recs:
+        cur.append(r)
+        if "logits_top_merge" in r[5]:
+            steps.append(cur)
+            cur = []
+    groups = collections.defaultdict(list)
+    for s in steps:
+        emb = [r for r in s if "embed_kernel" in r[5]]
+        groups[(len(s), emb[0][2] if emb else -1)].append(s)
+    for (count, rows), ss in sorted(groups.items()):
+        if len(ss) < 2:
+            continue
+        ss = ss[2:] if len(ss) > 4 else ss  # warm-up steps out
+        span = st.median(s[-1][1] - s[0][0] for s in ss) / 1e3
+        print(f"== steps of {count} launches, {rows} rows: {len(ss)} steps, median span {span:.1f} us")
+        per = (count - 5) // 48 if (count - 5) % 48 == 0 else 0  # embed, norm, 48 layers, head, 2 summary
+        if per and rows <= 64:
+            incs = collections.defaultdict(list)
+            for s in ss:
+                for i in range(2, 2 + 48 * per):
+                    incs[(i - 2) % per].append(s[i][1] - s[i - 1][1])
+            total = 0.0
+            for pos in range(per):
+                r = ss[0][2 + pos]
+                m = st.median(incs[pos]) / 1e3
+                total += m
+                print(f"  {pos:2d}  {m:7.2f} us  {short(r[5])} g{r[2]}x{r[3]} b{r[4]}")
+            print(f"  a layer: {total:.2f} us")
+            continue
+        fam = collections.defaultdict(list)
+        for s in ss:
+            acc = collections.Counter()
+            for i, r in enumerate(s):
+                acc[f"{short(r[5])} g{r[2]}x{r[3]} b{r[4]}"] += r[1] - (s[i - 1][1] if i else r[0])
+            for k, v in acc.items():
+                fam[k].append(v)
+        for k, v in sorted(fam.items(), key=lambda kv: -st.median(kv[1]))[:20]:
+            print(f"  {st.median(v) / 1e3:10.1f} us  {k[:110]}")
+
+
+if __name__ == "__main__":
+    main()
