@@ -206,8 +206,11 @@ __global__ void __launch_bounds__(S::n_threads, S::min_blocks) matmul_prompt_ker
     block_tile bt;
     if (!resolve_block_tile<tile_m>(a, outs_per_block, bt)) return;
     const int mat = bt.mat, m0 = bt.m0, rows_here = bt.rows_here, j0 = bt.j0;
+    // K part blockIdx.z (matvec_args::k_parts): K steps [kt_begin, kt_end), sums at its own y.
+    if (blockIdx.z > 0) bt.part.y += int64_t(blockIdx.z) * a.y_part_stride;
     const part_view &part = bt.part;
     const int n_items = a.n_in / 32, n_k_tiles = (a.n_in + tile_k - 1) / tile_k;
+    const int kt_begin = int(blockIdx.z) * n_k_tiles / int(gridDim.z), kt_end = int(blockIdx.z + 1) * n_k_tiles / int(gridDim.z);
 
     for (int r = tid; r < tile_m; r += n_threads) {
         const int p = m0 + r;
@@ -247,7 +250,7 @@ __global__ void __launch_bounds__(S::n_threads, S::min_blocks) matmul_prompt_ker
         const int item0 = 4 * kt + w_items * w_part;
         if (w_row && item0 < n_items) wv = load_w_raw<T, w_items>(w_row, item0);
     };
-    load(0);
+    load(kt_begin);
 
     float acc[m_frags][n_frags][4];
 #pragma unroll
@@ -303,7 +306,7 @@ __global__ void __launch_bounds__(S::n_threads, S::min_blocks) matmul_prompt_ker
         }
     };
 
-    for (int kt = 0; kt < n_k_tiles; ++kt) {
+    for (int kt = kt_begin; kt < kt_end; ++kt) {
         // Activations: one float4 of each of this thread's rows (zeros past the rows or n_in).
 #pragma unroll
         for (int i = 0; i < x_loads; ++i) {
@@ -338,7 +341,7 @@ __global__ void __launch_bounds__(S::n_threads, S::min_blocks) matmul_prompt_ker
             }
         }
         __syncthreads();
-        if (kt + 1 < n_k_tiles) load(kt + 1);
+        if (kt + 1 < kt_end) load(kt + 1);
         if (m_live == m_frags)
             mma_k_step(m_frags);  // the common case: no row checks
         else if (m_live > 0)
@@ -355,8 +358,9 @@ void launch_matmul_prompt_shape(const matvec_args &a, cudaStream_t stream) {
     // Per device and cheap: set every launch rather than remembering which devices have it.
     TANDEM_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(S::smem_bytes)));
     constexpr int outs_per_block = swiglu ? S::tile_n / 2 : S::tile_n;
-    launch_pdl_smem(kernel, prompt_grid(a, outs_per_block, S::tile_m), dim3(S::n_threads), S::smem_bytes, stream, a,
-                    matvec_row_bytes(a.type, a.n_in));
+    dim3 grid = prompt_grid(a, outs_per_block, S::tile_m);
+    grid.z = unsigned(a.k_parts);
+    launch_pdl_smem(kernel, grid, dim3(S::n_threads), S::smem_bytes, stream, a, matvec_row_bytes(a.type, a.n_in));
     TANDEM_CUDA_CHECK_LAUNCH();
 }
 
@@ -394,6 +398,11 @@ void matmul_prompt(const matvec_args &args, cudaStream_t stream) {
                         "matmul_prompt: up to 2 extra matrices, dense and without SwiGLU only");
     for (int i = 0; i < a.n_extra; ++i)
         TANDEM_CUDA_REQUIRE(a.extra[i].w && a.extra[i].y && a.extra[i].n_out > 0, "matmul_prompt: empty extra matrix");
+    TANDEM_CUDA_REQUIRE(a.k_parts >= 1 && (a.k_parts == 1 || (!a.group_off && !a.w_up && !a.accumulate && a.n_extra == 0 &&
+                                                             !a.y_rows && a.y_part_stride >= int64_t(a.n_pairs) * a.y_stride &&
+                                                             (a.n_in + tile_k - 1) / tile_k >= a.k_parts)),
+                        "matmul_prompt: k_parts is for dense products without SwiGLU, accumulate, extra matrices or "
+                        "y_rows, with parts that do not overlap and at least one 128-element K step each");
     if (a.n_pairs == 0) return;
     TANDEM_CUDA_REQUIRE(a.prompt_tile_rows == 0 || a.prompt_tile_rows == small_tiles::tile_m || a.prompt_tile_rows == large_tiles::tile_m,
                         "matmul_prompt: prompt_tile_rows is 0 (chosen by the step), 16 or 128");

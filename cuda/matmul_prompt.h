@@ -12,8 +12,9 @@
 // a product is hi_w hi_x + hi_w lo_x + lo_w hi_x on mma.sync (fp32 accumulate): ~16 bits of each
 // operand, ~1e-6 relative per product; tolerance::matmul_prompt says what the tests allow.
 // An output sums its K range in 128-element tiles, ascending, three mmas per 16 elements, into
-// one accumulator; no split-K and no cross-row term, so a row's result depends only on its own
-// activations and the matrix: prompt rows are invariant to the step's other rows, bitwise.
+// one accumulator (with matvec_args::k_parts, one a part, written apart for the consumer to add);
+// no cross-row term, so a row's result depends only on its own activations and the matrix:
+// prompt rows are invariant to the step's other rows, bitwise.
 #pragma once
 
 #include "matvec.h"
@@ -31,7 +32,7 @@ void prompt_split_rows(const float *x, int64_t x_stride, int32_t n_rows, int32_t
                        cudaStream_t stream);
 
 // Internal to matmul_prompt: whether the exact-quant Q4_K kernel takes these arguments (Q4_K, the
-// scratch given, x rows in 128-element multiples), and that kernel (small: 16-row tiles).
+// scratch given, x rows in 128-element multiples, no K parts), and that kernel (small: 16-row tiles).
 bool matmul_prompt_q4k_applies(const matvec_args &args);
 void matmul_prompt_q4k(const matvec_args &args, bool small, cudaStream_t stream);
 

@@ -403,7 +403,7 @@ __global__ void __launch_bounds__(256) prompt_split_rows_kernel(const float *x, 
 
 bool matmul_prompt_q4k_applies(const matvec_args &a) {
     return a.type == ggml_type::q4_k && a.prompt_split && a.prompt_sums && a.prompt_split_rows > 0 && a.n_in % 256 == 0 &&
-           a.x_stride % 128 == 0;
+           a.x_stride % 128 == 0 && a.k_parts == 1;
 }
 
 void prompt_split_rows(const float *x, int64_t x_stride, int32_t n_rows, int32_t n_in, uint4 *split, float *sums, cudaStream_t stream) {

@@ -63,10 +63,13 @@ struct matvec_args {
     const float *x_sums = nullptr;   // [*][x_stride / 32]
     matvec_part extra[2];            // dense mode only: more matrices over the same x
     int32_t n_extra = 0;
-    // Dense, decode rows: K in k_parts ranges of whole chunks (part s: chunks s * C / k_parts up
-    // to (s + 1) * C / k_parts), each range's sums written to y + s * y_part_stride by blocks of
+    // Dense: K in k_parts ranges of whole chunks (part s: chunks s * C / k_parts up to
+    // (s + 1) * C / k_parts), each range's sums written to y + s * y_part_stride by blocks of
     // their own, so a narrow matrix (the router: 8 row tiles) spreads over k_parts times the
     // multiprocessors. The consumer adds the parts in order (moe_route_args::n_logit_parts).
+    // Decode rows (matvec): chunks of 256 elements. Prompt rows (matmul_prompt, not the exact
+    // Q4_K kernel): K steps of 128; the same parts for every prompt launch keep prompt rows
+    // invariant to chunking.
     int32_t k_parts = 1;
     int64_t y_part_stride = 0;
     // Grouped Q4_K: m16 tiles of weight rows a block computes (1 or 2; 0: the launcher picks by the

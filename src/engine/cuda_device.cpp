@@ -22,6 +22,8 @@ namespace tandem {
 
 namespace {
 
+constexpr int32_t router_k_parts = 4;  // the router's K parts when its n_in allows (layer_experts)
+
 template <class T>
 T *device_alloc(size_t count) {
     void *p = nullptr;
@@ -49,7 +51,7 @@ size_t step_floats(const model_hparams &hp, int32_t n_ctx) {
     // prompt rows' split input of a Q4_K product.
     const size_t split = r_partial * (d + d / 32 + q_dim + q_dim / 32);
     const size_t prompt_split = r * prompt_split_width(hp) * 33 / 32;
-    return r * (2 * d + 2 * q_dim + 2 * kv_dim + size_t(hp.n_expert) + 2 * k + k * size_t(hp.d_ff_expert) + k * d + 4) +
+    return r * (2 * d + 2 * q_dim + 2 * kv_dim + router_k_parts * size_t(hp.n_expert) + 2 * k + k * size_t(hp.d_ff_expert) + k * d + 4) +
            r_partial * size_t(hp.n_head) * n_chunks * (dh + 2) + split + prompt_split;
 }
 
@@ -244,7 +246,7 @@ cuda_device::cuda_device(const model_hparams &hp, const model_tensors &tensors, 
     m.att = device_alloc<float>(R * q_dim);
     m.kb = device_alloc<float>(R * kv_dim);
     m.vb = device_alloc<float>(R * kv_dim);
-    m.router_logits = device_alloc<float>(R * hp.n_expert);
+    m.router_logits = device_alloc<float>(R * router_k_parts * hp.n_expert);  // [parts][max_step_rows][n_expert]
     m.ids = device_alloc<int32_t>(R * k);
     m.route_w = device_alloc<float>(R * k);
     m.group_expert = device_alloc<int32_t>(size_t(hp.n_expert));
@@ -507,15 +509,17 @@ int64_t cuda_device::layer_experts(int32_t l, int32_t r0, int32_t n) {
     cuda::rmsnorm(na, s);
     m.h_split_fresh = split;
     ++launches;
-    // The router (8 row tiles of 16 for 128 experts) in K parts on their own blocks: decode rows,
-    // 4 parts when every part gets at least one 256-element chunk (part stride: max_logit_rows rows).
-    const int32_t router_parts = !m.prompt_rows && L.router.n_in / 256 >= 4 ? 4 : 1;
-    dense(L.router, h, d, h_split, h_sums, router_logits, hp.n_expert, false, router_parts, int64_t(max_logit_rows) * hp.n_expert);
+    // The router (8 row tiles of 16 for 128 experts) in K parts on their own blocks, 4 when every
+    // part gets at least one 256-element chunk: decode rows (part stride max_logit_rows rows) and
+    // prompt rows (max_step_rows; every prompt launch the same parts, so chunking changes nothing).
+    const int32_t router_parts = L.router.n_in / 256 >= router_k_parts ? router_k_parts : 1;
+    const int64_t part_stride = int64_t(m.prompt_rows ? max_step_rows : max_logit_rows) * hp.n_expert;
+    dense(L.router, h, d, h_split, h_sums, router_logits, hp.n_expert, false, router_parts, part_stride);
 
     cuda::moe_route_args ra;
     ra.logits = router_logits;
     ra.n_logit_parts = router_parts;
-    ra.logit_part_stride = int64_t(max_logit_rows) * hp.n_expert;
+    ra.logit_part_stride = part_stride;
     ra.slots = slots;
     ra.ids = ids;
     ra.weights = route_w;

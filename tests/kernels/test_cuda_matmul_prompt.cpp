@@ -180,6 +180,51 @@ TEST_CASE("matmul_prompt matches the CPU matmul for every weight type; rows are 
                 CHECK(same_bits(yt.download().data(), got.data(), got.size()));
             }
 
+            // K parts (matvec_args::k_parts; the router's prompt rows): part s's sums at y + s *
+            // stride, both tiles bitwise the same, added in part order within the bound of the CPU,
+            // and the last row alone bitwise its parts in the batch.
+            const int32_t k_steps = (sh.n_in + 127) / 128;
+            for (const int32_t parts : {2, 4}) {
+                if (exact || parts > k_steps) continue;
+                INFO("k parts " << parts);
+                const size_t stride = ref.size();
+                std::vector<float> first;
+                for (const int32_t tile_rows : {16, 128}) {
+                    device_buffer<float> yp(stride * size_t(parts));
+                    yp.poison();
+                    cuda::matvec_args b = a;
+                    b.y = yp.ptr;
+                    b.k_parts = parts;
+                    b.y_part_stride = int64_t(stride);
+                    b.prompt_tile_rows = tile_rows;
+                    run_prompt(b, sh.n_rows);
+                    const auto got_p = yp.download();
+                    if (first.empty())
+                        first = got_p;
+                    else
+                        CHECK(same_bits(got_p.data(), first.data(), got_p.size()));
+                }
+                std::vector<float> sum(stride, 0.0f);
+                for (int32_t part = 0; part < parts; ++part)
+                    for (size_t i = 0; i < stride; ++i) sum[i] += first[size_t(part) * stride + i];
+                for (int32_t r = 0; r < sh.n_rows; ++r)
+                    CHECK(rel_err(sum.data() + size_t(r) * sh.n_out, ref.data() + size_t(r) * sh.n_out, size_t(sh.n_out)) <=
+                          tolerance::matmul_prompt);
+                const int32_t last = sh.n_rows - 1;
+                device_buffer<float> yo(size_t(sh.n_out) * size_t(parts));
+                cuda::matvec_args b = a;
+                b.x = dx.ptr + size_t(last) * sh.n_in;
+                b.y = yo.ptr;
+                b.n_pairs = 1;
+                b.k_parts = parts;
+                b.y_part_stride = sh.n_out;
+                run_prompt(b, 1);
+                const auto alone = yo.download();
+                for (int32_t part = 0; part < parts; ++part)
+                    CHECK(same_bits(alone.data() + size_t(part) * sh.n_out, first.data() + size_t(part) * stride + size_t(last) * sh.n_out,
+                                    size_t(sh.n_out)));
+            }
+
             // Each row alone, and the rows from 3 on as one batch (every row at another offset of
             // its tile): bitwise what they were.
             for (int32_t r = 0; r < sh.n_rows; r += std::max(1, sh.n_rows / 5)) {
