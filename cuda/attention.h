@@ -1,6 +1,7 @@
 // cuda/attention.h - the attention half of a layer between the projections: per-head QK RMSNorm,
 // NeoX RoPE and the K/V cache write (one launch), then causal attention of each row over its
-// slot's cache, split into fixed position chunks (partial + combine launches).
+// slot's cache, split into fixed position chunks (partial + combine launches). Decode rows of
+// distinct slots do the first launch's work inside the partial launch (attention_args::k_new).
 // Owns: the F32 KV cache layout [slot][n_ctx][n_head_kv][d_head] of one layer. Does not own the
 // projections (matvec.h). A row's result depends only on its own slot, position and cache: the
 // chunking is a function of n_ctx, never of the batch, so decode stays batch invariant.

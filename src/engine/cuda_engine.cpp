@@ -393,11 +393,16 @@ void cuda_engine::run_step(std::span<const engine_row> rows, bool prompt, float 
     const bool use_graph = (one_device || multi_graphs_) && n_real <= max_graph_rows;
     const int32_t n = use_graph ? graph_bucket(n_real) : n_real;
     const bool reduce = top_out != nullptr;
-    std::vector<int32_t> slots;
-    slots.reserve(rows.size());
-    for (const engine_row &r : rows) slots.push_back(r.slot);
-    std::sort(slots.begin(), slots.end());
-    const bool distinct = std::adjacent_find(slots.begin(), slots.end()) == slots.end();
+    // Decode rows of distinct slots take the fused attention (cuda_device::set_distinct_slots);
+    // prompt rows never do, so their steps skip the check.
+    bool distinct = true;
+    if (!prompt) {
+        std::vector<int32_t> slots;
+        slots.reserve(rows.size());
+        for (const engine_row &r : rows) slots.push_back(r.slot);
+        std::sort(slots.begin(), slots.end());
+        distinct = std::adjacent_find(slots.begin(), slots.end()) == slots.end();
+    }
     const std::tuple<int32_t, bool, bool, bool> graph_key{n, prompt, reduce, distinct};
     for (const auto &d : devices_) {
         d->set_prompt_rows(prompt);
