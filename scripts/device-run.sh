@@ -93,13 +93,16 @@ if [ "$mode" = trace ]; then
     inc=$(dirname "$(find "$cuda/" -name cupti_activity.h | head -1)")
     krec=$(grep -o "CUpti_ActivityKernel[0-9]*;" "$inc/cupti_activity.h" | sort -V | tail -1 | tr -d ';')
     lib=$(dirname "$(find "$cuda/" -name 'libcupti.so' | head -1)")
-    g++ -O2 -shared -fPIC -DKREC="$krec" -I"$inc" -I"$cuda/include" scripts/kernel-trace/cupti_trace.cpp -L"$lib" -lcupti \
-        -Wl,-rpath,"$lib" -o /tmp/libtrace.so > "$out/trace-build.log" 2>&1
-    CUDA_INJECTION64_PATH=/tmp/libtrace.so TRACE_OUT="$out/trace.txt" "$carry/bin/tandem" bench -m /tmp/m.gguf --backend cuda \
-        --prompt 0 --repeats 1 --gen 32 --sessions "${TRACE_SESSIONS:-1,16}" > "$out/trace-bench.log" 2>&1
-    python3 scripts/kernel-trace/analyze.py "$out/trace.txt" > "$out/trace-steps.txt" 2>&1
-    gzip -f "$out/trace.txt"
-    summary+=("trace: $(grep -c '' "$out/trace-steps.txt") lines in trace-steps.txt")
+    if [ -z "$krec" ] || ! g++ -O2 -shared -fPIC -DKREC="$krec" -I"$inc" -I"$cuda/include" scripts/kernel-trace/cupti_trace.cpp \
+        -L"$lib" -lcupti -Wl,-rpath,"$lib" -o /tmp/libtrace.so > "$out/trace-build.log" 2>&1; then
+        summary+=("trace: no CUPTI tracer built here (CUPTI under $cuda?); see trace-build.log")
+    else
+        CUDA_INJECTION64_PATH=/tmp/libtrace.so TRACE_OUT="$out/trace.txt" "$carry/bin/tandem" bench -m /tmp/m.gguf --backend cuda \
+            --prompt 0 --repeats 1 --gen 32 --sessions "${TRACE_SESSIONS:-1,16}" > "$out/trace-bench.log" 2>&1
+        python3 scripts/kernel-trace/analyze.py "$out/trace.txt" > "$out/trace-steps.txt" 2>&1
+        gzip -f "$out/trace.txt"
+        summary+=("trace: $(grep -c '' "$out/trace-steps.txt") lines in trace-steps.txt")
+    fi
 fi
 for f in kernels engine sanitizer; do
     [ -f "$out/$f.log" ] && { echo "== $f (tail)"; tail -12 "$out/$f.log"; }

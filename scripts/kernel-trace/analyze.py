@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
-"""scripts/kernel-trace/analyze.py TRACE [--demangled] - where a step's time goes, from cupti_trace.cpp's
+"""scripts/kernel-trace/analyze.py TRACE [--demangled] [--layers N] - where a step's time goes, from cupti_trace.cpp's
 output. A step ends at logits_top_merge_kernel; steps are grouped by their kernel count and their
 rows (the embed kernel's grid). For each launch, its increment is end - (previous launch's end):
 with PDL a launch starts early, so its own duration overstates it, and the increments add up to
-the step. Decode steps: the median increment of each launch position within a layer; other steps
-(prompt passes): the median per step of each kernel family's summed increments."""
+the step. Steps of up to 64 rows whose launches are the model's N layers (default 48, qwen3-30b-a3b)
+plus five (embed, norm, head, two summary launches): the median increment of each launch position
+within a layer; other steps: the median per step of each kernel family's summed increments."""
 import collections
 import re
 import statistics as st
@@ -37,6 +38,7 @@ def short(name):
 
 def main():
     recs = load(sys.argv[1], "--demangled" in sys.argv)
+    layers = int(sys.argv[sys.argv.index("--layers") + 1]) if "--layers" in sys.argv else 48
     steps, cur = [], []
     for r in recs:
         cur.append(r)
@@ -53,11 +55,11 @@ def main():
         ss = ss[2:] if len(ss) > 4 else ss  # warm-up steps out
         span = st.median(s[-1][1] - s[0][0] for s in ss) / 1e3
         print(f"== steps of {count} launches, {rows} rows: {len(ss)} steps, median span {span:.1f} us")
-        per = (count - 5) // 48 if (count - 5) % 48 == 0 else 0  # embed, norm, 48 layers, head, 2 summary
+        per = (count - 5) // layers if (count - 5) % layers == 0 else 0
         if per and rows <= 64:
             incs = collections.defaultdict(list)
             for s in ss:
-                for i in range(2, 2 + 48 * per):
+                for i in range(2, 2 + layers * per):
                     incs[(i - 2) % per].append(s[i][1] - s[i - 1][1])
             total = 0.0
             for pos in range(per):
