@@ -18,6 +18,7 @@
 // past a group's end read valid rows whose outputs are never written, so no load needs a guard.
 #include "matvec.h"
 
+#include "bulk_copy.cuh"
 #include "cuda_check.h"
 #include "launch.cuh"
 #include "mma_bf16.cuh"
@@ -46,15 +47,13 @@ constexpr int chunk_items = 4;   // generic types: items per K chunk, lane t of 
 
 __device__ __forceinline__ void prefetch_l1(const void *p) { asm volatile("prefetch.L1 [%0];" ::"l"(p)); }
 
-// Q4_K: the low (high) nibbles of a word's four bytes -> two bf16 pairs, exact: the nibbles
-// masked in place, then bytes b0, b1 (pair 0) or b2, b3 (pair 1) each under an 0x43 byte
-// (0x4300 | q is 128 + q in bf16), minus 128.
+// Q4_K: the low (high) nibbles of a word's four bytes -> two bf16 pairs of 128 + q, exact: the
+// nibbles masked in place, then bytes b0, b1 (pair 0) or b2, b3 (pair 1) each under an 0x43 byte
+// (0x4300 | q is 128 + q in bf16). The bias is not subtracted here (one instruction a pair, 17%
+// of the unpacking): the sub-block's sum of x times 128 d is, with the m term (see the loop).
 __device__ __forceinline__ uint32_t q4_nibbles(uint32_t word, bool high) { return (high ? word >> 4 : word) & 0x0F0F0F0Fu; }
-__device__ __forceinline__ uint32_t q4_pair(uint32_t nibbles, int pair) {
-    const uint32_t v = __byte_perm(nibbles, 0x43434343u, pair == 0 ? 0x4140u : 0x4342u);
-    __nv_bfloat162 b = *reinterpret_cast<const __nv_bfloat162 *>(&v);
-    b = __hsub2(b, __floats2bfloat162_rn(128.0f, 128.0f));
-    return *reinterpret_cast<const uint32_t *>(&b);
+__device__ __forceinline__ uint32_t q4_pair_biased(uint32_t nibbles, int pair) {
+    return __byte_perm(nibbles, 0x43434343u, pair == 0 ? 0x4140u : 0x4342u);
 }
 
 // The B registers of elements e .. e + 3 (e a multiple of 4) of one step row: read from the row's
@@ -127,12 +126,19 @@ __device__ __forceinline__ uint32_t load_u32_a2(const uint8_t *p) {
 // v_warps: K-split warps each physical warp plays (virtual warp w * v_warps + v takes the chunks a
 // block of n_warps * v_warps warps gives its warp of that index, into an accumulator of its own);
 // the sums are added in virtual-warp order, so the arithmetic is that of n_warps * v_warps warps.
+// staged (grouped Q4_K): the block's weight rows are copied whole into shared memory by bulk copies
+// issued at its start (bulk_copy.cuh; max_stages barriers over K, so the first chunks are computed
+// while the rest arrive) instead of each warp keeping one chunk in flight. Same arithmetic.
 template <ggml_type T, bool swiglu, int n_warps, bool split_in, bool parted = false, int n_tiles = 1, int n_cols = 1,
-          int min_blocks = 0, int v_warps = 1>
+          int min_blocks = 0, int v_warps = 1, bool staged = false>
 __global__ void __launch_bounds__(n_warps * 32, min_blocks)
     matvec_kernel(const matvec_args a, int64_t row_bytes, int blocks0, int blocks1) {
     static_assert((n_tiles == 1 && n_cols == 1) || T == ggml_type::q4_k, "matvec: several tiles a block are for Q4_K only");
+    static_assert(!staged || (T == ggml_type::q4_k && !parted), "matvec: staging is for grouped Q4_K products");
     constexpr int n_virtual = n_warps * v_warps;
+    constexpr int max_stages = 4;
+    __shared__ uint64_t s_bar[staged ? max_stages : 1];
+    extern __shared__ __align__(16) uint8_t s_w[];  // staged: 16 n_tiles rows of row_bytes + 32 (staged_stride)
     // The sums of virtual warps v_warps.. (those of physical warps 1..), lane-minor.
     __shared__ float s_red[n_warps > 1 ? (n_warps - 1) * v_warps : 1][4 * n_tiles * n_cols][32];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
@@ -185,19 +191,28 @@ __global__ void __launch_bounds__(n_warps * 32, min_blocks)
     // A rows of this lane: g and g + 8 of the tile (SwiGLU: gate and up of output j0 + g). A row
     // past n_out reads row j0 instead: its C row is never written, and every mma output element
     // is its own A row times its own B column, so no other element sees it. Loads need no guards.
+    // Row s of tile i (A row s of its m16 tile): SwiGLU rows 0-7 gate, 8-15 up of outputs jt + (s & 7).
+    auto weight_row = [&](int i, int s) -> const uint8_t * {
+        const int jt = j0 + i * tile_out;
+        const void *m = w;
+        int j = jt + s;
+        if constexpr (swiglu) {
+            m = s < 8 ? w : a.w_up;
+            j = jt + (s & 7);
+        }
+        return static_cast<const uint8_t *>(m) + (size_t(mat) * n_out + size_t(j < n_out ? j : j0)) * size_t(row_bytes);
+    };
+    const int64_t s_stride = row_bytes + 32;  // staged rows: 32 bytes apart in the banks, so the 8 rows g read at once do not collide
     const uint8_t *rows_lo[n_tiles] = {}, *rows_hi[n_tiles] = {};
     auto resolve_rows = [&]() {
-        const uint8_t *base = static_cast<const uint8_t *>(w);
-        auto row = [&](const uint8_t *m, int j) { return m + (size_t(mat) * n_out + size_t(j < n_out ? j : j0)) * size_t(row_bytes); };
 #pragma unroll
         for (int i = 0; i < n_tiles; ++i) {
-            const int jt = j0 + i * tile_out;
-            if constexpr (swiglu) {
-                rows_lo[i] = row(base, jt + g);
-                rows_hi[i] = row(static_cast<const uint8_t *>(a.w_up), jt + g);
+            if constexpr (staged) {
+                rows_lo[i] = s_w + (16 * i + g) * s_stride;
+                rows_hi[i] = s_w + (16 * i + 8 + g) * s_stride;
             } else {
-                rows_lo[i] = row(base, jt + g);
-                rows_hi[i] = row(base, jt + g + 8);
+                rows_lo[i] = weight_row(i, g);
+                rows_hi[i] = weight_row(i, g + 8);
             }
         }
     };
@@ -205,7 +220,29 @@ __global__ void __launch_bounds__(n_warps * 32, min_blocks)
     // L1 meanwhile (no registers held: lane t of a quad touches byte min(128 t, last) of its two
     // rows' chunk, which reaches every 128-byte line of a chunk of up to 384 bytes).
     const int64_t chunk_bytes = q4k || q6k ? row_bytes / n_chunks : row_bytes / n_items * chunk_items;
+    // Staged: stage st holds chunks st * cps .. of every row, on barrier st.
+    const int cps = (n_chunks + max_stages - 1) / max_stages, n_stages = (n_chunks + cps - 1) / cps;
+    auto stage_weights = [&]() {
+        if constexpr (staged) {
+            constexpr int n_rows = 16 * n_tiles;
+            if (threadIdx.x == 0) {
+                for (int st = 0; st < n_stages; ++st) mbar_init(&s_bar[st]);
+                mbar_fence_init();
+                for (int st = 0; st < n_stages; ++st) {
+                    const int c0 = st * cps, c1 = min(c0 + cps, n_chunks);
+                    mbar_expect(&s_bar[st], uint32_t(n_rows * (c1 - c0) * chunk_bytes));
+                }
+            }
+            __syncthreads();
+            for (int i = threadIdx.x; i < n_rows * n_stages; i += n_warps * 32) {
+                const int r = i % n_rows, st = i / n_rows, c0 = st * cps, c1 = min(c0 + cps, n_chunks);
+                bulk_copy_to_shared(s_w + r * s_stride + c0 * chunk_bytes, weight_row(r / 16, r % 16) + c0 * chunk_bytes,
+                                    uint32_t((c1 - c0) * chunk_bytes), &s_bar[st]);
+            }
+        }
+    };
     auto prefetch_chunk = [&](int c) {
+        if constexpr (staged) return;
         if (c >= c_end) return;
         const int64_t off = int64_t(c) * chunk_bytes + (128 * t < chunk_bytes ? 128 * t : chunk_bytes - 1);
         if (off >= row_bytes) return;
@@ -220,6 +257,7 @@ __global__ void __launch_bounds__(n_warps * 32, min_blocks)
     auto load_chunk = [&](int c) {
         if (c >= c_end) return;
         if constexpr (q4k) {
+            if constexpr (staged) mbar_wait_first(&s_bar[c / cps]);
 #pragma unroll
             for (int i = 0; i < n_tiles; ++i) {
                 raws_lo[i] = load_q4_k_lane(rows_lo[i], c, t);
@@ -241,15 +279,20 @@ __global__ void __launch_bounds__(n_warps * 32, min_blocks)
         if (grouped && !resolve_group()) return;
         resolve_rows();
         // Stream this warp's first weights while the previous kernel finishes.
-        load_chunk(c_begin + warp * v_warps);
-        prefetch_chunk(next_chunk(c_begin + warp * v_warps));
-        prefetched = true;
+        if constexpr (staged) {
+            stage_weights();
+        } else {
+            load_chunk(c_begin + warp * v_warps);
+            prefetch_chunk(next_chunk(c_begin + warp * v_warps));
+            prefetched = true;
+        }
     }
     pdl_wait();
     pdl_trigger();
     if (!early) {
         if (!resolve_group()) return;
         resolve_rows();
+        stage_weights();
     }
 
     for (int p0 = begin; p0 < end; p0 += 8 * n_cols) {
@@ -285,15 +328,24 @@ __global__ void __launch_bounds__(n_warps * 32, min_blocks)
                 if (!(prefetched && p0 == begin && c == c_begin + warp * v_warps)) load_chunk(c);
                 prefetch_chunk(next_chunk(c));
                 if constexpr (q4k) {
-                    // Sub-block j (32 elements) of block c: sum_l q_l x_l on the tensor cores (q exact
-                    // in bf16, x split hi/lo), then acc += d_j * that - m_j * sum_l x_l per row.
+                    // Sub-block j (32 elements) of block c: sum_l (128 + q_l) x_l on the tensor cores
+                    // (exact in bf16, x split hi/lo), then acc += d_j * that - m'_j * sum_l x_l per row.
                     // Lane t of a quad unpacks the scales of sub-blocks 2t, 2t + 1 of both rows; the
                     // quad shares them by shuffles below (each lane unpacking all 16 cost more).
-                    float own[n_tiles][2][4];  // [tile][sub-block 2t + h][d1 row g, m1 row g, d1 row g + 8, m1 row g + 8]
+                    // The quants enter the mma as 128 + q, so the sub-block's sum is d1 (sum_l q_l x_l +
+                    // 128 sum_l x_l) - m1 sum_l x_l = d1 part - (m1 + 128 d1) sum_l x_l: the m term
+                    // carries 128 d1 (exact scaling, one rounding). sum_l x_l is the sum of the split
+                    // values hi + lo the mma saw (x_split.cuh), so the bias cancels to fp32 rounding.
+                    float own[n_tiles][2][4];  // [tile][sub-block 2t + h][d1 row g, m1' row g, d1 row g + 8, m1' row g + 8]
 #pragma unroll
                     for (int i = 0; i < n_tiles; ++i) {
                         q4_k_lane_scales(raws_lo[i].head, t, own[i][0][0], own[i][0][1], own[i][1][0], own[i][1][1]);
                         q4_k_lane_scales(raws_hi[i].head, t, own[i][0][2], own[i][0][3], own[i][1][2], own[i][1][3]);
+#pragma unroll
+                        for (int h = 0; h < 2; ++h) {
+                            own[i][h][1] = __fmaf_rn(128.0f, own[i][h][0], own[i][h][1]);
+                            own[i][h][3] = __fmaf_rn(128.0f, own[i][h][2], own[i][h][3]);
+                        }
                     }
                     // This lane's activations of the block: B registers at 4-element steps, sums per sub-block.
                     const uint4 *xbs[n_cols];
@@ -322,12 +374,13 @@ __global__ void __launch_bounds__(n_warps * 32, min_blocks)
 #pragma unroll
                                     for (int q = 0; q < 2; ++q) {
                                         const float4 f = *reinterpret_cast<const float4 *>(xc + 64 * cc + 32 * h + 4 * q);
-                                        xv[4 * q] = f.x; xv[4 * q + 1] = f.y; xv[4 * q + 2] = f.z; xv[4 * q + 3] = f.w;
+                                        xv[4 * q] = bf16_split_value(f.x); xv[4 * q + 1] = bf16_split_value(f.y);
+                                        xv[4 * q + 2] = bf16_split_value(f.z); xv[4 * q + 3] = bf16_split_value(f.w);
                                         bf16_split2(f.x, f.y, bq[u][q].x, bq[u][q].z);
                                         bf16_split2(f.z, f.w, bq[u][q].y, bq[u][q].w);
                                     }
-                                    // The row's 32 x of the sub-block, in x_split.cuh's canonical order:
-                                    // 8 here, then the quad's butterfly; the C rows' sums from their quads.
+                                    // The row's 32 split values of the sub-block, in x_split.cuh's canonical
+                                    // order: 8 here, then the quad's butterfly; the C rows' sums from their quads.
                                     float xs = ((xv[0] + xv[1]) + (xv[2] + xv[3])) + ((xv[4] + xv[5]) + (xv[6] + xv[7]));
                                     xs += __shfl_xor_sync(0xFFFFFFFFu, xs, 1);
                                     xs += __shfl_xor_sync(0xFFFFFFFFu, xs, 2);
@@ -348,7 +401,7 @@ __global__ void __launch_bounds__(n_warps * 32, min_blocks)
                                     // k slots 2t, 2t + 1 <- elements 8t + 4q, +1; slots 2t + 8, +9 <- 8t + 4q + 2, +3.
                                     const uint32_t nl = q4_nibbles(q == 0 ? raws_lo[i].qs[cc].x : raws_lo[i].qs[cc].y, h);
                                     const uint32_t nh = q4_nibbles(q == 0 ? raws_hi[i].qs[cc].x : raws_hi[i].qs[cc].y, h);
-                                    const uint32_t av[4] = {q4_pair(nl, 0), q4_pair(nh, 0), q4_pair(nl, 1), q4_pair(nh, 1)};
+                                    const uint32_t av[4] = {q4_pair_biased(nl, 0), q4_pair_biased(nh, 0), q4_pair_biased(nl, 1), q4_pair_biased(nh, 1)};
 #pragma unroll
                                     for (int u = 0; u < n_cols; ++u) {
                                         mma_bf16(part[u], av, bq[u][q].x, bq[u][q].y);
@@ -515,6 +568,33 @@ int grouped_row_tiles(const matvec_args &a, bool swiglu) {
     return a.n_in == 3 * 256 ? 2 : 1;
 }
 
+// Grouped Q4_K launches that stage their weights (matvec_kernel's `staged`), by kind of launch.
+// Measured on the H200 (docs/perf-notes.md, session 9; decode 1 / 4 / 16 sessions): SwiGLU of 9-64
+// pairs 845 -> 879 tok/s at 4 sessions, of more than 64 pairs 1,576 -> 1,662 at 16; SwiGLU of up
+// to 8 pairs unchanged; down (K = 768) slower staged (-2% at 1 and at 16 sessions), and so are
+// all of them with the shared-memory carve-out at its maximum (the activations lose L1).
+enum stage_kind : int { stage_swiglu_small = 1, stage_swiglu_mid = 2, stage_swiglu_large = 4, stage_plain_small = 8, stage_plain_large = 16 };
+constexpr int staged_kinds = stage_swiglu_mid | stage_swiglu_large;
+
+template <ggml_type T, bool swiglu, int W, bool split_in, int n_tiles, int min_blocks = 0, int v_warps = 1>
+void launch_grouped(const matvec_args &a, dim3 grid, int64_t row_bytes, int blocks0, int blocks1, int kind,
+                    cudaStream_t stream) {
+    if constexpr (T == ggml_type::q4_k) {
+        const size_t smem = size_t(16 * n_tiles) * size_t(row_bytes + 32);
+        const bool aligned = (reinterpret_cast<uintptr_t>(a.w) | reinterpret_cast<uintptr_t>(a.w_up)) % 16 == 0;
+        const bool wanted = a.stage_weights < 0 ? (staged_kinds & kind) != 0 : a.stage_weights > 0;
+        if (wanted && smem <= 48 * 1024 && aligned && pdl_supported()) {
+            // Staged blocks hold few registers (their weights come from shared memory when used), so
+            // they run every K-split warp physically and without a register cap: the same arithmetic.
+            launch_pdl_smem(matvec_kernel<T, swiglu, W * v_warps, split_in, false, n_tiles, 1, 0, 1, true>, grid,
+                            dim3(W * v_warps * 32), smem, stream, a, row_bytes, blocks0, blocks1);
+            return;
+        }
+    }
+    launch_pdl(matvec_kernel<T, swiglu, W, split_in, false, n_tiles, 1, min_blocks, v_warps>, grid, dim3(W * 32), stream, a,
+               row_bytes, blocks0, blocks1);
+}
+
 template <ggml_type T, bool swiglu, bool split_in>
 void launch_matvec_shape(const matvec_args &a, cudaStream_t stream) {
     constexpr int per_block = swiglu ? block_rows / 2 : block_rows;
@@ -542,18 +622,18 @@ void launch_matvec_shape(const matvec_args &a, cudaStream_t stream) {
             return;
         }
         if (tiles > 1) {
-            auto go = [&](auto kernel, int warps) {
-                launch_pdl(kernel, grid, dim3(warps * 32), stream, a, row_bytes, blocks0, blocks1);
-            };
-            constexpr int w = block_warps;
             // Steps of several rows: at most 136 registers (5 blocks an SM), 16 sessions +4%; one row
             // loses 2% with the cap.
+            const int plain_kind = a.n_pairs > 8 ? stage_plain_large : stage_plain_small;
             if (!swiglu && a.n_in == 3 * 256 && a.n_pairs > 8)
-                go(matvec_kernel<T, false, 3, split_in, false, 2, 1, 5>, 3);
+                launch_grouped<T, false, 3, split_in, 2, 5>(a, grid, row_bytes, blocks0, blocks1, plain_kind, stream);
             else if (!swiglu && a.n_in == 3 * 256)
-                go(matvec_kernel<T, false, 3, split_in, false, 2>, 3);
+                launch_grouped<T, false, 3, split_in, 2>(a, grid, row_bytes, blocks0, blocks1, plain_kind, stream);
             else
-                go(matvec_kernel<T, swiglu, w, split_in, false, 2>, w);
+                launch_grouped<T, swiglu, block_warps, split_in, 2>(
+                    a, grid, row_bytes, blocks0, blocks1,
+                    swiglu ? (a.n_pairs > 64 ? stage_swiglu_large : a.n_pairs > 8 ? stage_swiglu_mid : stage_swiglu_small) : plain_kind,
+                    stream);
             return;
         }
     }
@@ -577,7 +657,8 @@ void launch_matvec_shape(const matvec_args &a, cudaStream_t stream) {
         if constexpr (T == ggml_type::q4_k || T == ggml_type::q6_k) {
             // Three K-quant blocks a row (Qwen3-30B's experts' down, K = 768): three warps, none idle.
             if (a.group_off && a.n_in == 3 * 256) {
-                launch_pdl(matvec_kernel<T, false, 3, split_in>, grid, dim3(3 * 32), stream, a, row_bytes, blocks0, blocks1);
+                launch_grouped<T, false, 3, split_in, 1>(a, grid, row_bytes, blocks0, blocks1,
+                                                         a.n_pairs > 8 ? stage_plain_large : stage_plain_small, stream);
                 return;
             }
         }
@@ -587,10 +668,16 @@ void launch_matvec_shape(const matvec_args &a, cudaStream_t stream) {
         // arithmetic), no barrier, 16 blocks an SM. Measured (docs/perf-notes.md, session 8): 16
         // sessions +4.4%; 4 sessions -9% (too few blocks: 1.4 waves of long warps).
         if (a.group_off && a.n_pairs > vw_swiglu_pairs) {
-            launch_pdl(matvec_kernel<T, swiglu, 1, split_in, false, 1, 1, 16, block_warps>, grid, dim3(32), stream, a, row_bytes,
-                       blocks0, blocks1);
+            launch_grouped<T, swiglu, 1, split_in, 1, 16, block_warps>(a, grid, row_bytes, blocks0, blocks1, stage_swiglu_large,
+                                                                       stream);
             return;
         }
+    }
+    if (a.group_off) {
+        const int kind = swiglu ? (a.n_pairs > 8 ? stage_swiglu_mid : stage_swiglu_small)
+                                : (a.n_pairs > 8 ? stage_plain_large : stage_plain_small);
+        launch_grouped<T, swiglu, block_warps, split_in, 1>(a, grid, row_bytes, blocks0, blocks1, kind, stream);
+        return;
     }
     launch_pdl(matvec_kernel<T, swiglu, block_warps, split_in>, grid, dim3(block_warps * 32), stream, a, row_bytes, blocks0, blocks1);
 }
@@ -640,6 +727,7 @@ void matvec(const matvec_args &a, cudaStream_t stream) {
                         "matvec: k_parts is for dense products without SwiGLU, accumulate or extra matrices, with parts "
                         "that do not overlap and at least one 256-element chunk each");
     TANDEM_CUDA_REQUIRE(a.row_tiles >= 0 && a.row_tiles <= 2, "matvec: row_tiles is 0 (chosen here), 1 or 2");
+    TANDEM_CUDA_REQUIRE(a.stage_weights >= -1 && a.stage_weights <= 1, "matvec: stage_weights is -1 (chosen here), 0 or 1");
     TANDEM_CUDA_REQUIRE(a.col_tiles >= 0 && a.col_tiles <= 2 && (a.col_tiles < 2 || (!a.group_off && a.k_parts == 1)),
                         "matvec: col_tiles is 0 (chosen here), 1 or 2, and 2 is for dense products without K parts");
     TANDEM_CUDA_REQUIRE(a.n_extra >= 0 && a.n_extra <= 2 && (a.n_extra == 0 || (!a.group_off && !a.w_up)),

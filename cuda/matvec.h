@@ -6,9 +6,10 @@
 // norms (norm.h).
 //
 // Numerics (mma_bf16.cuh): the products run on tensor cores with fp32 accumulation, the
-// activations split into bf16 hi/lo pairs. Q4_K and Q6_K weights enter as their exact integer
-// quants and each scale group's sum is scaled after the mma (d * sum(q x) - m * sum(x) for
-// Q4_K's 32-element sub-blocks, (d * scale) * sum(q x) for Q6_K's 16-element groups); other
+// activations split into bf16 hi/lo pairs. Q4_K and Q6_K weights enter as exact integers and
+// each scale group's sum is scaled after the mma (Q4_K's 32-element sub-blocks as 128 + q:
+// d * sum((128 + q) x) - (m + 128 d) * sum(x), sum(x) over the split values the mma saw;
+// (d * scale) * sum(q x) for Q6_K's 16-element groups); other
 // types are dequantised as the CPU does and split too. An output sums its K range in chunks
 // (a K-quant block, or 4 items of 32), chunk c into the partial of warp c % W, and the W partials
 // are added in warp order; W (4, or 8 or 16 for dense matrices too narrow to fill the GPU) depends
@@ -79,6 +80,10 @@ struct matvec_args {
     // Dense Q4_K: n8 tiles of step rows a pass (1 or 2; 0: two when the step has more than 8
     // rows), the weights unpacked once for both. Same outputs, bitwise, either way.
     int32_t col_tiles = 0;
+    // Grouped Q4_K on sm_90: each block's weight rows copied whole into shared memory by bulk
+    // copies at its start (1), or streamed a chunk a warp at a time (0); -1: the launcher picks by
+    // the step's size. Same outputs, bitwise, either way (tests pin it).
+    int32_t stage_weights = -1;
     // matmul_prompt: rows per block tile, 16 or 128 (0: 16 for steps of few rows, see
     // matmul_prompt.cu). Same outputs, bitwise, either way (tests pin it).
     int32_t prompt_tile_rows = 0;

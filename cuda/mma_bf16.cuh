@@ -20,6 +20,12 @@ __device__ __forceinline__ void bf16_split2(float a, float b, uint32_t &hi, uint
     lo = uint32_t(__bfloat16_as_ushort(l.x)) | (uint32_t(__bfloat16_as_ushort(l.y)) << 16);
 }
 
+// The value a split holds, hi + lo (exact in fp32: lo's bits lie within 16 of hi's lowest).
+__device__ __forceinline__ float bf16_split_value(float v) {
+    const float hi = __uint_as_float(__float_as_uint(v) & 0xFFFF0000u);
+    return __fadd_rn(hi, __bfloat162float(__float2bfloat16_rn(v - hi)));
+}
+
 // c += a b for one m16n8k16 tile (a: 16 x 16 row-major, b: 16 x 8 column-major, bf16; c fp32).
 __device__ __forceinline__ void mma_bf16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
     asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "

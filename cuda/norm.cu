@@ -1,4 +1,5 @@
-// cuda/norm.cu - RMSNorm over rows (one block per row, the row in registers) and the embedding lookup.
+// cuda/norm.cu - RMSNorm over rows (one block per row, the row in registers), the split twin of
+// rows (x_split.cuh), and the embedding lookup.
 #include "norm.h"
 
 #include "cuda_check.h"
@@ -70,6 +71,19 @@ __global__ void __launch_bounds__(norm_threads) rmsnorm_kernel(const rmsnorm_arg
     }
 }
 
+// One block per row; a warp's 32 lanes take one 32-element sub-block (n % 32 == 0), so every
+// lane of a warp calls split_store_warp together.
+constexpr int split_threads = 256;
+__global__ void __launch_bounds__(split_threads) split_rows_kernel(const split_rows_args a) {
+    pdl_wait();
+    pdl_trigger();
+    const int64_t r = blockIdx.x;
+    const float *x = a.x + r * a.stride;
+    uint16_t *split = reinterpret_cast<uint16_t *>(a.split) + r * a.stride * 2;
+    float *sums = a.sums + r * (a.stride / 32);
+    for (int i = threadIdx.x; i < a.n; i += split_threads) split_store_warp(split, sums, i, x[i]);
+}
+
 template <ggml_type T>
 __global__ void embed_kernel(const embed_args a, int64_t row_bytes) {
     pdl_wait();
@@ -95,6 +109,15 @@ void rmsnorm(const rmsnorm_args &a, cudaStream_t stream) {
     case 4: launch_pdl(rmsnorm_kernel<4>, grid, block, stream, a); break;
     default: launch_pdl(rmsnorm_kernel<8>, grid, block, stream, a); break;
     }
+    TANDEM_CUDA_CHECK_LAUNCH();
+}
+
+void split_rows(const split_rows_args &a, cudaStream_t stream) {
+    TANDEM_CUDA_REQUIRE(a.x && a.split && a.sums && a.n_rows >= 0 && a.n > 0 && a.n % 32 == 0 && a.stride % 32 == 0 &&
+                            a.n <= a.stride,
+                        "split_rows: bad arguments (n and stride multiples of 32, n <= stride)");
+    if (a.n_rows == 0) return;
+    launch_pdl(split_rows_kernel, dim3(a.n_rows), dim3(split_threads), stream, a);
     TANDEM_CUDA_CHECK_LAUNCH();
 }
 

@@ -1,4 +1,5 @@
-// cuda/norm.h - RMSNorm over rows, and the embedding lookup that starts the forward.
+// cuda/norm.h - RMSNorm over rows, the split twin of rows no norm produces, and the embedding
+// lookup that starts the forward.
 // Owns: y = x / sqrt(mean(x^2) + eps) * w per row with the CPU twin's exact summation order
 // (tandem::dot_f32's 32 lanes and butterfly, no FMA), so a row's norm is bitwise the CPU's for
 // the same input. Does not own: the per-head QK norm (attention.h), the fused combine (moe.h).
@@ -23,6 +24,18 @@ struct rmsnorm_args {
     float *y_sums = nullptr;   // [n_rows][n / 32]
 };
 void rmsnorm(const rmsnorm_args &args, cudaStream_t stream);
+
+// Rows split for the decode products (x_split.cuh) without a norm: the SwiGLU outputs, read by
+// every block of the experts' down product, are split once here instead of by each block.
+// Bitwise what the product computes itself from x (tests compare with the host split).
+struct split_rows_args {
+    const float *x = nullptr;  // [n_rows][stride]
+    int32_t n_rows = 0, n = 0;  // n a multiple of 32, at most stride
+    int64_t stride = 0;         // a multiple of 32; split rows and sums share it (sums: stride / 32)
+    uint4 *split = nullptr;     // [n_rows][stride] as bf16 hi/lo halves
+    float *sums = nullptr;      // [n_rows][stride / 32]
+};
+void split_rows(const split_rows_args &args, cudaStream_t stream);
 
 struct embed_args {
     const void *table = nullptr;     // [n_vocab][row_bytes] of `type`

@@ -6,8 +6,9 @@
 // uint4 {hi(4i) | hi(4i+1) << 16, hi(4i+2) | hi(4i+3) << 16, lo(4i) | lo(4i+1) << 16,
 // lo(4i+2) | lo(4i+3) << 16}, i.e. as 16-bit halves [hi0 hi1 hi2 hi3 lo0 lo1 lo2 lo3]: exactly the
 // two B registers of the hi and of the lo k16 products for the four elements a lane holds. The
-// row's 32-element sums (Q4_K's m term) sit in a third array with row stride / 32, each summed in
-// the canonical order: an xor butterfly over the 32 elements in lane order (1, 2, 4, 8, 16).
+// row's 32-element sums (Q4_K's m term and quant bias) sit in a third array with row stride / 32:
+// sums of the split values hi + lo (what the tensor cores see), each in the canonical order: an
+// xor butterfly over the 32 elements in lane order (1, 2, 4, 8, 16).
 // matvec computes the same values itself from an fp32 row (bitwise equal): the producers only
 // spare every block of every product re-splitting the same rows.
 #pragma once
@@ -31,8 +32,9 @@ __device__ __forceinline__ void split_store_warp(uint16_t *split_row, float *sum
     const uint32_t hi = __float_as_uint(v) & 0xFFFF0000u;
     uint16_t *group = split_row + (i >> 2) * 8 + (i & 3);
     group[0] = uint16_t(hi >> 16);
-    group[4] = __bfloat16_as_ushort(__float2bfloat16_rn(v - __uint_as_float(hi)));
-    const float s = sum32_canonical(v);
+    const __nv_bfloat16 lo = __float2bfloat16_rn(v - __uint_as_float(hi));
+    group[4] = __bfloat16_as_ushort(lo);
+    const float s = sum32_canonical(__fadd_rn(__uint_as_float(hi), __bfloat162float(lo)));
     if (sums_row && (threadIdx.x & 31) == 0) sums_row[i >> 5] = s;
 }
 

@@ -23,6 +23,10 @@ namespace tandem {
 namespace {
 
 constexpr int32_t router_k_parts = 4;  // the router's K parts when its n_in allows (layer_experts)
+// Decode steps of more pairs than this split the SwiGLU outputs once for down (cuda::split_rows).
+// Measured (docs/perf-notes.md, session 9): 16 sessions +2.5%, 4 even; one session's 8 pairs keep
+// the split inside down (-2% with the launch).
+constexpr int32_t split_act_min_pairs = 8;
 
 template <class T>
 T *device_alloc(size_t count) {
@@ -47,9 +51,10 @@ size_t step_floats(const model_hparams &hp, int32_t n_ctx) {
     const size_t dh = size_t(hp.d_head), q_dim = size_t(hp.n_head) * dh, kv_dim = size_t(hp.n_head_kv) * dh;
     const int32_t chunk = cuda::attention_chunk(n_ctx);
     const size_t n_chunks = size_t((n_ctx + chunk - 1) / chunk);
-    // Decode rows' split twins (cuda/x_split.cuh): h and att with their 32-element sums; the
-    // prompt rows' split input of a Q4_K product.
-    const size_t split = r_partial * (d + d / 32 + q_dim + q_dim / 32);
+    // Decode rows' split twins (cuda/x_split.cuh): h, att and the SwiGLU outputs with their
+    // 32-element sums; the prompt rows' split input of a Q4_K product.
+    const size_t act = k * size_t(hp.d_ff_expert);
+    const size_t split = r_partial * (d + d / 32 + q_dim + q_dim / 32 + act + act / 32);
     const size_t prompt_split = r * prompt_split_width(hp) * 33 / 32;
     return r * (2 * d + 2 * q_dim + 2 * kv_dim + router_k_parts * size_t(hp.n_expert) + 2 * k + k * size_t(hp.d_ff_expert) + k * d + 4) +
            r_partial * size_t(hp.n_head) * n_chunks * (dh + 2) + split + prompt_split;
@@ -264,6 +269,8 @@ cuda_device::cuda_device(const model_hparams &hp, const model_tensors &tensors, 
     m.h_sums = device_alloc<float>(D * d / 32);
     m.att_split = device_alloc<uint4>(D * q_dim / 4);
     m.att_sums = device_alloc<float>(D * q_dim / 32);
+    m.act_split = device_alloc<uint4>(D * k * size_t(hp.d_ff_expert) / 4);
+    m.act_sums = device_alloc<float>(D * k * size_t(hp.d_ff_expert) / 32);
     m.prompt_split = device_alloc<uint4>(R * prompt_split_width(hp) / 4);
     m.prompt_sums = device_alloc<float>(R * prompt_split_width(hp) / 32);
     if (split) {
@@ -303,7 +310,7 @@ cuda_device::~cuda_device() {
              m.eout, m.partial, m.exchange[0], m.exchange[1], m.ids, m.group_expert, m.group_off, m.n_groups, m.pair_x,
              m.pair_y, m.groups_total, m.own_mat, m.own_off, m.own_n, m.own_x, m.own_y, m.logits, m.top_keys, m.top_slice_max,
              m.top_slice_sum, m.top_slice_nan, m.top_rows, m.h_split, m.h_sums, m.att_split,
-             m.att_sums, m.prompt_split, m.prompt_sums, m.traffic, local})
+             m.att_sums, m.act_split, m.act_sums, m.prompt_split, m.prompt_sums, m.traffic, local})
         if (p) cudaFree(const_cast<void *>(p));
     if (m.event) cudaEventDestroy(m.event);
     if (m.stream) cudaStreamDestroy(m.stream);
@@ -596,8 +603,24 @@ int64_t cuda_device::layer_experts(int32_t l, int32_t r0, int32_t n) {
     dn.y = eout;
     dn.y_stride = d;
     dn.x_rows = g.y_rows;
-    dn.x_split = nullptr;  // the SwiGLU outputs: split here (their 32-element sums span 4 blocks)
+    // The SwiGLU outputs' 32-element sums span four gate/up blocks, so gate/up cannot write them
+    // split. Steps of more than 8 pairs split them once (split_rows) instead of in every block of
+    // down: 64 blocks a group read the same rows. Bitwise the same outputs either way.
+    dn.x_split = nullptr;
     dn.x_sums = nullptr;
+    if (!m.prompt_rows && n * k > split_act_min_pairs && ff % 32 == 0) {
+        cuda::split_rows_args sa;
+        sa.x = act;
+        sa.n_rows = n * k;
+        sa.n = ff;
+        sa.stride = ff;
+        sa.split = m.act_split + size_t(r0) * k * ff / 4;
+        sa.sums = m.act_sums + size_t(r0) * k * ff / 32;
+        cuda::split_rows(sa, s);
+        ++launches;
+        dn.x_split = sa.split;
+        dn.x_sums = sa.sums;
+    }
     dn.groups_settled = true;  // written by the launch before the gate/up launch
     product(dn, n * k);
     launches += 2;

@@ -36,12 +36,19 @@ inline std::vector<uint16_t> host_split(const std::vector<float> &x) {
     return s;
 }
 
-// Each 32-element sub-block's sum in the canonical order: the xor butterfly 1, 2, 4, 8, 16.
+// The value a split holds: hi + lo (exact in fp32).
+inline float split_value(float v) {
+    const float hi = bits_float(float_bits(v) & 0xFFFF0000u);
+    return hi + bits_float(uint32_t(bf16_rn(v - hi)) << 16);
+}
+
+// Each 32-element sub-block's sum of split values in the canonical order: the xor butterfly 1, 2,
+// 4, 8, 16.
 inline std::vector<float> host_sums32(const std::vector<float> &x) {
     std::vector<float> sums(x.size() / 32);
     for (size_t b = 0; b < sums.size(); ++b) {
         float v[32], nv[32];
-        std::memcpy(v, x.data() + b * 32, sizeof v);
+        for (int j = 0; j < 32; ++j) v[j] = split_value(x[b * 32 + j]);
         for (int w = 1; w <= 16; w <<= 1) {
             for (int j = 0; j < 32; ++j) nv[j] = v[j] + v[j ^ w];
             std::memcpy(v, nv, sizeof v);

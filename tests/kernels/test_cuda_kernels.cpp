@@ -166,7 +166,7 @@ TEST_CASE("matvec matches the CPU matmul for every weight type, and rows are bat
     }
 }
 
-TEST_CASE("rmsnorm and embed are bitwise the CPU's", "[gpu][kernels]") {
+TEST_CASE("rmsnorm, the row split and embed are bitwise the CPU's", "[gpu][kernels]") {
     if (!test::gpu_present()) return;
     std::mt19937_64 rng(7);
     // 1, 2, 4 and 8 elements per thread; 1500 and 5000 leave part of the last pass idle.
@@ -195,6 +195,28 @@ TEST_CASE("rmsnorm and embed are bitwise the CPU's", "[gpu][kernels]") {
                 const auto sums = dm.download(), want = test::host_sums32(ref);
                 CHECK(std::memcmp(sums.data(), want.data(), want.size() * sizeof(float)) == 0);
             }
+        }
+    }
+    // The split twin of rows without a norm (the SwiGLU outputs): bitwise the host split, rows
+    // of a wider stride untouched past n.
+    for (const int32_t n : {32, 768, 1000 / 32 * 32}) {
+        const int32_t rows = 7;
+        const int64_t stride = n + 64;
+        INFO("split rows n " << n);
+        const auto x = test::random_floats(rng, size_t(rows) * size_t(stride), 2.0f);
+        device_buffer<float> dx(x);
+        device_buffer<uint16_t> ds(x.size() * 2);
+        device_buffer<float> dm(x.size() / 32);
+        ds.poison();
+        dm.poison();
+        cuda::split_rows({dx.ptr, rows, n, stride, reinterpret_cast<uint4 *>(ds.ptr), dm.ptr}, nullptr);
+        const auto split = ds.download(), want_split = test::host_split(x);
+        const auto sums = dm.download(), want_sums = test::host_sums32(x);
+        for (int32_t r = 0; r < rows; ++r) {
+            CHECK(std::memcmp(split.data() + size_t(r) * stride * 2, want_split.data() + size_t(r) * stride * 2,
+                              size_t(n) * 2 * sizeof(uint16_t)) == 0);
+            CHECK(std::memcmp(sums.data() + size_t(r) * stride / 32, want_sums.data() + size_t(r) * stride / 32,
+                              size_t(n) / 32 * sizeof(float)) == 0);
         }
     }
     for (ggml_type type : all_types) {
@@ -514,19 +536,21 @@ TEST_CASE("routing, grouping by expert, grouped SwiGLU experts and the combine m
             }
         }
         if (sh.type == ggml_type::q4_k) {
-            // Several weight-row tiles a block (matvec_args::row_tiles): the same outputs, bitwise,
-            // also where a block's last tile runs past n_out (n_out cut so 16 * tiles does not divide it).
+            // Several weight-row tiles a block (matvec_args::row_tiles), weights staged in shared
+            // memory or streamed (stage_weights): the same outputs, bitwise, also where a block's last
+            // tile runs past n_out (n_out cut so 16 * tiles does not divide it).
             for (const bool swiglu : {true, false}) {
                 cuda::matvec_args base = swiglu ? f.gate_up : f.down;
                 base.n_out -= swiglu ? 40 : 24;
                 const int32_t width = swiglu ? ff : d;
                 std::vector<float> first;
-                for (const int32_t tiles : {1, 2}) {
-                    INFO((swiglu ? "gate/up" : "down") << " row tiles " << tiles);
+                for (const int32_t tiles : {1, 2}) for (const int32_t stage : {0, 1}) {
+                    INFO((swiglu ? "gate/up" : "down") << " row tiles " << tiles << " staged " << stage);
                     device_buffer<float> y(size_t(n) * k * width);
                     y.poison();
                     cuda::matvec_args ta = base;
                     ta.row_tiles = tiles;
+                    ta.stage_weights = stage;
                     ta.y = y.ptr;
                     cuda::matvec(ta, nullptr);
                     auto got = y.download();
