@@ -126,9 +126,10 @@ __device__ __forceinline__ uint32_t load_u32_a2(const uint8_t *p) {
 // v_warps: K-split warps each physical warp plays (virtual warp w * v_warps + v takes the chunks a
 // block of n_warps * v_warps warps gives its warp of that index, into an accumulator of its own);
 // the sums are added in virtual-warp order, so the arithmetic is that of n_warps * v_warps warps.
-// staged (grouped Q4_K): the block's weight rows are copied whole into shared memory by bulk copies
-// issued at its start (bulk_copy.cuh; max_stages barriers over K, so the first chunks are computed
-// while the rest arrive) instead of each warp keeping one chunk in flight. Same arithmetic.
+// staged (grouped Q4_K): the block's weight rows are copied whole into shared memory at its start,
+// one bulk copy a row on one barrier (bulk_copy.cuh), instead of each warp keeping one chunk in
+// flight. Same arithmetic. (Barriers over K ranges, so the first chunks are computed while the
+// rest arrive, measured slower: four copies a row cost more instructions than the overlap saves.)
 template <ggml_type T, bool swiglu, int n_warps, bool split_in, bool parted = false, int n_tiles = 1, int n_cols = 1,
           int min_blocks = 0, int v_warps = 1, bool staged = false>
 __global__ void __launch_bounds__(n_warps * 32, min_blocks)
@@ -136,8 +137,7 @@ __global__ void __launch_bounds__(n_warps * 32, min_blocks)
     static_assert((n_tiles == 1 && n_cols == 1) || T == ggml_type::q4_k, "matvec: several tiles a block are for Q4_K only");
     static_assert(!staged || (T == ggml_type::q4_k && !parted), "matvec: staging is for grouped Q4_K products");
     constexpr int n_virtual = n_warps * v_warps;
-    constexpr int max_stages = 4;
-    __shared__ uint64_t s_bar[staged ? max_stages : 1];
+    __shared__ uint64_t s_bar;
     extern __shared__ __align__(16) uint8_t s_w[];  // staged: 16 n_tiles rows of row_bytes + 32 (staged_stride)
     // The sums of virtual warps v_warps.. (those of physical warps 1..), lane-minor.
     __shared__ float s_red[n_warps > 1 ? (n_warps - 1) * v_warps : 1][4 * n_tiles * n_cols][32];
@@ -220,25 +220,19 @@ __global__ void __launch_bounds__(n_warps * 32, min_blocks)
     // L1 meanwhile (no registers held: lane t of a quad touches byte min(128 t, last) of its two
     // rows' chunk, which reaches every 128-byte line of a chunk of up to 384 bytes).
     const int64_t chunk_bytes = q4k || q6k ? row_bytes / n_chunks : row_bytes / n_items * chunk_items;
-    // Staged: stage st holds chunks st * cps .. of every row, on barrier st.
-    const int cps = (n_chunks + max_stages - 1) / max_stages, n_stages = (n_chunks + cps - 1) / cps;
     auto stage_weights = [&]() {
         if constexpr (staged) {
             constexpr int n_rows = 16 * n_tiles;
             if (threadIdx.x == 0) {
-                for (int st = 0; st < n_stages; ++st) mbar_init(&s_bar[st]);
+                mbar_init(&s_bar);
                 mbar_fence_init();
-                for (int st = 0; st < n_stages; ++st) {
-                    const int c0 = st * cps, c1 = min(c0 + cps, n_chunks);
-                    mbar_expect(&s_bar[st], uint32_t(n_rows * (c1 - c0) * chunk_bytes));
-                }
+                mbar_expect(&s_bar, uint32_t(n_rows * row_bytes));
             }
             __syncthreads();
-            for (int i = threadIdx.x; i < n_rows * n_stages; i += n_warps * 32) {
-                const int r = i % n_rows, st = i / n_rows, c0 = st * cps, c1 = min(c0 + cps, n_chunks);
-                bulk_copy_to_shared(s_w + r * s_stride + c0 * chunk_bytes, weight_row(r / 16, r % 16) + c0 * chunk_bytes,
-                                    uint32_t((c1 - c0) * chunk_bytes), &s_bar[st]);
-            }
+            // Row r from lane r / n_warps of warp r % n_warps: a warp issues its lanes' copies one at
+            // a time (a copy takes uniform operands), so the warps share them.
+            for (int r = lane * n_warps + warp; r < n_rows; r += n_warps * 32)
+                bulk_copy_to_shared(s_w + r * s_stride, weight_row(r / 16, r % 16), uint32_t(row_bytes), &s_bar);
         }
     };
     auto prefetch_chunk = [&](int c) {
@@ -257,7 +251,7 @@ __global__ void __launch_bounds__(n_warps * 32, min_blocks)
     auto load_chunk = [&](int c) {
         if (c >= c_end) return;
         if constexpr (q4k) {
-            if constexpr (staged) mbar_wait_first(&s_bar[c / cps]);
+            if constexpr (staged) mbar_wait_first(&s_bar);
 #pragma unroll
             for (int i = 0; i < n_tiles; ++i) {
                 raws_lo[i] = load_q4_k_lane(rows_lo[i], c, t);
@@ -569,12 +563,14 @@ int grouped_row_tiles(const matvec_args &a, bool swiglu) {
 }
 
 // Grouped Q4_K launches that stage their weights (matvec_kernel's `staged`), by kind of launch.
-// Measured on the H200 (docs/perf-notes.md, session 9; decode 1 / 4 / 16 sessions): SwiGLU of 9-64
-// pairs 845 -> 879 tok/s at 4 sessions, of more than 64 pairs 1,576 -> 1,662 at 16; SwiGLU of up
-// to 8 pairs unchanged; down (K = 768) slower staged (-2% at 1 and at 16 sessions), and so are
-// all of them with the shared-memory carve-out at its maximum (the activations lose L1).
+// Measured on the H200 (docs/perf-notes.md, session 9; tok/s at 1 / 4 / 16 sessions): SwiGLU of 9-64
+// and of more than 64 pairs staged, 849 -> 882 at 4 and 1,586 -> 1,710 at 16 (with the split
+// SwiGLU outputs); down above 8 pairs staged too, +1% / +3% more; one copy a row on one barrier
+// instead of four K ranges, +2% / +4% more. One session (up to 8 pairs, either product) measured
+// the same staged or streamed and stays streamed. The shared-memory carve-out at its maximum lost
+// 4-5% (the activations lose L1).
 enum stage_kind : int { stage_swiglu_small = 1, stage_swiglu_mid = 2, stage_swiglu_large = 4, stage_plain_small = 8, stage_plain_large = 16 };
-constexpr int staged_kinds = stage_swiglu_mid | stage_swiglu_large;
+constexpr int staged_kinds = stage_swiglu_mid | stage_swiglu_large | stage_plain_large;
 
 template <ggml_type T, bool swiglu, int W, bool split_in, int n_tiles, int min_blocks = 0, int v_warps = 1>
 void launch_grouped(const matvec_args &a, dim3 grid, int64_t row_bytes, int blocks0, int blocks1, int kind,
