@@ -576,10 +576,13 @@ template <ggml_type T, bool swiglu, int W, bool split_in, int n_tiles, int min_b
 void launch_grouped(const matvec_args &a, dim3 grid, int64_t row_bytes, int blocks0, int blocks1, int kind,
                     cudaStream_t stream) {
     if constexpr (T == ggml_type::q4_k) {
+        // Dynamic (the rows) plus static (the warps' partial sums and the barrier) shared memory
+        // within the 48 KiB a launch gets without opting in.
         const size_t smem = size_t(16 * n_tiles) * size_t(row_bytes + 32);
+        const size_t smem_static = size_t(W * v_warps > 1 ? W * v_warps - 1 : 1) * 4 * n_tiles * 32 * sizeof(float) + 16;
         const bool aligned = (reinterpret_cast<uintptr_t>(a.w) | reinterpret_cast<uintptr_t>(a.w_up)) % 16 == 0;
         const bool wanted = a.stage_weights < 0 ? (staged_kinds & kind) != 0 : a.stage_weights > 0;
-        if (wanted && smem <= 48 * 1024 && aligned && pdl_supported()) {
+        if (wanted && smem + smem_static <= 48 * 1024 && aligned && pdl_supported()) {
             // Staged blocks hold few registers (their weights come from shared memory when used), so
             // they run every K-split warp physically and without a register cap: the same arithmetic.
             launch_pdl_smem(matvec_kernel<T, swiglu, W * v_warps, split_in, false, n_tiles, 1, 0, 1, true>, grid,
