@@ -138,7 +138,7 @@ __global__ void __launch_bounds__(n_warps * 32, min_blocks)
     static_assert(!staged || (T == ggml_type::q4_k && !parted), "matvec: staging is for grouped Q4_K products");
     constexpr int n_virtual = n_warps * v_warps;
     __shared__ uint64_t s_bar;
-    extern __shared__ __align__(16) uint8_t s_w[];  // staged: 16 n_tiles rows of row_bytes + 32 (staged_stride)
+    extern __shared__ __align__(16) uint8_t s_w[];  // staged: 16 n_tiles rows, s_stride = row_bytes + 32 apart
     // The sums of virtual warps v_warps.. (those of physical warps 1..), lane-minor.
     __shared__ float s_red[n_warps > 1 ? (n_warps - 1) * v_warps : 1][4 * n_tiles * n_cols][32];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
