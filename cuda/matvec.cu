@@ -49,8 +49,8 @@ __device__ __forceinline__ void prefetch_l1(const void *p) { asm volatile("prefe
 
 // Q4_K: the low (high) nibbles of a word's four bytes -> two bf16 pairs of 128 + q, exact: the
 // nibbles masked in place, then bytes b0, b1 (pair 0) or b2, b3 (pair 1) each under an 0x43 byte
-// (0x4300 | q is 128 + q in bf16). The bias is not subtracted here (one instruction a pair, 17%
-// of the unpacking): the sub-block's sum of x times 128 d is, with the m term (see the loop).
+// (0x4300 | q is 128 + q in bf16). The bias is not subtracted here (one bf16 subtraction a pair
+// saved): the sub-block's sum of x times 128 d is, with the m term (see the loop).
 __device__ __forceinline__ uint32_t q4_nibbles(uint32_t word, bool high) { return (high ? word >> 4 : word) & 0x0F0F0F0Fu; }
 __device__ __forceinline__ uint32_t q4_pair_biased(uint32_t nibbles, int pair) {
     return __byte_perm(nibbles, 0x43434343u, pair == 0 ? 0x4140u : 0x4342u);
