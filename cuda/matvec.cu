@@ -354,7 +354,21 @@ __global__ void __launch_bounds__(n_warps * 32, min_blocks)
                         }
                     }
 #pragma unroll
-                    for (int cc = 0; cc < 4; ++cc)
+                    for (int cc = 0; cc < 4; ++cc) {
+                        // Sums of sub-blocks 2 cc and 2 cc + 1 of step rows 2t and 2t + 1, 8 bytes a
+                        // load (matvec() passes split rows only when x_stride is a multiple of 64): one
+                        // session +2-3%. Two column tiles and staged blocks load them one at a time (the
+                        // pairs cost the dense two-tile kernel 9 registers, a block an SM, and measured no
+                        // gain at 16 sessions staged).
+                        constexpr bool sum_pairs = n_cols == 1 && !staged;
+                        [[maybe_unused]] float2 xs_pair[n_cols][2];
+                        if constexpr (split_in && sum_pairs) {
+#pragma unroll
+                            for (int u = 0; u < n_cols; ++u) {
+                                xs_pair[u][0] = *reinterpret_cast<const float2 *>(xs_rows0[u] + 2 * cc);
+                                xs_pair[u][1] = *reinterpret_cast<const float2 *>(xs_rows1[u] + 2 * cc);
+                            }
+                        }
 #pragma unroll
                         for (int h = 0; h < 2; ++h) {
                             // Sub-block j = 2 cc + h; this lane's elements 8t .. 8t + 7 of it.
@@ -383,8 +397,13 @@ __global__ void __launch_bounds__(n_warps * 32, min_blocks)
                                 } else {
                                     bq[u][0] = xbs[u][16 * cc + 8 * h];
                                     bq[u][1] = xbs[u][16 * cc + 8 * h + 1];
-                                    xs0[u] = xs_rows0[u][2 * cc + h];
-                                    xs1[u] = xs_rows1[u][2 * cc + h];
+                                    if constexpr (sum_pairs) {
+                                        xs0[u] = h == 0 ? xs_pair[u][0].x : xs_pair[u][0].y;
+                                        xs1[u] = h == 0 ? xs_pair[u][1].x : xs_pair[u][1].y;
+                                    } else {
+                                        xs0[u] = xs_rows0[u][2 * cc + h];
+                                        xs1[u] = xs_rows1[u][2 * cc + h];
+                                    }
                                 }
                             }
 #pragma unroll
@@ -420,6 +439,7 @@ __global__ void __launch_bounds__(n_warps * 32, min_blocks)
                                     }
                             }
                         }
+                    }
                 } else if constexpr (q6k) {
                     // Block c: 16 groups of 16 elements (half h, quarter qq, is: the CPU's loop order,
                     // group index 8 h + 2 qq + is = its scale's index), one k16 step each; lane t holds
@@ -516,6 +536,10 @@ __global__ void __launch_bounds__(n_warps * 32, min_blocks)
 #pragma unroll
                     for (int e = 0; e < 4; ++e) s_red[(warp - 1) * v_warps + v][4 * i + e][lane] = acc_all[v][i][e];
         if constexpr (n_warps > 1) __syncthreads();
+        // After the last pass only warp 0 has work left (the reduction and the stores): the others
+        // leave, so their registers can take another block's warps sooner.
+        const bool last_pass = p0 + 8 * n_cols >= end;
+        if (warp > 0 && last_pass) return;
         if (warp == 0) {
             auto &acc = acc_all[0];
 #pragma unroll
@@ -548,18 +572,20 @@ __global__ void __launch_bounds__(n_warps * 32, min_blocks)
                 }
             }
         }
-        if constexpr (n_warps > 1) __syncthreads();  // s_red is rewritten by the next pass
+        if (n_warps > 1 && !last_pass) __syncthreads();  // s_red is rewritten by the next pass
     }
 }
 
 // Grouped Q4_K products: weight-row tiles per block (matvec_args::row_tiles). Measured on the
 // H200 (docs/perf-notes.md, session 6): two tiles for the experts' down (K = 768, three warps) at
 // every step size (1 / 4 / 16 sessions +5 / +2 / +4%); two for SwiGLU only at one row (+1.5%; at
-// 4 and 16 sessions -4%: 168 registers leave 3 blocks an SM); four spill and lose.
+// 4 and 16 sessions -4%: 168 registers leave 3 blocks an SM); four spill and lose. Since warps
+// leave after their last pass (session 10), down of 9-64 pairs (2-8 sessions) is staged in one
+// tile: 4 sessions +1.6%, 16 sessions (above 64 pairs) -0.5%, so those keep two.
 int grouped_row_tiles(const matvec_args &a, bool swiglu) {
     if (a.row_tiles > 0) return a.row_tiles;
     if (swiglu) return a.n_pairs <= 8 ? 2 : 1;
-    return a.n_in == 3 * 256 ? 2 : 1;
+    return a.n_in == 3 * 256 && (a.n_pairs <= 8 || a.n_pairs > 64) ? 2 : 1;
 }
 
 // Grouped Q4_K launches that stage their weights (matvec_kernel's `staged`), by kind of launch.
@@ -734,6 +760,14 @@ void matvec(const matvec_args &a, cudaStream_t stream) {
     for (int i = 0; i < a.n_extra; ++i)
         TANDEM_CUDA_REQUIRE(a.extra[i].w && a.extra[i].y && a.extra[i].n_out > 0, "matvec: empty extra matrix");
     if (!a.group_off && a.n_pairs == 0) return;
+    if (a.x_split && a.x_stride % 64 != 0) {
+        // The kernels read a row's sums 8 bytes at a time; other strides split here (same bits).
+        matvec_args b = a;
+        b.x_split = nullptr;
+        b.x_sums = nullptr;
+        matvec(b, stream);
+        return;
+    }
     switch (a.type) {
     case ggml_type::q4_k:
         TANDEM_CUDA_REQUIRE(a.n_in % 256 == 0, "matvec: q4_K rows are whole 256-element blocks");
