@@ -252,6 +252,9 @@ __global__ void __launch_bounds__(route_threads) moe_route_kernel(const moe_rout
     __shared__ route_shared sm;
     const bool ids_shared = a.n_rows * a.k <= route_ids_cap;
     for (int e = threadIdx.x; e < a.n_expert; e += route_threads) sm.count[e] = 0;
+    // Every count is zero before any warp adds to it (route_rows counts as it selects; found by
+    // compute-sanitizer racecheck, which delays warps enough to lose a row's counts).
+    __syncthreads();
     pdl_wait();
     pdl_trigger();
     route_rows<epl>(a, 0, a.n_rows, sm, true, ids_shared);
