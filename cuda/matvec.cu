@@ -760,8 +760,9 @@ void matvec(const matvec_args &a, cudaStream_t stream) {
     for (int i = 0; i < a.n_extra; ++i)
         TANDEM_CUDA_REQUIRE(a.extra[i].w && a.extra[i].y && a.extra[i].n_out > 0, "matvec: empty extra matrix");
     if (!a.group_off && a.n_pairs == 0) return;
-    if (a.x_split && a.x_stride % 64 != 0) {
-        // The kernels read a row's sums 8 bytes at a time; other strides split here (same bits).
+    if (a.x_split && (a.x_stride % 64 != 0 || reinterpret_cast<uintptr_t>(a.x_sums) % 8 != 0)) {
+        // The kernels read a row's sums 8 bytes at a time; other rows are split in the kernel
+        // (the same bits).
         matvec_args b = a;
         b.x_split = nullptr;
         b.x_sums = nullptr;

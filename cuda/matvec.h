@@ -59,8 +59,8 @@ struct matvec_args {
     bool groups_settled = false;
     // Decode rows pre-split by their producer (x_split.cuh), same geometry as x: the B registers
     // and the 32-element sums Q4_K needs, both or neither (nullptr: computed here from x, to the
-    // same bits; also when x_stride is not a multiple of 64, whose sums rows are not 8-byte
-    // aligned). x stays required (the prompt products read it).
+    // same bits; also when x_stride is not a multiple of 64 or x_sums not 8-byte aligned: the
+    // kernels read the sums two at a time). x stays required (the prompt products read it).
     const uint4 *x_split = nullptr;
     const float *x_sums = nullptr;   // [*][x_stride / 32]
     matvec_part extra[2];            // dense mode only: more matrices over the same x

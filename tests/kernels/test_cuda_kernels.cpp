@@ -72,6 +72,27 @@ TEST_CASE("matvec matches the CPU matmul for every weight type, and rows are bat
                 cuda::matvec(p, nullptr);
                 CHECK(std::memcmp(ys.download().data(), got.data(), got.size() * sizeof(float)) == 0);
             }
+            // Pre-split rows 32 elements wider than n_in: a stride that is not a multiple of 64
+            // (its sums rows are not 8-byte aligned), which matvec() splits in the kernel instead.
+            // Still bitwise the same.
+            if (sh.n_in % 64 == 0) {
+                const int32_t wide = sh.n_in + 32;
+                std::vector<float> xw(size_t(wide) * sh.n_rows, 0.0f);
+                for (int32_t r = 0; r < sh.n_rows; ++r)
+                    std::copy_n(x.data() + size_t(r) * sh.n_in, sh.n_in, xw.data() + size_t(r) * wide);
+                device_buffer<float> dxw(xw), ys(ref.size());
+                device_buffer<uint16_t> dsplit(test::host_split(xw));
+                device_buffer<float> dsums(test::host_sums32(xw));
+                ys.poison();
+                cuda::matvec_args p = a;
+                p.x = dxw.ptr;
+                p.x_stride = wide;
+                p.x_split = reinterpret_cast<const uint4 *>(dsplit.ptr);
+                p.x_sums = dsums.ptr;
+                p.y = ys.ptr;
+                cuda::matvec(p, nullptr);
+                CHECK(std::memcmp(ys.download().data(), got.data(), got.size() * sizeof(float)) == 0);
+            }
             // Rows one n8 tile a pass (matvec_args::col_tiles; more than 8 rows take two by
             // default where the type has a two-tile path): bitwise the same.
             {
