@@ -357,7 +357,7 @@ __global__ void __launch_bounds__(n_warps * 32, min_blocks)
                     for (int cc = 0; cc < 4; ++cc) {
                         // Sums of sub-blocks 2 cc and 2 cc + 1 of step rows 2t and 2t + 1, 8 bytes a
                         // load (matvec() passes split rows only when x_stride is a multiple of 64): one
-                        // session +2-3%. Two column tiles and staged blocks load them one at a time (the
+                        // session +1-3%. Two column tiles and staged blocks load them one at a time (the
                         // pairs cost the dense two-tile kernel 9 registers, a block an SM, and measured no
                         // gain at 16 sessions staged).
                         constexpr bool sum_pairs = n_cols == 1 && !staged;
