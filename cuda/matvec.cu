@@ -127,8 +127,8 @@ __device__ __forceinline__ uint32_t load_u32_a2(const uint8_t *p) {
 // block of n_warps * v_warps warps gives its warp of that index, into an accumulator of its own);
 // the sums are added in virtual-warp order, so the arithmetic is that of n_warps * v_warps warps.
 // staged (grouped Q4_K): the block's weight rows are copied whole into shared memory at its start,
-// one bulk copy a row on one barrier (bulk_copy.cuh), instead of each warp keeping one chunk in
-// flight. Same arithmetic. (Barriers over K ranges, so the first chunks are computed while the
+// one bulk copy a row (or a plain tile's consecutive rows in one, when they pack: s_stride below)
+// on one barrier (bulk_copy.cuh), instead of each warp keeping one chunk in flight. Same arithmetic. (Barriers over K ranges, so the first chunks are computed while the
 // rest arrive, measured slower: four copies a row cost more instructions than the overlap saves.)
 template <ggml_type T, bool swiglu, int n_warps, bool split_in, bool parted = false, int n_tiles = 1, int n_cols = 1,
           int min_blocks = 0, int v_warps = 1, bool staged = false>
@@ -138,7 +138,7 @@ __global__ void __launch_bounds__(n_warps * 32, min_blocks)
     static_assert(!staged || (T == ggml_type::q4_k && !parted), "matvec: staging is for grouped Q4_K products");
     constexpr int n_virtual = n_warps * v_warps;
     __shared__ uint64_t s_bar;
-    extern __shared__ __align__(16) uint8_t s_w[];  // staged: 16 n_tiles rows, s_stride = row_bytes + 32 apart
+    extern __shared__ __align__(16) uint8_t s_w[];  // staged: 16 n_tiles rows, s_stride apart
     // The sums of virtual warps v_warps.. (those of physical warps 1..), lane-minor.
     __shared__ float s_red[n_warps > 1 ? (n_warps - 1) * v_warps : 1][4 * n_tiles * n_cols][32];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
@@ -202,7 +202,13 @@ __global__ void __launch_bounds__(n_warps * 32, min_blocks)
         }
         return static_cast<const uint8_t *>(m) + (size_t(mat) * n_out + size_t(j < n_out ? j : j0)) * size_t(row_bytes);
     };
-    const int64_t s_stride = row_bytes + 32;  // staged rows: 32 bytes apart in the banks, so the 8 rows g read at once do not collide
+    // Staged rows: the 8 rows g reads at once must start in 8 different 16-byte bank slots (an
+    // 8-byte read a lane: two wavefronts, no more). A row of an odd number of 16-byte units
+    // (row_bytes % 32 == 16: Q4_K of an odd number of blocks, e.g. K = 768) does that packed, so a
+    // plain tile's rows, consecutive in the matrix, come in one copy; otherwise rows are padded
+    // 32 bytes apart and copied one at a time (SwiGLU's gate and up rows are not consecutive anyway).
+    const bool packed = !swiglu && row_bytes % 32 == 16;
+    const int64_t s_stride = packed ? row_bytes : row_bytes + 32;
     const uint8_t *rows_lo[n_tiles] = {}, *rows_hi[n_tiles] = {};
     auto resolve_rows = [&]() {
 #pragma unroll
@@ -231,8 +237,16 @@ __global__ void __launch_bounds__(n_warps * 32, min_blocks)
             __syncthreads();
             // Row r from lane r / n_warps of warp r % n_warps: a warp issues its lanes' copies one at
             // a time (a copy takes uniform operands), so the warps share them.
-            for (int r = lane * n_warps + warp; r < n_rows; r += n_warps * 32)
-                bulk_copy_to_shared(s_w + r * s_stride, weight_row(r / 16, r % 16), uint32_t(row_bytes), &s_bar);
+            // Packed: a tile's rows that exist in one copy, from its first row's lane; rows past n_out
+            // (the matrix's last block) are row j0 again, one copy each, as weight_row gives them.
+            for (int r = lane * n_warps + warp; r < n_rows; r += n_warps * 32) {
+                const int i = r / 16, s = r % 16;
+                const int live = packed ? max(0, min(16, n_out - (j0 + i * tile_out))) : 0;
+                if (s >= live)
+                    bulk_copy_to_shared(s_w + r * s_stride, weight_row(i, s), uint32_t(row_bytes), &s_bar);
+                else if (s == 0)
+                    bulk_copy_to_shared(s_w + r * s_stride, weight_row(i, 0), uint32_t(live * row_bytes), &s_bar);
+            }
         }
     };
     auto prefetch_chunk = [&](int c) {
