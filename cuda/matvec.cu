@@ -128,8 +128,9 @@ __device__ __forceinline__ uint32_t load_u32_a2(const uint8_t *p) {
 // the sums are added in virtual-warp order, so the arithmetic is that of n_warps * v_warps warps.
 // staged (grouped Q4_K): the block's weight rows are copied whole into shared memory at its start,
 // one bulk copy a row (or a plain tile's consecutive rows in one, when they pack: s_stride below)
-// on one barrier (bulk_copy.cuh), instead of each warp keeping one chunk in flight. Same arithmetic. (Barriers over K ranges, so the first chunks are computed while the
-// rest arrive, measured slower: four copies a row cost more instructions than the overlap saves.)
+// on one barrier (bulk_copy.cuh), instead of each warp keeping one chunk in flight. Same
+// arithmetic. (Barriers over K ranges, so the first chunks are computed while the rest arrive,
+// measured slower: four copies a row cost more instructions than the overlap saves.)
 template <ggml_type T, bool swiglu, int n_warps, bool split_in, bool parted = false, int n_tiles = 1, int n_cols = 1,
           int min_blocks = 0, int v_warps = 1, bool staged = false>
 __global__ void __launch_bounds__(n_warps * 32, min_blocks)
