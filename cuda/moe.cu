@@ -166,7 +166,7 @@ __device__ void route_rows(const moe_route_args &a, int row_begin, int row_end, 
                     // NaN (from NaN or infinite logits) ranks as -1: the ranks stay a permutation,
                     // so every slot gets exactly one expert and no expert id goes out of range.
                     p[t] = pt == pt ? pt : -1.0f;
-                    if (lane + 32 * t < ne) s_prob[warp * ne + lane + 32 * t] = p[t];
+                    s_prob[warp * ne + lane + 32 * t] = p[t];
                 }
                 select_top_k<epl>(a, p, s_prob + warp * ne, sm.cand[warp], r, warp, sm, count, ids_shared);
             }

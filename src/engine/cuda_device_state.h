@@ -65,8 +65,9 @@ struct cuda_device::state {
     int32_t *top_slice_nan = nullptr;  // [max_logit_rows][slices] each
     cuda::logits_top_row *top_rows = nullptr;  // [max_logit_rows]
     // Decode rows' split twins (cuda/x_split.cuh), max_logit_rows rows: h, att and the SwiGLU
-    // outputs (k rows each) with their 32-element sums. h_split_fresh: h_split holds the rows h holds (the last writer of h was
-    // this device's norm or combine in a decode step, not a transfer).
+    // outputs (k rows each) with their 32-element sums. h_split_fresh: h_split holds the rows h
+    // holds (the last writer of h was this device's norm or combine in a decode step, not a
+    // transfer).
     uint4 *h_split = nullptr, *att_split = nullptr, *act_split = nullptr;
     float *h_sums = nullptr, *att_sums = nullptr, *act_sums = nullptr;
     bool h_split_fresh = false;
