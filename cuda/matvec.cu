@@ -33,14 +33,14 @@ namespace {
 // Measured on the H200 (docs/perf-notes.md): 4 warps per block beat 8 (more, smaller blocks), and
 // one n8 tile of step rows per pass beats two (half the registers: 4 blocks per SM instead of 2);
 // more rows take more passes, whose weights then come from L1/L2. A dense matrix too narrow to
-// give every SM two blocks (wo) splits K 8 ways instead, one that gives a quarter of them one
-// block (the router: 8 blocks) 16 ways; the split is a function of the matrix's shape, never of
-// the step's rows, so decode rows stay batch invariant. A grouped K-quant matrix of three blocks a
-// row (K = 768: Qwen3-30B's experts' down) runs three warps a block, none idle: 96 registers
-// instead of 128, 7 blocks per SM instead of 4 (16 sessions: 1,200 -> 1,274 tok/s).
+// give every SM two blocks (wo; a router not fused with its norm) splits K 16 ways instead (16-warp
+// blocks beat 8 by 1-2% at 1-16 sessions, session 10 call 15); the split is a function of the
+// matrix's shape, never of the step's rows, so decode rows stay batch invariant. A grouped K-quant
+// matrix of three blocks a row (K = 768: Qwen3-30B's experts' down) runs three warps a block,
+// none idle: 96 registers instead of 128, 7 blocks per SM instead of 4 (16 sessions: 1,200 ->
+// 1,274 tok/s).
 constexpr int block_warps = 4;   // K split 4 ways: enough warps in flight for one-row steps
-constexpr int narrow_blocks = 264;  // fewer blocks than this (2 per SM of an H200): K split 8 ways
-constexpr int tiny_blocks = 33;     // fewer than this (a quarter of an H200's SMs): K split 16 ways
+constexpr int narrow_blocks = 264;  // fewer blocks than this (2 per SM of an H200): K split 16 ways
 constexpr int block_rows = 16;   // weight rows per block (an m16 tile); SwiGLU: 8 gate + 8 up rows
 constexpr int vw_swiglu_pairs = 64;  // grouped Q4_K SwiGLU above this many pairs: one-warp blocks (virtual warps)
 constexpr int chunk_items = 4;   // generic types: items per K chunk, lane t of a quad takes item 4c + t
@@ -653,10 +653,8 @@ void launch_matvec_shape(const matvec_args &a, cudaStream_t stream) {
             auto go = [&](auto kernel, int warps) {
                 launch_pdl(kernel, grid, dim3(warps * 32), stream, a, row_bytes, blocks0, blocks1);
             };
-            if (grid.x < tiny_blocks)
+            if (grid.x < narrow_blocks)
                 go(matvec_kernel<T, false, 4 * block_warps, split_in, false, 1, 2>, 4 * block_warps);
-            else if (grid.x < narrow_blocks)
-                go(matvec_kernel<T, false, 2 * block_warps, split_in, false, 1, 2>, 2 * block_warps);
             else
                 go(matvec_kernel<T, false, block_warps, split_in, false, 1, 2>, block_warps);
             return;
@@ -684,13 +682,8 @@ void launch_matvec_shape(const matvec_args &a, cudaStream_t stream) {
                        row_bytes, blocks0, 0);
             return;
         }
-        if (!a.group_off && grid.x < tiny_blocks) {
-            launch_pdl(matvec_kernel<T, false, 4 * block_warps, split_in>, grid, dim3(4 * block_warps * 32), stream, a, row_bytes,
-                       blocks0, blocks1);
-            return;
-        }
         if (!a.group_off && grid.x < narrow_blocks) {
-            launch_pdl(matvec_kernel<T, false, 2 * block_warps, split_in>, grid, dim3(2 * block_warps * 32), stream, a, row_bytes,
+            launch_pdl(matvec_kernel<T, false, 4 * block_warps, split_in>, grid, dim3(4 * block_warps * 32), stream, a, row_bytes,
                        blocks0, blocks1);
             return;
         }

@@ -12,7 +12,7 @@
 // (d * scale) * sum(q x) for Q6_K's 16-element groups); other
 // types are dequantised as the CPU does and split too. An output sums its K range in chunks
 // (a K-quant block, or 4 items of 32), chunk c into the partial of warp c % W, and the W partials
-// are added in warp order; W (4, or 8 or 16 for dense matrices too narrow to fill the GPU) depends
+// are added in warp order; W (4, or 16 for dense matrices too narrow to fill the GPU) depends
 // only on the matrix's shape, never on the number of rows or groups, and no term mixes two rows:
 // decode logits are batch invariant, bitwise. Error vs the CPU's fp32 products: tolerance::matvec.
 #pragma once

@@ -1,7 +1,8 @@
-// cuda/norm.cu - RMSNorm over rows (one block per row, the row in registers), the split twin of
-// rows (x_split.cuh), and the embedding lookup.
+// cuda/norm.cu - RMSNorm over rows (one block per row, the row in registers), RMSNorm with the
+// F32 router of decode rows, the split twin of rows (x_split.cuh), and the embedding lookup.
 #include "norm.h"
 
+#include "cp_async.cuh"
 #include "cuda_check.h"
 #include "launch.cuh"
 #include "matvec.h"
@@ -71,6 +72,81 @@ __global__ void __launch_bounds__(norm_threads) rmsnorm_kernel(const rmsnorm_arg
     }
 }
 
+// rmsnorm_router: blocks of `E` warps (E experts) over (experts, rows), 4 n (E + 2) bytes of
+// shared memory: the block's router rows and the norm weights, copied before the PDL wait
+// (immutable weights overlap the predecessor), and the row, normalised in place. E is 4 when that
+// fits within 48 KiB (n up to 2,048), else 2 or 1 (n up to 4,096).
+constexpr int router_smem_cap = 48 * 1024;
+constexpr int router_load_batch = 16;  // x loads a thread keeps in flight together
+int router_block_warps(int32_t n) {
+    for (int e = 4; e >= 1; e /= 2)
+        if (4 * int64_t(n) * (e + 2) <= router_smem_cap) return e;
+    return 0;
+}
+
+__global__ void __launch_bounds__(128) rmsnorm_router_kernel(const rmsnorm_router_args a) {
+    extern __shared__ __align__(16) float s_dyn[];
+    const int E = blockDim.x >> 5, n = a.n, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int r = blockIdx.y, e0 = blockIdx.x * E, n_here = min(E, a.n_expert - e0);
+    float *s_w = s_dyn, *s_wn = s_dyn + E * n, *s_h = s_wn + n;
+    const int units = n / 4;  // 16-byte units of a row
+    for (int u = threadIdx.x; u < (n_here + 1) * units; u += blockDim.x) {
+        const int e = u / units, c = u - e * units;
+        if (e < n_here)
+            cp_async_16(s_w + e * n + 4 * c, a.router + int64_t(e0 + e) * n + 4 * c, 16);
+        else
+            cp_async_16(s_wn + 4 * c, a.w_norm + 4 * c, 16);
+    }
+    cp_async_commit();
+    pdl_wait();
+    pdl_trigger();
+    const float *x = a.x + int64_t(r) * n;
+    for (int i0 = threadIdx.x; i0 < n; i0 += router_load_batch * int(blockDim.x)) {
+        float v[router_load_batch];
+#pragma unroll
+        for (int b = 0; b < router_load_batch; ++b) {
+            const int i = i0 + b * int(blockDim.x);
+            v[b] = i < n ? x[i] : 0.0f;
+        }
+#pragma unroll
+        for (int b = 0; b < router_load_batch; ++b) {
+            const int i = i0 + b * int(blockDim.x);
+            if (i < n) s_h[i] = v[b];
+        }
+    }
+    __syncthreads();
+    // Every warp sums the squares as rmsnorm_kernel's warp 0 does (lane sums, butterfly): the
+    // same bits in each, no barrier to share them.
+    float acc = 0.0f;
+#pragma unroll 16
+    for (int i = lane; i < n; i += 32) acc = __fadd_rn(acc, __fmul_rn(s_h[i], s_h[i]));
+    acc = warp_sum_fixed(acc);
+    const float inv = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(acc, float(n)), a.eps)));
+    cp_async_wait_all();
+    __syncthreads();  // every warp has summed the row; the copies are visible
+    for (int i = threadIdx.x; i < n; i += blockDim.x) s_h[i] = __fmul_rn(__fmul_rn(s_h[i], inv), s_wn[i]);
+    __syncthreads();
+    // This block's share of h: 32-element groups bx E + w, then every gridDim.x E groups on.
+    float *h = a.h + int64_t(r) * n;
+    for (int grp = e0 + warp; grp < n / 32; grp += gridDim.x * E) {
+        const int i = grp * 32 + lane;
+        const float v = s_h[i];
+        h[i] = v;
+        if (a.h_split)
+            split_store_warp(reinterpret_cast<uint16_t *>(a.h_split) + int64_t(r) * n * 2,
+                             a.h_sums ? a.h_sums + int64_t(r) * (n / 32) : nullptr, i, v);
+    }
+    // The logit: lane j sums elements j, j + 32, ... in order, then the butterfly (dot_f32).
+    if (warp < n_here) {
+        const float *wr = s_w + warp * n;
+        float dot = 0.0f;
+#pragma unroll 16
+        for (int i = lane; i < n; i += 32) dot = __fadd_rn(dot, __fmul_rn(wr[i], s_h[i]));
+        dot = warp_sum_fixed(dot);
+        if (lane == 0) a.logits[int64_t(r) * a.n_expert + e0 + warp] = dot;
+    }
+}
+
 // One block per row; a warp's 32 lanes take one 32-element sub-block (n % 32 == 0), so every
 // lane of a warp calls split_store_warp together.
 constexpr int split_threads = 256;
@@ -109,6 +185,23 @@ void rmsnorm(const rmsnorm_args &a, cudaStream_t stream) {
     case 4: launch_pdl(rmsnorm_kernel<4>, grid, block, stream, a); break;
     default: launch_pdl(rmsnorm_kernel<8>, grid, block, stream, a); break;
     }
+    TANDEM_CUDA_CHECK_LAUNCH();
+}
+
+bool rmsnorm_router_applies(int32_t n, int32_t n_expert) {
+    return n > 0 && n % 32 == 0 && n_expert > 0 && router_block_warps(n) > 0;
+}
+
+void rmsnorm_router(const rmsnorm_router_args &a, cudaStream_t stream) {
+    TANDEM_CUDA_REQUIRE(a.x && a.w_norm && a.router && a.h && a.logits && a.n_rows >= 0 && rmsnorm_router_applies(a.n, a.n_expert),
+                        "rmsnorm_router: bad arguments (n a multiple of 32, up to 4,096)");
+    TANDEM_CUDA_REQUIRE(a.h != a.x, "rmsnorm_router: h must not alias x (every block of a row reads all of x)");
+    TANDEM_CUDA_REQUIRE(reinterpret_cast<uintptr_t>(a.router) % 16 == 0, "rmsnorm_router: router rows must be 16-byte aligned");
+    TANDEM_CUDA_REQUIRE(!a.h_sums || a.h_split, "rmsnorm_router: h_sums is written with h_split only");
+    if (a.n_rows == 0) return;
+    const int e = router_block_warps(a.n);
+    const dim3 grid((a.n_expert + e - 1) / e, a.n_rows);
+    launch_pdl_smem(rmsnorm_router_kernel, grid, dim3(32 * e), size_t(4) * size_t(a.n) * size_t(e + 2), stream, a);
     TANDEM_CUDA_CHECK_LAUNCH();
 }
 

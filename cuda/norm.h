@@ -1,5 +1,5 @@
-// cuda/norm.h - RMSNorm over rows, the split twin of rows no norm produces, and the embedding
-// lookup that starts the forward.
+// cuda/norm.h - RMSNorm over rows (alone, or with the F32 router of decode rows), the split twin
+// of rows no norm produces, and the embedding lookup that starts the forward.
 // Owns: y = x / sqrt(mean(x^2) + eps) * w per row with the CPU twin's exact summation order
 // (tandem::dot_f32's 32 lanes and butterfly, no FMA), so a row's norm is bitwise the CPU's for
 // the same input. Does not own: the per-head QK norm (attention.h), the fused combine (moe.h).
@@ -24,6 +24,27 @@ struct rmsnorm_args {
     float *y_sums = nullptr;   // [n_rows][n / 32]
 };
 void rmsnorm(const rmsnorm_args &args, cudaStream_t stream);
+
+// The FFN RMSNorm of decode rows and the F32 router in one launch: every block of a row computes
+// the row's norm (rmsnorm's order, so h is bitwise rmsnorm's and the CPU's), writes its share of
+// h (and of its split twin), and warp w the logit of one expert in tandem::dot_f32's order: the
+// logits are bitwise the CPU's cpu::matmul of the same h. One launch instead of two (the norm and
+// the router's K parts), and the expert choice is the CPU's whenever h is.
+struct rmsnorm_router_args {
+    const float *x = nullptr;       // [n_rows][n]
+    const float *w_norm = nullptr;  // [n]
+    const float *router = nullptr;  // [n_expert][n] F32, 16-byte aligned
+    float *h = nullptr;             // [n_rows][n]; must not alias x
+    uint4 *h_split = nullptr;       // optional: [n_rows][n] split (x_split.cuh)
+    float *h_sums = nullptr;        // [n_rows][n / 32], with h_split only
+    float *logits = nullptr;        // [n_rows][n_expert]
+    int32_t n_rows = 0, n = 0, n_expert = 0;
+    float eps = 1e-6f;
+};
+// Whether the fused launch takes this shape (n a multiple of 32 up to 4,096: shared memory within
+// 48 KiB).
+bool rmsnorm_router_applies(int32_t n, int32_t n_expert);
+void rmsnorm_router(const rmsnorm_router_args &args, cudaStream_t stream);
 
 // Rows split for the decode products (x_split.cuh) without a norm: the SwiGLU outputs, read by
 // every block of the experts' down product, are split once here instead of by each block.

@@ -510,18 +510,42 @@ int64_t cuda_device::layer_experts(int32_t l, int32_t r0, int32_t n) {
         launches += 2;  // partial and combine
     }
     dense(L.wo, att, q_dim, aa.out_split, aa.out_sums, x, d, true);
-    cuda::rmsnorm_args na{x, L.ffn_norm, h, n, d, hp.rms_eps};
-    na.y_split = h_split;
-    na.y_sums = h_sums;
-    cuda::rmsnorm(na, s);
-    m.h_split_fresh = split;
-    ++launches;
-    // The router (8 row tiles of 16 for 128 experts) in K parts on their own blocks, 4 when every
-    // part gets at least one 256-element chunk: decode rows (part stride max_logit_rows rows) and
-    // prompt rows (max_step_rows; every prompt launch the same parts, so chunking changes nothing).
-    const int32_t router_parts = L.router.n_in / 256 >= router_k_parts ? router_k_parts : 1;
-    const int64_t part_stride = int64_t(m.prompt_rows ? max_step_rows : max_logit_rows) * hp.n_expert;
-    dense(L.router, h, d, h_split, h_sums, router_logits, hp.n_expert, false, router_parts, part_stride);
+    // Decode rows with an F32 router: the FFN norm and the router in one launch, the logits in
+    // dot_f32's order (the CPU's bits for the same h). Otherwise the norm, then the router (8 row
+    // tiles of 16 for 128 experts) in K parts on their own blocks, 4 when every part gets at least
+    // one 256-element chunk: decode rows (part stride max_logit_rows rows) and prompt rows
+    // (max_step_rows; every prompt launch the same parts, so chunking changes nothing).
+    const bool norm_router = !m.prompt_rows && L.router.type == ggml_type::f32 && cuda::rmsnorm_router_applies(d, hp.n_expert) &&
+                             reinterpret_cast<uintptr_t>(L.router.data) % 16 == 0;
+    int32_t router_parts = 1;
+    int64_t part_stride = 0;
+    if (norm_router) {
+        cuda::rmsnorm_router_args nr;
+        nr.x = x;
+        nr.w_norm = L.ffn_norm;
+        nr.router = static_cast<const float *>(L.router.data);
+        nr.h = h;
+        nr.h_split = h_split;
+        nr.h_sums = h_sums;
+        nr.logits = router_logits;
+        nr.n_rows = n;
+        nr.n = d;
+        nr.n_expert = hp.n_expert;
+        nr.eps = hp.rms_eps;
+        cuda::rmsnorm_router(nr, s);
+        m.h_split_fresh = split;
+        ++launches;
+    } else {
+        cuda::rmsnorm_args na{x, L.ffn_norm, h, n, d, hp.rms_eps};
+        na.y_split = h_split;
+        na.y_sums = h_sums;
+        cuda::rmsnorm(na, s);
+        m.h_split_fresh = split;
+        ++launches;
+        router_parts = L.router.n_in / 256 >= router_k_parts ? router_k_parts : 1;
+        part_stride = int64_t(m.prompt_rows ? max_step_rows : max_logit_rows) * hp.n_expert;
+        dense(L.router, h, d, h_split, h_sums, router_logits, hp.n_expert, false, router_parts, part_stride);
+    }
 
     cuda::moe_route_args ra;
     ra.logits = router_logits;

@@ -35,8 +35,8 @@ TEST_CASE("matvec matches the CPU matmul for every weight type, and rows are bat
     uint64_t seed = 1000;
     for (ggml_type type : all_types) {
         const int64_t blk = ggml_type_info(type).block_elems;
-        // K split by the matrix's blocks of 16 rows: n_out 4500 (282 blocks) 4 ways, 1000 (63) 8
-        // ways, the narrower shapes (under 33 blocks) 16 ways.
+        // K split by the matrix's blocks of 16 rows: n_out 4500 (282 blocks) 4 ways, 1000 (63) and
+        // the narrower shapes (under 264 blocks) 16 ways.
         std::vector<shape> shapes = {{256, 1, 1}, {512, 37, 3}, {768, 129, 13}, {2048, 67, 16}, {256, 5, 40}, {4352, 19, 3},
                                      {512, 4500, 9}, {1024, 1000, 5}};
         if (blk == 1 || blk == 32) shapes.push_back({96, 33, 7});
@@ -218,6 +218,49 @@ TEST_CASE("rmsnorm, the row split and embed are bitwise the CPU's", "[gpu][kerne
             }
         }
     }
+    // The FFN norm with the F32 router (decode rows): h, its split twin and the logits bitwise the
+    // CPU's rmsnorm and cpu::matmul (dot_f32) of that h. 4, 2 and 1 experts a block (n 2048, 3072,
+    // 4096); expert counts that leave the last block part idle; more h groups than blocks' warps.
+    for (const int32_t n : {32, 96, 2048, 3072, 4096}) {
+        for (const int32_t n_expert : {128, 6, 1}) {
+            const int32_t rows = n_expert == 6 ? 17 : 3;
+            INFO("norm+router n " << n << " experts " << n_expert << " rows " << rows);
+            const auto x = test::random_floats(rng, size_t(n) * rows, 3.0f);
+            const auto w = test::random_floats(rng, size_t(n));
+            const auto router = test::random_floats(rng, size_t(n) * n_expert, 0.05f);
+            std::vector<float> h_ref(x.size()), logits_ref(size_t(rows) * n_expert);
+            cpu::rmsnorm(x.data(), w.data(), h_ref.data(), rows, n, 1e-6f);
+            for (int32_t r = 0; r < rows; ++r)
+                for (int32_t e = 0; e < n_expert; ++e)
+                    logits_ref[size_t(r) * n_expert + e] = dot_f32(router.data() + size_t(e) * n, h_ref.data() + size_t(r) * n, n);
+            device_buffer<float> dx(x), dw(w), drt(router), dh(x.size()), dl(logits_ref.size()), dm(x.size() / 32);
+            device_buffer<uint16_t> ds(x.size() * 2);
+            dh.poison();
+            dl.poison();
+            ds.poison();
+            dm.poison();
+            cuda::rmsnorm_router_args a;
+            a.x = dx.ptr;
+            a.w_norm = dw.ptr;
+            a.router = drt.ptr;
+            a.h = dh.ptr;
+            a.h_split = reinterpret_cast<uint4 *>(ds.ptr);
+            a.h_sums = dm.ptr;
+            a.logits = dl.ptr;
+            a.n_rows = rows;
+            a.n = n;
+            a.n_expert = n_expert;
+            REQUIRE(cuda::rmsnorm_router_applies(n, n_expert));
+            cuda::rmsnorm_router(a, nullptr);
+            const auto h = dh.download(), logits = dl.download(), sums = dm.download(), want_sums = test::host_sums32(h_ref);
+            CHECK(std::memcmp(h.data(), h_ref.data(), h_ref.size() * sizeof(float)) == 0);
+            CHECK(std::memcmp(logits.data(), logits_ref.data(), logits_ref.size() * sizeof(float)) == 0);
+            CHECK(ds.download() == test::host_split(h_ref));
+            CHECK(std::memcmp(sums.data(), want_sums.data(), want_sums.size() * sizeof(float)) == 0);
+        }
+    }
+    CHECK_FALSE(cuda::rmsnorm_router_applies(100, 8));    // n not a multiple of 32
+    CHECK_FALSE(cuda::rmsnorm_router_applies(4128, 8));   // shared memory beyond 48 KiB
     // The split twin of rows without a norm (the SwiGLU outputs): bitwise the host split, rows
     // of a wider stride untouched past n.
     for (const int32_t n : {32, 768, 1000 / 32 * 32}) {
