@@ -86,20 +86,6 @@ __device__ __forceinline__ void q4_k_lane_scales(const uint4 &head, int t, float
     m1 = __fmul_rn(dmin, float((mn >> (shift + 8)) & 0xFFu));
 }
 
-// The bytes lane t of a quad needs of one Q4_K block of a row: the header (d, dmin, scales) and
-// quant bytes 32c + 8t .. +7 for c = 0..3 (elements 8t .. 8t + 7 of sub-blocks 2c and 2c + 1).
-struct q4_k_lane {
-    uint4 head;
-    uint2 qs[4];
-};
-__device__ __forceinline__ q4_k_lane load_q4_k_lane(const uint8_t *__restrict__ row, int blk, int t) {
-    const uint8_t *b = row + size_t(blk) * 144;
-    q4_k_lane r;
-    r.head = *reinterpret_cast<const uint4 *>(b);
-#pragma unroll
-    for (int c = 0; c < 4; ++c) r.qs[c] = *reinterpret_cast<const uint2 *>(b + 16 + 32 * c + 8 * t);
-    return r;
-}
 
 // Q6_K: four 6-bit quants (bytes of `word`, each 0..63) -> two bf16 pairs of q - 32, exact:
 // bytes b0, b1 (pair 0) or b2, b3 (pair 1), as 128 + q (0x4300 | q) minus 160.

@@ -1,0 +1,251 @@
+// cuda/matvec_digits.cu - PROTOTYPE (matvec_digits.h): activations as int8 digits, Q4_K decode
+// products on mma.m16n8k32 (u8 x s8). Not used by the engine; measured against matvec.cu by
+// tests/kernels/test_cuda_matvec_digits.cpp.
+#include "matvec_digits.h"
+
+#include "cuda_check.h"
+#include "launch.cuh"
+#include "mma_bf16.cuh"
+#include "quant_decode.cuh"
+#include "warp_reduce.cuh"
+
+#include <cuda_bf16.h>
+
+namespace tandem::cuda {
+namespace {
+
+constexpr int quant_warps = 8;  // blocks of 256 elements a block of the producer
+constexpr int narrow_blocks = 264;  // fewer blocks than this (2 per SM of an H200): K split 16 ways, else 4
+
+// Lane l of a warp holds elements 8l .. 8l + 7 of a block of 256: sub-block j = l / 4, group t = l % 4.
+template <int D>
+__global__ void __launch_bounds__(quant_warps * 32) digits_quantize_kernel(const digits_quantize_args a) {
+    pdl_wait();
+    pdl_trigger();
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int c = blockIdx.x * quant_warps + warp, r = blockIdx.y, n_blocks = a.n / 256;
+    if (c >= n_blocks) return;
+    const float *x = a.x + int64_t(r) * a.n + c * 256 + 8 * lane;
+    const float4 f0 = *reinterpret_cast<const float4 *>(x), f1 = *reinterpret_cast<const float4 *>(x + 4);
+    const float v[8] = {f0.x, f0.y, f0.z, f0.w, f1.x, f1.y, f1.z, f1.w};
+    float mx = 0.0f;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) mx = fmaxf(mx, fabsf(v[i]));
+    mx = warp_max(mx);
+    int e = 0;  // s = 2^e, the smallest power of two with 127 s >= mx (1 for a block of zeros)
+    if (mx > 0.0f) {
+        int k;
+        frexpf(mx, &k);  // mx < 2^k
+        e = k - 7;
+        if (ldexpf(127.0f, e) < mx) ++e;
+    }
+    const float inv = ldexpf(1.0f, -e);
+    uint32_t wd[D][2] = {};
+    int s_part = 0;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+        float q = v[i] * inv;  // exact: a power of two; each remainder below is exact too
+        int sum = 0;
+#pragma unroll
+        for (int d = 0; d < D; ++d) {
+            const float di = d == 0 ? rintf(q) : fminf(fmaxf(rintf(q), -127.0f), 127.0f);
+            wd[d][i / 4] |= uint32_t(uint8_t(int8_t(int(di)))) << (8 * (i % 4));
+            sum = 256 * sum + int(di);
+            q = (q - di) * 256.0f;
+        }
+        s_part += sum;
+    }
+    int8_t *digits = a.out.digits + int64_t(r) * D * a.n + (c * 32 + lane) * 8 * D;
+#pragma unroll
+    for (int d = 0; d < D; ++d) *reinterpret_cast<uint2 *>(digits + 8 * d) = make_uint2(wd[d][0], wd[d][1]);
+    s_part += __shfl_xor_sync(0xFFFFFFFFu, s_part, 1);
+    s_part += __shfl_xor_sync(0xFFFFFFFFu, s_part, 2);
+    const int j = lane >> 2;
+    if ((lane & 3) == 0) {  // S_j (|S| < 2^31), rounded to fp32, as bf16 hi (truncated) and lo
+        const float s = float(s_part);
+        const uint32_t hi = __float_as_uint(s) & 0xFFFF0000u;
+        uint16_t *sums = a.out.sums + (int64_t(r) * n_blocks + c) * 16 + (j >> 1) * 4 + (j & 1);
+        sums[0] = uint16_t(hi >> 16);
+        sums[2] = __bfloat16_as_ushort(__float2bfloat16_rn(s - __uint_as_float(hi)));
+    }
+    if (lane == 0) a.out.scales[int64_t(r) * n_blocks + c] = ldexpf(1.0f, e);
+}
+
+// c = a b for one m16n8k32 tile: a 16 x 32 u8 (row-major), b 32 x 8 s8 (column-major), exact int32.
+__device__ __forceinline__ void mma_u8s8(int (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+    asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.u8.s8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+                 "{%10, %10, %10, %10};"
+                 : "=r"(c[0]), "=r"(c[1]), "=r"(c[2]), "=r"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "r"(0));
+}
+
+__device__ __forceinline__ uint32_t nibbles(uint32_t w, int h) { return (h ? w >> 4 : w) & 0x0F0F0F0Fu; }
+__device__ __forceinline__ int byte_of(uint32_t w, int i) { return int((w >> (8 * i)) & 0xFFu); }
+
+// Lane (g, t): weight rows g and g + 8 of the block's 16, step rows 2t, 2t + 1 of a pass's C
+// columns (B column g). K slot 4t + i of a sub-block's mma is element 8t + i, slot 16 + 4t + i
+// element 8t + 4 + i (the lane's eight consecutive quant bytes).
+// SwiGLU: A rows g are gate rows, g + 8 up rows, of output j0 + g. Grouped: blockIdx.y is the group.
+template <int W, int D, bool swiglu, bool grouped>
+__global__ void __launch_bounds__(W * 32) matvec_digits_kernel(const matvec_digits_args a) {
+    __shared__ float s_red[W - 1][4][32];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    constexpr int tile_out = swiglu ? 8 : 16;
+    const int j0 = blockIdx.x * tile_out, n_blocks = a.n_in / 256;
+    const int64_t row_bytes = int64_t(n_blocks) * 144;
+    int begin = 0, end = a.n_rows, mat = 0;
+    const uint8_t *rlo = nullptr, *rhi = nullptr;
+    auto resolve_rows = [&]() {  // a row past n_out reads row j0: its outputs are never written
+        const uint8_t *w = static_cast<const uint8_t *>(a.w) + int64_t(mat) * a.n_out * row_bytes;
+        if constexpr (swiglu) {
+            const int64_t j = j0 + g < a.n_out ? j0 + g : j0;
+            rlo = w + j * row_bytes;
+            rhi = static_cast<const uint8_t *>(a.w_up) + (int64_t(mat) * a.n_out + j) * row_bytes;
+        } else {
+            rlo = w + int64_t(j0 + g < a.n_out ? j0 + g : j0) * row_bytes;
+            rhi = w + int64_t(j0 + g + 8 < a.n_out ? j0 + g + 8 : j0) * row_bytes;
+        }
+    };
+    q4_k_lane lo, hi;
+    if constexpr (!grouped) {
+        resolve_rows();
+        if (warp < n_blocks) {  // the first block's weights while the predecessor finishes
+            lo = load_q4_k_lane(rlo, warp, t);
+            hi = load_q4_k_lane(rhi, warp, t);
+        }
+    }
+    pdl_wait();
+    pdl_trigger();
+    if constexpr (grouped) {
+        const int gi = blockIdx.y;
+        const int n_groups = *a.n_groups, b = a.group_off[gi], e = a.group_off[gi + 1], m = a.group_mat[gi];
+        if (gi >= n_groups) return;
+        begin = b;
+        end = e;
+        mat = m;
+        resolve_rows();
+    }
+    auto x_row = [&](int i) { const int r = i < end ? i : begin; return a.x_rows ? a.x_rows[r] : r; };
+    auto y_row = [&](int i) { return a.y_rows ? a.y_rows[i] : i; };
+    for (int p0 = begin; p0 < end; p0 += 8) {
+        const int xr = x_row(p0 + g);  // B column g (past the rows: a real row, unused)
+        const int xc0 = x_row(p0 + 2 * t), xc1 = x_row(p0 + 2 * t + 1);
+        float out[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        for (int c = warp; c < n_blocks; c += W) {
+            if (grouped || !(p0 == 0 && c == warp)) {
+                lo = load_q4_k_lane(rlo, c, t);
+                hi = load_q4_k_lane(rhi, c, t);
+            }
+            const int8_t *xd = a.x.digits + int64_t(xr) * D * a.n_in + (c * 32 + t) * 8 * D;
+            const uint2 sb = *reinterpret_cast<const uint2 *>(a.x.sums + (int64_t(xr) * n_blocks + c) * 16 + t * 4);
+            const float s0 = a.x.scales[int64_t(xc0) * n_blocks + c], s1 = a.x.scales[int64_t(xc1) * n_blocks + c];
+            // Scale bytes (get_scale_min_k4's values): sub-blocks 0-3 and 4-7 of each row.
+            const uint32_t sc_lo[2] = {lo.head.y & 0x3F3F3F3Fu, (lo.head.w & 0x0F0F0F0Fu) | ((lo.head.y >> 2) & 0x30303030u)};
+            const uint32_t sc_hi[2] = {hi.head.y & 0x3F3F3F3Fu, (hi.head.w & 0x0F0F0F0Fu) | ((hi.head.y >> 2) & 0x30303030u)};
+            const uint32_t mn_lo = t < 2 ? lo.head.z & 0x3F3F3F3Fu : ((lo.head.w >> 4) & 0x0F0F0F0Fu) | ((lo.head.z >> 2) & 0x30303030u);
+            const uint32_t mn_hi = t < 2 ? hi.head.z & 0x3F3F3F3Fu : ((hi.head.w >> 4) & 0x0F0F0F0Fu) | ((hi.head.z >> 2) & 0x30303030u);
+            int acc[D][4] = {};
+#pragma unroll
+            for (int cc = 0; cc < 4; ++cc) {
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    const int j = 2 * cc + h;
+                    const uint32_t av[4] = {nibbles(lo.qs[cc].x, h), nibbles(hi.qs[cc].x, h), nibbles(lo.qs[cc].y, h),
+                                            nibbles(hi.qs[cc].y, h)};
+                    const int sl = byte_of(sc_lo[j >> 2], j & 3), sh = byte_of(sc_hi[j >> 2], j & 3);
+#pragma unroll
+                    for (int d = 0; d < D; ++d) {
+                        const uint2 bd = *reinterpret_cast<const uint2 *>(xd + j * 32 * D + 8 * d);
+                        int p[4];
+                        mma_u8s8(p, av, bd.x, bd.y);
+                        acc[d][0] += sl * p[0]; acc[d][1] += sl * p[1]; acc[d][2] += sh * p[2]; acc[d][3] += sh * p[3];
+                    }
+                }
+            }
+            // Mins: sum_j m_j S_j on one bf16 mma (K slots j and 8 + j: m_j times S_j's hi and lo).
+            const int sh16 = 16 * (t & 1);
+            const __nv_bfloat162 ml = __floats2bfloat162_rn(float((mn_lo >> sh16) & 0xFFu), float((mn_lo >> (sh16 + 8)) & 0xFFu));
+            const __nv_bfloat162 mh = __floats2bfloat162_rn(float((mn_hi >> sh16) & 0xFFu), float((mn_hi >> (sh16 + 8)) & 0xFFu));
+            const uint32_t ml_u = *reinterpret_cast<const uint32_t *>(&ml), mh_u = *reinterpret_cast<const uint32_t *>(&mh);
+            const uint32_t am[4] = {ml_u, mh_u, ml_u, mh_u};
+            float cm[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+            mma_bf16(cm, am, sb.x, sb.y);
+            const float d_lo = half_bits_to_float(lo.head.x), dm_lo = half_bits_to_float(lo.head.x >> 16);
+            const float d_hi = half_bits_to_float(hi.head.x), dm_hi = half_bits_to_float(hi.head.x >> 16);
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const float d = e < 2 ? d_lo : d_hi, dm = e < 2 ? dm_lo : dm_hi, s = (e & 1) ? s1 : s0;
+                float dots = float(acc[D - 1][e]);  // digit by digit, the last first: acc0 + acc1 / 256 + ...
+#pragma unroll
+                for (int k = D - 2; k >= 0; --k) dots = fmaf(dots, 1.0f / 256.0f, float(acc[k][e]));
+                constexpr float s_unit = D == 2 ? 1.0f / 256.0f : 1.0f / 65536.0f;  // S_j's unit
+                const float part = d * dots - dm * (cm[e] * s_unit);
+                out[e] = fmaf(s, part, out[e]);
+            }
+        }
+        if (warp > 0)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) s_red[warp - 1][e][lane] = out[e];
+        __syncthreads();
+        if (warp == 0) {
+#pragma unroll
+            for (int e = 0; e < 4; ++e)
+#pragma unroll
+                for (int v = 0; v < W - 1; ++v) out[e] += s_red[v][e][lane];
+#pragma unroll
+            for (int e = 0; e < (swiglu ? 2 : 4); ++e) {
+                const int j = j0 + g + (swiglu ? 0 : 8 * (e >> 1)), r = p0 + 2 * t + (e & 1);
+                if (j >= a.n_out || r >= end) continue;
+                float *y = a.y + int64_t(y_row(r)) * a.y_stride + j;
+                if constexpr (swiglu) {
+                    const float gate = out[e], up = out[e + 2];
+                    *y = gate / (1.0f + expf(-gate)) * up;  // silu(gate) * up, as the CPU twin writes it
+                } else {
+                    *y = out[e];
+                }
+            }
+        }
+        __syncthreads();
+    }
+}
+
+}  // namespace
+
+void digits_quantize(const digits_quantize_args &a, cudaStream_t stream) {
+    TANDEM_CUDA_REQUIRE(a.x && a.out.digits && a.out.scales && a.out.sums && a.n > 0 && a.n % 256 == 0 && a.n_rows >= 0 &&
+                            (a.out.n_digits == 2 || a.out.n_digits == 3),
+                        "digits_quantize: bad arguments (n a multiple of 256, 2 or 3 digits)");
+    if (a.n_rows == 0) return;
+    const dim3 grid((a.n / 256 + quant_warps - 1) / quant_warps, a.n_rows);
+    if (a.out.n_digits == 2)
+        launch_pdl(digits_quantize_kernel<2>, grid, dim3(quant_warps * 32), stream, a);
+    else
+        launch_pdl(digits_quantize_kernel<3>, grid, dim3(quant_warps * 32), stream, a);
+    TANDEM_CUDA_CHECK_LAUNCH();
+}
+
+void matvec_digits(const matvec_digits_args &a, cudaStream_t stream) {
+    TANDEM_CUDA_REQUIRE(a.w && a.x.digits && a.x.scales && a.x.sums && a.y && a.n_in > 0 && a.n_in % 256 == 0 && a.n_out > 0 &&
+                            a.n_rows >= 0 && (a.x.n_digits == 2 || a.x.n_digits == 3),
+                        "matvec_digits: bad arguments (n_in a multiple of 256, 2 or 3 digits)");
+    TANDEM_CUDA_REQUIRE(!a.group_off || (a.n_groups && a.group_mat && a.max_groups > 0), "matvec_digits: incomplete groups");
+    if (!a.group_off && a.n_rows == 0) return;
+    const bool swiglu = a.w_up != nullptr;
+    const dim3 grid((a.n_out + (swiglu ? 7 : 15)) / (swiglu ? 8 : 16), a.group_off ? a.max_groups : 1);
+    const bool narrow = !a.group_off && int(grid.x) < narrow_blocks;
+    auto go = [&](auto kernel, int warps) { launch_pdl(kernel, grid, dim3(warps * 32), stream, a); };
+    const bool grouped = a.group_off != nullptr;
+    if (swiglu && grouped)
+        a.x.n_digits == 2 ? go(matvec_digits_kernel<4, 2, true, true>, 4) : go(matvec_digits_kernel<4, 3, true, true>, 4);
+    else if (swiglu)
+        a.x.n_digits == 2 ? go(matvec_digits_kernel<4, 2, true, false>, 4) : go(matvec_digits_kernel<4, 3, true, false>, 4);
+    else if (grouped)
+        a.x.n_digits == 2 ? go(matvec_digits_kernel<4, 2, false, true>, 4) : go(matvec_digits_kernel<4, 3, false, true>, 4);
+    else if (a.x.n_digits == 2)
+        narrow ? go(matvec_digits_kernel<16, 2, false, false>, 16) : go(matvec_digits_kernel<4, 2, false, false>, 4);
+    else
+        narrow ? go(matvec_digits_kernel<16, 3, false, false>, 16) : go(matvec_digits_kernel<4, 3, false, false>, 4);
+    TANDEM_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace tandem::cuda

@@ -1,0 +1,57 @@
+// cuda/matvec_digits.h - PROTOTYPE, not used by the engine: Q4_K decode products on integer
+// tensor cores. Activations are held as two (or three) int8 digits per element against one
+// power-of-two scale per 256 elements (x ~ s (d0 + d1 / 256 + d2 / 65536)); a product takes each 32-element sub-block on
+// mma.m16n8k32 (u8 quants x s8 digits, exact int32), applies the sub-block scales as integer
+// multiply-adds, the mins on one bf16 mma a block, and converts to float once per 256 elements.
+// Integer dot products are exact, so any kernel shape (dp4a for one row, mma for many) would
+// give the same bits. Here to measure the instruction count and the precision against the
+// bf16-split path (docs/perf-notes.md, session 11) before anything is converted to it.
+// Owns: the digit format and its producer, the dense and grouped (SwiGLU) products. Does not own:
+// anything the engine runs (cuda/matvec.h is the product it uses).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace tandem::cuda {
+
+// Per row of n elements (n a multiple of 256), with D = n_digits (2 or 3): digits [n / 32][4][8 D
+// bytes] (sub-block j, lane group t: d0 of elements 8t .. 8t + 7, then their d1, d2), x ~ s (d0 +
+// d1 / 256 + d2 / 65536); scales [n / 256] (s = 2^e, the smallest with 127 s >= the block's
+// largest |x|); per block of 256 the sub-blocks' digit sums S_j = sum (256^(D-1) d0 + ... + d_last)
+// as bf16 hi/lo: [n / 256][4][hi S_2t, hi S_2t+1, lo S_2t, lo S_2t+1].
+struct digit_rows {
+    int8_t *digits = nullptr;   // [n_rows][D n]
+    float *scales = nullptr;    // [n_rows][n / 256]
+    uint16_t *sums = nullptr;   // [n_rows][n / 256 * 16]
+    int32_t n_digits = 2;
+};
+struct digits_quantize_args {
+    const float *x = nullptr;  // [n_rows][n]
+    int32_t n_rows = 0, n = 0;
+    digit_rows out;
+};
+void digits_quantize(const digits_quantize_args &args, cudaStream_t stream);
+
+struct matvec_digits_args {
+    const void *w = nullptr;  // [n_mat][n_out][n_in / 256 blocks of 144 bytes] Q4_K
+    int32_t n_in = 0, n_out = 0;
+    digit_rows x;             // rows of n_in
+    int32_t n_rows = 0;       // dense: the rows computed
+    float *y = nullptr;       // [*][y_stride]
+    int64_t y_stride = 0;
+    // SwiGLU (w_up set, same shape as w): y = silu(W x) * (W_up x).
+    const void *w_up = nullptr;
+    // Grouped (group_off set), as matvec_args: group g < *n_groups multiplies matrix group_mat[g]
+    // with pairs group_off[g] .. group_off[g + 1] - 1; pair i reads x row x_rows[i] and writes y row
+    // y_rows[i]; max_groups bounds *n_groups.
+    const int32_t *x_rows = nullptr, *y_rows = nullptr;
+    const int32_t *group_mat = nullptr, *group_off = nullptr, *n_groups = nullptr;
+    int32_t max_groups = 1;
+};
+// y = W x for every row or pair (16 weight rows a block, or 8 gate and 8 up rows; K split 4 ways,
+// or 16 for a dense matrix of fewer than 264 blocks; 8 step rows a pass).
+void matvec_digits(const matvec_digits_args &args, cudaStream_t stream);
+
+}  // namespace tandem::cuda

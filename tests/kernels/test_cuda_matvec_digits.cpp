@@ -1,0 +1,382 @@
+// tests/kernels/test_cuda_matvec_digits.cpp - the integer-digit prototype (cuda/matvec_digits.h):
+// the digits against a host twin (bitwise), the product against the CPU's fp32 matmul and its
+// rows' batch invariance (bitwise); a hidden [.bench] case times it beside matvec() on the
+// decode shapes of qwen3-30b-a3b.
+#include "gpu_test_util.h"
+#include "quant_test_util.h"
+#include "split_test_util.h"
+
+#include "cuda/cuda_check.h"
+#include "cuda/matvec.h"
+#include "cuda/matvec_digits.h"
+#include "cuda/norm.h"
+#include "src/cpu/cpu_ops.h"
+#include "tandem/quant.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+
+using namespace tandem;
+using tandem::test::device_buffer;
+using tandem::test::host_matrix;
+using tandem::test::random_matrix;
+using tandem::test::rel_err;
+
+namespace {
+
+// Host twin of digits_quantize_kernel: the same scale choice, rounding and packing.
+struct host_digits {
+    std::vector<int8_t> digits;
+    std::vector<float> scales;
+    std::vector<uint16_t> sums;
+};
+host_digits quantize_host(const std::vector<float> &x, int32_t rows, int32_t n, int D) {
+    const int32_t nb = n / 256;
+    host_digits h{std::vector<int8_t>(size_t(rows) * D * n), std::vector<float>(size_t(rows) * nb),
+                  std::vector<uint16_t>(size_t(rows) * nb * 16)};
+    for (int32_t r = 0; r < rows; ++r)
+        for (int32_t c = 0; c < nb; ++c) {
+            const float *v = x.data() + size_t(r) * n + size_t(c) * 256;
+            float mx = 0.0f;
+            for (int i = 0; i < 256; ++i) mx = std::max(mx, std::fabs(v[i]));
+            int e = 0;
+            if (mx > 0.0f) {
+                int k;
+                std::frexp(mx, &k);
+                e = k - 7;
+                if (std::ldexp(127.0f, e) < mx) ++e;
+            }
+            const float inv = std::ldexp(1.0f, -e);
+            h.scales[size_t(r) * nb + c] = std::ldexp(1.0f, e);
+            for (int j = 0; j < 8; ++j) {
+                int s = 0;
+                for (int l = 0; l < 32; ++l) {
+                    float q = v[32 * j + l] * inv;
+                    int sum = 0;
+                    const int t = l / 8, i = l % 8;
+                    int8_t *dst = h.digits.data() + size_t(r) * D * n + (size_t(c) * 32 + size_t(4 * j + t)) * 8 * D;
+                    for (int d = 0; d < D; ++d) {
+                        const float di = d == 0 ? std::nearbyint(q) : std::min(std::max(std::nearbyint(q), -127.0f), 127.0f);
+                        dst[8 * d + i] = int8_t(di);
+                        sum = 256 * sum + int(di);
+                        q = (q - di) * 256.0f;
+                    }
+                    s += sum;
+                }
+                const float sf = float(s);
+                const uint32_t hi = test::float_bits(sf) & 0xFFFF0000u;
+                uint16_t *sums = h.sums.data() + (size_t(r) * nb + c) * 16 + (j >> 1) * 4 + (j & 1);
+                sums[0] = uint16_t(hi >> 16);
+                sums[2] = test::bf16_rn(sf - test::bits_float(hi));
+            }
+        }
+    return h;
+}
+
+struct device_digits {
+    device_buffer<int8_t> digits;
+    device_buffer<float> scales;
+    device_buffer<uint16_t> sums;
+    int D;
+    device_digits(int32_t rows, int32_t n, int d)
+        : digits(size_t(rows) * d * n), scales(size_t(rows) * (n / 256)), sums(size_t(rows) * (n / 256) * 16), D(d) {}
+    cuda::digit_rows view() { return {digits.ptr, scales.ptr, sums.ptr, D}; }
+};
+
+// A step's routing grouped by expert (cuda/moe.h's layout): each row's k distinct experts.
+struct host_groups {
+    std::vector<int32_t> ids, group_mat, group_off, pair_x, pair_y;
+    int32_t n_groups = 0;
+};
+host_groups route_random(std::mt19937_64 &rng, int32_t rows, int32_t k, int32_t n_expert) {
+    host_groups h;
+    for (int32_t r = 0; r < rows; ++r) {
+        std::vector<int32_t> all(static_cast<size_t>(n_expert));
+        for (int32_t e = 0; e < n_expert; ++e) all[size_t(e)] = e;
+        std::shuffle(all.begin(), all.end(), rng);
+        h.ids.insert(h.ids.end(), all.begin(), all.begin() + k);
+    }
+    for (int32_t e = 0; e < n_expert; ++e) {
+        const size_t before = h.pair_x.size();
+        for (int32_t p = 0; p < rows * k; ++p)
+            if (h.ids[size_t(p)] == e) {
+                h.pair_x.push_back(p / k);
+                h.pair_y.push_back(p);
+            }
+        if (h.pair_x.size() > before) {
+            h.group_mat.push_back(e);
+            h.group_off.push_back(int32_t(before));
+        }
+    }
+    h.n_groups = int32_t(h.group_mat.size());
+    h.group_off.push_back(int32_t(h.pair_x.size()));
+    return h;
+}
+
+struct device_groups {
+    device_buffer<int32_t> mat, off, n, px, py;
+    int32_t max_groups;
+    explicit device_groups(const host_groups &h)
+        : mat(h.group_mat), off(h.group_off), n(std::vector<int32_t>{h.n_groups}), px(h.pair_x), py(h.pair_y),
+          max_groups(h.n_groups) {}
+};
+
+}  // namespace
+
+TEST_CASE("digit products (prototype) match the CPU and are batch invariant", "[gpu][kernels]") {
+    if (!test::gpu_present()) return;
+    cpu::cpu_context ctx{4};
+    struct shape { int32_t n_in, n_out, n_rows; };
+    uint64_t seed = 4000;
+    // 2 and 3 digits; 300 rows: 19 blocks (K split 16 ways), 4,500 rows: 282 blocks (4 ways).
+    const shape shapes[] = {{256, 1, 1}, {768, 129, 13}, {2048, 67, 16}, {2048, 300, 3}, {4096, 40, 9}, {512, 4500, 9}};
+    for (const int D : {2, 3}) for (const shape &sh : shapes) {
+        ++seed;
+        INFO("digits " << D << " n_in " << sh.n_in << " n_out " << sh.n_out << " rows " << sh.n_rows << " seed " << seed);
+        std::mt19937_64 rng(seed);
+        const auto w = random_matrix(rng, ggml_type::q4_k, sh.n_in, sh.n_out, 0.05f);
+        auto x = test::random_floats(rng, size_t(sh.n_in) * sh.n_rows);
+        for (size_t i = 0; i < x.size(); i += 97) x[i] *= 20.0f;  // outliers: the blocks' scales follow them
+        std::fill(x.begin(), x.begin() + 256, 0.0f);            // a block of zeros
+        std::vector<float> ref(size_t(sh.n_out) * sh.n_rows);
+        cpu::matmul(ctx, host_matrix(w, ggml_type::q4_k, sh.n_in, sh.n_out), x.data(), ref.data(), sh.n_rows);
+
+        device_buffer<uint8_t> dw(w);
+        device_buffer<float> dx(x), dy(ref.size());
+        device_digits dd(sh.n_rows, sh.n_in, D);
+        dd.digits.poison();
+        cuda::digits_quantize({dx.ptr, sh.n_rows, sh.n_in, dd.view()}, nullptr);
+        const host_digits want = quantize_host(x, sh.n_rows, sh.n_in, D);
+        CHECK(dd.digits.download() == want.digits);
+        CHECK(dd.scales.download() == want.scales);
+        CHECK(dd.sums.download() == want.sums);
+
+        dy.poison();
+        cuda::matvec_digits_args a{dw.ptr, sh.n_in, sh.n_out, dd.view(), sh.n_rows, dy.ptr, sh.n_out};
+        cuda::matvec_digits(a, nullptr);
+        const auto got = dy.download();
+        double worst = 0.0;
+        for (int32_t r = 0; r < sh.n_rows; ++r)
+            worst = std::max(worst, rel_err(got.data() + size_t(r) * sh.n_out, ref.data() + size_t(r) * sh.n_out, size_t(sh.n_out)));
+        INFO("worst relative L2 error of a row " << worst);
+        CHECK(worst <= test::tolerance::matvec);
+        // Each row alone: bitwise its value among the others.
+        for (int32_t r = 0; r < sh.n_rows; r += 5) {
+            device_digits one(1, sh.n_in, D);
+            device_buffer<float> x1(std::vector<float>(x.begin() + size_t(r) * sh.n_in, x.begin() + size_t(r + 1) * sh.n_in));
+            device_buffer<float> y1(size_t(sh.n_out));
+            cuda::digits_quantize({x1.ptr, 1, sh.n_in, one.view()}, nullptr);
+            cuda::matvec_digits({dw.ptr, sh.n_in, sh.n_out, one.view(), 1, y1.ptr, sh.n_out}, nullptr);
+            CHECK(std::memcmp(y1.download().data(), got.data() + size_t(r) * sh.n_out, size_t(sh.n_out) * sizeof(float)) == 0);
+        }
+    }
+}
+
+TEST_CASE("grouped SwiGLU digit products (prototype) match the CPU and are batch invariant", "[gpu][kernels]") {
+    if (!test::gpu_present()) return;
+    cpu::cpu_context ctx{4};
+    std::mt19937_64 rng(4100);
+    const int32_t n_expert = 6, k = 3, n_in = 512, n_out = 200, rows = 5;  // 200: a partial tile of 8 outputs
+    std::vector<std::vector<uint8_t>> gate, up;
+    std::vector<uint8_t> all_gate, all_up;
+    for (int32_t e = 0; e < n_expert; ++e) {
+        gate.push_back(random_matrix(rng, ggml_type::q4_k, n_in, n_out, 0.05f));
+        up.push_back(random_matrix(rng, ggml_type::q4_k, n_in, n_out, 0.05f));
+        all_gate.insert(all_gate.end(), gate.back().begin(), gate.back().end());
+        all_up.insert(all_up.end(), up.back().begin(), up.back().end());
+    }
+    const auto x = test::random_floats(rng, size_t(n_in) * rows);
+    const host_groups hg = route_random(rng, rows, k, n_expert);
+    std::vector<float> ref(size_t(rows) * k * n_out);
+    for (int32_t p = 0; p < rows * k; ++p) {
+        const int32_t e = hg.ids[size_t(p)];
+        std::vector<float> gv(static_cast<size_t>(n_out)), uv(static_cast<size_t>(n_out));
+        cpu::matmul(ctx, host_matrix(gate[size_t(e)], ggml_type::q4_k, n_in, n_out), x.data() + size_t(p / k) * n_in, gv.data(), 1);
+        cpu::matmul(ctx, host_matrix(up[size_t(e)], ggml_type::q4_k, n_in, n_out), x.data() + size_t(p / k) * n_in, uv.data(), 1);
+        for (int32_t j = 0; j < n_out; ++j) ref[size_t(p) * n_out + j] = gv[size_t(j)] / (1.0f + std::exp(-gv[size_t(j)])) * uv[size_t(j)];
+    }
+    device_buffer<uint8_t> dg(all_gate), du(all_up);
+    device_buffer<float> dx(x), dy(ref.size());
+    device_digits dd(rows, n_in, 2);
+    cuda::digits_quantize({dx.ptr, rows, n_in, dd.view()}, nullptr);
+    auto run = [&](const host_groups &h, device_digits &digits, float *y) {
+        device_groups gr(h);
+        cuda::matvec_digits_args a{dg.ptr, n_in, n_out, digits.view(), 0, y, n_out};
+        a.w_up = du.ptr;
+        a.x_rows = gr.px.ptr;
+        a.y_rows = gr.py.ptr;
+        a.group_mat = gr.mat.ptr;
+        a.group_off = gr.off.ptr;
+        a.n_groups = gr.n.ptr;
+        a.max_groups = n_expert;  // more than the step's groups: the rest find none
+        cuda::matvec_digits(a, nullptr);
+        TANDEM_CUDA_CHECK(cudaDeviceSynchronize());
+    };
+    dy.poison();
+    run(hg, dd, dy.ptr);
+    const auto got = dy.download();
+    CHECK(rel_err(got.data(), ref.data(), ref.size()) <= test::tolerance::moe);
+    // Row 2 alone (its own k groups): its pairs' outputs bitwise those of the whole step.
+    host_groups one;
+    for (int32_t s = 0; s < k; ++s) one.ids.push_back(hg.ids[size_t(2 * k + s)]);
+    {
+        std::vector<int32_t> order(static_cast<size_t>(k));
+        for (int32_t s = 0; s < k; ++s) order[size_t(s)] = s;
+        std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return one.ids[size_t(a)] < one.ids[size_t(b)]; });
+        for (int32_t s : order) {
+            one.group_mat.push_back(one.ids[size_t(s)]);
+            one.group_off.push_back(int32_t(one.pair_x.size()));
+            one.pair_x.push_back(0);
+            one.pair_y.push_back(s);
+        }
+        one.n_groups = k;
+        one.group_off.push_back(k);
+    }
+    device_digits d1(1, n_in, 2);
+    device_buffer<float> x1(std::vector<float>(x.begin() + 2 * n_in, x.begin() + 3 * n_in)), y1(size_t(k) * n_out);
+    cuda::digits_quantize({x1.ptr, 1, n_in, d1.view()}, nullptr);
+    run(one, d1, y1.ptr);
+    CHECK(std::memcmp(y1.download().data(), got.data() + size_t(2 * k) * n_out, size_t(k) * n_out * sizeof(float)) == 0);
+}
+
+// Timing: ./test_cuda_matvec_digits "[.bench]". Decode shapes of qwen3-30b-a3b (Q/K/V 5,120 x 2,048;
+// all of a one-row step's gate/up 12,288 x 2,048; wo 2,048 x 4,096; down 2,048 x 768) at 1-16
+// rows: matvec() on split rows (the engine's path) against matvec_digits on digit rows, each
+// launch's producer excluded; errors against the CPU for both.
+TEST_CASE("digit products (prototype) timing beside matvec", "[.bench][gpu]") {
+    if (!test::gpu_present()) return;
+    cpu::cpu_context ctx{16};
+    std::mt19937_64 rng(77);
+    cudaEvent_t e0, e1;
+    TANDEM_CUDA_CHECK(cudaEventCreate(&e0));
+    TANDEM_CUDA_CHECK(cudaEventCreate(&e1));
+    auto median_us = [&](auto &&fn) {
+        for (int i = 0; i < 10; ++i) fn();
+        std::vector<float> ms(7);
+        for (float &m : ms) {
+            TANDEM_CUDA_CHECK(cudaEventRecord(e0));
+            for (int i = 0; i < 50; ++i) fn();
+            TANDEM_CUDA_CHECK(cudaEventRecord(e1));
+            TANDEM_CUDA_CHECK(cudaEventSynchronize(e1));
+            TANDEM_CUDA_CHECK(cudaEventElapsedTime(&m, e0, e1));
+        }
+        std::sort(ms.begin(), ms.end());
+        return ms[ms.size() / 2] * 1000.0f / 50.0f;
+    };
+    struct shape { const char *name; int32_t n_in, n_out; };
+    for (const shape &sh : {shape{"qkv", 2048, 5120}, shape{"gate/up x8", 2048, 12288}, shape{"wo", 4096, 2048}, shape{"down", 768, 2048}}) {
+        const auto w = random_matrix(rng, ggml_type::q4_k, sh.n_in, sh.n_out, 0.05f);
+        device_buffer<uint8_t> dw(w);
+        for (const int32_t rows : {1, 2, 4, 8, 16}) {
+            const auto x = test::random_floats(rng, size_t(sh.n_in) * rows);
+            std::vector<float> ref(size_t(sh.n_out) * rows);
+            cpu::matmul(ctx, host_matrix(w, ggml_type::q4_k, sh.n_in, sh.n_out), x.data(), ref.data(), rows);
+            device_buffer<float> dx(x), y_split(ref.size()), y_dig(ref.size());
+            device_buffer<uint16_t> dsplit(test::host_split(x));
+            device_buffer<float> dsums(test::host_sums32(x));
+            cuda::matvec_args a = test::dense_product_args(dw.ptr, ggml_type::q4_k, sh.n_in, sh.n_out, dx.ptr, y_split.ptr, rows);
+            a.x_split = reinterpret_cast<const uint4 *>(dsplit.ptr);
+            a.x_sums = dsums.ptr;
+            const float t_split = median_us([&] { cuda::matvec(a, nullptr); });
+            const auto gs = y_split.download();
+            std::printf("%-11s rows %2d: matvec %6.2f us (err %.1e)", sh.name, rows, t_split, rel_err(gs.data(), ref.data(), ref.size()));
+            for (const int D : {2, 3}) {
+                device_digits dd(rows, sh.n_in, D);
+                cuda::digits_quantize({dx.ptr, rows, sh.n_in, dd.view()}, nullptr);
+                const cuda::matvec_digits_args b{dw.ptr, sh.n_in, sh.n_out, dd.view(), rows, y_dig.ptr, sh.n_out};
+                const float t_dig = median_us([&] { cuda::matvec_digits(b, nullptr); });
+                const auto gd = y_dig.download();
+                std::printf("  %d digits %6.2f us (x%.2f, err %.1e)", D, t_dig, t_split / t_dig, rel_err(gd.data(), ref.data(), ref.size()));
+                CHECK(t_dig > 0.0f);
+            }
+            std::printf("\n");
+        }
+    }
+    TANDEM_CUDA_CHECK(cudaEventDestroy(e0));
+    TANDEM_CUDA_CHECK(cudaEventDestroy(e1));
+}
+
+// Timing: the experts' gate/up of qwen3-30b-a3b (128 experts of 768 x 2,048, k = 8) on 1, 4 and 16
+// rows of random routing: matvec() (its grouped SwiGLU kernels, staged above 8 pairs) against the
+// grouped digit kernel.
+TEST_CASE("grouped SwiGLU digit products (prototype) timing beside matvec", "[.bench][gpu]") {
+    if (!test::gpu_present()) return;
+    std::mt19937_64 rng(78);
+    const int32_t n_expert = 128, k = 8, n_in = 2048, n_out = 768, distinct = 16;
+    std::vector<uint8_t> all_gate, all_up;
+    {
+        std::vector<std::vector<uint8_t>> g, u;
+        for (int32_t e = 0; e < distinct; ++e) {
+            g.push_back(random_matrix(rng, ggml_type::q4_k, n_in, n_out, 0.05f));
+            u.push_back(random_matrix(rng, ggml_type::q4_k, n_in, n_out, 0.05f));
+        }
+        for (int32_t e = 0; e < n_expert; ++e) {
+            all_gate.insert(all_gate.end(), g[size_t(e % distinct)].begin(), g[size_t(e % distinct)].end());
+            all_up.insert(all_up.end(), u[size_t(e % distinct)].begin(), u[size_t(e % distinct)].end());
+        }
+    }
+    device_buffer<uint8_t> dg(all_gate), du(all_up);
+    cudaEvent_t e0, e1;
+    TANDEM_CUDA_CHECK(cudaEventCreate(&e0));
+    TANDEM_CUDA_CHECK(cudaEventCreate(&e1));
+    auto median_us = [&](auto &&fn) {
+        for (int i = 0; i < 10; ++i) fn();
+        std::vector<float> ms(7);
+        for (float &m : ms) {
+            TANDEM_CUDA_CHECK(cudaEventRecord(e0));
+            for (int i = 0; i < 20; ++i) fn();
+            TANDEM_CUDA_CHECK(cudaEventRecord(e1));
+            TANDEM_CUDA_CHECK(cudaEventSynchronize(e1));
+            TANDEM_CUDA_CHECK(cudaEventElapsedTime(&m, e0, e1));
+        }
+        std::sort(ms.begin(), ms.end());
+        return ms[ms.size() / 2] * 1000.0f / 20.0f;
+    };
+    for (const int32_t rows : {1, 2, 4, 8, 16}) {
+        const auto x = test::random_floats(rng, size_t(n_in) * rows);
+        const host_groups hg = route_random(rng, rows, k, n_expert);
+        device_groups gr(hg);
+        device_buffer<float> dx(x), y_split(size_t(rows) * k * n_out), y_dig(size_t(rows) * k * n_out);
+        device_buffer<uint16_t> dsplit(test::host_split(x));
+        device_buffer<float> dsums(test::host_sums32(x));
+        cuda::matvec_args a;
+        a.w = dg.ptr;
+        a.w_up = du.ptr;
+        a.type = ggml_type::q4_k;
+        a.n_in = n_in;
+        a.n_out = n_out;
+        a.x = dx.ptr;
+        a.x_stride = n_in;
+        a.y = y_split.ptr;
+        a.y_stride = n_out;
+        a.x_rows = gr.px.ptr;
+        a.y_rows = gr.py.ptr;
+        a.group_mat = gr.mat.ptr;
+        a.group_off = gr.off.ptr;
+        a.n_groups = gr.n.ptr;
+        a.max_groups = std::min(rows * k, n_expert);
+        a.n_pairs = rows * k;
+        a.x_split = reinterpret_cast<const uint4 *>(dsplit.ptr);
+        a.x_sums = dsums.ptr;
+        device_digits dd(rows, n_in, 2);
+        cuda::digits_quantize({dx.ptr, rows, n_in, dd.view()}, nullptr);
+        cuda::matvec_digits_args b{dg.ptr, n_in, n_out, dd.view(), 0, y_dig.ptr, n_out};
+        b.w_up = du.ptr;
+        b.x_rows = gr.px.ptr;
+        b.y_rows = gr.py.ptr;
+        b.group_mat = gr.mat.ptr;
+        b.group_off = gr.off.ptr;
+        b.n_groups = gr.n.ptr;
+        b.max_groups = a.max_groups;
+        const float t_split = median_us([&] { cuda::matvec(a, nullptr); });
+        const float t_dig = median_us([&] { cuda::matvec_digits(b, nullptr); });
+        const auto gs = y_split.download(), gd = y_dig.download();
+        std::printf("gate/up grouped rows %2d (%3d groups): matvec %6.2f us  2 digits %6.2f us (x%.2f)  digits vs split %.1e\n", rows,
+                    hg.n_groups, t_split, t_dig, t_split / t_dig, rel_err(gd.data(), gs.data(), gs.size()));
+        CHECK(t_dig > 0.0f);
+    }
+    TANDEM_CUDA_CHECK(cudaEventDestroy(e0));
+    TANDEM_CUDA_CHECK(cudaEventDestroy(e1));
+}
