@@ -1,9 +1,11 @@
-// cuda/matvec_digits.cu - PROTOTYPE (matvec_digits.h): activations as int8 digits, Q4_K decode
-// products on mma.m16n8k32 (u8 x s8). Not used by the engine; measured against matvec.cu by
+// cuda/matvec_digits.cu - Q4_K decode products on int8 activation digits (matvec_digits.h):
+// mma.m16n8k32 u8 x s8 per digit; tested and timed beside matvec.cu by
 // tests/kernels/test_cuda_matvec_digits.cpp.
 #include "matvec_digits.h"
 
+#include "bulk_copy.cuh"
 #include "cuda_check.h"
+#include "digits.cuh"
 #include "launch.cuh"
 #include "mma_bf16.cuh"
 #include "quant_decode.cuh"
@@ -28,47 +30,7 @@ __global__ void __launch_bounds__(quant_warps * 32) digits_quantize_kernel(const
     const float *x = a.x + int64_t(r) * a.n + c * 256 + 8 * lane;
     const float4 f0 = *reinterpret_cast<const float4 *>(x), f1 = *reinterpret_cast<const float4 *>(x + 4);
     const float v[8] = {f0.x, f0.y, f0.z, f0.w, f1.x, f1.y, f1.z, f1.w};
-    float mx = 0.0f;
-#pragma unroll
-    for (int i = 0; i < 8; ++i) mx = fmaxf(mx, fabsf(v[i]));
-    mx = warp_max(mx);
-    int e = 0;  // s = 2^e, the smallest power of two with 127 s >= mx (1 for a block of zeros)
-    if (mx > 0.0f) {
-        int k;
-        frexpf(mx, &k);  // mx < 2^k
-        e = k - 7;
-        if (ldexpf(127.0f, e) < mx) ++e;
-    }
-    const float inv = ldexpf(1.0f, -e);
-    uint32_t wd[D][2] = {};
-    int s_part = 0;
-#pragma unroll
-    for (int i = 0; i < 8; ++i) {
-        float q = v[i] * inv;  // exact: a power of two; each remainder below is exact too
-        int sum = 0;
-#pragma unroll
-        for (int d = 0; d < D; ++d) {
-            const float di = d == 0 ? rintf(q) : fminf(fmaxf(rintf(q), -127.0f), 127.0f);
-            wd[d][i / 4] |= uint32_t(uint8_t(int8_t(int(di)))) << (8 * (i % 4));
-            sum = 256 * sum + int(di);
-            q = (q - di) * 256.0f;
-        }
-        s_part += sum;
-    }
-    int8_t *digits = a.out.digits + int64_t(r) * D * a.n + (c * 32 + lane) * 8 * D;
-#pragma unroll
-    for (int d = 0; d < D; ++d) *reinterpret_cast<uint2 *>(digits + 8 * d) = make_uint2(wd[d][0], wd[d][1]);
-    s_part += __shfl_xor_sync(0xFFFFFFFFu, s_part, 1);
-    s_part += __shfl_xor_sync(0xFFFFFFFFu, s_part, 2);
-    const int j = lane >> 2;
-    if ((lane & 3) == 0) {  // S_j (|S| < 2^31), rounded to fp32, as bf16 hi (truncated) and lo
-        const float s = float(s_part);
-        const uint32_t hi = __float_as_uint(s) & 0xFFFF0000u;
-        uint16_t *sums = a.out.sums + (int64_t(r) * n_blocks + c) * 16 + (j >> 1) * 4 + (j & 1);
-        sums[0] = uint16_t(hi >> 16);
-        sums[2] = __bfloat16_as_ushort(__float2bfloat16_rn(s - __uint_as_float(hi)));
-    }
-    if (lane == 0) a.out.scales[int64_t(r) * n_blocks + c] = ldexpf(1.0f, e);
+    digits_quantize_warp<D>(v, a.out, r, a.n, c, lane);
 }
 
 // c = a b for one m16n8k32 tile: a 16 x 32 u8 (row-major), b 32 x 8 s8 (column-major), exact int32.
@@ -86,9 +48,15 @@ __device__ __forceinline__ int byte_of(uint32_t w, int i) { return int((w >> (8 
 // columns (B column g). K slot 4t + i of a sub-block's mma is element 8t + i, slot 16 + 4t + i
 // element 8t + 4 + i (the lane's eight consecutive quant bytes).
 // SwiGLU: A rows g are gate rows, g + 8 up rows, of output j0 + g. Grouped: blockIdx.y is the group.
-template <int W, int D, bool swiglu, bool grouped>
+// staged (grouped): the block's 16 weight rows are copied into shared memory by the copy engine
+// at its start (one bulk copy a row, rows 32 bytes apart beyond their length), as matvec's staged
+// grouped products do; the lanes then read them from there.
+template <int W, int D, bool swiglu, bool grouped, bool staged = false>
 __global__ void __launch_bounds__(W * 32) matvec_digits_kernel(const matvec_digits_args a) {
+    static_assert(!staged || (grouped && swiglu), "matvec_digits: staging is for grouped SwiGLU products");
     __shared__ float s_red[W - 1][4][32];
+    __shared__ uint64_t s_bar;
+    extern __shared__ __align__(16) uint8_t s_w[];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     constexpr int tile_out = swiglu ? 8 : 16;
     const int j0 = blockIdx.x * tile_out, n_blocks = a.n_in / 256;
@@ -124,6 +92,26 @@ __global__ void __launch_bounds__(W * 32) matvec_digits_kernel(const matvec_digi
         end = e;
         mat = m;
         resolve_rows();
+        if constexpr (staged) {
+            const int64_t stride = row_bytes + 32;
+            if (threadIdx.x == 0) {
+                mbar_init(&s_bar);
+                mbar_fence_init();
+                mbar_expect(&s_bar, uint32_t(16 * row_bytes));
+            }
+            __syncthreads();
+            // Row r (A row r of the tile: gate rows, then up rows) from lane r / W of warp r % W.
+            const int r = lane * W + warp;
+            if (r < 16) {
+                const int64_t j = j0 + (r & 7) < a.n_out ? j0 + (r & 7) : j0;
+                const void *m = r < 8 ? a.w : a.w_up;
+                const uint8_t *src = static_cast<const uint8_t *>(m) + (int64_t(mat) * a.n_out + j) * row_bytes;
+                bulk_copy_to_shared(s_w + r * stride, src, uint32_t(row_bytes), &s_bar);
+            }
+            rlo = s_w + g * stride;
+            rhi = s_w + (g + 8) * stride;
+            mbar_wait_first(&s_bar);
+        }
     }
     auto x_row = [&](int i) { const int r = i < end ? i : begin; return a.x_rows ? a.x_rows[r] : r; };
     auto y_row = [&](int i) { return a.y_rows ? a.y_rows[i] : i; };
@@ -235,7 +223,11 @@ void matvec_digits(const matvec_digits_args &a, cudaStream_t stream) {
     const bool narrow = !a.group_off && int(grid.x) < narrow_blocks;
     auto go = [&](auto kernel, int warps) { launch_pdl(kernel, grid, dim3(warps * 32), stream, a); };
     const bool grouped = a.group_off != nullptr;
-    if (swiglu && grouped)
+    const size_t stage_bytes = size_t(16) * (size_t(a.n_in / 256) * 144 + 32);
+    const bool aligned = (reinterpret_cast<uintptr_t>(a.w) | reinterpret_cast<uintptr_t>(a.w_up)) % 16 == 0;
+    if (swiglu && grouped && a.stage && stage_bytes <= 40 * 1024 && aligned && pdl_supported() && a.x.n_digits == 2)
+        launch_pdl_smem(matvec_digits_kernel<4, 2, true, true, true>, grid, dim3(4 * 32), stage_bytes, stream, a);
+    else if (swiglu && grouped)
         a.x.n_digits == 2 ? go(matvec_digits_kernel<4, 2, true, true>, 4) : go(matvec_digits_kernel<4, 3, true, true>, 4);
     else if (swiglu)
         a.x.n_digits == 2 ? go(matvec_digits_kernel<4, 2, true, false>, 4) : go(matvec_digits_kernel<4, 3, true, false>, 4);

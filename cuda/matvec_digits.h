@@ -1,13 +1,16 @@
-// cuda/matvec_digits.h - PROTOTYPE, not used by the engine: Q4_K decode products on integer
-// tensor cores. Activations are held as two (or three) int8 digits per element against one
-// power-of-two scale per 256 elements (x ~ s (d0 + d1 / 256 + d2 / 65536)); a product takes each 32-element sub-block on
-// mma.m16n8k32 (u8 quants x s8 digits, exact int32), applies the sub-block scales as integer
-// multiply-adds, the mins on one bf16 mma a block, and converts to float once per 256 elements.
-// Integer dot products are exact, so any kernel shape (dp4a for one row, mma for many) would
-// give the same bits. Here to measure the instruction count and the precision against the
-// bf16-split path (docs/perf-notes.md, session 11) before anything is converted to it.
+// cuda/matvec_digits.h - Q4_K decode products on integer tensor cores. Activations are held as
+// two (or three) int8 digits per element against one power-of-two scale per 256 elements (x ~ s
+// (d0 + d1 / 256 + d2 / 65536)); a product takes each 32-element sub-block on mma.m16n8k32 (u8
+// quants x s8 digits, exact int32), applies the sub-block scales as integer multiply-adds, the mins
+// on one bf16 mma a block, and converts to float once per 256 elements. Integer dot products are
+// exact, so any kernel shape would give the same bits, and a row's result never depends on the
+// other rows of its step. The engine uses the grouped SwiGLU product with two digits for the
+// experts' Q4_K gate/up of decode rows (its digits written by the FFN norm + router launch):
+// 1.2-1.45x faster than the bf16-split kernels, each product ~6x less precise (relative L2 ~4e-5
+// against the CPU's fp32, within tolerance::moe). The dense product and three digits are measured
+// only (docs/perf-notes.md, session 11).
 // Owns: the digit format and its producer, the dense and grouped (SwiGLU) products. Does not own:
-// anything the engine runs (cuda/matvec.h is the product it uses).
+// the other decode products (cuda/matvec.h).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -49,6 +52,7 @@ struct matvec_digits_args {
     const int32_t *x_rows = nullptr, *y_rows = nullptr;
     const int32_t *group_mat = nullptr, *group_off = nullptr, *n_groups = nullptr;
     int32_t max_groups = 1;
+    bool stage = false;  // grouped SwiGLU: the block's weight rows copied into shared memory first
 };
 // y = W x for every row or pair (16 weight rows a block, or 8 gate and 8 up rows; K split 4 ways,
 // or 16 for a dense matrix of fewer than 264 blocks; 8 step rows a pass).

@@ -5,6 +5,7 @@
 // the same input. Does not own: the per-head QK norm (attention.h), the fused combine (moe.h).
 #pragma once
 
+#include "matvec_digits.h"
 #include "tandem/types.h"
 
 #include <cuda_runtime.h>
@@ -37,6 +38,9 @@ struct rmsnorm_router_args {
     float *h = nullptr;             // [n_rows][n]; must not alias x
     uint4 *h_split = nullptr;       // optional: [n_rows][n] split (x_split.cuh)
     float *h_sums = nullptr;        // [n_rows][n / 32], with h_split only
+    // Optional: h as int8 digits (matvec_digits.h, 2 digits; n a multiple of 256) for the experts'
+    // gate/up; digits.digits null: none written.
+    digit_rows h_digits;
     float *logits = nullptr;        // [n_rows][n_expert]
     int32_t n_rows = 0, n = 0, n_expert = 0;
     float eps = 1e-6f;

@@ -36,7 +36,7 @@ if [ "$mode" = tests ] || [ "$mode" = all ]; then
     run matmul_prompt "$carry/bin/test_cuda_matmul_prompt"
     run attn_prompt "$carry/bin/test_cuda_attention_prompt"
     run logits_top "$carry/bin/test_cuda_logits_top"
-    run digits "$carry/bin/test_cuda_matvec_digits"  # the integer-digit prototype (not in the engine)
+    run digits "$carry/bin/test_cuda_matvec_digits"
     run engine "$carry/bin/test_cuda_engine"
     run sanitizer compute-sanitizer --tool memcheck --error-exitcode 9 "$carry/bin/test_cuda_kernels"
     run sanitizer_mm compute-sanitizer --tool memcheck --error-exitcode 9 "$carry/bin/test_cuda_matmul_prompt"

@@ -70,6 +70,11 @@ struct cuda_device::state {
     // transfer).
     uint4 *h_split = nullptr, *att_split = nullptr, *act_split = nullptr;
     float *h_sums = nullptr, *att_sums = nullptr, *act_sums = nullptr;
+    // The FFN-normalised decode rows as int8 digits (cuda/matvec_digits.h, 2 digits) for the
+    // experts' Q4_K gate/up, max_logit_rows rows (d_model a multiple of 256).
+    int8_t *h_digits = nullptr;
+    float *h_digit_scales = nullptr;
+    uint16_t *h_digit_sums = nullptr;
     bool h_split_fresh = false;
     // Prompt rows' Q4_K products: their input split once per product (cuda/matmul_prompt_q4k.cu),
     // max_step_rows rows of the widest input (h, att, or a row's k SwiGLU outputs).

@@ -2,6 +2,7 @@
 // on seeded random inputs: odd sizes, non-multiples of tiles, ties in router scores, duplicate
 // experts across rows, padding rows; batch invariance of the products, bitwise.
 #include "gpu_test_util.h"
+#include "digits_test_util.h"
 #include "quant_test_util.h"
 #include "split_test_util.h"
 
@@ -257,6 +258,25 @@ TEST_CASE("rmsnorm, the row split and embed are bitwise the CPU's", "[gpu][kerne
             CHECK(std::memcmp(logits.data(), logits_ref.data(), logits_ref.size() * sizeof(float)) == 0);
             CHECK(ds.download() == test::host_split(h_ref));
             CHECK(std::memcmp(sums.data(), want_sums.data(), want_sums.size() * sizeof(float)) == 0);
+            if (n % 256 == 0) {  // h as int8 digits for the experts' gate/up instead of the split twin
+                device_buffer<int8_t> dd(size_t(rows) * 2 * n);
+                device_buffer<float> dds(size_t(rows) * n / 256), dl2(logits_ref.size()), dh2(x.size());
+                device_buffer<uint16_t> ddm(size_t(rows) * n / 256 * 16);
+                dd.poison();
+                cuda::rmsnorm_router_args b = a;
+                b.h = dh2.ptr;
+                b.logits = dl2.ptr;
+                b.h_split = nullptr;
+                b.h_sums = nullptr;
+                b.h_digits = {dd.ptr, dds.ptr, ddm.ptr, 2};
+                cuda::rmsnorm_router(b, nullptr);
+                const test::host_digits want = test::quantize_host(h_ref, rows, n, 2);
+                CHECK(dd.download() == want.digits);
+                CHECK(dds.download() == want.scales);
+                CHECK(ddm.download() == want.sums);
+                CHECK(std::memcmp(dl2.download().data(), logits_ref.data(), logits_ref.size() * sizeof(float)) == 0);
+                CHECK(std::memcmp(dh2.download().data(), h_ref.data(), h_ref.size() * sizeof(float)) == 0);
+            }
         }
     }
     CHECK_FALSE(cuda::rmsnorm_router_applies(100, 8));    // n not a multiple of 32

@@ -1,9 +1,10 @@
-// tests/kernels/test_cuda_matvec_digits.cpp - the integer-digit prototype (cuda/matvec_digits.h):
+// tests/kernels/test_cuda_matvec_digits.cpp - the integer-digit products (cuda/matvec_digits.h):
 // the digits against a host twin (bitwise), the product against the CPU's fp32 matmul and its
 // rows' batch invariance (bitwise); a hidden [.bench] case times it beside matvec() on the
 // decode shapes of qwen3-30b-a3b.
 #include "gpu_test_util.h"
 #include "quant_test_util.h"
+#include "digits_test_util.h"
 #include "split_test_util.h"
 
 #include "cuda/cuda_check.h"
@@ -25,55 +26,6 @@ using tandem::test::random_matrix;
 using tandem::test::rel_err;
 
 namespace {
-
-// Host twin of digits_quantize_kernel: the same scale choice, rounding and packing.
-struct host_digits {
-    std::vector<int8_t> digits;
-    std::vector<float> scales;
-    std::vector<uint16_t> sums;
-};
-host_digits quantize_host(const std::vector<float> &x, int32_t rows, int32_t n, int D) {
-    const int32_t nb = n / 256;
-    host_digits h{std::vector<int8_t>(size_t(rows) * D * n), std::vector<float>(size_t(rows) * nb),
-                  std::vector<uint16_t>(size_t(rows) * nb * 16)};
-    for (int32_t r = 0; r < rows; ++r)
-        for (int32_t c = 0; c < nb; ++c) {
-            const float *v = x.data() + size_t(r) * n + size_t(c) * 256;
-            float mx = 0.0f;
-            for (int i = 0; i < 256; ++i) mx = std::max(mx, std::fabs(v[i]));
-            int e = 0;
-            if (mx > 0.0f) {
-                int k;
-                std::frexp(mx, &k);
-                e = k - 7;
-                if (std::ldexp(127.0f, e) < mx) ++e;
-            }
-            const float inv = std::ldexp(1.0f, -e);
-            h.scales[size_t(r) * nb + c] = std::ldexp(1.0f, e);
-            for (int j = 0; j < 8; ++j) {
-                int s = 0;
-                for (int l = 0; l < 32; ++l) {
-                    float q = v[32 * j + l] * inv;
-                    int sum = 0;
-                    const int t = l / 8, i = l % 8;
-                    int8_t *dst = h.digits.data() + size_t(r) * D * n + (size_t(c) * 32 + size_t(4 * j + t)) * 8 * D;
-                    for (int d = 0; d < D; ++d) {
-                        const float di = d == 0 ? std::nearbyint(q) : std::min(std::max(std::nearbyint(q), -127.0f), 127.0f);
-                        dst[8 * d + i] = int8_t(di);
-                        sum = 256 * sum + int(di);
-                        q = (q - di) * 256.0f;
-                    }
-                    s += sum;
-                }
-                const float sf = float(s);
-                const uint32_t hi = test::float_bits(sf) & 0xFFFF0000u;
-                uint16_t *sums = h.sums.data() + (size_t(r) * nb + c) * 16 + (j >> 1) * 4 + (j & 1);
-                sums[0] = uint16_t(hi >> 16);
-                sums[2] = test::bf16_rn(sf - test::bits_float(hi));
-            }
-        }
-    return h;
-}
 
 struct device_digits {
     device_buffer<int8_t> digits;
@@ -125,7 +77,7 @@ struct device_groups {
 
 }  // namespace
 
-TEST_CASE("digit products (prototype) match the CPU and are batch invariant", "[gpu][kernels]") {
+TEST_CASE("dense digit products match the CPU and are batch invariant", "[gpu][kernels]") {
     if (!test::gpu_present()) return;
     cpu::cpu_context ctx{4};
     struct shape { int32_t n_in, n_out, n_rows; };
@@ -148,7 +100,7 @@ TEST_CASE("digit products (prototype) match the CPU and are batch invariant", "[
         device_digits dd(sh.n_rows, sh.n_in, D);
         dd.digits.poison();
         cuda::digits_quantize({dx.ptr, sh.n_rows, sh.n_in, dd.view()}, nullptr);
-        const host_digits want = quantize_host(x, sh.n_rows, sh.n_in, D);
+        const test::host_digits want = test::quantize_host(x, sh.n_rows, sh.n_in, D);
         CHECK(dd.digits.download() == want.digits);
         CHECK(dd.scales.download() == want.scales);
         CHECK(dd.sums.download() == want.sums);
@@ -174,7 +126,7 @@ TEST_CASE("digit products (prototype) match the CPU and are batch invariant", "[
     }
 }
 
-TEST_CASE("grouped SwiGLU digit products (prototype) match the CPU and are batch invariant", "[gpu][kernels]") {
+TEST_CASE("grouped SwiGLU digit products match the CPU and are batch invariant", "[gpu][kernels]") {
     if (!test::gpu_present()) return;
     cpu::cpu_context ctx{4};
     std::mt19937_64 rng(4100);
@@ -201,9 +153,10 @@ TEST_CASE("grouped SwiGLU digit products (prototype) match the CPU and are batch
     device_buffer<float> dx(x), dy(ref.size());
     device_digits dd(rows, n_in, 2);
     cuda::digits_quantize({dx.ptr, rows, n_in, dd.view()}, nullptr);
-    auto run = [&](const host_groups &h, device_digits &digits, float *y) {
+    auto run = [&](const host_groups &h, device_digits &digits, float *y, bool stage = false) {
         device_groups gr(h);
         cuda::matvec_digits_args a{dg.ptr, n_in, n_out, digits.view(), 0, y, n_out};
+        a.stage = stage;
         a.w_up = du.ptr;
         a.x_rows = gr.px.ptr;
         a.y_rows = gr.py.ptr;
@@ -218,6 +171,10 @@ TEST_CASE("grouped SwiGLU digit products (prototype) match the CPU and are batch
     run(hg, dd, dy.ptr);
     const auto got = dy.download();
     CHECK(rel_err(got.data(), ref.data(), ref.size()) <= test::tolerance::moe);
+    // Weights staged in shared memory first: the same arithmetic, bitwise.
+    dy.poison();
+    run(hg, dd, dy.ptr, true);
+    CHECK(std::memcmp(dy.download().data(), got.data(), got.size() * sizeof(float)) == 0);
     // Row 2 alone (its own k groups): its pairs' outputs bitwise those of the whole step.
     host_groups one;
     for (int32_t s = 0; s < k; ++s) one.ids.push_back(hg.ids[size_t(2 * k + s)]);
@@ -245,7 +202,7 @@ TEST_CASE("grouped SwiGLU digit products (prototype) match the CPU and are batch
 // all of a one-row step's gate/up 12,288 x 2,048; wo 2,048 x 4,096; down 2,048 x 768) at 1-16
 // rows: matvec() on split rows (the engine's path) against matvec_digits on digit rows, each
 // launch's producer excluded; errors against the CPU for both.
-TEST_CASE("digit products (prototype) timing beside matvec", "[.bench][gpu]") {
+TEST_CASE("dense digit products timing beside matvec", "[.bench][gpu]") {
     if (!test::gpu_present()) return;
     cpu::cpu_context ctx{16};
     std::mt19937_64 rng(77);
@@ -301,7 +258,7 @@ TEST_CASE("digit products (prototype) timing beside matvec", "[.bench][gpu]") {
 // Timing: the experts' gate/up of qwen3-30b-a3b (128 experts of 768 x 2,048, k = 8) on 1, 4 and 16
 // rows of random routing: matvec() (its grouped SwiGLU kernels, staged above 8 pairs) against the
 // grouped digit kernel.
-TEST_CASE("grouped SwiGLU digit products (prototype) timing beside matvec", "[.bench][gpu]") {
+TEST_CASE("grouped SwiGLU digit products timing beside matvec", "[.bench][gpu]") {
     if (!test::gpu_present()) return;
     std::mt19937_64 rng(78);
     const int32_t n_expert = 128, k = 8, n_in = 2048, n_out = 768, distinct = 16;
@@ -372,9 +329,12 @@ TEST_CASE("grouped SwiGLU digit products (prototype) timing beside matvec", "[.b
         b.max_groups = a.max_groups;
         const float t_split = median_us([&] { cuda::matvec(a, nullptr); });
         const float t_dig = median_us([&] { cuda::matvec_digits(b, nullptr); });
+        b.stage = true;
+        const float t_staged = median_us([&] { cuda::matvec_digits(b, nullptr); });
         const auto gs = y_split.download(), gd = y_dig.download();
-        std::printf("gate/up grouped rows %2d (%3d groups): matvec %6.2f us  2 digits %6.2f us (x%.2f)  digits vs split %.1e\n", rows,
-                    hg.n_groups, t_split, t_dig, t_split / t_dig, rel_err(gd.data(), gs.data(), gs.size()));
+        std::printf("gate/up grouped rows %2d (%3d groups): matvec %6.2f us  2 digits %6.2f us (x%.2f), staged %6.2f us (x%.2f)  "
+                    "digits vs split %.1e\n", rows, hg.n_groups, t_split, t_dig, t_split / t_dig, t_staged, t_split / t_staged,
+                    rel_err(gd.data(), gs.data(), gs.size()));
         CHECK(t_dig > 0.0f);
     }
     TANDEM_CUDA_CHECK(cudaEventDestroy(e0));
