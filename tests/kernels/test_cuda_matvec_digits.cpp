@@ -75,6 +75,38 @@ struct device_groups {
           max_groups(h.n_groups) {}
 };
 
+// Median microseconds a launch of fn, over 7 timings of `per` back-to-back launches after 10 warm-up ones.
+class launch_timer {
+  public:
+    launch_timer() {
+        TANDEM_CUDA_CHECK(cudaEventCreate(&e0_));
+        TANDEM_CUDA_CHECK(cudaEventCreate(&e1_));
+    }
+    ~launch_timer() {
+        cudaEventDestroy(e0_);
+        cudaEventDestroy(e1_);
+    }
+    launch_timer(const launch_timer &) = delete;
+    launch_timer &operator=(const launch_timer &) = delete;
+    template <class F>
+    float median_us(F &&fn, int per) {
+        for (int i = 0; i < 10; ++i) fn();
+        std::vector<float> ms(7);
+        for (float &m : ms) {
+            TANDEM_CUDA_CHECK(cudaEventRecord(e0_));
+            for (int i = 0; i < per; ++i) fn();
+            TANDEM_CUDA_CHECK(cudaEventRecord(e1_));
+            TANDEM_CUDA_CHECK(cudaEventSynchronize(e1_));
+            TANDEM_CUDA_CHECK(cudaEventElapsedTime(&m, e0_, e1_));
+        }
+        std::sort(ms.begin(), ms.end());
+        return ms[ms.size() / 2] * 1000.0f / float(per);
+    }
+
+  private:
+    cudaEvent_t e0_{}, e1_{};
+};
+
 }  // namespace
 
 TEST_CASE("dense digit products match the CPU and are batch invariant", "[gpu][kernels]") {
@@ -206,22 +238,8 @@ TEST_CASE("dense digit products timing beside matvec", "[.bench][gpu]") {
     if (!test::gpu_present()) return;
     cpu::cpu_context ctx{16};
     std::mt19937_64 rng(77);
-    cudaEvent_t e0, e1;
-    TANDEM_CUDA_CHECK(cudaEventCreate(&e0));
-    TANDEM_CUDA_CHECK(cudaEventCreate(&e1));
-    auto median_us = [&](auto &&fn) {
-        for (int i = 0; i < 10; ++i) fn();
-        std::vector<float> ms(7);
-        for (float &m : ms) {
-            TANDEM_CUDA_CHECK(cudaEventRecord(e0));
-            for (int i = 0; i < 50; ++i) fn();
-            TANDEM_CUDA_CHECK(cudaEventRecord(e1));
-            TANDEM_CUDA_CHECK(cudaEventSynchronize(e1));
-            TANDEM_CUDA_CHECK(cudaEventElapsedTime(&m, e0, e1));
-        }
-        std::sort(ms.begin(), ms.end());
-        return ms[ms.size() / 2] * 1000.0f / 50.0f;
-    };
+    launch_timer timer;
+    auto median_us = [&](auto &&fn) { return timer.median_us(fn, 50); };
     struct shape { const char *name; int32_t n_in, n_out; };
     for (const shape &sh : {shape{"qkv", 2048, 5120}, shape{"gate/up x8", 2048, 12288}, shape{"wo", 4096, 2048}, shape{"down", 768, 2048}}) {
         const auto w = random_matrix(rng, ggml_type::q4_k, sh.n_in, sh.n_out, 0.05f);
@@ -251,8 +269,6 @@ TEST_CASE("dense digit products timing beside matvec", "[.bench][gpu]") {
             std::printf("\n");
         }
     }
-    TANDEM_CUDA_CHECK(cudaEventDestroy(e0));
-    TANDEM_CUDA_CHECK(cudaEventDestroy(e1));
 }
 
 // Timing: the experts' gate/up of qwen3-30b-a3b (128 experts of 768 x 2,048, k = 8) on 1, 4 and 16
@@ -275,22 +291,8 @@ TEST_CASE("grouped SwiGLU digit products timing beside matvec", "[.bench][gpu]")
         }
     }
     device_buffer<uint8_t> dg(all_gate), du(all_up);
-    cudaEvent_t e0, e1;
-    TANDEM_CUDA_CHECK(cudaEventCreate(&e0));
-    TANDEM_CUDA_CHECK(cudaEventCreate(&e1));
-    auto median_us = [&](auto &&fn) {
-        for (int i = 0; i < 10; ++i) fn();
-        std::vector<float> ms(7);
-        for (float &m : ms) {
-            TANDEM_CUDA_CHECK(cudaEventRecord(e0));
-            for (int i = 0; i < 20; ++i) fn();
-            TANDEM_CUDA_CHECK(cudaEventRecord(e1));
-            TANDEM_CUDA_CHECK(cudaEventSynchronize(e1));
-            TANDEM_CUDA_CHECK(cudaEventElapsedTime(&m, e0, e1));
-        }
-        std::sort(ms.begin(), ms.end());
-        return ms[ms.size() / 2] * 1000.0f / 20.0f;
-    };
+    launch_timer timer;
+    auto median_us = [&](auto &&fn) { return timer.median_us(fn, 20); };
     for (const int32_t rows : {1, 2, 4, 8, 16}) {
         const auto x = test::random_floats(rng, size_t(n_in) * rows);
         const host_groups hg = route_random(rng, rows, k, n_expert);
@@ -337,6 +339,4 @@ TEST_CASE("grouped SwiGLU digit products timing beside matvec", "[.bench][gpu]")
                     rel_err(gd.data(), gs.data(), gs.size()));
         CHECK(t_dig > 0.0f);
     }
-    TANDEM_CUDA_CHECK(cudaEventDestroy(e0));
-    TANDEM_CUDA_CHECK(cudaEventDestroy(e1));
 }
