@@ -2,7 +2,9 @@
 // elements, lane l holding elements 8l .. 8l + 7 (sub-block l / 4, group l % 4), quantised to D int8
 // digits against the block's power-of-two scale, with the sub-blocks' digit sums. Used by the
 // digits producer (matvec_digits.cu) and by the FFN norm + router launch (norm.cu), so both write
-// the same bits.
+// the same bits. A non-finite element has no digits (it quantises to garbage within int8); the
+// rows that carry one also carry it in the residual stream, which takes it to the logits (where
+// logits_top reports the row), so nothing is masked.
 #pragma once
 
 #include "matvec_digits.h"
