@@ -69,10 +69,21 @@ host_groups route_random(std::mt19937_64 &rng, int32_t rows, int32_t k, int32_t 
 
 struct device_groups {
     device_buffer<int32_t> mat, off, n, px, py;
-    int32_t max_groups;
     explicit device_groups(const host_groups &h)
-        : mat(h.group_mat), off(h.group_off), n(std::vector<int32_t>{h.n_groups}), px(h.pair_x), py(h.pair_y),
-          max_groups(h.n_groups) {}
+        : mat(h.group_mat), off(h.group_off), n(std::vector<int32_t>{h.n_groups}), px(h.pair_x), py(h.pair_y) {}
+    // The grouped SwiGLU product of these groups: gate w, up w_up, rows of x (digits) to y.
+    cuda::matvec_digits_args swiglu_args(const void *w, const void *w_up, int32_t n_in, int32_t n_out, const cuda::digit_rows &x,
+                                         float *y, int32_t grid_groups) const {
+        cuda::matvec_digits_args a{w, n_in, n_out, x, 0, y, n_out};
+        a.w_up = w_up;
+        a.x_rows = px.ptr;
+        a.y_rows = py.ptr;
+        a.group_mat = mat.ptr;
+        a.group_off = off.ptr;
+        a.n_groups = n.ptr;
+        a.max_groups = grid_groups;
+        return a;
+    }
 };
 
 // Median microseconds a launch of fn, over 7 timings of `per` back-to-back launches after 10 warm-up ones.
@@ -187,15 +198,9 @@ TEST_CASE("grouped SwiGLU digit products match the CPU and are batch invariant",
     cuda::digits_quantize({dx.ptr, rows, n_in, dd.view()}, nullptr);
     auto run = [&](const host_groups &h, device_digits &digits, float *y, bool stage = false) {
         device_groups gr(h);
-        cuda::matvec_digits_args a{dg.ptr, n_in, n_out, digits.view(), 0, y, n_out};
+        // max_groups n_expert: more than the step's groups, the rest find none
+        cuda::matvec_digits_args a = gr.swiglu_args(dg.ptr, du.ptr, n_in, n_out, digits.view(), y, n_expert);
         a.stage = stage;
-        a.w_up = du.ptr;
-        a.x_rows = gr.px.ptr;
-        a.y_rows = gr.py.ptr;
-        a.group_mat = gr.mat.ptr;
-        a.group_off = gr.off.ptr;
-        a.n_groups = gr.n.ptr;
-        a.max_groups = n_expert;  // more than the step's groups: the rest find none
         cuda::matvec_digits(a, nullptr);
         TANDEM_CUDA_CHECK(cudaDeviceSynchronize());
     };
@@ -321,14 +326,7 @@ TEST_CASE("grouped SwiGLU digit products timing beside matvec", "[.bench][gpu]")
         a.x_sums = dsums.ptr;
         device_digits dd(rows, n_in, 2);
         cuda::digits_quantize({dx.ptr, rows, n_in, dd.view()}, nullptr);
-        cuda::matvec_digits_args b{dg.ptr, n_in, n_out, dd.view(), 0, y_dig.ptr, n_out};
-        b.w_up = du.ptr;
-        b.x_rows = gr.px.ptr;
-        b.y_rows = gr.py.ptr;
-        b.group_mat = gr.mat.ptr;
-        b.group_off = gr.off.ptr;
-        b.n_groups = gr.n.ptr;
-        b.max_groups = a.max_groups;
+        cuda::matvec_digits_args b = gr.swiglu_args(dg.ptr, du.ptr, n_in, n_out, dd.view(), y_dig.ptr, a.max_groups);
         const float t_split = median_us([&] { cuda::matvec(a, nullptr); });
         const float t_dig = median_us([&] { cuda::matvec_digits(b, nullptr); });
         b.stage = true;
