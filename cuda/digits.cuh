@@ -1,5 +1,5 @@
 // cuda/digits.cuh - one warp's share of the digit format (matvec_digits.h): a block of 256
-// elements, lane l holding elements 8l .. 8l + 7 (sub-block l / 4, group l % 4), quantised to D int8
+// elements, lane l holding elements 8l .. 8l + 7 (sub-block l / 4, group l % 4), quantised to two int8
 // digits against the block's power-of-two scale, with the sub-blocks' digit sums. Used by the
 // digits producer (matvec_digits.cu) and by the FFN norm + router launch (norm.cu), so both write
 // the same bits. A non-finite element has no digits: it quantises to garbage within int8, so the
@@ -18,9 +18,9 @@
 
 namespace tandem::cuda {
 
-template <int D>
 __device__ __forceinline__ void digits_quantize_warp(const float (&v)[8], const digit_rows &out, int64_t row, int n, int c,
                                                      int lane) {
+    constexpr int D = digits_per_element;
     float mx = 0.0f;
 #pragma unroll
     for (int i = 0; i < 8; ++i) mx = fmaxf(mx, fabsf(v[i]));

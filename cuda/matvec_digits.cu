@@ -20,7 +20,6 @@ constexpr int quant_warps = 8;  // blocks of 256 elements a block of the produce
 constexpr int narrow_blocks = 264;  // fewer blocks than this (2 per SM of an H200): K split 16 ways, else 4
 
 // Lane l of a warp holds elements 8l .. 8l + 7 of a block of 256: sub-block j = l / 4, group t = l % 4.
-template <int D>
 __global__ void __launch_bounds__(quant_warps * 32) digits_quantize_kernel(const digits_quantize_args a) {
     pdl_wait();
     pdl_trigger();
@@ -30,7 +29,7 @@ __global__ void __launch_bounds__(quant_warps * 32) digits_quantize_kernel(const
     const float *x = a.x + int64_t(r) * a.n + c * 256 + 8 * lane;
     const float4 f0 = *reinterpret_cast<const float4 *>(x), f1 = *reinterpret_cast<const float4 *>(x + 4);
     const float v[8] = {f0.x, f0.y, f0.z, f0.w, f1.x, f1.y, f1.z, f1.w};
-    digits_quantize_warp<D>(v, a.out, r, a.n, c, lane);
+    digits_quantize_warp(v, a.out, r, a.n, c, lane);
 }
 
 // c = a b for one m16n8k32 tile: a 16 x 32 u8 (row-major), b 32 x 8 s8 (column-major), exact int32.
@@ -51,8 +50,9 @@ __device__ __forceinline__ int byte_of(uint32_t w, int i) { return int((w >> (8 
 // staged (grouped): the block's 16 weight rows are copied into shared memory by the copy engine
 // at its start (one bulk copy a row, rows 32 bytes apart beyond their length), as matvec's staged
 // grouped products do; the lanes then read them from there.
-template <int W, int D, bool swiglu, bool grouped, bool staged = false>
+template <int W, bool swiglu, bool grouped, bool staged = false>
 __global__ void __launch_bounds__(W * 32) matvec_digits_kernel(const matvec_digits_args a) {
+    constexpr int D = digits_per_element;
     static_assert(!staged || (grouped && swiglu), "matvec_digits: staging is for grouped SwiGLU products");
     __shared__ float s_red[W - 1][4][32];
     __shared__ uint64_t s_bar;
@@ -163,11 +163,8 @@ __global__ void __launch_bounds__(W * 32) matvec_digits_kernel(const matvec_digi
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
                 const float d = e < 2 ? d_lo : d_hi, dm = e < 2 ? dm_lo : dm_hi, s = (e & 1) ? s1 : s0;
-                float dots = float(acc[D - 1][e]);  // digit by digit, the last first: acc0 + acc1 / 256 + ...
-#pragma unroll
-                for (int k = D - 2; k >= 0; --k) dots = fmaf(dots, 1.0f / 256.0f, float(acc[k][e]));
-                constexpr float s_unit = D == 2 ? 1.0f / 256.0f : 1.0f / 65536.0f;  // S_j's unit
-                const float part = d * dots - dm * (cm[e] * s_unit);
+                const float dots = fmaf(float(acc[1][e]), 1.0f / 256.0f, float(acc[0][e]));  // acc0 + acc1 / 256
+                const float part = d * dots - dm * (cm[e] * (1.0f / 256.0f));           // S_j in units of 1 / 256
                 out[e] = fmaf(s, part, out[e]);
             }
         }
@@ -200,43 +197,36 @@ __global__ void __launch_bounds__(W * 32) matvec_digits_kernel(const matvec_digi
 }  // namespace
 
 void digits_quantize(const digits_quantize_args &a, cudaStream_t stream) {
-    TANDEM_CUDA_REQUIRE(a.x && a.out.digits && a.out.scales && a.out.sums && a.n > 0 && a.n % 256 == 0 && a.n_rows >= 0 &&
-                            (a.out.n_digits == 2 || a.out.n_digits == 3),
-                        "digits_quantize: bad arguments (n a multiple of 256, 2 or 3 digits)");
+    TANDEM_CUDA_REQUIRE(a.x && a.out.digits && a.out.scales && a.out.sums && a.n > 0 && a.n % 256 == 0 && a.n_rows >= 0,
+                        "digits_quantize: bad arguments (n a multiple of 256)");
     if (a.n_rows == 0) return;
     const dim3 grid((a.n / 256 + quant_warps - 1) / quant_warps, a.n_rows);
-    if (a.out.n_digits == 2)
-        launch_pdl(digits_quantize_kernel<2>, grid, dim3(quant_warps * 32), stream, a);
-    else
-        launch_pdl(digits_quantize_kernel<3>, grid, dim3(quant_warps * 32), stream, a);
+    launch_pdl(digits_quantize_kernel, grid, dim3(quant_warps * 32), stream, a);
     TANDEM_CUDA_CHECK_LAUNCH();
 }
 
 void matvec_digits(const matvec_digits_args &a, cudaStream_t stream) {
     TANDEM_CUDA_REQUIRE(a.w && a.x.digits && a.x.scales && a.x.sums && a.y && a.n_in > 0 && a.n_in % 256 == 0 && a.n_out > 0 &&
-                            a.n_rows >= 0 && (a.x.n_digits == 2 || a.x.n_digits == 3),
-                        "matvec_digits: bad arguments (n_in a multiple of 256, 2 or 3 digits)");
+                            a.n_rows >= 0,
+                        "matvec_digits: bad arguments (n_in a multiple of 256)");
     TANDEM_CUDA_REQUIRE(!a.group_off || (a.n_groups && a.group_mat && a.max_groups > 0), "matvec_digits: incomplete groups");
     if (!a.group_off && a.n_rows == 0) return;
-    const bool swiglu = a.w_up != nullptr;
-    const dim3 grid((a.n_out + (swiglu ? 7 : 15)) / (swiglu ? 8 : 16), a.group_off ? a.max_groups : 1);
-    const bool narrow = !a.group_off && int(grid.x) < narrow_blocks;
+    const bool swiglu = a.w_up != nullptr, grouped = a.group_off != nullptr;
+    const dim3 grid((a.n_out + (swiglu ? 7 : 15)) / (swiglu ? 8 : 16), grouped ? a.max_groups : 1);
+    const bool narrow = !grouped && int(grid.x) < narrow_blocks;
     auto go = [&](auto kernel, int warps) { launch_pdl(kernel, grid, dim3(warps * 32), stream, a); };
-    const bool grouped = a.group_off != nullptr;
     const size_t stage_bytes = size_t(16) * (size_t(a.n_in / 256) * 144 + 32);
     const bool aligned = (reinterpret_cast<uintptr_t>(a.w) | reinterpret_cast<uintptr_t>(a.w_up)) % 16 == 0;
-    if (swiglu && grouped && a.stage && stage_bytes <= 40 * 1024 && aligned && pdl_supported() && a.x.n_digits == 2)
-        launch_pdl_smem(matvec_digits_kernel<4, 2, true, true, true>, grid, dim3(4 * 32), stage_bytes, stream, a);
+    if (swiglu && grouped && a.stage && stage_bytes <= 40 * 1024 && aligned && pdl_supported())
+        launch_pdl_smem(matvec_digits_kernel<4, true, true, true>, grid, dim3(4 * 32), stage_bytes, stream, a);
     else if (swiglu && grouped)
-        a.x.n_digits == 2 ? go(matvec_digits_kernel<4, 2, true, true>, 4) : go(matvec_digits_kernel<4, 3, true, true>, 4);
+        go(matvec_digits_kernel<4, true, true>, 4);
     else if (swiglu)
-        a.x.n_digits == 2 ? go(matvec_digits_kernel<4, 2, true, false>, 4) : go(matvec_digits_kernel<4, 3, true, false>, 4);
+        go(matvec_digits_kernel<4, true, false>, 4);
     else if (grouped)
-        a.x.n_digits == 2 ? go(matvec_digits_kernel<4, 2, false, true>, 4) : go(matvec_digits_kernel<4, 3, false, true>, 4);
-    else if (a.x.n_digits == 2)
-        narrow ? go(matvec_digits_kernel<16, 2, false, false>, 16) : go(matvec_digits_kernel<4, 2, false, false>, 4);
+        go(matvec_digits_kernel<4, false, true>, 4);
     else
-        narrow ? go(matvec_digits_kernel<16, 3, false, false>, 16) : go(matvec_digits_kernel<4, 3, false, false>, 4);
+        narrow ? go(matvec_digits_kernel<16, false, false>, 16) : go(matvec_digits_kernel<4, false, false>, 4);
     TANDEM_CUDA_CHECK_LAUNCH();
 }
 

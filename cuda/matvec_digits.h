@@ -1,14 +1,14 @@
 // cuda/matvec_digits.h - Q4_K decode products on integer tensor cores. Activations are held as
-// two (or three) int8 digits per element against one power-of-two scale per 256 elements (x ~ s
-// (d0 + d1 / 256 + d2 / 65536)); a product takes each 32-element sub-block on mma.m16n8k32 (u8
+// two int8 digits per element against one power-of-two scale per 256 elements (x ~ s (d0 + d1 /
+// 256)); a product takes each 32-element sub-block on mma.m16n8k32 (u8
 // quants x s8 digits, exact int32), applies the sub-block scales as integer multiply-adds, the mins
 // on one bf16 mma a block, and converts to float once per 256 elements. Integer dot products are
 // exact, so any kernel shape would give the same bits, and a row's result never depends on the
 // other rows of its step. The engine uses the grouped SwiGLU product with two digits for the
 // experts' Q4_K gate/up of decode rows (its digits written by the FFN norm + router launch):
 // 1.2-1.45x faster than the bf16-split kernels, each product ~6x less precise (relative L2 ~4e-5
-// against the CPU's fp32, within tolerance::moe). The dense product and three digits are measured
-// only (docs/perf-notes.md, session 11).
+// against the CPU's fp32, within tolerance::moe). The dense product is measured only; a third digit
+// was measured and dropped (docs/perf-notes.md, session 11).
 // Owns: the digit format and its producer, the dense and grouped (SwiGLU) products. Does not own:
 // the other decode products (cuda/matvec.h).
 #pragma once
@@ -19,16 +19,18 @@
 
 namespace tandem::cuda {
 
-// Per row of n elements (n a multiple of 256), with D = n_digits (2 or 3): digits [n / 32][4][8 D
-// bytes] (sub-block j, lane group t: d0 of elements 8t .. 8t + 7, then their d1, d2), x ~ s (d0 +
-// d1 / 256 + d2 / 65536); scales [n / 256] (s = 2^e, the smallest with 127 s >= the block's
-// largest |x|); per block of 256 the sub-blocks' digit sums S_j = sum (256^(D-1) d0 + ... + d_last)
+// Digits per element: x ~ s (d0 + d1 / 256). (A third digit measured little faster than the bf16
+// split and no more precise: docs/perf-notes.md, session 11.)
+constexpr int digits_per_element = 2;
+
+// Per row of n elements (n a multiple of 256): digits [n / 32][4][16 bytes] (sub-block j, lane group
+// t: d0 of elements 8t .. 8t + 7, then their d1); scales [n / 256] (s = 2^e, the smallest with 127 s
+// >= the block's largest |x|); per block of 256 the sub-blocks' digit sums S_j = sum (256 d0 + d1)
 // as bf16 hi/lo: [n / 256][4][hi S_2t, hi S_2t+1, lo S_2t, lo S_2t+1].
 struct digit_rows {
-    int8_t *digits = nullptr;   // [n_rows][D n]
+    int8_t *digits = nullptr;   // [n_rows][2 n]
     float *scales = nullptr;    // [n_rows][n / 256]
     uint16_t *sums = nullptr;   // [n_rows][n / 256 * 16]
-    int32_t n_digits = 2;
 };
 struct digits_quantize_args {
     const float *x = nullptr;  // [n_rows][n]

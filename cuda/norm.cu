@@ -143,7 +143,7 @@ __global__ void __launch_bounds__(128) rmsnorm_router_kernel(const rmsnorm_route
             float v[8];
 #pragma unroll
             for (int i = 0; i < 8; ++i) v[i] = s_h[blk * 256 + 8 * lane + i];
-            digits_quantize_warp<2>(v, a.h_digits, r, n, blk, lane);
+            digits_quantize_warp(v, a.h_digits, r, n, blk, lane);
         }
     // The logit: lane j sums elements j, j + 32, ... in order, then the butterfly (dot_f32).
     if (warp < n_here) {
@@ -207,8 +207,8 @@ void rmsnorm_router(const rmsnorm_router_args &a, cudaStream_t stream) {
     TANDEM_CUDA_REQUIRE(a.h != a.x, "rmsnorm_router: h must not alias x (every block of a row reads all of x)");
     TANDEM_CUDA_REQUIRE(reinterpret_cast<uintptr_t>(a.router) % 16 == 0, "rmsnorm_router: router rows must be 16-byte aligned");
     TANDEM_CUDA_REQUIRE(!a.h_sums || a.h_split, "rmsnorm_router: h_sums is written with h_split only");
-    TANDEM_CUDA_REQUIRE(!a.h_digits.digits || (a.n % 256 == 0 && a.h_digits.n_digits == 2 && a.h_digits.scales && a.h_digits.sums),
-                        "rmsnorm_router: digits need n a multiple of 256, two digits, scales and sums");
+    TANDEM_CUDA_REQUIRE(!a.h_digits.digits || (a.n % 256 == 0 && a.h_digits.scales && a.h_digits.sums),
+                        "rmsnorm_router: digits need n a multiple of 256, scales and sums");
     if (a.n_rows == 0) return;
     const int e = router_block_warps(a.n);
     const dim3 grid((a.n_expert + e - 1) / e, a.n_rows);

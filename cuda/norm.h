@@ -38,7 +38,7 @@ struct rmsnorm_router_args {
     float *h = nullptr;             // [n_rows][n]; must not alias x
     uint4 *h_split = nullptr;       // optional: [n_rows][n] split (x_split.cuh)
     float *h_sums = nullptr;        // [n_rows][n / 32], with h_split only
-    // Optional: h as int8 digits (matvec_digits.h, 2 digits; n a multiple of 256) for the experts'
+    // Optional: h as int8 digits (matvec_digits.h; n a multiple of 256) for the experts'
     // gate/up; digits.digits null: none written.
     digit_rows h_digits;
     float *logits = nullptr;        // [n_rows][n_expert]

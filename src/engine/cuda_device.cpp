@@ -56,7 +56,7 @@ size_t step_floats(const model_hparams &hp, int32_t n_ctx) {
     // 32-element sums; the prompt rows' split input of a Q4_K product.
     const size_t act = k * size_t(hp.d_ff_expert);
     const size_t split = r_partial * (d + d / 32 + q_dim + q_dim / 32 + act + act / 32);
-    const size_t digits = d % 256 == 0 ? r_partial * (2 * d / 4 + d / 256 + d / 256 * 16 / 2) : 0;  // bytes / 4
+    const size_t digits = d % 256 == 0 ? r_partial * (cuda::digits_per_element * d / 4 + d / 256 + d / 256 * 16 / 2) : 0;  // bytes / 4
     const size_t prompt_split = r * prompt_split_width(hp) * 33 / 32;
     return r * (2 * d + 2 * q_dim + 2 * kv_dim + router_k_parts * size_t(hp.n_expert) + 2 * k + k * size_t(hp.d_ff_expert) + k * d + 4) +
            r_partial * size_t(hp.n_head) * n_chunks * (dh + 2) + split + digits + prompt_split;
@@ -270,7 +270,7 @@ cuda_device::cuda_device(const model_hparams &hp, const model_tensors &tensors, 
     m.h_split = device_alloc<uint4>(D * d / 4);
     m.h_sums = device_alloc<float>(D * d / 32);
     if (d % 256 == 0) {
-        m.h_digits = device_alloc<int8_t>(D * 2 * d);
+        m.h_digits = device_alloc<int8_t>(D * cuda::digits_per_element * d);
         m.h_digit_scales = device_alloc<float>(D * d / 256);
         m.h_digit_sums = device_alloc<uint16_t>(D * d / 256 * 16);
     }
@@ -532,8 +532,8 @@ int64_t cuda_device::layer_experts(int32_t l, int32_t r0, int32_t n) {
                         L.gate.n_in % 256 == 0;
     cuda::digit_rows h_dig;
     if (digits)
-        h_dig = {m.h_digits + size_t(r0) * 2 * d, m.h_digit_scales + size_t(r0) * d / 256,
-                 m.h_digit_sums + size_t(r0) * d / 256 * 16, 2};
+        h_dig = {m.h_digits + size_t(r0) * cuda::digits_per_element * d, m.h_digit_scales + size_t(r0) * d / 256,
+                 m.h_digit_sums + size_t(r0) * d / 256 * 16};
     int32_t router_parts = 1;
     int64_t part_stride = 0;
     if (norm_router) {

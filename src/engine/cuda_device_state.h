@@ -70,7 +70,7 @@ struct cuda_device::state {
     // transfer).
     uint4 *h_split = nullptr, *att_split = nullptr, *act_split = nullptr;
     float *h_sums = nullptr, *att_sums = nullptr, *act_sums = nullptr;
-    // The FFN-normalised decode rows as int8 digits (cuda/matvec_digits.h, 2 digits) for the
+    // The FFN-normalised decode rows as int8 digits (cuda/matvec_digits.h) for the
     // experts' Q4_K gate/up, max_logit_rows rows (d_model a multiple of 256).
     int8_t *h_digits = nullptr;
     float *h_digit_scales = nullptr;

@@ -17,7 +17,8 @@ struct host_digits {
     std::vector<float> scales;
     std::vector<uint16_t> sums;
 };
-inline host_digits quantize_host(const std::vector<float> &x, int32_t rows, int32_t n, int D) {
+inline host_digits quantize_host(const std::vector<float> &x, int32_t rows, int32_t n) {
+    constexpr int D = 2;  // cuda::digits_per_element
     const int32_t nb = n / 256;
     host_digits h{std::vector<int8_t>(size_t(rows) * D * n), std::vector<float>(size_t(rows) * nb),
                   std::vector<uint16_t>(size_t(rows) * nb * 16)};

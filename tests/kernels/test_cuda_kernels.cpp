@@ -259,7 +259,7 @@ TEST_CASE("rmsnorm, the row split and embed are bitwise the CPU's", "[gpu][kerne
             CHECK(ds.download() == test::host_split(h_ref));
             CHECK(std::memcmp(sums.data(), want_sums.data(), want_sums.size() * sizeof(float)) == 0);
             if (n % 256 == 0) {  // h as int8 digits for the experts' gate/up instead of the split twin
-                device_buffer<int8_t> dd(size_t(rows) * 2 * n);
+                device_buffer<int8_t> dd(size_t(rows) * cuda::digits_per_element * n);
                 device_buffer<float> dds(size_t(rows) * n / 256), dl2(logits_ref.size()), dh2(x.size());
                 device_buffer<uint16_t> ddm(size_t(rows) * n / 256 * 16);
                 dd.poison();
@@ -268,9 +268,9 @@ TEST_CASE("rmsnorm, the row split and embed are bitwise the CPU's", "[gpu][kerne
                 b.logits = dl2.ptr;
                 b.h_split = nullptr;
                 b.h_sums = nullptr;
-                b.h_digits = {dd.ptr, dds.ptr, ddm.ptr, 2};
+                b.h_digits = {dd.ptr, dds.ptr, ddm.ptr};
                 cuda::rmsnorm_router(b, nullptr);
-                const test::host_digits want = test::quantize_host(h_ref, rows, n, 2);
+                const test::host_digits want = test::quantize_host(h_ref, rows, n);
                 CHECK(dd.download() == want.digits);
                 CHECK(dds.download() == want.scales);
                 CHECK(ddm.download() == want.sums);

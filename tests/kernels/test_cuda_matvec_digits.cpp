@@ -31,10 +31,9 @@ struct device_digits {
     device_buffer<int8_t> digits;
     device_buffer<float> scales;
     device_buffer<uint16_t> sums;
-    int D;
-    device_digits(int32_t rows, int32_t n, int d)
-        : digits(size_t(rows) * d * n), scales(size_t(rows) * (n / 256)), sums(size_t(rows) * (n / 256) * 16), D(d) {}
-    cuda::digit_rows view() { return {digits.ptr, scales.ptr, sums.ptr, D}; }
+    device_digits(int32_t rows, int32_t n)
+        : digits(size_t(rows) * cuda::digits_per_element * n), scales(size_t(rows) * (n / 256)), sums(size_t(rows) * (n / 256) * 16) {}
+    cuda::digit_rows view() { return {digits.ptr, scales.ptr, sums.ptr}; }
 };
 
 // A step's routing grouped by expert (cuda/moe.h's layout): each row's k distinct experts.
@@ -125,11 +124,11 @@ TEST_CASE("dense digit products match the CPU and are batch invariant", "[gpu][k
     cpu::cpu_context ctx{4};
     struct shape { int32_t n_in, n_out, n_rows; };
     uint64_t seed = 4000;
-    // 2 and 3 digits; 300 rows: 19 blocks (K split 16 ways), 4,500 rows: 282 blocks (4 ways).
+    // 300 rows: 19 blocks (K split 16 ways), 4,500 rows: 282 blocks (4 ways).
     const shape shapes[] = {{256, 1, 1}, {768, 129, 13}, {2048, 67, 16}, {2048, 300, 3}, {4096, 40, 9}, {512, 4500, 9}};
-    for (const int D : {2, 3}) for (const shape &sh : shapes) {
+    for (const shape &sh : shapes) {
         ++seed;
-        INFO("digits " << D << " n_in " << sh.n_in << " n_out " << sh.n_out << " rows " << sh.n_rows << " seed " << seed);
+        INFO("n_in " << sh.n_in << " n_out " << sh.n_out << " rows " << sh.n_rows << " seed " << seed);
         std::mt19937_64 rng(seed);
         const auto w = random_matrix(rng, ggml_type::q4_k, sh.n_in, sh.n_out, 0.05f);
         auto x = test::random_floats(rng, size_t(sh.n_in) * sh.n_rows);
@@ -140,10 +139,10 @@ TEST_CASE("dense digit products match the CPU and are batch invariant", "[gpu][k
 
         device_buffer<uint8_t> dw(w);
         device_buffer<float> dx(x), dy(ref.size());
-        device_digits dd(sh.n_rows, sh.n_in, D);
+        device_digits dd(sh.n_rows, sh.n_in);
         dd.digits.poison();
         cuda::digits_quantize({dx.ptr, sh.n_rows, sh.n_in, dd.view()}, nullptr);
-        const test::host_digits want = test::quantize_host(x, sh.n_rows, sh.n_in, D);
+        const test::host_digits want = test::quantize_host(x, sh.n_rows, sh.n_in);
         CHECK(dd.digits.download() == want.digits);
         CHECK(dd.scales.download() == want.scales);
         CHECK(dd.sums.download() == want.sums);
@@ -159,7 +158,7 @@ TEST_CASE("dense digit products match the CPU and are batch invariant", "[gpu][k
         CHECK(worst <= test::tolerance::matvec);
         // Each row alone: bitwise its value among the others.
         for (int32_t r = 0; r < sh.n_rows; r += 5) {
-            device_digits one(1, sh.n_in, D);
+            device_digits one(1, sh.n_in);
             device_buffer<float> x1(std::vector<float>(x.begin() + size_t(r) * sh.n_in, x.begin() + size_t(r + 1) * sh.n_in));
             device_buffer<float> y1(size_t(sh.n_out));
             cuda::digits_quantize({x1.ptr, 1, sh.n_in, one.view()}, nullptr);
@@ -194,7 +193,7 @@ TEST_CASE("grouped SwiGLU digit products match the CPU and are batch invariant",
     }
     device_buffer<uint8_t> dg(all_gate), du(all_up);
     device_buffer<float> dx(x), dy(ref.size());
-    device_digits dd(rows, n_in, 2);
+    device_digits dd(rows, n_in);
     cuda::digits_quantize({dx.ptr, rows, n_in, dd.view()}, nullptr);
     auto run = [&](const host_groups &h, device_digits &digits, float *y, bool stage = false) {
         device_groups gr(h);
@@ -228,7 +227,7 @@ TEST_CASE("grouped SwiGLU digit products match the CPU and are batch invariant",
         one.n_groups = k;
         one.group_off.push_back(k);
     }
-    device_digits d1(1, n_in, 2);
+    device_digits d1(1, n_in);
     device_buffer<float> x1(std::vector<float>(x.begin() + 2 * n_in, x.begin() + 3 * n_in)), y1(size_t(k) * n_out);
     cuda::digits_quantize({x1.ptr, 1, n_in, d1.view()}, nullptr);
     run(one, d1, y1.ptr);
@@ -262,16 +261,13 @@ TEST_CASE("dense digit products timing beside matvec", "[.bench][gpu]") {
             const float t_split = median_us([&] { cuda::matvec(a, nullptr); });
             const auto gs = y_split.download();
             std::printf("%-11s rows %2d: matvec %6.2f us (err %.1e)", sh.name, rows, t_split, rel_err(gs.data(), ref.data(), ref.size()));
-            for (const int D : {2, 3}) {
-                device_digits dd(rows, sh.n_in, D);
-                cuda::digits_quantize({dx.ptr, rows, sh.n_in, dd.view()}, nullptr);
-                const cuda::matvec_digits_args b{dw.ptr, sh.n_in, sh.n_out, dd.view(), rows, y_dig.ptr, sh.n_out};
-                const float t_dig = median_us([&] { cuda::matvec_digits(b, nullptr); });
-                const auto gd = y_dig.download();
-                std::printf("  %d digits %6.2f us (x%.2f, err %.1e)", D, t_dig, t_split / t_dig, rel_err(gd.data(), ref.data(), ref.size()));
-                CHECK(t_dig > 0.0f);
-            }
-            std::printf("\n");
+            device_digits dd(rows, sh.n_in);
+            cuda::digits_quantize({dx.ptr, rows, sh.n_in, dd.view()}, nullptr);
+            const cuda::matvec_digits_args b{dw.ptr, sh.n_in, sh.n_out, dd.view(), rows, y_dig.ptr, sh.n_out};
+            const float t_dig = median_us([&] { cuda::matvec_digits(b, nullptr); });
+            const auto gd = y_dig.download();
+            std::printf("  digits %6.2f us (x%.2f, err %.1e)\n", t_dig, t_split / t_dig, rel_err(gd.data(), ref.data(), ref.size()));
+            CHECK(t_dig > 0.0f);
         }
     }
 }
@@ -324,7 +320,7 @@ TEST_CASE("grouped SwiGLU digit products timing beside matvec", "[.bench][gpu]")
         a.n_pairs = rows * k;
         a.x_split = reinterpret_cast<const uint4 *>(dsplit.ptr);
         a.x_sums = dsums.ptr;
-        device_digits dd(rows, n_in, 2);
+        device_digits dd(rows, n_in);
         cuda::digits_quantize({dx.ptr, rows, n_in, dd.view()}, nullptr);
         cuda::matvec_digits_args b = gr.swiglu_args(dg.ptr, du.ptr, n_in, n_out, dd.view(), y_dig.ptr, a.max_groups);
         const float t_split = median_us([&] { cuda::matvec(a, nullptr); });
