@@ -50,12 +50,19 @@ __device__ __forceinline__ int byte_of(uint32_t w, int i) { return int((w >> (8 
 // staged (grouped): the block's 16 weight rows are copied into shared memory by the copy engine
 // at its start (one bulk copy a row, rows 32 bytes apart beyond their length), as matvec's staged
 // grouped products do; the lanes then read them from there.
-template <int W, bool swiglu, bool grouped, bool staged = false>
+// quantize (grouped, not SwiGLU): x comes as fp32 rows (x_f32); for each of its chunks a warp
+// quantises the pass's rows' block itself (digits_of_lane, the producer's bits) into shared memory,
+// laid out as the B fragments are read: [sub-block j][digit d][lane] 8 bytes.
+template <int W, bool swiglu, bool grouped, bool staged = false, bool quantize = false>
 __global__ void __launch_bounds__(W * 32) matvec_digits_kernel(const matvec_digits_args a) {
     constexpr int D = digits_per_element;
-    static_assert(!staged || (grouped && swiglu), "matvec_digits: staging is for grouped SwiGLU products");
+    static_assert(!staged || grouped, "matvec_digits: staging is for grouped products");
+    static_assert(!quantize || (grouped && !swiglu), "matvec_digits: in-kernel digits are for grouped plain products");
     __shared__ float s_red[W - 1][4][32];
     __shared__ uint64_t s_bar;
+    __shared__ __align__(16) uint8_t s_qd[quantize ? W : 1][quantize ? 8 * 256 * D : 1];
+    __shared__ __align__(16) uint16_t s_qsums[quantize ? W : 1][quantize ? 8 * 16 : 1];
+    __shared__ float s_qscale[quantize ? W : 1][8];
     extern __shared__ __align__(16) uint8_t s_w[];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     constexpr int tile_out = swiglu ? 8 : 16;
@@ -74,20 +81,11 @@ __global__ void __launch_bounds__(W * 32) matvec_digits_kernel(const matvec_digi
             rhi = w + int64_t(j0 + g + 8 < a.n_out ? j0 + g + 8 : j0) * row_bytes;
         }
     };
-    q4_k_lane lo, hi;
-    if constexpr (!grouped) {
-        resolve_rows();
-        if (warp < n_blocks) {  // the first block's weights while the predecessor finishes
-            lo = load_q4_k_lane(rlo, warp, t);
-            hi = load_q4_k_lane(rhi, warp, t);
-        }
-    }
-    pdl_wait();
-    pdl_trigger();
-    if constexpr (grouped) {
+    // Grouped: the block's group, its weight rows, and (staged) their copies issued.
+    auto start_group = [&]() {
         const int gi = blockIdx.y;
         const int n_groups = *a.n_groups, b = a.group_off[gi], e = a.group_off[gi + 1], m = a.group_mat[gi];
-        if (gi >= n_groups) return;
+        if (gi >= n_groups) return false;
         begin = b;
         end = e;
         mat = m;
@@ -100,19 +98,45 @@ __global__ void __launch_bounds__(W * 32) matvec_digits_kernel(const matvec_digi
                 mbar_expect(&s_bar, uint32_t(16 * row_bytes));
             }
             __syncthreads();
-            // Row r (A row r of the tile: gate rows, then up rows) from lane r / W of warp r % W.
+            // Row r (A row r of the tile: gate rows, then up rows; or the 16 rows) from lane r / W of warp r % W.
             const int r = lane * W + warp;
             if (r < 16) {
-                const int64_t j = j0 + (r & 7) < a.n_out ? j0 + (r & 7) : j0;
-                const void *m = r < 8 ? a.w : a.w_up;
-                const uint8_t *src = static_cast<const uint8_t *>(m) + (int64_t(mat) * a.n_out + j) * row_bytes;
+                const uint8_t *src;
+                if constexpr (swiglu) {
+                    const int64_t j = j0 + (r & 7) < a.n_out ? j0 + (r & 7) : j0;
+                    const void *mw = r < 8 ? a.w : a.w_up;
+                    src = static_cast<const uint8_t *>(mw) + (int64_t(mat) * a.n_out + j) * row_bytes;
+                } else {
+                    const int64_t j = j0 + r < a.n_out ? j0 + r : j0;
+                    src = static_cast<const uint8_t *>(a.w) + (int64_t(mat) * a.n_out + j) * row_bytes;
+                }
                 bulk_copy_to_shared(s_w + r * stride, src, uint32_t(row_bytes), &s_bar);
             }
             rlo = s_w + g * stride;
             rhi = s_w + (g + 8) * stride;
-            mbar_wait_first(&s_bar);
+        }
+        return true;
+    };
+    // The first chunk's weights loaded before the wait on the predecessor: dense products, and
+    // grouped ones whose groups are settled (streamed; staged ones issue their copies).
+    const bool early = !grouped || a.groups_settled;
+    q4_k_lane lo, hi;
+    if (early) {
+        if constexpr (grouped) {
+            if (!start_group()) return;
+        } else {
+            resolve_rows();
+        }
+        if (!staged && warp < n_blocks) {
+            lo = load_q4_k_lane(rlo, warp, t);
+            hi = load_q4_k_lane(rhi, warp, t);
         }
     }
+    pdl_wait();
+    pdl_trigger();
+    if constexpr (grouped)
+        if (!early && !start_group()) return;
+    if constexpr (staged) mbar_wait_first(&s_bar);
     auto x_row = [&](int i) { const int r = i < end ? i : begin; return a.x_rows ? a.x_rows[r] : r; };
     auto y_row = [&](int i) { return a.y_rows ? a.y_rows[i] : i; };
     for (int p0 = begin; p0 < end; p0 += 8) {
@@ -120,13 +144,42 @@ __global__ void __launch_bounds__(W * 32) matvec_digits_kernel(const matvec_digi
         const int xc0 = x_row(p0 + 2 * t), xc1 = x_row(p0 + 2 * t + 1);
         float out[4] = {0.0f, 0.0f, 0.0f, 0.0f};
         for (int c = warp; c < n_blocks; c += W) {
-            if (grouped || !(p0 == 0 && c == warp)) {
+            if (!(early && !staged && p0 == begin && c == warp)) {
                 lo = load_q4_k_lane(rlo, c, t);
                 hi = load_q4_k_lane(rhi, c, t);
             }
-            const int8_t *xd = a.x.digits + int64_t(xr) * D * a.n_in + (c * 32 + t) * 8 * D;
-            const uint2 sb = *reinterpret_cast<const uint2 *>(a.x.sums + (int64_t(xr) * n_blocks + c) * 16 + t * 4);
-            const float s0 = a.x.scales[int64_t(xc0) * n_blocks + c], s1 = a.x.scales[int64_t(xc1) * n_blocks + c];
+            const int8_t *xd = nullptr;
+            uint2 sb;
+            float s0, s1;
+            if constexpr (quantize) {
+                // The pass's rows' block c (columns past its rows keep stale values: never written out).
+                uint8_t *qd = s_qd[warp];
+                __syncwarp();
+                const int n_cols = end - p0 < 8 ? end - p0 : 8;
+                for (int i = 0; i < n_cols; ++i) {
+                    const float *xs = a.x_f32 + int64_t(x_row(p0 + i)) * a.x_f32_stride + c * 256 + 8 * lane;
+                    const float4 f0 = *reinterpret_cast<const float4 *>(xs), f1 = *reinterpret_cast<const float4 *>(xs + 4);
+                    const float v[8] = {f0.x, f0.y, f0.z, f0.w, f1.x, f1.y, f1.z, f1.w};
+                    const lane_digits ld = digits_of_lane(v);  // this lane: sub-block g, group t
+#pragma unroll
+                    for (int d = 0; d < D; ++d)
+                        *reinterpret_cast<uint2 *>(qd + ((g * D + d) * 32 + i * 4 + t) * 8) = make_uint2(ld.wd[d][0], ld.wd[d][1]);
+                    if (t == 0) {
+                        uint16_t *sums = s_qsums[warp] + i * 16 + (g >> 1) * 4 + (g & 1);
+                        digit_sum_halves(ld.sum_j, sums[0], sums[2]);
+                    }
+                    if (lane == 0) s_qscale[warp][i] = ld.scale;
+                }
+                __syncwarp();
+                sb = *reinterpret_cast<const uint2 *>(s_qsums[warp] + g * 16 + t * 4);
+                s0 = s_qscale[warp][2 * t];
+                s1 = s_qscale[warp][2 * t + 1];
+            } else {
+                xd = a.x.digits + int64_t(xr) * D * a.n_in + (c * 32 + t) * 8 * D;
+                sb = *reinterpret_cast<const uint2 *>(a.x.sums + (int64_t(xr) * n_blocks + c) * 16 + t * 4);
+                s0 = a.x.scales[int64_t(xc0) * n_blocks + c];
+                s1 = a.x.scales[int64_t(xc1) * n_blocks + c];
+            }
             // Scale bytes (get_scale_min_k4's values): sub-blocks 0-3 and 4-7 of each row.
             const uint32_t sc_lo[2] = {lo.head.y & 0x3F3F3F3Fu, (lo.head.w & 0x0F0F0F0Fu) | ((lo.head.y >> 2) & 0x30303030u)};
             const uint32_t sc_hi[2] = {hi.head.y & 0x3F3F3F3Fu, (hi.head.w & 0x0F0F0F0Fu) | ((hi.head.y >> 2) & 0x30303030u)};
@@ -143,7 +196,8 @@ __global__ void __launch_bounds__(W * 32) matvec_digits_kernel(const matvec_digi
                     const int sl = byte_of(sc_lo[j >> 2], j & 3), sh = byte_of(sc_hi[j >> 2], j & 3);
 #pragma unroll
                     for (int d = 0; d < D; ++d) {
-                        const uint2 bd = *reinterpret_cast<const uint2 *>(xd + j * 32 * D + 8 * d);
+                        const uint2 bd = quantize ? *reinterpret_cast<const uint2 *>(s_qd[warp] + ((j * D + d) * 32 + lane) * 8)
+                                                  : *reinterpret_cast<const uint2 *>(xd + j * 32 * D + 8 * d);
                         int p[4];
                         mma_u8s8(p, av, bd.x, bd.y);
                         acc[d][0] += sl * p[0]; acc[d][1] += sl * p[1]; acc[d][2] += sh * p[2]; acc[d][3] += sh * p[3];
@@ -206,27 +260,42 @@ void digits_quantize(const digits_quantize_args &a, cudaStream_t stream) {
 }
 
 void matvec_digits(const matvec_digits_args &a, cudaStream_t stream) {
-    TANDEM_CUDA_REQUIRE(a.w && a.x.digits && a.x.scales && a.x.sums && a.y && a.n_in > 0 && a.n_in % 256 == 0 && a.n_out > 0 &&
-                            a.n_rows >= 0,
+    const bool swiglu = a.w_up != nullptr, grouped = a.group_off != nullptr, quantize = a.x_f32 != nullptr;
+    TANDEM_CUDA_REQUIRE(a.w && a.y && a.n_in > 0 && a.n_in % 256 == 0 && a.n_out > 0 && a.n_rows >= 0,
                         "matvec_digits: bad arguments (n_in a multiple of 256)");
+    TANDEM_CUDA_REQUIRE(quantize || (a.x.digits && a.x.scales && a.x.sums), "matvec_digits: no digit rows");
+    TANDEM_CUDA_REQUIRE(!quantize || (grouped && !swiglu && a.x_f32_stride >= a.n_in && a.x_f32_stride % 4 == 0 &&
+                                      reinterpret_cast<uintptr_t>(a.x_f32) % 16 == 0),
+                        "matvec_digits: fp32 rows are for grouped plain products (stride a multiple of 4, 16-byte aligned)");
     TANDEM_CUDA_REQUIRE(!a.group_off || (a.n_groups && a.group_mat && a.max_groups > 0), "matvec_digits: incomplete groups");
     if (!a.group_off && a.n_rows == 0) return;
-    const bool swiglu = a.w_up != nullptr, grouped = a.group_off != nullptr;
     const dim3 grid((a.n_out + (swiglu ? 7 : 15)) / (swiglu ? 8 : 16), grouped ? a.max_groups : 1);
     const bool narrow = !grouped && int(grid.x) < narrow_blocks;
     auto go = [&](auto kernel, int warps) { launch_pdl(kernel, grid, dim3(warps * 32), stream, a); };
     const size_t stage_bytes = size_t(16) * (size_t(a.n_in / 256) * 144 + 32);
     const bool aligned = (reinterpret_cast<uintptr_t>(a.w) | reinterpret_cast<uintptr_t>(a.w_up)) % 16 == 0;
-    if (swiglu && grouped && a.stage && stage_bytes <= 40 * 1024 && aligned && pdl_supported())
-        launch_pdl_smem(matvec_digits_kernel<4, true, true, true>, grid, dim3(4 * 32), stage_bytes, stream, a);
+    const bool stage = grouped && a.stage && stage_bytes <= 40 * 1024 && aligned && pdl_supported();
+    auto go_staged = [&](auto kernel, int warps) { launch_pdl_smem(kernel, grid, dim3(warps * 32), stage_bytes, stream, a); };
+    if (swiglu && grouped && stage)
+        go_staged(matvec_digits_kernel<4, true, true, true>, 4);
     else if (swiglu && grouped)
         go(matvec_digits_kernel<4, true, true>, 4);
     else if (swiglu)
         go(matvec_digits_kernel<4, true, false>, 4);
-    else if (grouped)
-        go(matvec_digits_kernel<4, false, true>, 4);
-    else
+    else if (grouped && a.n_in == 3 * 256) {
+        // Three blocks a row (Qwen3-30B's experts' down, K = 768): three warps, none idle.
+        if (quantize)
+            stage ? go_staged(matvec_digits_kernel<3, false, true, true, true>, 3) : go(matvec_digits_kernel<3, false, true, false, true>, 3);
+        else
+            stage ? go_staged(matvec_digits_kernel<3, false, true, true>, 3) : go(matvec_digits_kernel<3, false, true>, 3);
+    } else if (grouped) {
+        if (quantize)
+            stage ? go_staged(matvec_digits_kernel<4, false, true, true, true>, 4) : go(matvec_digits_kernel<4, false, true, false, true>, 4);
+        else
+            stage ? go_staged(matvec_digits_kernel<4, false, true, true>, 4) : go(matvec_digits_kernel<4, false, true>, 4);
+    } else {
         narrow ? go(matvec_digits_kernel<16, false, false>, 16) : go(matvec_digits_kernel<4, false, false>, 4);
+    }
     TANDEM_CUDA_CHECK_LAUNCH();
 }
 

@@ -4,9 +4,10 @@
 // quants x s8 digits, exact int32), applies the sub-block scales as integer multiply-adds, the mins
 // on one bf16 mma a block, and converts to float once per 256 elements. Integer dot products are
 // exact, so any kernel shape would give the same bits, and a row's result never depends on the
-// other rows of its step. The engine uses the grouped SwiGLU product with two digits for the
-// experts' Q4_K gate/up of decode rows (its digits written by the FFN norm + router launch):
-// 1.2-1.45x faster than the bf16-split kernels, each product ~6x less precise (relative L2 ~4e-5
+// other rows of its step. The engine uses the grouped SwiGLU product for the experts' Q4_K gate/up
+// of decode rows (its digits written by the FFN norm + router launch) and the grouped plain product
+// for their Q4_K down (digits made by its own blocks, or by digits_quantize for large steps):
+// 1.1-1.45x faster than the bf16-split kernels, each product ~6x less precise (relative L2 ~4e-5
 // against the CPU's fp32, within tolerance::moe). The dense product is measured only; a third digit
 // was measured and dropped (docs/perf-notes.md, session 11).
 // Owns: the digit format and its producer, the dense and grouped (SwiGLU) products. Does not own:
@@ -54,10 +55,18 @@ struct matvec_digits_args {
     const int32_t *x_rows = nullptr, *y_rows = nullptr;
     const int32_t *group_mat = nullptr, *group_off = nullptr, *n_groups = nullptr;
     int32_t max_groups = 1;
-    bool stage = false;  // grouped SwiGLU: the block's weight rows copied into shared memory first
+    bool stage = false;  // grouped: the block's weight rows copied into shared memory first
+    // Grouped: the group arrays were written two or more launches before this one (matvec_args::
+    // groups_settled): the blocks read them and start loading weights before the PDL wait.
+    bool groups_settled = false;
+    // Grouped plain products (the experts' down): x as fp32 rows instead of digit rows; each block
+    // quantises the rows it multiplies itself, to the bits digits_quantize would write (x unused).
+    const float *x_f32 = nullptr;  // [*][x_f32_stride], 16-byte aligned
+    int64_t x_f32_stride = 0;
 };
 // y = W x for every row or pair (16 weight rows a block, or 8 gate and 8 up rows; K split 4 ways,
-// or 16 for a dense matrix of fewer than 264 blocks; 8 step rows a pass).
+// 3 for a grouped matrix of three blocks a row, or 16 for a dense matrix of fewer than 264 blocks;
+// 8 step rows a pass).
 void matvec_digits(const matvec_digits_args &args, cudaStream_t stream);
 
 }  // namespace tandem::cuda

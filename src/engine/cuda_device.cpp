@@ -28,6 +28,11 @@ constexpr int32_t router_k_parts = 4;  // the router's K parts when its n_in all
 // Measured (docs/perf-notes.md, session 9): 16 sessions +2.5%, 4 even; one session's 8 pairs keep
 // the split inside down (-2% with the launch).
 constexpr int32_t split_act_min_pairs = 8;
+// Decode steps of more pairs than this quantise the SwiGLU outputs to digits once for a Q4_K down
+// (digits_quantize, then the staged product); smaller ones let down's blocks make them. Measured
+// (docs/perf-notes.md, session 12, down alone): 1 / 2 sessions 1.23x / 1.29x made in the kernel,
+// 4 / 16 sessions 1.19x / 1.09x with the launch.
+constexpr int32_t down_quantize_min_pairs = 16;
 
 template <class T>
 T *device_alloc(size_t count) {
@@ -56,7 +61,8 @@ size_t step_floats(const model_hparams &hp, int32_t n_ctx) {
     // 32-element sums; the prompt rows' split input of a Q4_K product.
     const size_t act = k * size_t(hp.d_ff_expert);
     const size_t split = r_partial * (d + d / 32 + q_dim + q_dim / 32 + act + act / 32);
-    const size_t digits = d % 256 == 0 ? r_partial * (cuda::digits_per_element * d / 4 + d / 256 + d / 256 * 16 / 2) : 0;  // bytes / 4
+    auto digit_floats = [](size_t n) { return n % 256 == 0 ? cuda::digits_per_element * n / 4 + n / 256 + n / 256 * 16 / 2 : 0; };
+    const size_t digits = r_partial * (digit_floats(d) + k * digit_floats(size_t(hp.d_ff_expert)));  // bytes / 4
     const size_t prompt_split = r * prompt_split_width(hp) * 33 / 32;
     return r * (2 * d + 2 * q_dim + 2 * kv_dim + router_k_parts * size_t(hp.n_expert) + 2 * k + k * size_t(hp.d_ff_expert) + k * d + 4) +
            r_partial * size_t(hp.n_head) * n_chunks * (dh + 2) + split + digits + prompt_split;
@@ -274,6 +280,12 @@ cuda_device::cuda_device(const model_hparams &hp, const model_tensors &tensors, 
         m.h_digit_scales = device_alloc<float>(D * d / 256);
         m.h_digit_sums = device_alloc<uint16_t>(D * d / 256 * 16);
     }
+    if (hp.d_ff_expert % 256 == 0) {
+        const size_t act = k * size_t(hp.d_ff_expert);
+        m.act_digits = device_alloc<int8_t>(D * cuda::digits_per_element * act);
+        m.act_digit_scales = device_alloc<float>(D * act / 256);
+        m.act_digit_sums = device_alloc<uint16_t>(D * act / 256 * 16);
+    }
     m.att_split = device_alloc<uint4>(D * q_dim / 4);
     m.att_sums = device_alloc<float>(D * q_dim / 32);
     m.act_split = device_alloc<uint4>(D * k * size_t(hp.d_ff_expert) / 4);
@@ -316,7 +328,8 @@ cuda_device::~cuda_device() {
              m.weights, m.kv, m.inv_freq, m.rows, m.x, m.h, m.q, m.kb, m.vb, m.att, m.router_logits, m.route_w, m.act,
              m.eout, m.partial, m.exchange[0], m.exchange[1], m.ids, m.group_expert, m.group_off, m.n_groups, m.pair_x,
              m.pair_y, m.groups_total, m.own_mat, m.own_off, m.own_n, m.own_x, m.own_y, m.logits, m.top_keys, m.top_slice_max,
-             m.top_slice_sum, m.top_slice_nan, m.top_rows, m.h_split, m.h_sums, m.h_digits, m.h_digit_scales, m.h_digit_sums, m.att_split,
+             m.top_slice_sum, m.top_slice_nan, m.top_rows, m.h_split, m.h_sums, m.h_digits, m.h_digit_scales, m.h_digit_sums, m.act_digits,
+             m.act_digit_scales, m.act_digit_sums, m.att_split,
              m.att_sums, m.act_split, m.act_sums, m.prompt_split, m.prompt_sums, m.traffic, local})
         if (p) cudaFree(const_cast<void *>(p));
     if (m.event) cudaEventDestroy(m.event);
@@ -655,6 +668,38 @@ int64_t cuda_device::layer_experts(int32_t l, int32_t r0, int32_t n) {
         cuda::matvec_digits(da, s);
     } else {
         product(g, n);
+    }
+    if (!m.prompt_rows && m.act_digits && L.down.type == ggml_type::q4_k && L.down.n_in % 256 == 0) {
+        // Decode rows' Q4_K down on digits of the SwiGLU outputs: made by each block of the product
+        // from act up to down_quantize_min_pairs pairs, by one digits_quantize launch above (the
+        // same bits either way; batch invariant).
+        cuda::matvec_digits_args da;
+        da.w = L.down.data;
+        da.n_in = L.down.n_in;
+        da.n_out = L.down.n_out;
+        da.y = eout;
+        da.y_stride = d;
+        da.x_rows = g.y_rows;
+        da.y_rows = g.y_rows;
+        da.group_mat = g.group_mat;
+        da.group_off = g.group_off;
+        da.n_groups = g.n_groups;
+        da.max_groups = g.max_groups;
+        da.groups_settled = true;  // written by the launch before the gate/up launch
+        if (n * k > down_quantize_min_pairs) {
+            const size_t act_rows = size_t(r0) * size_t(k);
+            da.x = {m.act_digits + act_rows * cuda::digits_per_element * ff, m.act_digit_scales + act_rows * ff / 256,
+                    m.act_digit_sums + act_rows * ff / 256 * 16};
+            cuda::digits_quantize({act, n * k, ff, da.x}, s);
+            ++launches;
+            da.stage = true;
+        } else {
+            da.x_f32 = act;
+            da.x_f32_stride = ff;
+        }
+        cuda::matvec_digits(da, s);
+        launches += 2;
+        return launches;
     }
     cuda::matvec_args dn = g;
     dn.w = L.down.data;

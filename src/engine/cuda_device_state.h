@@ -75,6 +75,11 @@ struct cuda_device::state {
     int8_t *h_digits = nullptr;
     float *h_digit_scales = nullptr;
     uint16_t *h_digit_sums = nullptr;
+    // The SwiGLU outputs as digits for the experts' Q4_K down of large decode steps (k rows a
+    // decode row, max_logit_rows rows; d_ff_expert a multiple of 256).
+    int8_t *act_digits = nullptr;
+    float *act_digit_scales = nullptr;
+    uint16_t *act_digit_sums = nullptr;
     bool h_split_fresh = false;
     // Prompt rows' Q4_K products: their input split once per product (cuda/matmul_prompt_q4k.cu),
     // max_step_rows rows of the widest input (h, att, or a row's k SwiGLU outputs).

@@ -7,11 +7,13 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <vector>
 
 namespace tandem::test {
 
-// Host twin of digits_quantize_kernel: the same scale choice, rounding and packing.
+// Host twin of digits_quantize_kernel: the same scale choice, rounding and packing. Compare scales
+// bitwise (same_bits): a non-finite block's scale is NaN.
 struct host_digits {
     std::vector<int8_t> digits;
     std::vector<float> scales;
@@ -24,7 +26,11 @@ inline host_digits quantize_host(const std::vector<float> &x, int32_t rows, int3
                   std::vector<uint16_t>(size_t(rows) * nb * 16)};
     for (int32_t r = 0; r < rows; ++r)
         for (int32_t c = 0; c < nb; ++c) {
-            const float *v = x.data() + size_t(r) * n + size_t(c) * 256;
+            const float *xv = x.data() + size_t(r) * n + size_t(c) * 256;
+            // A block with a non-finite element: zero digits and sums, a NaN scale.
+            const bool finite = std::all_of(xv, xv + 256, [](float f) { return std::isfinite(f); });
+            float v[256];
+            for (int i = 0; i < 256; ++i) v[i] = finite ? xv[i] : 0.0f;
             float mx = 0.0f;
             for (int i = 0; i < 256; ++i) mx = std::max(mx, std::fabs(v[i]));
             int e = 0;
@@ -35,7 +41,7 @@ inline host_digits quantize_host(const std::vector<float> &x, int32_t rows, int3
                 if (std::ldexp(127.0f, e) < mx) ++e;
             }
             const float inv = std::ldexp(1.0f, -e);
-            h.scales[size_t(r) * nb + c] = std::ldexp(1.0f, e);
+            h.scales[size_t(r) * nb + c] = finite ? std::ldexp(1.0f, e) : bits_float(0x7FC00000u);
             for (int j = 0; j < 8; ++j) {
                 int s = 0;
                 for (int l = 0; l < 32; ++l) {
@@ -59,6 +65,11 @@ inline host_digits quantize_host(const std::vector<float> &x, int32_t rows, int3
             }
         }
     return h;
+}
+
+template <class T>
+bool same_bits(const std::vector<T> &a, const std::vector<T> &b) {
+    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
 }
 
 }  // namespace tandem::test

@@ -18,6 +18,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <limits>
 
 using namespace tandem;
 using tandem::test::device_buffer;
@@ -66,6 +67,25 @@ host_groups route_random(std::mt19937_64 &rng, int32_t rows, int32_t k, int32_t 
     return h;
 }
 
+// Row r of a step alone: its k pairs in their own groups (ascending expert), pair s reading x row 0
+// (h) and writing y row s.
+host_groups groups_of_row(const host_groups &step, int32_t r, int32_t k) {
+    host_groups one;
+    for (int32_t s = 0; s < k; ++s) one.ids.push_back(step.ids[size_t(r * k + s)]);
+    std::vector<int32_t> order(static_cast<size_t>(k));
+    for (int32_t s = 0; s < k; ++s) order[size_t(s)] = s;
+    std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return one.ids[size_t(a)] < one.ids[size_t(b)]; });
+    for (int32_t s : order) {
+        one.group_mat.push_back(one.ids[size_t(s)]);
+        one.group_off.push_back(int32_t(one.pair_x.size()));
+        one.pair_x.push_back(0);
+        one.pair_y.push_back(s);
+    }
+    one.n_groups = k;
+    one.group_off.push_back(k);
+    return one;
+}
+
 struct device_groups {
     device_buffer<int32_t> mat, off, n, px, py;
     explicit device_groups(const host_groups &h)
@@ -81,6 +101,13 @@ struct device_groups {
         a.group_off = off.ptr;
         a.n_groups = n.ptr;
         a.max_groups = grid_groups;
+        return a;
+    }
+    // The grouped plain product (down) of these groups: pair i reads x row y_rows[i] (its SwiGLU
+    // output) and writes y row y_rows[i].
+    cuda::matvec_digits_args plain_args(const void *w, int32_t n_in, int32_t n_out, float *y, int32_t grid_groups) const {
+        cuda::matvec_digits_args a = swiglu_args(w, nullptr, n_in, n_out, {}, y, grid_groups);
+        a.x_rows = py.ptr;
         return a;
     }
 };
@@ -144,7 +171,7 @@ TEST_CASE("dense digit products match the CPU and are batch invariant", "[gpu][k
         cuda::digits_quantize({dx.ptr, sh.n_rows, sh.n_in, dd.view()}, nullptr);
         const test::host_digits want = test::quantize_host(x, sh.n_rows, sh.n_in);
         CHECK(dd.digits.download() == want.digits);
-        CHECK(dd.scales.download() == want.scales);
+        CHECK(test::same_bits(dd.scales.download(), want.scales));
         CHECK(dd.sums.download() == want.sums);
 
         dy.poison();
@@ -212,26 +239,124 @@ TEST_CASE("grouped SwiGLU digit products match the CPU and are batch invariant",
     run(hg, dd, dy.ptr, true);
     CHECK(std::memcmp(dy.download().data(), got.data(), got.size() * sizeof(float)) == 0);
     // Row 2 alone (its own k groups): its pairs' outputs bitwise those of the whole step.
-    host_groups one;
-    for (int32_t s = 0; s < k; ++s) one.ids.push_back(hg.ids[size_t(2 * k + s)]);
-    {
-        std::vector<int32_t> order(static_cast<size_t>(k));
-        for (int32_t s = 0; s < k; ++s) order[size_t(s)] = s;
-        std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return one.ids[size_t(a)] < one.ids[size_t(b)]; });
-        for (int32_t s : order) {
-            one.group_mat.push_back(one.ids[size_t(s)]);
-            one.group_off.push_back(int32_t(one.pair_x.size()));
-            one.pair_x.push_back(0);
-            one.pair_y.push_back(s);
-        }
-        one.n_groups = k;
-        one.group_off.push_back(k);
-    }
+    const host_groups one = groups_of_row(hg, 2, k);
     device_digits d1(1, n_in);
     device_buffer<float> x1(std::vector<float>(x.begin() + 2 * n_in, x.begin() + 3 * n_in)), y1(size_t(k) * n_out);
     cuda::digits_quantize({x1.ptr, 1, n_in, d1.view()}, nullptr);
     run(one, d1, y1.ptr);
     CHECK(std::memcmp(y1.download().data(), got.data() + size_t(2 * k) * n_out, size_t(k) * n_out * sizeof(float)) == 0);
+}
+
+TEST_CASE("a block with a non-finite element quantises to a NaN scale", "[gpu][kernels]") {
+    if (!test::gpu_present()) return;
+    std::mt19937_64 rng(4200);
+    const int32_t n_in = 512, n_out = 40, rows = 3;
+    const auto w = random_matrix(rng, ggml_type::q4_k, n_in, n_out, 0.05f);
+    auto x = test::random_floats(rng, size_t(n_in) * rows);
+    x[300] = std::nanf("");                             // row 0, block 1
+    x[size_t(n_in) + 17] = std::numeric_limits<float>::infinity();  // row 1, block 0
+    device_buffer<uint8_t> dw(w);
+    device_buffer<float> dx(x), dy(size_t(n_out) * rows);
+    device_digits dd(rows, n_in);
+    dd.digits.poison();
+    cuda::digits_quantize({dx.ptr, rows, n_in, dd.view()}, nullptr);
+    const test::host_digits want = test::quantize_host(x, rows, n_in);
+    CHECK(dd.digits.download() == want.digits);
+    CHECK(test::same_bits(dd.scales.download(), want.scales));
+    CHECK(dd.sums.download() == want.sums);
+    const auto scales = dd.scales.download();
+    CHECK(std::isnan(scales[1]));
+    CHECK(std::isnan(scales[2]));
+    CHECK(std::isfinite(scales[0]));
+    CHECK(std::isfinite(scales[3]));
+    cuda::matvec_digits({dw.ptr, n_in, n_out, dd.view(), rows, dy.ptr, n_out}, nullptr);
+    const auto got = dy.download();
+    for (int32_t j = 0; j < n_out; ++j) {
+        CHECK(std::isnan(got[size_t(j)]));
+        CHECK(std::isnan(got[size_t(n_out + j)]));
+        CHECK(std::isfinite(got[size_t(2 * n_out + j)]));
+    }
+}
+
+// The experts' down on digits: fp32 rows quantised by digits_quantize first or by the product's own
+// blocks, streamed or staged: all four bitwise equal, within tolerance of the CPU, each row's pairs
+// bitwise alone and in the step; a pair with a NaN element gives NaN and leaves the others alone.
+TEST_CASE("grouped plain digit products match the CPU, in-kernel digits equal the producer's", "[gpu][kernels]") {
+    if (!test::gpu_present()) return;
+    cpu::cpu_context ctx{4};
+    struct shape { int32_t n_in, n_out; };
+    uint64_t seed = 4300;
+    // 768: three blocks a row (three warps); 512: four warps, one idle. 20 rows x k 2 over 5
+    // experts: groups of more than 8 pairs (several passes).
+    for (const shape sh : {shape{768, 200}, shape{512, 70}}) {
+        const int32_t n_expert = 5, k = 2, rows = 20, pairs = rows * k;
+        std::mt19937_64 rng(++seed);
+        INFO("n_in " << sh.n_in << " n_out " << sh.n_out);
+        std::vector<std::vector<uint8_t>> down;
+        std::vector<uint8_t> all;
+        for (int32_t e = 0; e < n_expert; ++e) {
+            down.push_back(random_matrix(rng, ggml_type::q4_k, sh.n_in, sh.n_out, 0.05f));
+            all.insert(all.end(), down.back().begin(), down.back().end());
+        }
+        auto x = test::random_floats(rng, size_t(sh.n_in) * pairs, 0.3f);  // pair p's SwiGLU output: row p
+        for (size_t i = 0; i < x.size(); i += 89) x[i] *= 25.0f;
+        const int32_t nan_pair = 7;
+        x[size_t(nan_pair) * sh.n_in + 260] = std::nanf("");
+        const host_groups hg = route_random(rng, rows, k, n_expert);
+        std::vector<float> ref(size_t(pairs) * sh.n_out);
+        for (int32_t p = 0; p < pairs; ++p)
+            cpu::matmul(ctx, host_matrix(down[size_t(hg.ids[size_t(p)])], ggml_type::q4_k, sh.n_in, sh.n_out),
+                        x.data() + size_t(p) * sh.n_in, ref.data() + size_t(p) * sh.n_out, 1);
+        device_buffer<uint8_t> dw(all);
+        device_buffer<float> dx(x), dy(ref.size());
+        device_digits dd(pairs, sh.n_in);
+        cuda::digits_quantize({dx.ptr, pairs, sh.n_in, dd.view()}, nullptr);
+        device_groups gr(hg);
+        auto run = [&](bool in_kernel, bool stage) {
+            cuda::matvec_digits_args a = gr.plain_args(dw.ptr, sh.n_in, sh.n_out, dy.ptr, n_expert);
+            if (in_kernel) {
+                a.x_f32 = dx.ptr;
+                a.x_f32_stride = sh.n_in;
+            } else {
+                a.x = dd.view();
+            }
+            a.stage = stage;
+            a.groups_settled = in_kernel != stage;  // weights loaded before the PDL wait or after
+            dy.poison();
+            cuda::matvec_digits(a, nullptr);
+            return dy.download();
+        };
+        const auto got = run(false, false);
+        for (const bool in_kernel : {false, true})
+            for (const bool stage : {false, true}) {
+                INFO("in-kernel digits " << in_kernel << " staged " << stage);
+                CHECK(test::same_bits(run(in_kernel, stage), got));
+            }
+        double num = 0.0, den = 0.0;
+        for (int32_t p = 0; p < pairs; ++p)
+            for (int32_t j = 0; j < sh.n_out; ++j) {
+                const float v = got[size_t(p) * sh.n_out + j], r = ref[size_t(p) * sh.n_out + j];
+                if (p == nan_pair) {
+                    CHECK(std::isnan(v));
+                    continue;
+                }
+                num += double(v - r) * double(v - r);
+                den += double(r) * double(r);
+            }
+        INFO("relative L2 error " << std::sqrt(num / den));
+        CHECK(std::sqrt(num / den) <= test::tolerance::moe);
+        // Row 5 alone, its digits made in the kernel: bitwise the step's (made by the producer).
+        const int32_t r = 5;
+        const host_groups one = groups_of_row(hg, r, k);
+        device_groups g1(one);
+        device_buffer<float> x1(std::vector<float>(x.begin() + size_t(r * k) * sh.n_in, x.begin() + size_t(r * k + k) * sh.n_in));
+        device_buffer<float> y1(size_t(k) * sh.n_out);
+        cuda::matvec_digits_args a1 = g1.plain_args(dw.ptr, sh.n_in, sh.n_out, y1.ptr, k);
+        a1.x_f32 = x1.ptr;
+        a1.x_f32_stride = sh.n_in;
+        cuda::matvec_digits(a1, nullptr);
+        CHECK(std::memcmp(y1.download().data(), got.data() + size_t(r * k) * sh.n_out, size_t(k) * sh.n_out * sizeof(float)) == 0);
+    }
 }
 
 // Timing: ./test_cuda_matvec_digits "[.bench]". Decode shapes of qwen3-30b-a3b (Q/K/V 5,120 x 2,048;
@@ -332,5 +457,86 @@ TEST_CASE("grouped SwiGLU digit products timing beside matvec", "[.bench][gpu]")
                     "digits vs split %.1e\n", rows, hg.n_groups, t_split, t_dig, t_split / t_dig, t_staged, t_split / t_staged,
                     rel_err(gd.data(), gs.data(), gs.size()));
         CHECK(t_dig > 0.0f);
+    }
+}
+
+// Timing: the experts' down of qwen3-30b-a3b (128 experts of 2,048 x 768, k = 8) on 1-16 rows of
+// random routing, each with its producer where it has one: matvec() (the split made inside down up
+// to 8 pairs, by split_rows above, as the engine does) against the digit kernel with its digits
+// made in the kernel or by digits_quantize, streamed and staged.
+TEST_CASE("grouped down digit products timing beside matvec", "[.bench][gpu]") {
+    if (!test::gpu_present()) return;
+    std::mt19937_64 rng(79);
+    const int32_t n_expert = 128, k = 8, n_in = 768, n_out = 2048, distinct = 16;
+    std::vector<uint8_t> all;
+    {
+        std::vector<std::vector<uint8_t>> d;
+        for (int32_t e = 0; e < distinct; ++e) d.push_back(random_matrix(rng, ggml_type::q4_k, n_in, n_out, 0.05f));
+        for (int32_t e = 0; e < n_expert; ++e) all.insert(all.end(), d[size_t(e % distinct)].begin(), d[size_t(e % distinct)].end());
+    }
+    device_buffer<uint8_t> dw(all);
+    launch_timer timer;
+    auto median_us = [&](auto &&fn) { return timer.median_us(fn, 20); };
+    for (const int32_t rows : {1, 2, 4, 8, 16}) {
+        const int32_t pairs = rows * k;
+        const auto x = test::random_floats(rng, size_t(n_in) * pairs, 0.3f);
+        const host_groups hg = route_random(rng, rows, k, n_expert);
+        device_groups gr(hg);
+        device_buffer<float> dx(x), y_split(size_t(pairs) * n_out), y_dig(size_t(pairs) * n_out), dsums(size_t(pairs) * n_in / 32);
+        device_buffer<uint4> dsplit(size_t(pairs) * n_in / 4);
+        cuda::matvec_args a;
+        a.w = dw.ptr;
+        a.type = ggml_type::q4_k;
+        a.n_in = n_in;
+        a.n_out = n_out;
+        a.x = dx.ptr;
+        a.x_stride = n_in;
+        a.y = y_split.ptr;
+        a.y_stride = n_out;
+        a.x_rows = gr.py.ptr;
+        a.y_rows = gr.py.ptr;
+        a.group_mat = gr.mat.ptr;
+        a.group_off = gr.off.ptr;
+        a.n_groups = gr.n.ptr;
+        a.max_groups = std::min(pairs, n_expert);
+        a.n_pairs = pairs;
+        a.groups_settled = true;
+        const bool split_launch = pairs > 8;
+        if (split_launch) {
+            a.x_split = dsplit.ptr;
+            a.x_sums = dsums.ptr;
+        }
+        const cuda::split_rows_args sa{dx.ptr, pairs, n_in, n_in, dsplit.ptr, dsums.ptr};
+        const float t_split = median_us([&] {
+            if (split_launch) cuda::split_rows(sa, nullptr);
+            cuda::matvec(a, nullptr);
+        });
+        device_digits dd(pairs, n_in);
+        cuda::matvec_digits_args b = gr.plain_args(dw.ptr, n_in, n_out, y_dig.ptr, a.max_groups);
+        b.x_f32 = dx.ptr;
+        b.x_f32_stride = n_in;
+        b.groups_settled = true;
+        const float t_in = median_us([&] { cuda::matvec_digits(b, nullptr); });
+        b.stage = true;
+        const float t_in_staged = median_us([&] { cuda::matvec_digits(b, nullptr); });
+        b.x_f32 = nullptr;
+        b.x = dd.view();
+        const cuda::digits_quantize_args qa{dx.ptr, pairs, n_in, dd.view()};
+        const float t_pre_staged = median_us([&] {
+            cuda::digits_quantize(qa, nullptr);
+            cuda::matvec_digits(b, nullptr);
+        });
+        b.stage = false;
+        const float t_pre = median_us([&] {
+            cuda::digits_quantize(qa, nullptr);
+            cuda::matvec_digits(b, nullptr);
+        });
+        const auto gs = y_split.download(), gd = y_dig.download();
+        std::printf("down grouped rows %2d (%3d groups): matvec%s %6.2f us  in-kernel digits %6.2f (x%.2f) staged %6.2f (x%.2f)  "
+                    "quantize + digits %6.2f (x%.2f) staged %6.2f (x%.2f)  digits vs split %.1e\n",
+                    rows, hg.n_groups, split_launch ? " + split" : "", t_split, t_in, t_split / t_in, t_in_staged,
+                    t_split / t_in_staged, t_pre, t_split / t_pre, t_pre_staged, t_split / t_pre_staged,
+                    rel_err(gd.data(), gs.data(), gs.size()));
+        CHECK(t_in > 0.0f);
     }
 }
