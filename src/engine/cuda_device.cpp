@@ -33,6 +33,9 @@ constexpr int32_t split_act_min_pairs = 8;
 // (docs/perf-notes.md, session 12, down alone): 1 / 2 sessions 1.23x / 1.29x made in the kernel,
 // 4 / 16 sessions 1.19x / 1.09x with the launch.
 constexpr int32_t down_quantize_min_pairs = 16;
+// Above this many pairs the staged down runs piped, four tiles a block (session 12, down alone:
+// 8 sessions 1.05x, 16 sessions 1.15x the one-tile staged kernel; 4 sessions 0.94x).
+constexpr int32_t down_piped_min_pairs = 48;
 
 template <class T>
 T *device_alloc(size_t count) {
@@ -693,6 +696,7 @@ int64_t cuda_device::layer_experts(int32_t l, int32_t r0, int32_t n) {
             cuda::digits_quantize({act, n * k, ff, da.x}, s);
             ++launches;
             da.stage = true;
+            da.pipe_tiles = n * k > down_piped_min_pairs ? 4 : 0;
         } else {
             da.x_f32 = act;
             da.x_f32_stride = ff;
