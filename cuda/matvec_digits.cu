@@ -43,6 +43,56 @@ __device__ __forceinline__ void mma_u8s8(int (&c)[4], const uint32_t (&a)[4], ui
 __device__ __forceinline__ uint32_t nibbles(uint32_t w, int h) { return (h ? w >> 4 : w) & 0x0F0F0F0Fu; }
 __device__ __forceinline__ int byte_of(uint32_t w, int i) { return int((w >> (8 * i)) & 0xFFu); }
 
+// One chunk (a block of 256) of a tile's weight rows g (lo) and g + 8 (hi) against a pass's eight
+// columns, bfrag(j, d) giving the lane's B fragment of sub-block j's digit d, sb its digit sums and
+// s0, s1 the scales of its columns 2t, 2t + 1: out[e] += s (d dots - dm mins) for the lane's four
+// outputs, the arithmetic of every digit product.
+template <class BFrag>
+__device__ __forceinline__ void digit_chunk(const q4_k_lane &lo, const q4_k_lane &hi, BFrag &&bfrag, uint2 sb, float s0, float s1,
+                                            int t, float (&out)[4]) {
+    constexpr int D = digits_per_element;
+    // Scale bytes (get_scale_min_k4's values): sub-blocks 0-3 and 4-7 of each row.
+    const uint32_t sc_lo[2] = {lo.head.y & 0x3F3F3F3Fu, (lo.head.w & 0x0F0F0F0Fu) | ((lo.head.y >> 2) & 0x30303030u)};
+    const uint32_t sc_hi[2] = {hi.head.y & 0x3F3F3F3Fu, (hi.head.w & 0x0F0F0F0Fu) | ((hi.head.y >> 2) & 0x30303030u)};
+    const uint32_t mn_lo = t < 2 ? lo.head.z & 0x3F3F3F3Fu : ((lo.head.w >> 4) & 0x0F0F0F0Fu) | ((lo.head.z >> 2) & 0x30303030u);
+    const uint32_t mn_hi = t < 2 ? hi.head.z & 0x3F3F3F3Fu : ((hi.head.w >> 4) & 0x0F0F0F0Fu) | ((hi.head.z >> 2) & 0x30303030u);
+    int acc[D][4] = {};
+#pragma unroll
+    for (int cc = 0; cc < 4; ++cc) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const int j = 2 * cc + h;
+            const uint32_t av[4] = {nibbles(lo.qs[cc].x, h), nibbles(hi.qs[cc].x, h), nibbles(lo.qs[cc].y, h),
+                                    nibbles(hi.qs[cc].y, h)};
+            const int sl = byte_of(sc_lo[j >> 2], j & 3), sh = byte_of(sc_hi[j >> 2], j & 3);
+#pragma unroll
+            for (int d = 0; d < D; ++d) {
+                const uint2 bd = bfrag(j, d);
+                int p[4];
+                mma_u8s8(p, av, bd.x, bd.y);
+                acc[d][0] += sl * p[0]; acc[d][1] += sl * p[1]; acc[d][2] += sh * p[2]; acc[d][3] += sh * p[3];
+            }
+        }
+    }
+    // Mins: sum_j m_j S_j on one bf16 mma (K slots j and 8 + j: m_j times S_j's hi and lo).
+    const int sh16 = 16 * (t & 1);
+    const __nv_bfloat162 ml = __floats2bfloat162_rn(float((mn_lo >> sh16) & 0xFFu), float((mn_lo >> (sh16 + 8)) & 0xFFu));
+    const __nv_bfloat162 mh = __floats2bfloat162_rn(float((mn_hi >> sh16) & 0xFFu), float((mn_hi >> (sh16 + 8)) & 0xFFu));
+    const uint32_t ml_u = *reinterpret_cast<const uint32_t *>(&ml), mh_u = *reinterpret_cast<const uint32_t *>(&mh);
+    const uint32_t am[4] = {ml_u, mh_u, ml_u, mh_u};
+    float cm[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    mma_bf16(cm, am, sb.x, sb.y);
+    const float d_lo = half_bits_to_float(lo.head.x), dm_lo = half_bits_to_float(lo.head.x >> 16);
+    const float d_hi = half_bits_to_float(hi.head.x), dm_hi = half_bits_to_float(hi.head.x >> 16);
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+        const float d = e < 2 ? d_lo : d_hi, dm = e < 2 ? dm_lo : dm_hi, s = (e & 1) ? s1 : s0;
+        const float dots = fmaf(float(acc[1][e]), 1.0f / 256.0f, float(acc[0][e]));  // acc0 + acc1 / 256
+        const float part = d * dots - dm * (cm[e] * (1.0f / 256.0f));           // S_j in units of 1 / 256
+        out[e] = fmaf(s, part, out[e]);
+    }
+}
+
 // Lane (g, t): weight rows g and g + 8 of the block's 16, step rows 2t, 2t + 1 of a pass's C
 // columns (B column g). K slot 4t + i of a sub-block's mma is element 8t + i, slot 16 + 4t + i
 // element 8t + 4 + i (the lane's eight consecutive quant bytes).
@@ -53,27 +103,21 @@ __device__ __forceinline__ int byte_of(uint32_t w, int i) { return int((w >> (8 
 // quantize (grouped, not SwiGLU): x comes as fp32 rows (x_f32); for each of its chunks a warp
 // quantises the pass's rows' block itself (digits_of_lane, the producer's bits) into shared memory,
 // laid out as the B fragments are read: [sub-block j][digit d][lane] 8 bytes.
-// piped (staged): a block computes tiles blockIdx.x, + gridDim.x, ... of its group from two stages
-// of shared memory, the copy of the tile after next issued (by the last warp) as soon as a tile's
-// last pass is done, so the copy engine streams while the warps multiply. Every output's arithmetic
-// is that of the one-tile kernels.
-template <int W, bool swiglu, bool grouped, bool staged = false, bool quantize = false, bool piped = false>
+template <int W, bool swiglu, bool grouped, bool staged = false, bool quantize = false>
 __global__ void __launch_bounds__(W * 32) matvec_digits_kernel(const matvec_digits_args a) {
     constexpr int D = digits_per_element;
     static_assert(!staged || grouped, "matvec_digits: staging is for grouped products");
     static_assert(!quantize || (grouped && !swiglu), "matvec_digits: in-kernel digits are for grouped plain products");
-    static_assert(!piped || (staged && !quantize), "matvec_digits: pipelining is for staged products of producer digits");
     __shared__ float s_red[W - 1][4][32];
-    __shared__ uint64_t s_bar, s_bars[2];
+    __shared__ uint64_t s_bar;
     __shared__ __align__(16) uint8_t s_qd[quantize ? W : 1][quantize ? 8 * 256 * D : 1];
     __shared__ __align__(16) uint16_t s_qsums[quantize ? W : 1][quantize ? 8 * 16 : 1];
     __shared__ float s_qscale[quantize ? W : 1][8];
     extern __shared__ __align__(16) uint8_t s_w[];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     constexpr int tile_out = swiglu ? 8 : 16;
-    const int n_blocks = a.n_in / 256, n_tiles = (a.n_out + tile_out - 1) / tile_out;
-    int j0 = blockIdx.x * tile_out;
-    const int64_t row_bytes = int64_t(n_blocks) * 144, stride = row_bytes + 32, stage_bytes = 16 * stride;
+    const int j0 = blockIdx.x * tile_out, n_blocks = a.n_in / 256;
+    const int64_t row_bytes = int64_t(n_blocks) * 144, stride = row_bytes + 32;
     int begin = 0, end = a.n_rows, mat = 0;
     const uint8_t *rlo = nullptr, *rhi = nullptr;
     auto resolve_rows = [&]() {  // a row past n_out reads row j0: its outputs are never written
@@ -87,25 +131,6 @@ __global__ void __launch_bounds__(W * 32) matvec_digits_kernel(const matvec_digi
             rhi = w + int64_t(j0 + g + 8 < a.n_out ? j0 + g + 8 : j0) * row_bytes;
         }
     };
-    // piped: tile k's 16 weight rows into stage st, by the last warp (lane 0 announces the bytes
-    // first); nothing past the group's tiles.
-    auto issue_tile = [&](int st, int k) {
-        if (warp != W - 1 || k >= n_tiles) return;
-        if (lane == 0) mbar_expect(&s_bars[st], uint32_t(16 * row_bytes));
-        __syncwarp();
-        if (lane < 16) {
-            const int r = lane, jt = k * tile_out;
-            const uint8_t *src;
-            if constexpr (swiglu) {
-                const int64_t j = jt + (r & 7) < a.n_out ? jt + (r & 7) : jt;
-                src = static_cast<const uint8_t *>(r < 8 ? a.w : a.w_up) + (int64_t(mat) * a.n_out + j) * row_bytes;
-            } else {
-                const int64_t j = jt + r < a.n_out ? jt + r : jt;
-                src = static_cast<const uint8_t *>(a.w) + (int64_t(mat) * a.n_out + j) * row_bytes;
-            }
-            bulk_copy_to_shared(s_w + st * stage_bytes + r * stride, src, uint32_t(row_bytes), &s_bars[st]);
-        }
-    };
     // Grouped: the block's group, its weight rows, and (staged) their copies issued.
     auto start_group = [&]() {
         const int gi = blockIdx.y;
@@ -115,16 +140,7 @@ __global__ void __launch_bounds__(W * 32) matvec_digits_kernel(const matvec_digi
         end = e;
         mat = m;
         resolve_rows();
-        if constexpr (piped) {
-            if (threadIdx.x == 0) {
-                mbar_init(&s_bars[0]);
-                mbar_init(&s_bars[1]);
-                mbar_fence_init();
-            }
-            __syncthreads();
-            issue_tile(0, blockIdx.x);
-            issue_tile(1, blockIdx.x + gridDim.x);
-        } else if constexpr (staged) {
+        if constexpr (staged) {
             if (threadIdx.x == 0) {
                 mbar_init(&s_bar);
                 mbar_fence_init();
@@ -169,126 +185,199 @@ __global__ void __launch_bounds__(W * 32) matvec_digits_kernel(const matvec_digi
     pdl_trigger();
     if constexpr (grouped)
         if (!early && !start_group()) return;
-    if constexpr (staged && !piped) mbar_wait_first(&s_bar);
+    if constexpr (staged) mbar_wait_first(&s_bar);
     auto x_row = [&](int i) { const int r = i < end ? i : begin; return a.x_rows ? a.x_rows[r] : r; };
     auto y_row = [&](int i) { return a.y_rows ? a.y_rows[i] : i; };
-    for (int it = 0, k = blockIdx.x; k < n_tiles; ++it, k += gridDim.x) {
-        if constexpr (piped) {
-            const int st = it & 1;
-            j0 = k * tile_out;
-            rlo = s_w + st * stage_bytes + g * stride;
-            rhi = s_w + st * stage_bytes + (g + 8) * stride;
-            mbar_wait_parity(&s_bars[st], uint32_t(it >> 1) & 1u);
+    for (int p0 = begin; p0 < end; p0 += 8) {
+        const int xr = x_row(p0 + g);  // B column g (past the rows: a real row, unused)
+        const int xc0 = x_row(p0 + 2 * t), xc1 = x_row(p0 + 2 * t + 1);
+        float out[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        for (int c = warp; c < n_blocks; c += W) {
+            if (!(early && !staged && p0 == begin && c == warp)) {
+                lo = load_q4_k_lane(rlo, c, t);
+                hi = load_q4_k_lane(rhi, c, t);
+            }
+            const int8_t *xd = nullptr;
+            uint2 sb;
+            float s0, s1;
+            if constexpr (quantize) {
+                // The pass's rows' block c (columns past its rows keep stale values: never written out).
+                uint8_t *qd = s_qd[warp];
+                __syncwarp();
+                const int n_cols = end - p0 < 8 ? end - p0 : 8;
+                for (int i = 0; i < n_cols; ++i) {
+                    const float *xs = a.x_f32 + int64_t(x_row(p0 + i)) * a.x_f32_stride + c * 256 + 8 * lane;
+                    const float4 f0 = *reinterpret_cast<const float4 *>(xs), f1 = *reinterpret_cast<const float4 *>(xs + 4);
+                    const float v[8] = {f0.x, f0.y, f0.z, f0.w, f1.x, f1.y, f1.z, f1.w};
+                    const lane_digits ld = digits_of_lane(v);  // this lane: sub-block g, group t
+#pragma unroll
+                    for (int d = 0; d < D; ++d)
+                        *reinterpret_cast<uint2 *>(qd + ((g * D + d) * 32 + i * 4 + t) * 8) = make_uint2(ld.wd[d][0], ld.wd[d][1]);
+                    if (t == 0) {
+                        uint16_t *sums = s_qsums[warp] + i * 16 + (g >> 1) * 4 + (g & 1);
+                        digit_sum_halves(ld.sum_j, sums[0], sums[2]);
+                    }
+                    if (lane == 0) s_qscale[warp][i] = ld.scale;
+                }
+                __syncwarp();
+                sb = *reinterpret_cast<const uint2 *>(s_qsums[warp] + g * 16 + t * 4);
+                s0 = s_qscale[warp][2 * t];
+                s1 = s_qscale[warp][2 * t + 1];
+            } else {
+                xd = a.x.digits + int64_t(xr) * D * a.n_in + (c * 32 + t) * 8 * D;
+                sb = *reinterpret_cast<const uint2 *>(a.x.sums + (int64_t(xr) * n_blocks + c) * 16 + t * 4);
+                s0 = a.x.scales[int64_t(xc0) * n_blocks + c];
+                s1 = a.x.scales[int64_t(xc1) * n_blocks + c];
+            }
+            digit_chunk(
+                lo, hi,
+                [&](int j, int d) {
+                    return quantize ? *reinterpret_cast<const uint2 *>(s_qd[warp] + ((j * D + d) * 32 + lane) * 8)
+                                    : *reinterpret_cast<const uint2 *>(xd + j * 32 * D + 8 * d);
+                },
+                sb, s0, s1, t, out);
         }
-        for (int p0 = begin; p0 < end; p0 += 8) {
-            const int xr = x_row(p0 + g);  // B column g (past the rows: a real row, unused)
-            const int xc0 = x_row(p0 + 2 * t), xc1 = x_row(p0 + 2 * t + 1);
-            float out[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-            for (int c = warp; c < n_blocks; c += W) {
-                if (!(early && !staged && p0 == begin && c == warp)) {
+        if (warp > 0)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) s_red[warp - 1][e][lane] = out[e];
+        __syncthreads();
+        if (warp == 0) {
+#pragma unroll
+            for (int e = 0; e < 4; ++e)
+#pragma unroll
+                for (int v = 0; v < W - 1; ++v) out[e] += s_red[v][e][lane];
+#pragma unroll
+            for (int e = 0; e < (swiglu ? 2 : 4); ++e) {
+                const int j = j0 + g + (swiglu ? 0 : 8 * (e >> 1)), r = p0 + 2 * t + (e & 1);
+                if (j >= a.n_out || r >= end) continue;
+                float *y = a.y + int64_t(y_row(r)) * a.y_stride + j;
+                if constexpr (swiglu) {
+                    const float gate = out[e], up = out[e + 2];
+                    *y = gate / (1.0f + expf(-gate)) * up;  // silu(gate) * up, as the CPU twin writes it
+                } else {
+                    *y = out[e];
+                }
+            }
+        }
+        __syncthreads();
+    }
+}
+
+// Solo: each warp computes whole tiles of its group (tile blockIdx.x * S + warp), all K chunks
+// itself, chunk c into partial c % V, the partials added in order: the arithmetic of the V-warp
+// kernel above (its warps' sums, added by warp 0 in warp order), without its barriers and
+// shared-memory sums. For grouped products of producer digits. staged: the warp's 16 weight rows
+// copied into its own shared-memory stage first (its own barrier); streamed: from global memory,
+// the next chunk's weights loaded before this one is multiplied.
+template <int V, bool swiglu, int S, bool staged>
+__global__ void __launch_bounds__(S * 32) matvec_digits_solo_kernel(const matvec_digits_args a) {
+    constexpr int D = digits_per_element;
+    __shared__ uint64_t s_bar[S];
+    extern __shared__ __align__(16) uint8_t s_w[];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    constexpr int tile_out = swiglu ? 8 : 16;
+    const int n_blocks = a.n_in / 256, n_tiles = (a.n_out + tile_out - 1) / tile_out;
+    const int64_t row_bytes = int64_t(n_blocks) * 144, stride = row_bytes + 32;
+    const int k = blockIdx.x * S + warp, j0 = k * tile_out;
+    int begin = 0, end = 0, mat = 0;
+    const uint8_t *rlo = nullptr, *rhi = nullptr;
+    q4_k_lane lo, hi;
+    auto start = [&]() {
+        const int gi = blockIdx.y;
+        const int n_groups = *a.n_groups, b = a.group_off[gi], e = a.group_off[gi + 1], m = a.group_mat[gi];
+        if (gi >= n_groups || k >= n_tiles) return false;
+        begin = b;
+        end = e;
+        mat = m;
+        // Row r of the tile: gate rows, then up rows; or the 16 rows (a row past n_out reads row j0).
+        auto src_row = [&](int r) {
+            if constexpr (swiglu) {
+                const int64_t j = j0 + (r & 7) < a.n_out ? j0 + (r & 7) : j0;
+                return static_cast<const uint8_t *>(r < 8 ? a.w : a.w_up) + (int64_t(mat) * a.n_out + j) * row_bytes;
+            } else {
+                const int64_t j = j0 + r < a.n_out ? j0 + r : j0;
+                return static_cast<const uint8_t *>(a.w) + (int64_t(mat) * a.n_out + j) * row_bytes;
+            }
+        };
+        if constexpr (staged) {
+            uint8_t *stage = s_w + int64_t(warp) * 16 * stride;
+            if (lane == 0) {
+                mbar_init(&s_bar[warp]);
+                mbar_fence_init();
+                mbar_expect(&s_bar[warp], uint32_t(16 * row_bytes));
+            }
+            __syncwarp();
+            if (lane < 16) bulk_copy_to_shared(stage + lane * stride, src_row(lane), uint32_t(row_bytes), &s_bar[warp]);
+            rlo = stage + g * stride;
+            rhi = stage + (g + 8) * stride;
+        } else {
+            rlo = src_row(g);
+            rhi = src_row(g + 8);
+            lo = load_q4_k_lane(rlo, 0, t);
+            hi = load_q4_k_lane(rhi, 0, t);
+        }
+        return true;
+    };
+    const bool early = a.groups_settled;
+    if (early && !start()) return;
+    pdl_wait();
+    pdl_trigger();
+    if (!early && !start()) return;
+    if constexpr (staged) mbar_wait_first(&s_bar[warp]);
+    auto x_row = [&](int i) { const int r = i < end ? i : begin; return a.x_rows ? a.x_rows[r] : r; };
+    auto y_row = [&](int i) { return a.y_rows ? a.y_rows[i] : i; };
+    for (int p0 = begin; p0 < end; p0 += 8) {
+        const int xr = x_row(p0 + g);  // B column g (past the rows: a real row, unused)
+        const int xc0 = x_row(p0 + 2 * t), xc1 = x_row(p0 + 2 * t + 1);
+        float part[V][4] = {};
+        if (!staged && p0 != begin) {
+            lo = load_q4_k_lane(rlo, 0, t);
+            hi = load_q4_k_lane(rhi, 0, t);
+        }
+        for (int c0 = 0; c0 < n_blocks; c0 += V) {
+#pragma unroll
+            for (int v = 0; v < V; ++v) {
+                const int c = c0 + v;
+                if (c >= n_blocks) break;
+                q4_k_lane lo_next, hi_next;  // streamed: the next chunk's weights, in flight during this one
+                if constexpr (staged) {
                     lo = load_q4_k_lane(rlo, c, t);
                     hi = load_q4_k_lane(rhi, c, t);
+                } else if (c + 1 < n_blocks) {
+                    lo_next = load_q4_k_lane(rlo, c + 1, t);
+                    hi_next = load_q4_k_lane(rhi, c + 1, t);
                 }
-                const int8_t *xd = nullptr;
-                uint2 sb;
-                float s0, s1;
-                if constexpr (quantize) {
-                    // The pass's rows' block c (columns past its rows keep stale values: never written out).
-                    uint8_t *qd = s_qd[warp];
-                    __syncwarp();
-                    const int n_cols = end - p0 < 8 ? end - p0 : 8;
-                    for (int i = 0; i < n_cols; ++i) {
-                        const float *xs = a.x_f32 + int64_t(x_row(p0 + i)) * a.x_f32_stride + c * 256 + 8 * lane;
-                        const float4 f0 = *reinterpret_cast<const float4 *>(xs), f1 = *reinterpret_cast<const float4 *>(xs + 4);
-                        const float v[8] = {f0.x, f0.y, f0.z, f0.w, f1.x, f1.y, f1.z, f1.w};
-                        const lane_digits ld = digits_of_lane(v);  // this lane: sub-block g, group t
-    #pragma unroll
-                        for (int d = 0; d < D; ++d)
-                            *reinterpret_cast<uint2 *>(qd + ((g * D + d) * 32 + i * 4 + t) * 8) = make_uint2(ld.wd[d][0], ld.wd[d][1]);
-                        if (t == 0) {
-                            uint16_t *sums = s_qsums[warp] + i * 16 + (g >> 1) * 4 + (g & 1);
-                            digit_sum_halves(ld.sum_j, sums[0], sums[2]);
-                        }
-                        if (lane == 0) s_qscale[warp][i] = ld.scale;
-                    }
-                    __syncwarp();
-                    sb = *reinterpret_cast<const uint2 *>(s_qsums[warp] + g * 16 + t * 4);
-                    s0 = s_qscale[warp][2 * t];
-                    s1 = s_qscale[warp][2 * t + 1];
-                } else {
-                    xd = a.x.digits + int64_t(xr) * D * a.n_in + (c * 32 + t) * 8 * D;
-                    sb = *reinterpret_cast<const uint2 *>(a.x.sums + (int64_t(xr) * n_blocks + c) * 16 + t * 4);
-                    s0 = a.x.scales[int64_t(xc0) * n_blocks + c];
-                    s1 = a.x.scales[int64_t(xc1) * n_blocks + c];
-                }
-                // Scale bytes (get_scale_min_k4's values): sub-blocks 0-3 and 4-7 of each row.
-                const uint32_t sc_lo[2] = {lo.head.y & 0x3F3F3F3Fu, (lo.head.w & 0x0F0F0F0Fu) | ((lo.head.y >> 2) & 0x30303030u)};
-                const uint32_t sc_hi[2] = {hi.head.y & 0x3F3F3F3Fu, (hi.head.w & 0x0F0F0F0Fu) | ((hi.head.y >> 2) & 0x30303030u)};
-                const uint32_t mn_lo = t < 2 ? lo.head.z & 0x3F3F3F3Fu : ((lo.head.w >> 4) & 0x0F0F0F0Fu) | ((lo.head.z >> 2) & 0x30303030u);
-                const uint32_t mn_hi = t < 2 ? hi.head.z & 0x3F3F3F3Fu : ((hi.head.w >> 4) & 0x0F0F0F0Fu) | ((hi.head.z >> 2) & 0x30303030u);
-                int acc[D][4] = {};
-    #pragma unroll
-                for (int cc = 0; cc < 4; ++cc) {
-    #pragma unroll
-                    for (int h = 0; h < 2; ++h) {
-                        const int j = 2 * cc + h;
-                        const uint32_t av[4] = {nibbles(lo.qs[cc].x, h), nibbles(hi.qs[cc].x, h), nibbles(lo.qs[cc].y, h),
-                                                nibbles(hi.qs[cc].y, h)};
-                        const int sl = byte_of(sc_lo[j >> 2], j & 3), sh = byte_of(sc_hi[j >> 2], j & 3);
-    #pragma unroll
-                        for (int d = 0; d < D; ++d) {
-                            const uint2 bd = quantize ? *reinterpret_cast<const uint2 *>(s_qd[warp] + ((j * D + d) * 32 + lane) * 8)
-                                                      : *reinterpret_cast<const uint2 *>(xd + j * 32 * D + 8 * d);
-                            int p[4];
-                            mma_u8s8(p, av, bd.x, bd.y);
-                            acc[d][0] += sl * p[0]; acc[d][1] += sl * p[1]; acc[d][2] += sh * p[2]; acc[d][3] += sh * p[3];
-                        }
-                    }
-                }
-                // Mins: sum_j m_j S_j on one bf16 mma (K slots j and 8 + j: m_j times S_j's hi and lo).
-                const int sh16 = 16 * (t & 1);
-                const __nv_bfloat162 ml = __floats2bfloat162_rn(float((mn_lo >> sh16) & 0xFFu), float((mn_lo >> (sh16 + 8)) & 0xFFu));
-                const __nv_bfloat162 mh = __floats2bfloat162_rn(float((mn_hi >> sh16) & 0xFFu), float((mn_hi >> (sh16 + 8)) & 0xFFu));
-                const uint32_t ml_u = *reinterpret_cast<const uint32_t *>(&ml), mh_u = *reinterpret_cast<const uint32_t *>(&mh);
-                const uint32_t am[4] = {ml_u, mh_u, ml_u, mh_u};
-                float cm[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-                mma_bf16(cm, am, sb.x, sb.y);
-                const float d_lo = half_bits_to_float(lo.head.x), dm_lo = half_bits_to_float(lo.head.x >> 16);
-                const float d_hi = half_bits_to_float(hi.head.x), dm_hi = half_bits_to_float(hi.head.x >> 16);
-    #pragma unroll
-                for (int e = 0; e < 4; ++e) {
-                    const float d = e < 2 ? d_lo : d_hi, dm = e < 2 ? dm_lo : dm_hi, s = (e & 1) ? s1 : s0;
-                    const float dots = fmaf(float(acc[1][e]), 1.0f / 256.0f, float(acc[0][e]));  // acc0 + acc1 / 256
-                    const float part = d * dots - dm * (cm[e] * (1.0f / 256.0f));           // S_j in units of 1 / 256
-                    out[e] = fmaf(s, part, out[e]);
+                const int8_t *xd = a.x.digits + int64_t(xr) * D * a.n_in + (c * 32 + t) * 8 * D;
+                const uint2 sb = *reinterpret_cast<const uint2 *>(a.x.sums + (int64_t(xr) * n_blocks + c) * 16 + t * 4);
+                const float s0 = a.x.scales[int64_t(xc0) * n_blocks + c], s1 = a.x.scales[int64_t(xc1) * n_blocks + c];
+                digit_chunk(
+                    lo, hi, [&](int j, int d) { return *reinterpret_cast<const uint2 *>(xd + j * 32 * D + 8 * d); }, sb, s0, s1,
+                    t, part[v]);
+                if constexpr (!staged) {
+                    lo = lo_next;
+                    hi = hi_next;
                 }
             }
-            if (warp > 0)
-    #pragma unroll
-                for (int e = 0; e < 4; ++e) s_red[warp - 1][e][lane] = out[e];
-            __syncthreads();
-            if (warp == 0) {
-    #pragma unroll
-                for (int e = 0; e < 4; ++e)
-    #pragma unroll
-                    for (int v = 0; v < W - 1; ++v) out[e] += s_red[v][e][lane];
-    #pragma unroll
-                for (int e = 0; e < (swiglu ? 2 : 4); ++e) {
-                    const int j = j0 + g + (swiglu ? 0 : 8 * (e >> 1)), r = p0 + 2 * t + (e & 1);
-                    if (j >= a.n_out || r >= end) continue;
-                    float *y = a.y + int64_t(y_row(r)) * a.y_stride + j;
-                    if constexpr (swiglu) {
-                        const float gate = out[e], up = out[e + 2];
-                        *y = gate / (1.0f + expf(-gate)) * up;  // silu(gate) * up, as the CPU twin writes it
-                    } else {
-                        *y = out[e];
-                    }
-                }
-            }
-            __syncthreads();
         }
-        if constexpr (!piped) break;
-        issue_tile(it & 1, k + 2 * gridDim.x);  // every warp is past this tile's stage (the barrier above)
+        float out[4];
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            out[e] = part[0][e];
+#pragma unroll
+            for (int v = 1; v < V; ++v) out[e] += part[v][e];
+        }
+#pragma unroll
+        for (int e = 0; e < (swiglu ? 2 : 4); ++e) {
+            const int j = j0 + g + (swiglu ? 0 : 8 * (e >> 1)), r = p0 + 2 * t + (e & 1);
+            if (j >= a.n_out || r >= end) continue;
+            float *y = a.y + int64_t(y_row(r)) * a.y_stride + j;
+            if constexpr (swiglu) {
+                const float gate = out[e], up = out[e + 2];
+                *y = gate / (1.0f + expf(-gate)) * up;  // silu(gate) * up, as the CPU twin writes it
+            } else {
+                *y = out[e];
+            }
+        }
     }
 }
 
@@ -320,17 +409,24 @@ void matvec_digits(const matvec_digits_args &a, cudaStream_t stream) {
     const bool aligned = (reinterpret_cast<uintptr_t>(a.w) | reinterpret_cast<uintptr_t>(a.w_up)) % 16 == 0;
     const bool stage = grouped && a.stage && stage_bytes <= 40 * 1024 && aligned && pdl_supported();
     auto go_staged = [&](auto kernel, int warps) { launch_pdl_smem(kernel, grid, dim3(warps * 32), stage_bytes, stream, a); };
-    // Piped: blocks of pipe_tiles tiles each (two stages of shared memory).
-    const bool piped = stage && a.pipe_tiles > 1 && !quantize && 2 * stage_bytes <= 48 * 1024;
-    auto go_piped = [&](auto kernel, int warps) {
-        const dim3 blocks((grid.x + a.pipe_tiles - 1) / a.pipe_tiles, grid.y);
-        launch_pdl_smem(kernel, blocks, dim3(warps * 32), 2 * stage_bytes, stream, a);
+    // Solo: warps of whole tiles (solo_warps a block), producer digits only.
+    const bool solo = grouped && a.solo_warps > 0 && !quantize;
+    auto go_solo = [&](auto kernel, int warps, bool staged) {
+        const dim3 blocks((grid.x + warps - 1) / warps, grid.y);
+        launch_pdl_smem(kernel, blocks, dim3(warps * 32), staged ? size_t(warps) * stage_bytes : 0, stream, a);
     };
-    if (swiglu && grouped && piped)
-        go_piped(matvec_digits_kernel<4, true, true, true, false, true>, 4);
-    else if (grouped && a.n_in == 3 * 256 && piped)
-        go_piped(matvec_digits_kernel<3, false, true, true, false, true>, 3);
-    else if (swiglu && grouped && stage)
+    const bool solo_staged = a.stage && aligned && pdl_supported() && size_t(a.solo_warps) * stage_bytes <= 48 * 1024;
+    if (solo && swiglu) {
+        if (solo_staged && a.solo_warps == 2)
+            go_solo(matvec_digits_solo_kernel<4, true, 2, true>, 2, true);
+        else
+            go_solo(matvec_digits_solo_kernel<4, true, 4, false>, 4, false);
+    } else if (solo && a.n_in == 3 * 256) {
+        if (solo_staged)
+            go_solo(matvec_digits_solo_kernel<3, false, 4, true>, 4, true);
+        else
+            go_solo(matvec_digits_solo_kernel<3, false, 4, false>, 4, false);
+    } else if (swiglu && grouped && stage)
         go_staged(matvec_digits_kernel<4, true, true, true>, 4);
     else if (swiglu && grouped)
         go(matvec_digits_kernel<4, true, true>, 4);

@@ -59,10 +59,10 @@ struct matvec_digits_args {
     // Grouped: the group arrays were written two or more launches before this one (matvec_args::
     // groups_settled): the blocks read them and start loading weights before the PDL wait.
     bool groups_settled = false;
-    // Staged grouped products of producer digits (SwiGLU, or three blocks a row): each block
-    // computes this many tiles of its group, copying the next while multiplying (0 or 1: one tile
-    // a block). Every output's arithmetic is the same either way, bitwise.
-    int32_t pipe_tiles = 0;
+    // Grouped products of producer digits (SwiGLU, or three blocks a row): each warp computes whole
+    // 16-row tiles, all of K, with no barrier (0: off; a block of 4 warps, or 2 staged SwiGLU
+    // ones; staged with `stage`). The same arithmetic, bitwise.
+    int32_t solo_warps = 0;
     // Grouped plain products (the experts' down): x as fp32 rows instead of digit rows; each block
     // quantises the rows it multiplies itself, to the bits digits_quantize would write (x unused).
     const float *x_f32 = nullptr;  // [*][x_f32_stride], 16-byte aligned

@@ -33,9 +33,14 @@ constexpr int32_t split_act_min_pairs = 8;
 // (docs/perf-notes.md, session 12, down alone): 1 / 2 sessions 1.23x / 1.29x made in the kernel,
 // 4 / 16 sessions 1.19x / 1.09x with the launch.
 constexpr int32_t down_quantize_min_pairs = 16;
-// Above this many pairs the staged down runs piped, four tiles a block (session 12, down alone:
-// 8 sessions 1.05x, 16 sessions 1.15x the one-tile staged kernel; 4 sessions 0.94x).
-constexpr int32_t down_piped_min_pairs = 48;
+// The grouped digit products' shapes by the step's pairs (cuda/matvec_digits.h; every shape gives
+// the same bits). Measured (docs/perf-notes.md, session 12, each product alone, us at 1 / 2 / 4 / 8
+// / 16 sessions): gate/up streamed 7.7 / 14.5 / 25.8 / 45.4 / 69.9, staged 8.4 / 13.7 / 22.9 / 37.2
+// / 55.8, solo warps streamed 8.5 / 11.5 / 24.0 / 45.9 / 68.0; down above 16 pairs with its
+// quantise launch: staged blocks - / 10.1 / 13.7 / 26.4 / 43.6, solo warps staged - / 8.5 / 12.5 /
+// 23.9 / 37.1.
+constexpr int32_t gate_up_solo_min_pairs = 8;   // 9-16 pairs: solo warps, streamed
+constexpr int32_t gate_up_staged_min_pairs = 16;  // above: staged blocks
 
 template <class T>
 T *device_alloc(size_t count) {
@@ -667,7 +672,8 @@ int64_t cuda_device::layer_experts(int32_t l, int32_t r0, int32_t n) {
         da.group_off = g.group_off;
         da.n_groups = g.n_groups;
         da.max_groups = g.max_groups;
-        da.stage = n * k > 16;  // weights staged from 3 rows on (measured: 1-2 rows faster streamed)
+        da.stage = n * k > gate_up_staged_min_pairs;
+        da.solo_warps = n * k > gate_up_solo_min_pairs && !da.stage ? 4 : 0;
         cuda::matvec_digits(da, s);
     } else {
         product(g, n);
@@ -696,7 +702,7 @@ int64_t cuda_device::layer_experts(int32_t l, int32_t r0, int32_t n) {
             cuda::digits_quantize({act, n * k, ff, da.x}, s);
             ++launches;
             da.stage = true;
-            da.pipe_tiles = n * k > down_piped_min_pairs ? 4 : 0;
+            da.solo_warps = 4;
         } else {
             da.x_f32 = act;
             da.x_f32_stride = ff;

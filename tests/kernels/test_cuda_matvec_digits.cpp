@@ -222,13 +222,13 @@ TEST_CASE("grouped SwiGLU digit products match the CPU and are batch invariant",
     device_buffer<float> dx(x), dy(ref.size());
     device_digits dd(rows, n_in);
     cuda::digits_quantize({dx.ptr, rows, n_in, dd.view()}, nullptr);
-    auto run = [&](const host_groups &h, device_digits &digits, float *y, bool stage = false, int32_t pipe_tiles = 0) {
+    auto run = [&](const host_groups &h, device_digits &digits, float *y, bool stage = false, int32_t solo_warps = 0) {
         device_groups gr(h);
         // max_groups n_expert: more than the step's groups, the rest find none
         cuda::matvec_digits_args a = gr.swiglu_args(dg.ptr, du.ptr, n_in, n_out, digits.view(), y, n_expert);
         a.stage = stage;
-        a.pipe_tiles = pipe_tiles;
-        a.groups_settled = pipe_tiles == 3;
+        a.solo_warps = solo_warps;
+        a.groups_settled = solo_warps == 2;
         cuda::matvec_digits(a, nullptr);
         TANDEM_CUDA_CHECK(cudaDeviceSynchronize());
     };
@@ -240,11 +240,11 @@ TEST_CASE("grouped SwiGLU digit products match the CPU and are batch invariant",
     dy.poison();
     run(hg, dd, dy.ptr, true);
     CHECK(std::memcmp(dy.download().data(), got.data(), got.size() * sizeof(float)) == 0);
-    // Piped: blocks of 2 or 3 of the 25 tiles, two stages: the same bits.
-    for (const int32_t pipe : {2, 3}) {
-        INFO("pipe tiles " << pipe);
+    // Solo warps (whole tiles a warp, no barrier): two staged a block, four streamed: the same bits.
+    for (const bool stage : {true, false}) {
+        INFO("solo staged " << stage);
         dy.poison();
-        run(hg, dd, dy.ptr, true, pipe);
+        run(hg, dd, dy.ptr, stage, stage ? 2 : 4);
         CHECK(std::memcmp(dy.download().data(), got.data(), got.size() * sizeof(float)) == 0);
     }
     // Row 2 alone (its own k groups): its pairs' outputs bitwise those of the whole step.
@@ -321,9 +321,9 @@ TEST_CASE("grouped plain digit products match the CPU, in-kernel digits equal th
         device_digits dd(pairs, sh.n_in);
         cuda::digits_quantize({dx.ptr, pairs, sh.n_in, dd.view()}, nullptr);
         device_groups gr(hg);
-        auto run = [&](bool in_kernel, bool stage, int32_t pipe_tiles = 0) {
+        auto run = [&](bool in_kernel, bool stage, int32_t solo_warps = 0) {
             cuda::matvec_digits_args a = gr.plain_args(dw.ptr, sh.n_in, sh.n_out, dy.ptr, n_expert);
-            a.pipe_tiles = pipe_tiles;
+            a.solo_warps = solo_warps;
             if (in_kernel) {
                 a.x_f32 = dx.ptr;
                 a.x_f32_stride = sh.n_in;
@@ -342,9 +342,9 @@ TEST_CASE("grouped plain digit products match the CPU, in-kernel digits equal th
                 INFO("in-kernel digits " << in_kernel << " staged " << stage);
                 CHECK(test::same_bits(run(in_kernel, stage), got));
             }
-        for (const int32_t pipe : {2, 3}) {  // piped blocks of producer digits (K = 768; 512 stays one tile a block)
-            INFO("pipe tiles " << pipe);
-            CHECK(test::same_bits(run(false, true, pipe), got));
+        for (const bool stage : {true, false}) {  // solo warps, staged or streamed (K = 768; 512 keeps the blocks)
+            INFO("solo staged " << stage);
+            CHECK(test::same_bits(run(false, stage, 4), got));
         }
         double num = 0.0, den = 0.0;
         for (int32_t p = 0; p < pairs; ++p)
@@ -466,16 +466,16 @@ TEST_CASE("grouped SwiGLU digit products timing beside matvec", "[.bench][gpu]")
         const float t_dig = median_us([&] { cuda::matvec_digits(b, nullptr); });
         b.stage = true;
         const float t_staged = median_us([&] { cuda::matvec_digits(b, nullptr); });
-        float t_pipe[3];
-        for (int i = 0; i < 3; ++i) {
-            b.pipe_tiles = 2 << i;
-            t_pipe[i] = median_us([&] { cuda::matvec_digits(b, nullptr); });
-        }
+        b.solo_warps = 2;
+        const float t_solo_staged = median_us([&] { cuda::matvec_digits(b, nullptr); });
+        b.solo_warps = 4;
+        b.stage = false;
+        const float t_solo = median_us([&] { cuda::matvec_digits(b, nullptr); });
         const auto gs = y_split.download(), gd = y_dig.download();
         std::printf("gate/up grouped rows %2d (%3d groups): matvec %6.2f us  2 digits %6.2f us (x%.2f), staged %6.2f us (x%.2f), "
-                    "piped 2 / 4 / 8 %6.2f %6.2f %6.2f (x%.2f)  digits vs split %.1e\n", rows, hg.n_groups, t_split, t_dig,
-                    t_split / t_dig, t_staged, t_split / t_staged, t_pipe[0], t_pipe[1], t_pipe[2],
-                    t_split / std::min({t_pipe[0], t_pipe[1], t_pipe[2]}), rel_err(gd.data(), gs.data(), gs.size()));
+                    "solo %6.2f (x%.2f) staged %6.2f (x%.2f)  digits vs split %.1e\n",
+                    rows, hg.n_groups, t_split, t_dig, t_split / t_dig, t_staged, t_split / t_staged, t_solo, t_split / t_solo, t_solo_staged,
+                    t_split / t_solo_staged, rel_err(gd.data(), gs.data(), gs.size()));
         CHECK(t_dig > 0.0f);
     }
 }
@@ -546,15 +546,16 @@ TEST_CASE("grouped down digit products timing beside matvec", "[.bench][gpu]") {
             cuda::digits_quantize(qa, nullptr);
             cuda::matvec_digits(b, nullptr);
         });
-        float t_pipe[3];
-        for (int i = 0; i < 3; ++i) {
-            b.pipe_tiles = 2 << i;
-            t_pipe[i] = median_us([&] {
+        float t_solo[2];
+        for (const int staged : {0, 1}) {
+            b.stage = staged != 0;
+            b.solo_warps = 4;
+            t_solo[staged] = median_us([&] {
                 cuda::digits_quantize(qa, nullptr);
                 cuda::matvec_digits(b, nullptr);
             });
         }
-        b.pipe_tiles = 0;
+        b.solo_warps = 0;
         b.stage = false;
         const float t_pre = median_us([&] {
             cuda::digits_quantize(qa, nullptr);
@@ -562,11 +563,11 @@ TEST_CASE("grouped down digit products timing beside matvec", "[.bench][gpu]") {
         });
         const auto gs = y_split.download(), gd = y_dig.download();
         std::printf("down grouped rows %2d (%3d groups): matvec%s %6.2f us  in-kernel digits %6.2f (x%.2f) staged %6.2f (x%.2f)  "
-                    "quantize + digits %6.2f (x%.2f) staged %6.2f (x%.2f) piped 2 / 4 / 8 %6.2f %6.2f %6.2f (x%.2f)  "
+                    "quantize + digits %6.2f (x%.2f) staged %6.2f (x%.2f) solo %6.2f (x%.2f) staged %6.2f (x%.2f)  "
                     "digits vs split %.1e\n",
                     rows, hg.n_groups, split_launch ? " + split" : "", t_split, t_in, t_split / t_in, t_in_staged,
-                    t_split / t_in_staged, t_pre, t_split / t_pre, t_pre_staged, t_split / t_pre_staged, t_pipe[0], t_pipe[1],
-                    t_pipe[2], t_split / std::min({t_pipe[0], t_pipe[1], t_pipe[2]}),
+                    t_split / t_in_staged, t_pre, t_split / t_pre, t_pre_staged, t_split / t_pre_staged, t_solo[0], t_split / t_solo[0], t_solo[1],
+                    t_split / t_solo[1],
                     rel_err(gd.data(), gs.data(), gs.size()));
         CHECK(t_in > 0.0f);
     }
