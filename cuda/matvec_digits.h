@@ -1,17 +1,19 @@
 // cuda/matvec_digits.h - Q4_K decode products on integer tensor cores. Activations are held as
 // two int8 digits per element against one power-of-two scale per 256 elements (x ~ s (d0 + d1 /
-// 256)); a product takes each 32-element sub-block on mma.m16n8k32 (u8
-// quants x s8 digits, exact int32), applies the sub-block scales as integer multiply-adds, the mins
-// on one bf16 mma a block, and converts to float once per 256 elements. Integer dot products are
-// exact, so any kernel shape would give the same bits, and a row's result never depends on the
-// other rows of its step. The engine uses the grouped SwiGLU product for the experts' Q4_K gate/up
-// of decode rows (its digits written by the FFN norm + router launch) and the grouped plain product
-// for their Q4_K down (digits made by its own blocks, or by digits_quantize for large steps):
-// 1.1-1.45x faster than the bf16-split kernels, each product ~6x less precise (relative L2 ~4e-5
-// against the CPU's fp32, within tolerance::moe). The dense product is measured only; a third digit
-// was measured and dropped (docs/perf-notes.md, session 11).
-// Owns: the digit format and its producer, the dense and grouped (SwiGLU) products. Does not own:
-// the other decode products (cuda/matvec.h).
+// 256); a block with a non-finite element gets a NaN scale, cuda/digits.cuh); a product takes each
+// 32-element sub-block on mma.m16n8k32 (u8 quants x s8 digits, exact int32), applies the sub-block
+// scales as integer multiply-adds, the mins on one bf16 mma a block, and converts to float once per
+// 256 elements. Each output's float arithmetic depends only on the matrix's shape (its K split),
+// never on the rows of the step or on the kernel variant (streamed, staged, solo warps, digits made
+// in the kernel or by the producer), so a row's result never depends on the other rows of its step.
+// The engine uses the grouped SwiGLU product for the experts' Q4_K gate/up of decode rows (its
+// digits written by the FFN norm + router launch) and the grouped plain product for their Q4_K
+// down (digits made by its own blocks, or by digits_quantize for large steps): 1.1-1.5x faster
+// than the bf16-split kernels, each product ~6x less precise (relative L2 ~4e-5 against the CPU's
+// fp32, within tolerance::moe). The dense product is measured only (on Q/K/V and the head it lost
+// at one session; a third digit was measured and dropped: docs/perf-notes.md, sessions 11-12).
+// Owns: the digit format and its producer, the dense and grouped (SwiGLU, plain) products. Does not
+// own: the other decode products (cuda/matvec.h).
 #pragma once
 
 #include <cuda_runtime.h>

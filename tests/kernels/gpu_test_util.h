@@ -47,9 +47,9 @@ struct tolerance {
     // router weights: softmax sums in another order and expf vs glibc expf.
     static constexpr double route_weights = 1e-6;
     // grouped expert FFN: matvec's bound through two products and SwiGLU's expf. The experts'
-    // Q4_K gate/up on int8 digits (cuda/matvec_digits.h) is held to it too: two digits resolve
-    // each element to 2^-15 of its block of 256's largest (not of itself), so a product is
-    // ~4e-5 from the CPU (measured 3.4-4.0e-5 on an H200, session 11; 5.9e-5 against the split).
+    // Q4_K gate/up and down on int8 digits (cuda/matvec_digits.h) are held to it too: two digits
+    // resolve each element to 2^-15 of its block of 256's largest (not of itself), so a product is
+    // ~4e-5 from the CPU (measured 3.4-4.1e-5 on an H200, sessions 11-12; 5.9e-5 against the split).
     static constexpr double moe = 2e-4;
     // prompt-row products on tensor cores (cuda/matmul_prompt.h): the same dequantised weights,
     // weights and activations each split into two bf16 parts (~16 significant bits) and the
