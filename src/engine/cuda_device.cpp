@@ -29,10 +29,10 @@ constexpr int32_t router_k_parts = 4;  // the router's K parts when its n_in all
 // the split inside down (-2% with the launch).
 constexpr int32_t split_act_min_pairs = 8;
 // Decode steps of more pairs than this quantise the SwiGLU outputs to digits once for a Q4_K down
-// (digits_quantize, then the staged product); smaller ones let down's blocks make them. Measured
-// (docs/perf-notes.md, session 12, down alone): 1 / 2 sessions 1.23x / 1.29x made in the kernel,
-// 4 / 16 sessions 1.19x / 1.09x with the launch.
-constexpr int32_t down_quantize_min_pairs = 16;
+// (digits_quantize, then solo warps, staged); smaller ones let down's blocks make them. Measured
+// (docs/perf-notes.md, session 12, down alone, us at 1 / 2 sessions): made in the kernel 5.3 /
+// 8.6, with the launch 6.6 / 7.8; end to end at 2 sessions +1.3% (call 15).
+constexpr int32_t down_quantize_min_pairs = 8;
 // The grouped digit products' shapes by the step's pairs (cuda/matvec_digits.h; every shape gives
 // the same bits). Measured (docs/perf-notes.md, session 12, each product alone, us at 1 / 2 / 4 / 8
 // / 16 sessions): gate/up streamed 7.7 / 14.5 / 25.8 / 45.4 / 69.9, staged 8.4 / 13.7 / 22.9 / 37.2
