@@ -93,6 +93,26 @@ __device__ __forceinline__ void digit_chunk(const q4_k_lane &lo, const q4_k_lane
     }
 }
 
+// The lane's outputs of a pass: step rows p0 + 2t, p0 + 2t + 1 of weight rows j0 + g and j0 + g + 8,
+// or SwiGLU's silu(gate) * up of output j0 + g; rows past the pass's end and outputs past n_out are
+// not written. Every digit product writes its outputs here.
+template <bool swiglu, class YRow>
+__device__ __forceinline__ void store_outputs(const matvec_digits_args &a, const float (&out)[4], int j0, int g, int t, int p0,
+                                              int end, YRow &&y_row) {
+#pragma unroll
+    for (int e = 0; e < (swiglu ? 2 : 4); ++e) {
+        const int j = j0 + g + (swiglu ? 0 : 8 * (e >> 1)), r = p0 + 2 * t + (e & 1);
+        if (j >= a.n_out || r >= end) continue;
+        float *y = a.y + int64_t(y_row(r)) * a.y_stride + j;
+        if constexpr (swiglu) {
+            const float gate = out[e], up = out[e + 2];
+            *y = gate / (1.0f + expf(-gate)) * up;  // silu(gate) * up, as the CPU twin writes it
+        } else {
+            *y = out[e];
+        }
+    }
+}
+
 // Lane (g, t): weight rows g and g + 8 of the block's 16, step rows 2t, 2t + 1 of a pass's C
 // columns (B column g). K slot 4t + i of a sub-block's mma is element 8t + i, slot 16 + 4t + i
 // element 8t + 4 + i (the lane's eight consecutive quant bytes).
@@ -246,18 +266,7 @@ __global__ void __launch_bounds__(W * 32) matvec_digits_kernel(const matvec_digi
             for (int e = 0; e < 4; ++e)
 #pragma unroll
                 for (int v = 0; v < W - 1; ++v) out[e] += s_red[v][e][lane];
-#pragma unroll
-            for (int e = 0; e < (swiglu ? 2 : 4); ++e) {
-                const int j = j0 + g + (swiglu ? 0 : 8 * (e >> 1)), r = p0 + 2 * t + (e & 1);
-                if (j >= a.n_out || r >= end) continue;
-                float *y = a.y + int64_t(y_row(r)) * a.y_stride + j;
-                if constexpr (swiglu) {
-                    const float gate = out[e], up = out[e + 2];
-                    *y = gate / (1.0f + expf(-gate)) * up;  // silu(gate) * up, as the CPU twin writes it
-                } else {
-                    *y = out[e];
-                }
-            }
+            store_outputs<swiglu>(a, out, j0, g, t, p0, end, y_row);
         }
         __syncthreads();
     }
@@ -366,18 +375,7 @@ __global__ void __launch_bounds__(S * 32) matvec_digits_solo_kernel(const matvec
 #pragma unroll
             for (int v = 1; v < V; ++v) out[e] += part[v][e];
         }
-#pragma unroll
-        for (int e = 0; e < (swiglu ? 2 : 4); ++e) {
-            const int j = j0 + g + (swiglu ? 0 : 8 * (e >> 1)), r = p0 + 2 * t + (e & 1);
-            if (j >= a.n_out || r >= end) continue;
-            float *y = a.y + int64_t(y_row(r)) * a.y_stride + j;
-            if constexpr (swiglu) {
-                const float gate = out[e], up = out[e + 2];
-                *y = gate / (1.0f + expf(-gate)) * up;  // silu(gate) * up, as the CPU twin writes it
-            } else {
-                *y = out[e];
-            }
-        }
+        store_outputs<swiglu>(a, out, j0, g, t, p0, end, y_row);
     }
 }
 

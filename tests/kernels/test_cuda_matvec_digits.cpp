@@ -103,6 +103,29 @@ struct device_groups {
         a.max_groups = grid_groups;
         return a;
     }
+    // matvec()'s grouped Q4_K product of these groups (SwiGLU when w_up is set): pair i reads x row
+    // x_rows[i] and writes y row y_rows[i].
+    cuda::matvec_args matvec_grouped_args(const void *w, const void *w_up, int32_t n_in, int32_t n_out, const float *x,
+                                          const int32_t *x_rows, float *y, int32_t grid_groups, int32_t n_pairs) const {
+        cuda::matvec_args a;
+        a.w = w;
+        a.w_up = w_up;
+        a.type = ggml_type::q4_k;
+        a.n_in = n_in;
+        a.n_out = n_out;
+        a.x = x;
+        a.x_stride = n_in;
+        a.y = y;
+        a.y_stride = n_out;
+        a.x_rows = x_rows;
+        a.y_rows = py.ptr;
+        a.group_mat = mat.ptr;
+        a.group_off = off.ptr;
+        a.n_groups = n.ptr;
+        a.max_groups = grid_groups;
+        a.n_pairs = n_pairs;
+        return a;
+    }
     // The grouped plain product (down) of these groups: pair i reads x row y_rows[i] (its SwiGLU
     // output) and writes y row y_rows[i].
     cuda::matvec_digits_args plain_args(const void *w, int32_t n_in, int32_t n_out, float *y, int32_t grid_groups) const {
@@ -440,23 +463,8 @@ TEST_CASE("grouped SwiGLU digit products timing beside matvec", "[.bench][gpu]")
         device_buffer<float> dx(x), y_split(size_t(rows) * k * n_out), y_dig(size_t(rows) * k * n_out);
         device_buffer<uint16_t> dsplit(test::host_split(x));
         device_buffer<float> dsums(test::host_sums32(x));
-        cuda::matvec_args a;
-        a.w = dg.ptr;
-        a.w_up = du.ptr;
-        a.type = ggml_type::q4_k;
-        a.n_in = n_in;
-        a.n_out = n_out;
-        a.x = dx.ptr;
-        a.x_stride = n_in;
-        a.y = y_split.ptr;
-        a.y_stride = n_out;
-        a.x_rows = gr.px.ptr;
-        a.y_rows = gr.py.ptr;
-        a.group_mat = gr.mat.ptr;
-        a.group_off = gr.off.ptr;
-        a.n_groups = gr.n.ptr;
-        a.max_groups = std::min(rows * k, n_expert);
-        a.n_pairs = rows * k;
+        cuda::matvec_args a = gr.matvec_grouped_args(dg.ptr, du.ptr, n_in, n_out, dx.ptr, gr.px.ptr, y_split.ptr,
+                                                     std::min(rows * k, n_expert), rows * k);
         a.x_split = reinterpret_cast<const uint4 *>(dsplit.ptr);
         a.x_sums = dsums.ptr;
         device_digits dd(rows, n_in);
@@ -504,22 +512,8 @@ TEST_CASE("grouped down digit products timing beside matvec", "[.bench][gpu]") {
         device_groups gr(hg);
         device_buffer<float> dx(x), y_split(size_t(pairs) * n_out), y_dig(size_t(pairs) * n_out), dsums(size_t(pairs) * n_in / 32);
         device_buffer<uint4> dsplit(size_t(pairs) * n_in / 4);
-        cuda::matvec_args a;
-        a.w = dw.ptr;
-        a.type = ggml_type::q4_k;
-        a.n_in = n_in;
-        a.n_out = n_out;
-        a.x = dx.ptr;
-        a.x_stride = n_in;
-        a.y = y_split.ptr;
-        a.y_stride = n_out;
-        a.x_rows = gr.py.ptr;
-        a.y_rows = gr.py.ptr;
-        a.group_mat = gr.mat.ptr;
-        a.group_off = gr.off.ptr;
-        a.n_groups = gr.n.ptr;
-        a.max_groups = std::min(pairs, n_expert);
-        a.n_pairs = pairs;
+        cuda::matvec_args a = gr.matvec_grouped_args(dw.ptr, nullptr, n_in, n_out, dx.ptr, gr.py.ptr, y_split.ptr,
+                                                     std::min(pairs, n_expert), pairs);
         a.groups_settled = true;
         const bool split_launch = pairs > 8;
         if (split_launch) {
