@@ -43,6 +43,17 @@ __device__ __forceinline__ void mma_u8s8(int (&c)[4], const uint32_t (&a)[4], ui
 __device__ __forceinline__ uint32_t nibbles(uint32_t w, int h) { return (h ? w >> 4 : w) & 0x0F0F0F0Fu; }
 __device__ __forceinline__ int byte_of(uint32_t w, int i) { return int((w >> (8 * i)) & 0xFFu); }
 
+// Group gi's pair range [begin, end) and matrix (loaded with the group count: one round trip); false when gi is past the step's groups (the
+// block has nothing to do; what was set is then meaningless).
+__device__ __forceinline__ bool read_group(const int32_t *n_groups, const int32_t *group_off, const int32_t *group_mat, int gi,
+                                           int &begin, int &end, int &mat) {
+    const int n = *n_groups;
+    begin = group_off[gi];
+    end = group_off[gi + 1];
+    mat = group_mat[gi];
+    return gi < n;
+}
+
 // One chunk (a block of 256) of a tile's weight rows g (lo) and g + 8 (hi) against a pass's eight
 // columns, bfrag(j, d) giving the lane's B fragment of sub-block j's digit d, sb its digit sums and
 // s0, s1 the scales of its columns 2t, 2t + 1: out[e] += s (d dots - dm mins) for the lane's four
@@ -153,12 +164,7 @@ __global__ void __launch_bounds__(W * 32) matvec_digits_kernel(const matvec_digi
     };
     // Grouped: the block's group, its weight rows, and (staged) their copies issued.
     auto start_group = [&]() {
-        const int gi = blockIdx.y;
-        const int n_groups = *a.n_groups, b = a.group_off[gi], e = a.group_off[gi + 1], m = a.group_mat[gi];
-        if (gi >= n_groups) return false;
-        begin = b;
-        end = e;
-        mat = m;
+        if (!read_group(a.n_groups, a.group_off, a.group_mat, blockIdx.y, begin, end, mat)) return false;
         resolve_rows();
         if constexpr (staged) {
             if (threadIdx.x == 0) {
@@ -292,12 +298,7 @@ __global__ void __launch_bounds__(S * 32) matvec_digits_solo_kernel(const matvec
     const uint8_t *rlo = nullptr, *rhi = nullptr;
     q4_k_lane lo, hi;
     auto start = [&]() {
-        const int gi = blockIdx.y;
-        const int n_groups = *a.n_groups, b = a.group_off[gi], e = a.group_off[gi + 1], m = a.group_mat[gi];
-        if (gi >= n_groups || k >= n_tiles) return false;
-        begin = b;
-        end = e;
-        mat = m;
+        if (!read_group(a.n_groups, a.group_off, a.group_mat, blockIdx.y, begin, end, mat) || k >= n_tiles) return false;
         // Row r of the tile: gate rows, then up rows; or the 16 rows (a row past n_out reads row j0).
         auto src_row = [&](int r) {
             if constexpr (swiglu) {

@@ -35,68 +35,61 @@ __global__ void dsmem_read(int iters, float *out) {
     if (acc == 12345.0f) out[0] = acc;
 }
 
+// A launch of `csize`-CTA clusters, 8 of them, 128 threads a CTA, `smem` bytes of shared memory
+// each (attr must outlive cfg).
+cudaLaunchConfig_t cluster_config(int csize, size_t smem, cudaLaunchAttribute &attr) {
+    cudaLaunchConfig_t cfg{};
+    cfg.gridDim = dim3(csize, 8);
+    cfg.blockDim = dim3(128);
+    cfg.dynamicSmemBytes = smem;
+    attr.id = cudaLaunchAttributeClusterDimension;
+    attr.val.clusterDim.x = csize;
+    attr.val.clusterDim.y = 1;
+    attr.val.clusterDim.z = 1;
+    cfg.attrs = &attr;
+    cfg.numAttrs = 1;
+    return cfg;
+}
+
+// Nanoseconds an iteration of kernel(iters): one warm-up launch of 10, then one timed launch.
+template <class K>
+float ns_per_iter(K kernel, const cudaLaunchConfig_t &cfg, int iters, float *out) {
+    cudaEvent_t a, b;
+    cudaEventCreate(&a);
+    cudaEventCreate(&b);
+    cudaLaunchKernelEx(&cfg, kernel, 10, out);
+    cudaEventRecord(a);
+    cudaLaunchKernelEx(&cfg, kernel, iters, out);
+    cudaEventRecord(b);
+    cudaEventSynchronize(b);
+    float ms = -1.0f;
+    cudaEventElapsedTime(&ms, a, b);
+    cudaEventDestroy(a);
+    cudaEventDestroy(b);
+    return ms * 1e6f / float(iters);
+}
+
 int main() {
     float *out;
     cudaMalloc(&out, 4);
+    cudaFuncSetAttribute(sync_loop, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+    cudaFuncSetAttribute(dsmem_read, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
     for (int csize : {8, 16}) {
         for (int kb : {48, 100, 150, 200, 220}) {
-            size_t smem = size_t(kb) * 1024;
-            cudaFuncSetAttribute(sync_loop, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+            const size_t smem = size_t(kb) * 1024;
             cudaFuncSetAttribute(sync_loop, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
-            cudaLaunchConfig_t cfg{};
-            cfg.gridDim = dim3(csize, 8);
-            cfg.blockDim = dim3(128);
-            cfg.dynamicSmemBytes = smem;
-            cudaLaunchAttribute attr[1];
-            attr[0].id = cudaLaunchAttributeClusterDimension;
-            attr[0].val.clusterDim.x = csize;
-            attr[0].val.clusterDim.y = 1;
-            attr[0].val.clusterDim.z = 1;
-            cfg.attrs = attr;
-            cfg.numAttrs = 1;
+            cudaLaunchAttribute attr;
+            const cudaLaunchConfig_t cfg = cluster_config(csize, smem, attr);
             int n = -1;
-            cudaError_t e = cudaOccupancyMaxActiveClusters(&n, sync_loop, &cfg);
-            float ms = -1.0f;
-            if (e == cudaSuccess && n > 0) {
-                cudaEvent_t a, b;
-                cudaEventCreate(&a);
-                cudaEventCreate(&b);
-                cudaLaunchKernelEx(&cfg, sync_loop, 10, out);
-                cudaEventRecord(a);
-                cudaLaunchKernelEx(&cfg, sync_loop, 10000, out);
-                cudaEventRecord(b);
-                cudaEventSynchronize(b);
-                cudaEventElapsedTime(&ms, a, b);
-            }
+            const cudaError_t e = cudaOccupancyMaxActiveClusters(&n, sync_loop, &cfg);
+            const float ns = e == cudaSuccess && n > 0 ? ns_per_iter(sync_loop, cfg, 10000, out) : -1.0f;
             std::printf("cluster %2d, %3d KB smem a CTA: max active clusters %d (%s); cluster.sync %.1f ns each (8 clusters)\n", csize,
-                        kb, n, cudaGetErrorString(e), ms * 1e6f / 10000.0f);
+                        kb, n, cudaGetErrorString(e), ns);
         }
     }
-    {
-        cudaFuncSetAttribute(dsmem_read, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
-        cudaLaunchConfig_t cfg{};
-        cfg.gridDim = dim3(16, 8);
-        cfg.blockDim = dim3(128);
-        cfg.dynamicSmemBytes = 128 * 4;
-        cudaLaunchAttribute attr[1];
-        attr[0].id = cudaLaunchAttributeClusterDimension;
-        attr[0].val.clusterDim.x = 16;
-        attr[0].val.clusterDim.y = 1;
-        attr[0].val.clusterDim.z = 1;
-        cfg.attrs = attr;
-        cfg.numAttrs = 1;
-        cudaEvent_t a, b;
-        cudaEventCreate(&a);
-        cudaEventCreate(&b);
-        cudaLaunchKernelEx(&cfg, dsmem_read, 10, out);
-        cudaEventRecord(a);
-        cudaLaunchKernelEx(&cfg, dsmem_read, 100000, out);
-        cudaEventRecord(b);
-        cudaEventSynchronize(b);
-        float ms;
-        cudaEventElapsedTime(&ms, a, b);
-        std::printf("dependent DSMEM load (cluster 16): %.1f ns each; last error %s\n", ms * 1e6f / 100000.0f,
-                    cudaGetErrorString(cudaGetLastError()));
-    }
+    cudaLaunchAttribute attr;
+    const float ns = ns_per_iter(dsmem_read, cluster_config(16, 128 * 4, attr), 100000, out);
+    std::printf("dependent DSMEM load (cluster 16): %.1f ns each; last error %s\n", ns, cudaGetErrorString(cudaGetLastError()));
+    cudaFree(out);
     return 0;
 }
