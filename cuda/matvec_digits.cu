@@ -54,20 +54,22 @@ __device__ __forceinline__ bool read_group(const int32_t *n_groups, const int32_
     return gi < n;
 }
 
-// One chunk (a block of 256) of a tile's weight rows g (lo) and g + 8 (hi) against a pass's eight
-// columns, bfrag(j, d) giving the lane's B fragment of sub-block j's digit d, sb its digit sums and
-// s0, s1 the scales of its columns 2t, 2t + 1: out[e] += s (d dots - dm mins) for the lane's four
-// outputs, the arithmetic of every digit product.
+// One chunk (a block of 256) of a tile's weight rows g (lo) and g + 8 (hi) against a pass's four
+// step rows, each row's two digits in adjacent B columns (column 2i + d: row i's digit d), so one
+// mma a sub-block yields both digits' products. bfrag(j) gives the lane's B fragment of sub-block
+// j (column g: row g / 2's digit g % 2), sb the digit sums of that row, s the scale of the lane's
+// row t: out[r] += s (d dots - dm mins) for weight row g + 8 r, the arithmetic of every digit
+// product. The integer products and sums are exact, so placing the digits in columns changes no
+// value.
 template <class BFrag>
-__device__ __forceinline__ void digit_chunk(const q4_k_lane &lo, const q4_k_lane &hi, BFrag &&bfrag, uint2 sb, float s0, float s1,
-                                            int t, float (&out)[4]) {
-    constexpr int D = digits_per_element;
+__device__ __forceinline__ void digit_chunk(const q4_k_lane &lo, const q4_k_lane &hi, BFrag &&bfrag, uint2 sb, float s, int t,
+                                            float (&out)[2]) {
     // Scale bytes (get_scale_min_k4's values): sub-blocks 0-3 and 4-7 of each row.
     const uint32_t sc_lo[2] = {lo.head.y & 0x3F3F3F3Fu, (lo.head.w & 0x0F0F0F0Fu) | ((lo.head.y >> 2) & 0x30303030u)};
     const uint32_t sc_hi[2] = {hi.head.y & 0x3F3F3F3Fu, (hi.head.w & 0x0F0F0F0Fu) | ((hi.head.y >> 2) & 0x30303030u)};
     const uint32_t mn_lo = t < 2 ? lo.head.z & 0x3F3F3F3Fu : ((lo.head.w >> 4) & 0x0F0F0F0Fu) | ((lo.head.z >> 2) & 0x30303030u);
     const uint32_t mn_hi = t < 2 ? hi.head.z & 0x3F3F3F3Fu : ((hi.head.w >> 4) & 0x0F0F0F0Fu) | ((hi.head.z >> 2) & 0x30303030u);
-    int acc[D][4] = {};
+    int acc[4] = {};  // weight row g: digit 0, digit 1 of step row t; weight row g + 8: the same
 #pragma unroll
     for (int cc = 0; cc < 4; ++cc) {
 #pragma unroll
@@ -76,16 +78,14 @@ __device__ __forceinline__ void digit_chunk(const q4_k_lane &lo, const q4_k_lane
             const uint32_t av[4] = {nibbles(lo.qs[cc].x, h), nibbles(hi.qs[cc].x, h), nibbles(lo.qs[cc].y, h),
                                     nibbles(hi.qs[cc].y, h)};
             const int sl = byte_of(sc_lo[j >> 2], j & 3), sh = byte_of(sc_hi[j >> 2], j & 3);
-#pragma unroll
-            for (int d = 0; d < D; ++d) {
-                const uint2 bd = bfrag(j, d);
-                int p[4];
-                mma_u8s8(p, av, bd.x, bd.y);
-                acc[d][0] += sl * p[0]; acc[d][1] += sl * p[1]; acc[d][2] += sh * p[2]; acc[d][3] += sh * p[3];
-            }
+            const uint2 bd = bfrag(j);
+            int p[4];
+            mma_u8s8(p, av, bd.x, bd.y);
+            acc[0] += sl * p[0]; acc[1] += sl * p[1]; acc[2] += sh * p[2]; acc[3] += sh * p[3];
         }
     }
-    // Mins: sum_j m_j S_j on one bf16 mma (K slots j and 8 + j: m_j times S_j's hi and lo).
+    // Mins: sum_j m_j S_j on one bf16 mma (K slots j and 8 + j: m_j times S_j's hi and lo); both
+    // columns of a step row hold its sums, so cm[2 r] is weight row g + 8 r's for row t.
     const int sh16 = 16 * (t & 1);
     const __nv_bfloat162 ml = __floats2bfloat162_rn(float((mn_lo >> sh16) & 0xFFu), float((mn_lo >> (sh16 + 8)) & 0xFFu));
     const __nv_bfloat162 mh = __floats2bfloat162_rn(float((mn_hi >> sh16) & 0xFFu), float((mn_hi >> (sh16 + 8)) & 0xFFu));
@@ -96,36 +96,39 @@ __device__ __forceinline__ void digit_chunk(const q4_k_lane &lo, const q4_k_lane
     const float d_lo = half_bits_to_float(lo.head.x), dm_lo = half_bits_to_float(lo.head.x >> 16);
     const float d_hi = half_bits_to_float(hi.head.x), dm_hi = half_bits_to_float(hi.head.x >> 16);
 #pragma unroll
-    for (int e = 0; e < 4; ++e) {
-        const float d = e < 2 ? d_lo : d_hi, dm = e < 2 ? dm_lo : dm_hi, s = (e & 1) ? s1 : s0;
-        const float dots = fmaf(float(acc[1][e]), 1.0f / 256.0f, float(acc[0][e]));  // acc0 + acc1 / 256
-        const float part = d * dots - dm * (cm[e] * (1.0f / 256.0f));           // S_j in units of 1 / 256
-        out[e] = fmaf(s, part, out[e]);
+    for (int r = 0; r < 2; ++r) {
+        const float d = r ? d_hi : d_lo, dm = r ? dm_hi : dm_lo;
+        const float dots = fmaf(float(acc[2 * r + 1]), 1.0f / 256.0f, float(acc[2 * r]));  // acc0 + acc1 / 256
+        const float part = d * dots - dm * (cm[2 * r] * (1.0f / 256.0f));                 // S_j in units of 1 / 256
+        out[r] = fmaf(s, part, out[r]);
     }
 }
 
-// The lane's outputs of a pass: step rows p0 + 2t, p0 + 2t + 1 of weight rows j0 + g and j0 + g + 8,
-// or SwiGLU's silu(gate) * up of output j0 + g; rows past the pass's end and outputs past n_out are
-// not written. Every digit product writes its outputs here.
+// Step rows a pass of the digit products covers: one per lane group t.
+constexpr int digits_pass = 4;
+
+// The lane's outputs of a pass: step row p0 + t of weight rows j0 + g and j0 + g + 8, or SwiGLU's
+// silu(gate) * up of output j0 + g; rows past the pass's end and outputs past n_out are not
+// written. Every digit product writes its outputs here.
 template <bool swiglu, class YRow>
-__device__ __forceinline__ void store_outputs(const matvec_digits_args &a, const float (&out)[4], int j0, int g, int t, int p0,
+__device__ __forceinline__ void store_outputs(const matvec_digits_args &a, const float (&out)[2], int j0, int g, int t, int p0,
                                               int end, YRow &&y_row) {
+    const int r = p0 + t;
+    if (r >= end) return;
+    float *y = a.y + int64_t(y_row(r)) * a.y_stride;
+    if constexpr (swiglu) {
+        if (j0 + g >= a.n_out) return;
+        const float gate = out[0], up = out[1];
+        y[j0 + g] = gate / (1.0f + expf(-gate)) * up;  // silu(gate) * up, as the CPU twin writes it
+    } else {
 #pragma unroll
-    for (int e = 0; e < (swiglu ? 2 : 4); ++e) {
-        const int j = j0 + g + (swiglu ? 0 : 8 * (e >> 1)), r = p0 + 2 * t + (e & 1);
-        if (j >= a.n_out || r >= end) continue;
-        float *y = a.y + int64_t(y_row(r)) * a.y_stride + j;
-        if constexpr (swiglu) {
-            const float gate = out[e], up = out[e + 2];
-            *y = gate / (1.0f + expf(-gate)) * up;  // silu(gate) * up, as the CPU twin writes it
-        } else {
-            *y = out[e];
-        }
+        for (int h = 0; h < 2; ++h)
+            if (j0 + g + 8 * h < a.n_out) y[j0 + g + 8 * h] = out[h];
     }
 }
 
-// Lane (g, t): weight rows g and g + 8 of the block's 16, step rows 2t, 2t + 1 of a pass's C
-// columns (B column g). K slot 4t + i of a sub-block's mma is element 8t + i, slot 16 + 4t + i
+// Lane (g, t): weight rows g and g + 8 of the block's 16, step row t of a pass of four (C columns
+// 2t, 2t + 1: its two digits; B column g: row g / 2's digit g % 2). K slot 4t + i of a sub-block's mma is element 8t + i, slot 16 + 4t + i
 // element 8t + 4 + i (the lane's eight consecutive quant bytes).
 // SwiGLU: A rows g are gate rows, g + 8 up rows, of output j0 + g. Grouped: blockIdx.y is the group.
 // staged (grouped): the block's 16 weight rows are copied into shared memory by the copy engine
@@ -133,17 +136,17 @@ __device__ __forceinline__ void store_outputs(const matvec_digits_args &a, const
 // grouped products do; the lanes then read them from there.
 // quantize (grouped, not SwiGLU): x comes as fp32 rows (x_f32); for each of its chunks a warp
 // quantises the pass's rows' block itself (digits_of_lane, the producer's bits) into shared memory,
-// laid out as the B fragments are read: [sub-block j][digit d][lane] 8 bytes.
+// laid out as the B fragments are read: [sub-block j][lane] 8 bytes.
 template <int W, bool swiglu, bool grouped, bool staged = false, bool quantize = false>
 __global__ void __launch_bounds__(W * 32) matvec_digits_kernel(const matvec_digits_args a) {
     constexpr int D = digits_per_element;
     static_assert(!staged || grouped, "matvec_digits: staging is for grouped products");
     static_assert(!quantize || (grouped && !swiglu), "matvec_digits: in-kernel digits are for grouped plain products");
-    __shared__ float s_red[W - 1][4][32];
+    __shared__ float s_red[W - 1][2][32];
     __shared__ uint64_t s_bar;
-    __shared__ __align__(16) uint8_t s_qd[quantize ? W : 1][quantize ? 8 * 256 * D : 1];
-    __shared__ __align__(16) uint16_t s_qsums[quantize ? W : 1][quantize ? 8 * 16 : 1];
-    __shared__ float s_qscale[quantize ? W : 1][8];
+    __shared__ __align__(16) uint8_t s_qd[quantize ? W : 1][quantize ? digits_pass * 256 * D : 1];
+    __shared__ __align__(16) uint16_t s_qsums[quantize ? W : 1][quantize ? digits_pass * 16 : 1];
+    __shared__ float s_qscale[quantize ? W : 1][digits_pass];
     extern __shared__ __align__(16) uint8_t s_w[];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     constexpr int tile_out = swiglu ? 8 : 16;
@@ -214,10 +217,10 @@ __global__ void __launch_bounds__(W * 32) matvec_digits_kernel(const matvec_digi
     if constexpr (staged) mbar_wait_first(&s_bar);
     auto x_row = [&](int i) { const int r = i < end ? i : begin; return a.x_rows ? a.x_rows[r] : r; };
     auto y_row = [&](int i) { return a.y_rows ? a.y_rows[i] : i; };
-    for (int p0 = begin; p0 < end; p0 += 8) {
-        const int xr = x_row(p0 + g);  // B column g (past the rows: a real row, unused)
-        const int xc0 = x_row(p0 + 2 * t), xc1 = x_row(p0 + 2 * t + 1);
-        float out[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    for (int p0 = begin; p0 < end; p0 += digits_pass) {
+        const int xr = x_row(p0 + (g >> 1));  // B column g (past the rows: a real row, unused)
+        const int xs = x_row(p0 + t);         // C columns 2t, 2t + 1
+        float out[2] = {0.0f, 0.0f};
         for (int c = warp; c < n_blocks; c += W) {
             if (!(early && !staged && p0 == begin && c == warp)) {
                 lo = load_q4_k_lane(rlo, c, t);
@@ -225,20 +228,20 @@ __global__ void __launch_bounds__(W * 32) matvec_digits_kernel(const matvec_digi
             }
             const int8_t *xd = nullptr;
             uint2 sb;
-            float s0, s1;
+            float sx;
             if constexpr (quantize) {
                 // The pass's rows' block c (columns past its rows keep stale values: never written out).
                 uint8_t *qd = s_qd[warp];
                 __syncwarp();
-                const int n_cols = end - p0 < 8 ? end - p0 : 8;
+                const int n_cols = end - p0 < digits_pass ? end - p0 : digits_pass;
                 for (int i = 0; i < n_cols; ++i) {
                     const float *xs = a.x_f32 + int64_t(x_row(p0 + i)) * a.x_f32_stride + c * 256 + 8 * lane;
                     const float4 f0 = *reinterpret_cast<const float4 *>(xs), f1 = *reinterpret_cast<const float4 *>(xs + 4);
                     const float v[8] = {f0.x, f0.y, f0.z, f0.w, f1.x, f1.y, f1.z, f1.w};
                     const lane_digits ld = digits_of_lane(v);  // this lane: sub-block g, group t
 #pragma unroll
-                    for (int d = 0; d < D; ++d)
-                        *reinterpret_cast<uint2 *>(qd + ((g * D + d) * 32 + i * 4 + t) * 8) = make_uint2(ld.wd[d][0], ld.wd[d][1]);
+                    for (int d = 0; d < D; ++d)  // B column 2i + d: lane (2i + d) * 4 + t of sub-block g
+                        *reinterpret_cast<uint2 *>(qd + (g * 32 + (D * i + d) * 4 + t) * 8) = make_uint2(ld.wd[d][0], ld.wd[d][1]);
                     if (t == 0) {
                         uint16_t *sums = s_qsums[warp] + i * 16 + (g >> 1) * 4 + (g & 1);
                         digit_sum_halves(ld.sum_j, sums[0], sums[2]);
@@ -246,30 +249,28 @@ __global__ void __launch_bounds__(W * 32) matvec_digits_kernel(const matvec_digi
                     if (lane == 0) s_qscale[warp][i] = ld.scale;
                 }
                 __syncwarp();
-                sb = *reinterpret_cast<const uint2 *>(s_qsums[warp] + g * 16 + t * 4);
-                s0 = s_qscale[warp][2 * t];
-                s1 = s_qscale[warp][2 * t + 1];
+                sb = *reinterpret_cast<const uint2 *>(s_qsums[warp] + (g >> 1) * 16 + t * 4);
+                sx = s_qscale[warp][t];
             } else {
-                xd = a.x.digits + int64_t(xr) * D * a.n_in + (c * 32 + t) * 8 * D;
+                xd = a.x.digits + int64_t(xr) * D * a.n_in + (c * 32 + t) * 8 * D + 8 * (g & 1);
                 sb = *reinterpret_cast<const uint2 *>(a.x.sums + (int64_t(xr) * n_blocks + c) * 16 + t * 4);
-                s0 = a.x.scales[int64_t(xc0) * n_blocks + c];
-                s1 = a.x.scales[int64_t(xc1) * n_blocks + c];
+                sx = a.x.scales[int64_t(xs) * n_blocks + c];
             }
             digit_chunk(
                 lo, hi,
-                [&](int j, int d) {
-                    return quantize ? *reinterpret_cast<const uint2 *>(s_qd[warp] + ((j * D + d) * 32 + lane) * 8)
-                                    : *reinterpret_cast<const uint2 *>(xd + j * 32 * D + 8 * d);
+                [&](int j) {
+                    return quantize ? *reinterpret_cast<const uint2 *>(s_qd[warp] + (j * 32 + lane) * 8)
+                                    : *reinterpret_cast<const uint2 *>(xd + j * 32 * D);
                 },
-                sb, s0, s1, t, out);
+                sb, sx, t, out);
         }
         if (warp > 0)
 #pragma unroll
-            for (int e = 0; e < 4; ++e) s_red[warp - 1][e][lane] = out[e];
+            for (int e = 0; e < 2; ++e) s_red[warp - 1][e][lane] = out[e];
         __syncthreads();
         if (warp == 0) {
 #pragma unroll
-            for (int e = 0; e < 4; ++e)
+            for (int e = 0; e < 2; ++e)
 #pragma unroll
                 for (int v = 0; v < W - 1; ++v) out[e] += s_red[v][e][lane];
             store_outputs<swiglu>(a, out, j0, g, t, p0, end, y_row);
@@ -336,10 +337,10 @@ __global__ void __launch_bounds__(S * 32) matvec_digits_solo_kernel(const matvec
     if constexpr (staged) mbar_wait_first(&s_bar[warp]);
     auto x_row = [&](int i) { const int r = i < end ? i : begin; return a.x_rows ? a.x_rows[r] : r; };
     auto y_row = [&](int i) { return a.y_rows ? a.y_rows[i] : i; };
-    for (int p0 = begin; p0 < end; p0 += 8) {
-        const int xr = x_row(p0 + g);  // B column g (past the rows: a real row, unused)
-        const int xc0 = x_row(p0 + 2 * t), xc1 = x_row(p0 + 2 * t + 1);
-        float part[V][4] = {};
+    for (int p0 = begin; p0 < end; p0 += digits_pass) {
+        const int xr = x_row(p0 + (g >> 1));  // B column g (past the rows: a real row, unused)
+        const int xs = x_row(p0 + t);         // C columns 2t, 2t + 1
+        float part[V][2] = {};
         if (!staged && p0 != begin) {
             lo = load_q4_k_lane(rlo, 0, t);
             hi = load_q4_k_lane(rhi, 0, t);
@@ -357,21 +358,20 @@ __global__ void __launch_bounds__(S * 32) matvec_digits_solo_kernel(const matvec
                     lo_next = load_q4_k_lane(rlo, c + 1, t);
                     hi_next = load_q4_k_lane(rhi, c + 1, t);
                 }
-                const int8_t *xd = a.x.digits + int64_t(xr) * D * a.n_in + (c * 32 + t) * 8 * D;
+                const int8_t *xd = a.x.digits + int64_t(xr) * D * a.n_in + (c * 32 + t) * 8 * D + 8 * (g & 1);
                 const uint2 sb = *reinterpret_cast<const uint2 *>(a.x.sums + (int64_t(xr) * n_blocks + c) * 16 + t * 4);
-                const float s0 = a.x.scales[int64_t(xc0) * n_blocks + c], s1 = a.x.scales[int64_t(xc1) * n_blocks + c];
+                const float sx = a.x.scales[int64_t(xs) * n_blocks + c];
                 digit_chunk(
-                    lo, hi, [&](int j, int d) { return *reinterpret_cast<const uint2 *>(xd + j * 32 * D + 8 * d); }, sb, s0, s1,
-                    t, part[v]);
+                    lo, hi, [&](int j) { return *reinterpret_cast<const uint2 *>(xd + j * 32 * D); }, sb, sx, t, part[v]);
                 if constexpr (!staged) {
                     lo = lo_next;
                     hi = hi_next;
                 }
             }
         }
-        float out[4];
+        float out[2];
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
+        for (int e = 0; e < 2; ++e) {
             out[e] = part[0][e];
 #pragma unroll
             for (int v = 1; v < V; ++v) out[e] += part[v][e];

@@ -72,7 +72,7 @@ struct matvec_digits_args {
 };
 // y = W x for every row or pair (16 weight rows a block, or 8 gate and 8 up rows; K split 4 ways,
 // 3 for a grouped matrix of three blocks a row, or 16 for a dense matrix of fewer than 264 blocks;
-// 8 step rows a pass).
+// 4 step rows a pass, each row's two digits in adjacent mma columns).
 void matvec_digits(const matvec_digits_args &args, cudaStream_t stream);
 
 }  // namespace tandem::cuda

@@ -34,13 +34,12 @@ constexpr int32_t split_act_min_pairs = 8;
 // 8.6, with the launch 6.6 / 7.8; end to end at 2 sessions +1.3% (call 15).
 constexpr int32_t down_quantize_min_pairs = 8;
 // The grouped digit products' shapes by the step's pairs (cuda/matvec_digits.h; every shape gives
-// the same bits). Measured (docs/perf-notes.md, session 12, each product alone, us at 1 / 2 / 4 / 8
-// / 16 sessions): gate/up streamed 7.7 / 14.5 / 25.8 / 45.4 / 69.9, staged 8.4 / 13.7 / 22.9 / 37.2
-// / 55.8, solo warps streamed 8.5 / 11.5 / 24.0 / 45.9 / 68.0; down above 16 pairs with its
-// quantise launch: staged blocks - / 10.1 / 13.7 / 26.4 / 43.6, solo warps staged - / 8.5 / 12.5 /
-// 23.9 / 37.1.
-constexpr int32_t gate_up_solo_min_pairs = 8;   // 9-16 pairs: solo warps, streamed
-constexpr int32_t gate_up_staged_min_pairs = 16;  // above: staged blocks
+// the same bits). Measured (docs/perf-notes.md, session 13, call 6, each product alone, us at 1 /
+// 2 / 4 / 8 / 16 sessions): gate/up streamed blocks 6.3 / 11.4 / 20.9 / 36.7 / 57.2, staged 9.1 /
+// 12.6 / 20.5 / 35.1 / 54.0, solo warps streamed 8.6 / 12.6 / 24.8 / 40.1 / 55.9; down above 8
+// pairs with its quantise launch: staged blocks - / 9.0 / 12.3 / 23.6 / 37.9, solo warps staged
+// - / 7.0 / 10.6 / 18.7 / 30.7.
+constexpr int32_t gate_up_staged_min_pairs = 16;  // up to this many pairs: streamed blocks; above: staged blocks
 
 template <class T>
 T *device_alloc(size_t count) {
@@ -673,7 +672,6 @@ int64_t cuda_device::layer_experts(int32_t l, int32_t r0, int32_t n) {
         da.n_groups = g.n_groups;
         da.max_groups = g.max_groups;
         da.stage = n * k > gate_up_staged_min_pairs;
-        da.solo_warps = n * k > gate_up_solo_min_pairs && !da.stage ? 4 : 0;
         cuda::matvec_digits(da, s);
     } else {
         product(g, n);
