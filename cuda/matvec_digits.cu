@@ -128,8 +128,9 @@ __device__ __forceinline__ void store_outputs(const matvec_digits_args &a, const
 }
 
 // Lane (g, t): weight rows g and g + 8 of the block's 16, step row t of a pass of four (C columns
-// 2t, 2t + 1: its two digits; B column g: row g / 2's digit g % 2). K slot 4t + i of a sub-block's mma is element 8t + i, slot 16 + 4t + i
-// element 8t + 4 + i (the lane's eight consecutive quant bytes).
+// 2t, 2t + 1: its two digits; B column g: row g / 2's digit g % 2). K slot 4t + i of a sub-block's
+// mma is element 8t + i, slot 16 + 4t + i element 8t + 4 + i (the lane's eight consecutive quant
+// bytes).
 // SwiGLU: A rows g are gate rows, g + 8 up rows, of output j0 + g. Grouped: blockIdx.y is the group.
 // staged (grouped): the block's 16 weight rows are copied into shared memory by the copy engine
 // at its start (one bulk copy a row, rows 32 bytes apart beyond their length), as matvec's staged
@@ -137,8 +138,10 @@ __device__ __forceinline__ void store_outputs(const matvec_digits_args &a, const
 // quantize (grouped, not SwiGLU): x comes as fp32 rows (x_f32); for each of its chunks a warp
 // quantises the pass's rows' block itself (digits_of_lane, the producer's bits) into shared memory,
 // laid out as the B fragments are read: [sub-block j][lane] 8 bytes.
+// Staged blocks are held to 64 registers (8 blocks an SM): left alone, ptxas chose 56 with spills
+// (16 rows' gate/up 54.3 us) or, asked for one block, 80 (52.8); at 64, 50.4 (session 13, call 13).
 template <int W, bool swiglu, bool grouped, bool staged = false, bool quantize = false>
-__global__ void __launch_bounds__(W * 32) matvec_digits_kernel(const matvec_digits_args a) {
+__global__ void __launch_bounds__(W * 32, staged ? 8 : 0) matvec_digits_kernel(const matvec_digits_args a) {
     constexpr int D = digits_per_element;
     static_assert(!staged || grouped, "matvec_digits: staging is for grouped products");
     static_assert(!quantize || (grouped && !swiglu), "matvec_digits: in-kernel digits are for grouped plain products");
