@@ -702,8 +702,11 @@ int64_t cuda_device::layer_experts(int32_t l, int32_t r0, int32_t n) {
             da.stage = true;
             da.solo_warps = 4;
         } else {
+            // Made in the kernel, weights staged by the copy engine before the PDL wait: one row
+            // 5.10 -> 4.62 us alone, one session +1% (docs/perf-notes.md, session 13, call 16).
             da.x_f32 = act;
             da.x_f32_stride = ff;
+            da.stage = true;
         }
         cuda::matvec_digits(da, s);
         launches += 2;
