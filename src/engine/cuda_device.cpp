@@ -39,7 +39,10 @@ constexpr int32_t down_quantize_min_pairs = 8;
 // 12.6 / 20.5 / 35.1 / 54.0, solo warps streamed 8.6 / 12.6 / 24.8 / 40.1 / 55.9; down above 8
 // pairs with its quantise launch: staged blocks - / 9.0 / 12.3 / 23.6 / 37.9, solo warps staged
 // - / 7.0 / 10.6 / 18.7 / 30.7.
-constexpr int32_t gate_up_staged_min_pairs = 16;  // up to this many pairs: streamed blocks; above: staged blocks
+// In the engine the experts' weights come from DRAM, not from L2 as in those benches: staged gate/up
+// at every step size measured one session 445-452 -> 458-461 tok/s, 2 and 4 sessions the same
+// (session 13, call 18); so up to this many pairs streamed blocks, above staged blocks: none.
+constexpr int32_t gate_up_staged_min_pairs = 0;
 
 template <class T>
 T *device_alloc(size_t count) {
