@@ -43,19 +43,17 @@ __device__ __forceinline__ void bulk_copy_to_shared(void *dst, const void *src, 
     __trap();
 #endif
 }
-// Until the barrier's phase of this parity completes: its copies' bytes are then visible to this
-// thread. (A suspend-time hint measured the same: docs/perf-notes.md, session 9.)
-__device__ __forceinline__ void mbar_wait_parity(uint64_t *bar, uint32_t parity) {
+// Until the barrier's first phase completes: its copies' bytes are then visible to this thread.
+// (A suspend-time hint measured the same: docs/perf-notes.md, session 9.)
+__device__ __forceinline__ void mbar_wait_first(uint64_t *bar) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     uint32_t done = 0;
     while (!done)
-        asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+        asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], 0;\nselp.u32 %0, 1, 0, p;\n}\n"
                      : "=r"(done)
-                     : "r"(shared_addr(bar)), "r"(parity)
+                     : "r"(shared_addr(bar))
                      : "memory");
 #endif
 }
-// Until the barrier's first phase completes.
-__device__ __forceinline__ void mbar_wait_first(uint64_t *bar) { mbar_wait_parity(bar, 0); }
 
 }  // namespace tandem::cuda

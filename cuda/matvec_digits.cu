@@ -54,6 +54,17 @@ __device__ __forceinline__ bool read_group(const int32_t *n_groups, const int32_
     return gi < n;
 }
 
+// Row r (0-15) of the 16-row weight tile of outputs j0 ..: SwiGLU's gate rows of j0 + r, then
+// (r >= 8) its up rows of j0 + r - 8; otherwise row j0 + r. A row past n_out reads row j0 (its
+// outputs are never written). Matrix `mat` of the grouped products (0 for dense ones).
+template <bool swiglu>
+__device__ __forceinline__ const uint8_t *tile_row(const matvec_digits_args &a, int mat, int j0, int r, int64_t row_bytes) {
+    const int jr = j0 + (swiglu ? (r & 7) : r);
+    const int64_t j = jr < a.n_out ? jr : j0;
+    const void *w = swiglu && r >= 8 ? a.w_up : a.w;
+    return static_cast<const uint8_t *>(w) + (int64_t(mat) * a.n_out + j) * row_bytes;
+}
+
 // One chunk (a block of 256) of a tile's weight rows g (lo) and g + 8 (hi) against a pass's four
 // step rows, each row's two digits in adjacent B columns (column 2i + d: row i's digit d), so one
 // mma a sub-block yields both digits' products. bfrag(j) gives the lane's B fragment of sub-block
@@ -157,16 +168,9 @@ __global__ void __launch_bounds__(W * 32, staged ? 8 : 0) matvec_digits_kernel(c
     const int64_t row_bytes = int64_t(n_blocks) * 144, stride = row_bytes + 32;
     int begin = 0, end = a.n_rows, mat = 0;
     const uint8_t *rlo = nullptr, *rhi = nullptr;
-    auto resolve_rows = [&]() {  // a row past n_out reads row j0: its outputs are never written
-        const uint8_t *w = static_cast<const uint8_t *>(a.w) + int64_t(mat) * a.n_out * row_bytes;
-        if constexpr (swiglu) {
-            const int64_t j = j0 + g < a.n_out ? j0 + g : j0;
-            rlo = w + j * row_bytes;
-            rhi = static_cast<const uint8_t *>(a.w_up) + (int64_t(mat) * a.n_out + j) * row_bytes;
-        } else {
-            rlo = w + int64_t(j0 + g < a.n_out ? j0 + g : j0) * row_bytes;
-            rhi = w + int64_t(j0 + g + 8 < a.n_out ? j0 + g + 8 : j0) * row_bytes;
-        }
+    auto resolve_rows = [&]() {
+        rlo = tile_row<swiglu>(a, mat, j0, g, row_bytes);
+        rhi = tile_row<swiglu>(a, mat, j0, g + 8, row_bytes);
     };
     // Grouped: the block's group, its weight rows, and (staged) their copies issued.
     auto start_group = [&]() {
@@ -181,18 +185,7 @@ __global__ void __launch_bounds__(W * 32, staged ? 8 : 0) matvec_digits_kernel(c
             __syncthreads();
             // Row r (A row r of the tile: gate rows, then up rows; or the 16 rows) from lane r / W of warp r % W.
             const int r = lane * W + warp;
-            if (r < 16) {
-                const uint8_t *src;
-                if constexpr (swiglu) {
-                    const int64_t j = j0 + (r & 7) < a.n_out ? j0 + (r & 7) : j0;
-                    const void *mw = r < 8 ? a.w : a.w_up;
-                    src = static_cast<const uint8_t *>(mw) + (int64_t(mat) * a.n_out + j) * row_bytes;
-                } else {
-                    const int64_t j = j0 + r < a.n_out ? j0 + r : j0;
-                    src = static_cast<const uint8_t *>(a.w) + (int64_t(mat) * a.n_out + j) * row_bytes;
-                }
-                bulk_copy_to_shared(s_w + r * stride, src, uint32_t(row_bytes), &s_bar);
-            }
+            if (r < 16) bulk_copy_to_shared(s_w + r * stride, tile_row<swiglu>(a, mat, j0, r, row_bytes), uint32_t(row_bytes), &s_bar);
             rlo = s_w + g * stride;
             rhi = s_w + (g + 8) * stride;
         }
@@ -303,16 +296,7 @@ __global__ void __launch_bounds__(S * 32) matvec_digits_solo_kernel(const matvec
     q4_k_lane lo, hi;
     auto start = [&]() {
         if (!read_group(a.n_groups, a.group_off, a.group_mat, blockIdx.y, begin, end, mat) || k >= n_tiles) return false;
-        // Row r of the tile: gate rows, then up rows; or the 16 rows (a row past n_out reads row j0).
-        auto src_row = [&](int r) {
-            if constexpr (swiglu) {
-                const int64_t j = j0 + (r & 7) < a.n_out ? j0 + (r & 7) : j0;
-                return static_cast<const uint8_t *>(r < 8 ? a.w : a.w_up) + (int64_t(mat) * a.n_out + j) * row_bytes;
-            } else {
-                const int64_t j = j0 + r < a.n_out ? j0 + r : j0;
-                return static_cast<const uint8_t *>(a.w) + (int64_t(mat) * a.n_out + j) * row_bytes;
-            }
-        };
+        auto src_row = [&](int r) { return tile_row<swiglu>(a, mat, j0, r, row_bytes); };
         if constexpr (staged) {
             uint8_t *stage = s_w + int64_t(warp) * 16 * stride;
             if (lane == 0) {

@@ -41,8 +41,7 @@ constexpr int32_t down_quantize_min_pairs = 8;
 // - / 7.0 / 10.6 / 18.7 / 30.7.
 // In the engine the experts' weights come from DRAM, not from L2 as in those benches: staged gate/up
 // at every step size measured one session 445-452 -> 458-461 tok/s, 2 and 4 sessions the same
-// (session 13, call 18); so up to this many pairs streamed blocks, above staged blocks: none.
-constexpr int32_t gate_up_staged_min_pairs = 0;
+// (session 13, call 18), so gate/up is always staged (streamed where the GPU has no bulk copies).
 
 template <class T>
 T *device_alloc(size_t count) {
@@ -674,7 +673,7 @@ int64_t cuda_device::layer_experts(int32_t l, int32_t r0, int32_t n) {
         da.group_off = g.group_off;
         da.n_groups = g.n_groups;
         da.max_groups = g.max_groups;
-        da.stage = n * k > gate_up_staged_min_pairs;
+        da.stage = true;
         cuda::matvec_digits(da, s);
     } else {
         product(g, n);
@@ -696,20 +695,19 @@ int64_t cuda_device::layer_experts(int32_t l, int32_t r0, int32_t n) {
         da.n_groups = g.n_groups;
         da.max_groups = g.max_groups;
         da.groups_settled = true;  // written by the launch before the gate/up launch
+        // Weights staged by the copy engine before the PDL wait (down alone at one row 5.10 ->
+        // 4.62 us, one session +1%: docs/perf-notes.md, session 13, call 16).
+        da.stage = true;
         if (n * k > down_quantize_min_pairs) {
             const size_t act_rows = size_t(r0) * size_t(k);
             da.x = {m.act_digits + act_rows * cuda::digits_per_element * ff, m.act_digit_scales + act_rows * ff / 256,
                     m.act_digit_sums + act_rows * ff / 256 * 16};
             cuda::digits_quantize({act, n * k, ff, da.x}, s);
             ++launches;
-            da.stage = true;
             da.solo_warps = 4;
         } else {
-            // Made in the kernel, weights staged by the copy engine before the PDL wait: one row
-            // 5.10 -> 4.62 us alone, one session +1% (docs/perf-notes.md, session 13, call 16).
             da.x_f32 = act;
             da.x_f32_stride = ff;
-            da.stage = true;
         }
         cuda::matvec_digits(da, s);
         launches += 2;
