@@ -77,6 +77,31 @@ __device__ __forceinline__ void digit_sum_halves(int s_j, uint16_t &hi16, uint16
     lo16 = __bfloat16_as_ushort(__float2bfloat16_rn(s - __uint_as_float(hi)));
 }
 
+// c = a b for one m16n8k32 tile: a 16 x 32 u8 (row-major), b 32 x 8 s8 (column-major), exact int32.
+__device__ __forceinline__ void mma_u8s8(int (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+    asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.u8.s8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+                 "{%10, %10, %10, %10};"
+                 : "=r"(c[0]), "=r"(c[1]), "=r"(c[2]), "=r"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "r"(0));
+}
+
+__device__ __forceinline__ uint32_t nibbles(uint32_t w, int h) { return (h ? w >> 4 : w) & 0x0F0F0F0Fu; }
+__device__ __forceinline__ int byte_of(uint32_t w, int i) { return int((w >> (8 * i)) & 0xFFu); }
+
+// One block of 256 elements of a digit product, for one (weight row, step row): acc0 and acc1 the
+// digits' exact sums of sc_j q dots, cm the mins' mma (sum_j m_j S_j), d and dm the block's super
+// scales, s the row's digit scale: out + s (d (acc0 + acc1 / 256) - dm cm / 256). Every digit
+// product (decode's matvec_digits, the prompt tiles) folds a block through here, with explicit
+// roundings (nothing left to contraction), so they give the same bits for the same inputs.
+__device__ __forceinline__ float digit_fold(int acc0, int acc1, float cm, float d, float dm, float s, float out) {
+    const float dots = __fmaf_rn(float(acc1), 1.0f / 256.0f, float(acc0));
+    const float part = __fmaf_rn(d, dots, -__fmul_rn(dm, __fmul_rn(cm, 1.0f / 256.0f)));  // S_j in units of 1 / 256
+    return __fmaf_rn(s, part, out);
+}
+
+// silu(gate) * up, as the CPU twin writes it: every digit product's SwiGLU output.
+__device__ __forceinline__ float digit_swiglu(float gate, float up) { return gate / (1.0f + expf(-gate)) * up; }
+
 // The warp's block c of row `row` (n elements a row) into out, in digit_rows' layout.
 __device__ __forceinline__ void digits_quantize_warp(const float (&v)[8], const digit_rows &out, int64_t row, int n, int c,
                                                      int lane) {

@@ -13,8 +13,9 @@ namespace prompt_tile {
 
 // Grouped mode: block tile t of the concatenated groups (each group's pairs in tiles of tile_m).
 // Every warp computes it (uniform per block): a warp scan over the groups' tile counts.
-template <int tile_m>
-__device__ __forceinline__ bool find_group_tile(const matvec_args &a, int t, int &begin, int &end, int &mat, int &m0) {
+// (Args: matvec_args or matvec_digits_args: their n_groups, group_off and group_mat.)
+template <int tile_m, class Args>
+__device__ __forceinline__ bool find_group_tile(const Args &a, int t, int &begin, int &end, int &mat, int &m0) {
     const int lane = threadIdx.x & 31, n_groups = *a.n_groups;
     int base = 0;
     for (int g0 = 0; g0 < n_groups; g0 += 32) {

@@ -32,17 +32,6 @@ __global__ void __launch_bounds__(quant_warps * 32) digits_quantize_kernel(const
     digits_quantize_warp(v, a.out, r, a.n, c, lane);
 }
 
-// c = a b for one m16n8k32 tile: a 16 x 32 u8 (row-major), b 32 x 8 s8 (column-major), exact int32.
-__device__ __forceinline__ void mma_u8s8(int (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-    asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.u8.s8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-                 "{%10, %10, %10, %10};"
-                 : "=r"(c[0]), "=r"(c[1]), "=r"(c[2]), "=r"(c[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "r"(0));
-}
-
-__device__ __forceinline__ uint32_t nibbles(uint32_t w, int h) { return (h ? w >> 4 : w) & 0x0F0F0F0Fu; }
-__device__ __forceinline__ int byte_of(uint32_t w, int i) { return int((w >> (8 * i)) & 0xFFu); }
-
 // Group gi's pair range [begin, end) and matrix (loaded with the group count: one round trip); false when gi is past the step's groups (the
 // block has nothing to do; what was set is then meaningless).
 __device__ __forceinline__ bool read_group(const int32_t *n_groups, const int32_t *group_off, const int32_t *group_mat, int gi,
@@ -109,9 +98,7 @@ __device__ __forceinline__ void digit_chunk(const q4_k_lane &lo, const q4_k_lane
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
         const float d = r ? d_hi : d_lo, dm = r ? dm_hi : dm_lo;
-        const float dots = fmaf(float(acc[2 * r + 1]), 1.0f / 256.0f, float(acc[2 * r]));  // acc0 + acc1 / 256
-        const float part = d * dots - dm * (cm[2 * r] * (1.0f / 256.0f));                 // S_j in units of 1 / 256
-        out[r] = fmaf(s, part, out[r]);
+        out[r] = digit_fold(acc[2 * r], acc[2 * r + 1], cm[2 * r], d, dm, s, out[r]);
     }
 }
 
@@ -130,7 +117,7 @@ __device__ __forceinline__ void store_outputs(const matvec_digits_args &a, const
     if constexpr (swiglu) {
         if (j0 + g >= a.n_out) return;
         const float gate = out[0], up = out[1];
-        y[j0 + g] = gate / (1.0f + expf(-gate)) * up;  // silu(gate) * up, as the CPU twin writes it
+        y[j0 + g] = digit_swiglu(gate, up);
     } else {
 #pragma unroll
         for (int h = 0; h < 2; ++h)
@@ -268,7 +255,7 @@ __global__ void __launch_bounds__(W * 32, staged ? 8 : 0) matvec_digits_kernel(c
 #pragma unroll
             for (int e = 0; e < 2; ++e)
 #pragma unroll
-                for (int v = 0; v < W - 1; ++v) out[e] += s_red[v][e][lane];
+                for (int v = 0; v < W - 1; ++v) out[e] = __fadd_rn(out[e], s_red[v][e][lane]);
             store_outputs<swiglu>(a, out, j0, g, t, p0, end, y_row);
         }
         __syncthreads();
@@ -361,7 +348,7 @@ __global__ void __launch_bounds__(S * 32) matvec_digits_solo_kernel(const matvec
         for (int e = 0; e < 2; ++e) {
             out[e] = part[0][e];
 #pragma unroll
-            for (int v = 1; v < V; ++v) out[e] += part[v][e];
+            for (int v = 1; v < V; ++v) out[e] = __fadd_rn(out[e], part[v][e]);
         }
         store_outputs<swiglu>(a, out, j0, g, t, p0, end, y_row);
     }
@@ -407,7 +394,7 @@ void matvec_digits(const matvec_digits_args &a, cudaStream_t stream) {
             go_solo(matvec_digits_solo_kernel<4, true, 2, true>, 2, true);
         else
             go_solo(matvec_digits_solo_kernel<4, true, 4, false>, 4, false);
-    } else if (solo && a.n_in == 3 * 256) {
+    } else if (solo && digits_grouped_k_split(false, a.n_in) == 3) {
         if (solo_staged)
             go_solo(matvec_digits_solo_kernel<3, false, 4, true>, 4, true);
         else
@@ -418,7 +405,7 @@ void matvec_digits(const matvec_digits_args &a, cudaStream_t stream) {
         go(matvec_digits_kernel<4, true, true>, 4);
     else if (swiglu)
         go(matvec_digits_kernel<4, true, false>, 4);
-    else if (grouped && a.n_in == 3 * 256) {
+    else if (grouped && digits_grouped_k_split(false, a.n_in) == 3) {
         // Three blocks a row (Qwen3-30B's experts' down, K = 768): three warps, none idle.
         if (quantize)
             stage ? go_staged(matvec_digits_kernel<3, false, true, true, true>, 3) : go(matvec_digits_kernel<3, false, true, false, true>, 3);

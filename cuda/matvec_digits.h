@@ -69,10 +69,25 @@ struct matvec_digits_args {
     // quantises the rows it multiplies itself, to the bits digits_quantize would write (x unused).
     const float *x_f32 = nullptr;  // [*][x_f32_stride], 16-byte aligned
     int64_t x_f32_stride = 0;
+    // matmul_digits (grouped): a bound on all groups' pairs together (its grid of row tiles).
+    int32_t n_pairs = 0;
 };
+
+// The K split of the grouped digit products: each output sums V partials, partial v over blocks
+// v, v + V, ..., added in order of v (3 for three blocks a row, Qwen3-30B's down; else 4). The
+// decode kernels (V warps, or V partials of a solo warp) and the prompt tiles share it, so a row
+// gets the same bits from either.
+inline int digits_grouped_k_split(bool swiglu, int32_t n_in) { return !swiglu && n_in == 3 * 256 ? 3 : 4; }
 // y = W x for every row or pair (16 weight rows a block, or 8 gate and 8 up rows; K split 4 ways,
 // 3 for a grouped matrix of three blocks a row, or 16 for a dense matrix of fewer than 264 blocks;
 // 4 step rows a pass, each row's two digits in adjacent mma columns).
 void matvec_digits(const matvec_digits_args &args, cudaStream_t stream);
+
+// The grouped products (SwiGLU or plain, producer digits: x, not x_f32) of many rows at once, for
+// prompt steps: block tiles of 64 pairs of a group x 128 weight rows, the weights' raw Q4_K bytes
+// and the rows' digits staged by cp.async in three stages (cuda/matmul_prompt_digits.cu). Each
+// output's arithmetic is matvec_digits' (digits_grouped_k_split, digit_fold), so its outputs are
+// bitwise matvec_digits' for the same digit rows, whatever the tiles.
+void matmul_digits(const matvec_digits_args &args, cudaStream_t stream);
 
 }  // namespace tandem::cuda

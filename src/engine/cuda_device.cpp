@@ -33,6 +33,10 @@ constexpr int32_t split_act_min_pairs = 8;
 // (docs/perf-notes.md, session 12, down alone, us at 1 / 2 sessions): made in the kernel 5.3 /
 // 8.6, with the launch 6.6 / 7.8; end to end at 2 sessions +1.3% (call 15).
 constexpr int32_t down_quantize_min_pairs = 8;
+// Prompt steps whose experts are Q4_K take the grouped products on digits too (quantised once per
+// product by digits_quantize): the 64-pair tiles (cuda::matmul_digits) from this many pairs, the
+// decode kernels below it. Both give the same bits, so how a prompt is chunked changes nothing.
+constexpr int32_t prompt_tile_min_pairs = 256;
 // The grouped digit products' shapes by the step's pairs (cuda/matvec_digits.h; every shape gives
 // the same bits). Measured (docs/perf-notes.md, session 13, call 6, each product alone, us at 1 /
 // 2 / 4 / 8 / 16 sessions): gate/up streamed blocks 6.3 / 11.4 / 20.9 / 36.7 / 57.2, staged 9.1 /
@@ -415,6 +419,26 @@ int64_t cuda_device::layer_experts(int32_t l, int32_t r0, int32_t n) {
     float *k_cache = m.kv + (layer_here * 2 + 0) * size_t(m.n_slots) * size_t(m.n_ctx) * size_t(kv_dim);
     float *v_cache = m.kv + (layer_here * 2 + 1) * size_t(m.n_slots) * size_t(m.n_ctx) * size_t(kv_dim);
 
+    // Prompt rows' digit rows of n elements (n a multiple of 256), in the prompt split scratch
+    // (each row's 2n digit bytes, n / 8 sum bytes and n / 64 scale bytes fit in the 4n it has):
+    // digits, then sums (16-byte aligned), then scales.
+    auto prompt_digit_rows = [&](int32_t rows, int32_t n_el) {
+        uint8_t *base = reinterpret_cast<uint8_t *>(m.prompt_split);
+        const size_t digit_bytes = size_t(rows) * cuda::digits_per_element * size_t(n_el), sum_bytes = size_t(rows) * size_t(n_el) / 8;
+        TANDEM_ASSERT(digit_bytes + sum_bytes + size_t(rows) * size_t(n_el) / 64 <= size_t(max_step_rows) * prompt_split_width(hp) * 4,
+                      "prompt digit rows exceed the split scratch");
+        return cuda::digit_rows{reinterpret_cast<int8_t *>(base), reinterpret_cast<float *>(base + digit_bytes + sum_bytes),
+                                reinterpret_cast<uint16_t *>(base + digit_bytes)};
+    };
+    // A grouped Q4_K product of prompt rows on digits: the tiles for large steps, else the decode kernels.
+    auto prompt_digit_product = [&](cuda::matvec_digits_args da, int32_t pairs) {
+        da.n_pairs = pairs;
+        da.stage = true;
+        if (pairs >= prompt_tile_min_pairs)
+            cuda::matmul_digits(da, s);
+        else
+            cuda::matvec_digits(da, s);
+    };
     // Prompt rows: the tiled GEMMs; decode rows: the matrix-vector products (engine_row::prompt).
     // split_rows: rows of a.x its x_rows can name (prompt rows' Q4_K products split them first).
     auto product = [&](const cuda::matvec_args &a, int32_t split_rows) {
@@ -552,6 +576,13 @@ int64_t cuda_device::layer_experts(int32_t l, int32_t r0, int32_t n) {
     // the bf16-split kernels, with products ~6x less precise (docs/perf-notes.md).
     const bool digits = norm_router && m.h_digits && L.gate.type == ggml_type::q4_k && L.up.type == ggml_type::q4_k &&
                         L.gate.n_in % 256 == 0;
+    // Prompt rows whose experts are Q4_K: gate/up and down on digits too, quantised by one launch
+    // before each (prompt_digit_product). On a 2,048-row step of the 30b shapes the tiles with their
+    // quantise launch took gate/up 1.157 -> 0.98 ms and down 0.637 -> 0.61 ms against the exact-quant
+    // bf16 tiles; a 2,048-token prefill 13.7k -> 14.5-14.8k tok/s (docs/perf-notes.md, session 14).
+    const bool prompt_digits_gate_up = m.prompt_rows && L.gate.type == ggml_type::q4_k && L.up.type == ggml_type::q4_k &&
+                                       L.gate.n_in % 256 == 0;
+    const bool prompt_digits_down = m.prompt_rows && L.down.type == ggml_type::q4_k && L.down.n_in % 256 == 0;
     cuda::digit_rows h_dig;
     if (digits)
         h_dig = {m.h_digits + size_t(r0) * cuda::digits_per_element * d, m.h_digit_scales + size_t(r0) * d / 256,
@@ -675,8 +706,46 @@ int64_t cuda_device::layer_experts(int32_t l, int32_t r0, int32_t n) {
         da.max_groups = g.max_groups;
         da.stage = true;
         cuda::matvec_digits(da, s);
+    } else if (prompt_digits_gate_up) {
+        cuda::matvec_digits_args da;
+        da.w = g.w;
+        da.w_up = g.w_up;
+        da.n_in = g.n_in;
+        da.n_out = g.n_out;
+        da.x = prompt_digit_rows(n, d);
+        da.y = g.y;
+        da.y_stride = g.y_stride;
+        da.x_rows = g.x_rows;
+        da.y_rows = g.y_rows;
+        da.group_mat = g.group_mat;
+        da.group_off = g.group_off;
+        da.n_groups = g.n_groups;
+        da.max_groups = g.max_groups;
+        cuda::digits_quantize({h, n, d, da.x}, s);
+        ++launches;
+        prompt_digit_product(da, n * k);
     } else {
         product(g, n);
+    }
+    if (prompt_digits_down) {
+        cuda::matvec_digits_args da;
+        da.w = L.down.data;
+        da.n_in = L.down.n_in;
+        da.n_out = L.down.n_out;
+        da.x = prompt_digit_rows(n * k, ff);
+        da.y = eout;
+        da.y_stride = d;
+        da.x_rows = g.y_rows;
+        da.y_rows = g.y_rows;
+        da.group_mat = g.group_mat;
+        da.group_off = g.group_off;
+        da.n_groups = g.n_groups;
+        da.max_groups = g.max_groups;
+        da.groups_settled = true;  // written before the gate/up launch
+        cuda::digits_quantize({act, n * k, ff, da.x}, s);
+        prompt_digit_product(da, n * k);
+        launches += 3;
+        return launches;
     }
     if (!m.prompt_rows && m.act_digits && L.down.type == ggml_type::q4_k && L.down.n_in % 256 == 0) {
         // Decode rows' Q4_K down on digits of the SwiGLU outputs: made by each block of the product

@@ -5,6 +5,7 @@
 #include "quant_test_util.h"
 
 #include "cuda/matmul_prompt.h"
+#include "cuda/matvec_digits.h"
 #include "cuda/moe.h"
 #include "tandem/quant_blocks.h"
 
@@ -461,6 +462,43 @@ TEST_CASE("matmul_prompt speed on prefill shapes", "[.bench][gpu]") {
         bench_report("grouped SwiGLU 128 experts 2048 -> 2 x 768", ms_gu, 2.0 * n * k * d * 2 * ff, dact.download());
         const double ms_dn = median_ms([&] { run_prompt(f.down, n * k); });
         bench_report("grouped down 128 experts 768 -> 2048", ms_dn, 2.0 * n * k * ff * d, dout.download());
+        if (exact) {
+            // The same products on int8 digits (matmul_digits), each with its digits_quantize launch.
+            std::printf("int8 digit tiles (matmul_prompt_digits.cu), quantize launch included:\n");
+            device_buffer<int8_t> dig(size_t(n) * k * ff * cuda::digits_per_element);
+            device_buffer<float> scales(size_t(n) * k * ff / 256);
+            device_buffer<uint16_t> sums(size_t(n) * k * ff / 256 * 16);
+            const cuda::digit_rows rows{dig.ptr, scales.ptr, sums.ptr};
+            auto digit_args = [&](const cuda::matvec_args &m) {
+                cuda::matvec_digits_args a;
+                a.w = m.w;
+                a.w_up = m.w_up;
+                a.n_in = m.n_in;
+                a.n_out = m.n_out;
+                a.x = rows;
+                a.y = m.y;
+                a.y_stride = m.y_stride;
+                a.x_rows = m.x_rows;
+                a.y_rows = m.y_rows;
+                a.group_mat = m.group_mat;
+                a.group_off = m.group_off;
+                a.n_groups = m.n_groups;
+                a.max_groups = m.max_groups;
+                a.n_pairs = m.n_pairs;
+                return a;
+            };
+            const cuda::matvec_digits_args gu = digit_args(f.gate_up), dn = digit_args(f.down);
+            const double ms_dgu = median_ms([&] {
+                cuda::digits_quantize({dx.ptr, n, d, rows}, nullptr);
+                cuda::matmul_digits(gu, nullptr);
+            });
+            bench_report("grouped SwiGLU 128 experts 2048 -> 2 x 768", ms_dgu, 2.0 * n * k * d * 2 * ff, dact.download());
+            const double ms_ddn = median_ms([&] {
+                cuda::digits_quantize({dact.ptr, n * k, ff, rows}, nullptr);
+                cuda::matmul_digits(dn, nullptr);
+            });
+            bench_report("grouped down 128 experts 768 -> 2048", ms_ddn, 2.0 * n * k * ff * d, dout.download());
+        }
     }
     }
     g_exact = false;

@@ -1,0 +1,148 @@
+// tests/kernels/test_cuda_matmul_digits.cpp - the prompt tiles of the grouped digit products
+// (matmul_digits, cuda/matmul_prompt_digits.cu): bitwise the decode kernels' outputs
+// (matvec_digits) for the same digit rows, on groups that fill several 64-pair tiles, end in
+// partial ones, and matrices whose blocks of 256 divide unevenly among the K split's partials (or
+// leave some empty); within tolerance of the CPU's fp32 products. The timing beside the bf16 prompt
+// tiles is in test_cuda_matmul_prompt's [.bench] case.
+#include "gpu_test_util.h"
+#include "quant_test_util.h"
+#include "digit_groups_test_util.h"
+
+#include "cuda/cuda_check.h"
+#include "cuda/matvec_digits.h"
+#include "src/cpu/cpu_ops.h"
+#include "tandem/quant.h"
+
+#include <cmath>
+#include <cstring>
+
+using namespace tandem;
+using tandem::test::device_buffer;
+using tandem::test::device_digits;
+using tandem::test::device_groups;
+using tandem::test::host_groups;
+using tandem::test::host_matrix;
+using tandem::test::random_matrix;
+using tandem::test::rel_err;
+using tandem::test::route_random;
+
+namespace {
+
+struct grouped_shape {
+    int32_t n_expert, k, rows, n_in, n_out;
+};
+
+// Random activations with a block of zeros and, if `outliers`, every 97th element 20x (the blocks'
+// scales follow them: the digits keep fewer bits of the rest).
+std::vector<float> activations(std::mt19937_64 &rng, size_t n, bool outliers) {
+    auto x = test::random_floats(rng, n);
+    if (outliers)
+        for (size_t i = 0; i < x.size(); i += 97) x[i] *= 20.0f;
+    std::fill(x.begin(), x.begin() + std::min<size_t>(256, n), 0.0f);
+    return x;
+}
+
+int32_t largest_group(const host_groups &h) {
+    int32_t m = 0;
+    for (int32_t g = 0; g < h.n_groups; ++g) m = std::max(m, h.group_off[size_t(g) + 1] - h.group_off[size_t(g)]);
+    return m;
+}
+
+}  // namespace
+
+TEST_CASE("prompt digit tiles: grouped SwiGLU bitwise the decode kernels, within tolerance of the CPU", "[gpu][kernels]") {
+    if (!test::gpu_present()) return;
+    cpu::cpu_context ctx{4};
+    // 2048: 8 blocks (partials 0,4 | 1,5 | 2,6 | 3,7); 1280: 5 (uneven); 768: 3 (one partial
+    // empty); 256: one block (three empty). Groups of ~9 to ~150 pairs: one to three 64-pair tiles.
+    const grouped_shape shapes[] = {{4, 2, 150, 2048, 200}, {8, 3, 260, 512, 64}, {3, 1, 200, 1280, 72}, {5, 2, 40, 256, 130},
+                                    {16, 4, 37, 768, 96}};
+    uint64_t seed = 5000;
+    for (const grouped_shape &sh : shapes) {
+        std::mt19937_64 rng(++seed);
+        std::vector<std::vector<uint8_t>> gate, up;
+        std::vector<uint8_t> all_gate, all_up;
+        for (int32_t e = 0; e < sh.n_expert; ++e) {
+            gate.push_back(random_matrix(rng, ggml_type::q4_k, sh.n_in, sh.n_out, 0.05f));
+            up.push_back(random_matrix(rng, ggml_type::q4_k, sh.n_in, sh.n_out, 0.05f));
+            all_gate.insert(all_gate.end(), gate.back().begin(), gate.back().end());
+            all_up.insert(all_up.end(), up.back().begin(), up.back().end());
+        }
+        // No outliers here: through SwiGLU they take the error to ~2.4e-4 (session 14), the decode
+        // kernels' as well (the bits are theirs); the plain products below have them.
+        const auto x = activations(rng, size_t(sh.n_in) * sh.rows, false);
+        const host_groups hg = route_random(rng, sh.rows, sh.k, sh.n_expert);
+        INFO("n_in " << sh.n_in << " n_out " << sh.n_out << " rows " << sh.rows << " largest group " << largest_group(hg));
+        const int32_t pairs = sh.rows * sh.k;
+        device_buffer<uint8_t> dg(all_gate), du(all_up);
+        device_buffer<float> dx(x), y_tiles(size_t(pairs) * sh.n_out), y_decode(y_tiles.count);
+        device_digits dd(sh.rows, sh.n_in);
+        cuda::digits_quantize({dx.ptr, sh.rows, sh.n_in, dd.view()}, nullptr);
+        device_groups gr(hg);
+        // max_groups n_expert: more than the step's groups where some expert got no pair.
+        cuda::matvec_digits_args a = gr.swiglu_args(dg.ptr, du.ptr, sh.n_in, sh.n_out, dd.view(), y_decode.ptr, sh.n_expert);
+        y_decode.poison();
+        cuda::matvec_digits(a, nullptr);
+        a.y = y_tiles.ptr;
+        a.n_pairs = pairs;
+        y_tiles.poison();
+        cuda::matmul_digits(a, nullptr);
+        TANDEM_CUDA_CHECK(cudaDeviceSynchronize());
+        const auto got = y_tiles.download(), want = y_decode.download();
+        CHECK(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)) == 0);
+
+        std::vector<float> ref(got.size()), gv(size_t(sh.n_out)), uv(size_t(sh.n_out));
+        for (int32_t p = 0; p < pairs; ++p) {
+            const int32_t e = hg.ids[size_t(p)];
+            cpu::matmul(ctx, host_matrix(gate[size_t(e)], ggml_type::q4_k, sh.n_in, sh.n_out), x.data() + size_t(p / sh.k) * sh.n_in, gv.data(), 1);
+            cpu::matmul(ctx, host_matrix(up[size_t(e)], ggml_type::q4_k, sh.n_in, sh.n_out), x.data() + size_t(p / sh.k) * sh.n_in, uv.data(), 1);
+            for (int32_t j = 0; j < sh.n_out; ++j)
+                ref[size_t(p) * sh.n_out + j] = gv[size_t(j)] / (1.0f + std::exp(-gv[size_t(j)])) * uv[size_t(j)];
+        }
+        CHECK(rel_err(got.data(), ref.data(), ref.size()) <= test::tolerance::moe);
+    }
+}
+
+TEST_CASE("prompt digit tiles: grouped plain products bitwise the decode kernels, within tolerance of the CPU", "[gpu][kernels]") {
+    if (!test::gpu_present()) return;
+    cpu::cpu_context ctx{4};
+    // 768: three blocks (K split 3, the experts' down); 2048: 8 blocks (split 4); 512: two (two
+    // partials empty). Each pair reads its own row (the SwiGLU output of the pair), as down does.
+    const grouped_shape shapes[] = {{5, 2, 100, 768, 200}, {4, 2, 90, 2048, 130}, {6, 2, 70, 512, 40}};
+    uint64_t seed = 5100;
+    for (const grouped_shape &sh : shapes) {
+        std::mt19937_64 rng(++seed);
+        std::vector<std::vector<uint8_t>> w;
+        std::vector<uint8_t> all;
+        for (int32_t e = 0; e < sh.n_expert; ++e) {
+            w.push_back(random_matrix(rng, ggml_type::q4_k, sh.n_in, sh.n_out, 0.05f));
+            all.insert(all.end(), w.back().begin(), w.back().end());
+        }
+        const int32_t pairs = sh.rows * sh.k;
+        const auto x = activations(rng, size_t(sh.n_in) * pairs, true);
+        const host_groups hg = route_random(rng, sh.rows, sh.k, sh.n_expert);
+        INFO("n_in " << sh.n_in << " n_out " << sh.n_out << " pairs " << pairs << " largest group " << largest_group(hg));
+        device_buffer<uint8_t> dw(all);
+        device_buffer<float> dx(x), y_tiles(size_t(pairs) * sh.n_out), y_decode(y_tiles.count);
+        device_digits dd(pairs, sh.n_in);
+        cuda::digits_quantize({dx.ptr, pairs, sh.n_in, dd.view()}, nullptr);
+        device_groups gr(hg);
+        cuda::matvec_digits_args a = gr.plain_args(dw.ptr, sh.n_in, sh.n_out, y_decode.ptr, sh.n_expert);
+        a.x = dd.view();
+        y_decode.poison();
+        cuda::matvec_digits(a, nullptr);
+        a.y = y_tiles.ptr;
+        a.n_pairs = pairs;
+        y_tiles.poison();
+        cuda::matmul_digits(a, nullptr);
+        TANDEM_CUDA_CHECK(cudaDeviceSynchronize());
+        const auto got = y_tiles.download(), want = y_decode.download();
+        CHECK(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)) == 0);
+
+        std::vector<float> ref(got.size());
+        for (int32_t p = 0; p < pairs; ++p)
+            cpu::matmul(ctx, host_matrix(w[size_t(hg.ids[size_t(p)])], ggml_type::q4_k, sh.n_in, sh.n_out), x.data() + size_t(p) * sh.n_in,
+                        ref.data() + size_t(p) * sh.n_out, 1);
+        CHECK(rel_err(got.data(), ref.data(), ref.size()) <= test::tolerance::moe);
+    }
+}
