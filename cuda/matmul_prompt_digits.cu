@@ -1,9 +1,9 @@
 // cuda/matmul_prompt_digits.cu - the grouped Q4_K digit products of prompt steps (matmul_digits,
-// cuda/matvec_digits.h): block tiles of 64 pairs of one group x 128 weight rows on
+// cuda/matvec_digits.h): block tiles of 32 pairs of one group x 128 weight rows on
 // mma.m16n8k32 (u8 quants x s8 digits), with matvec_digits' arithmetic output by output.
 //
 // Work per block and K step (one block of 256 elements): the 128 weight rows' raw Q4_K bytes (144
-// a row), the 64 pairs' digits (512 bytes a row), digit sums (32) and scale (4) arrive by cp.async
+// a row), the 32 pairs' digits (512 bytes a row), digit sums (32) and scale (4) arrive by cp.async
 // in one of three stages while the others are computed or in flight; one barrier a step. A warp
 // computes 32 weight rows x 16 pairs. Per 32-element sub-block its A fragments are the staged quant
 // bytes as they are, nibbles masked (K permuted inside the sub-block as matvec_digits does: lane
@@ -29,9 +29,11 @@
 namespace tandem::cuda {
 namespace {
 
-constexpr int tile_m = 64;   // pairs a block tile
+constexpr int tile_m = 32;   // pairs a block tile: two blocks an SM (shared memory), so one's start and
+                             // end overlap the other's steps (64 pairs, one block an SM: gate/up 0.98 -> 0.90 ms,
+                             // down 0.61 -> 0.56; docs/perf-notes.md, session 14)
 constexpr int tile_n = 128;  // weight rows a block tile (SwiGLU: runs of 8 gate rows, then their 8 up rows)
-constexpr int warps_w = 4, warps_r = 4, n_threads = 32 * warps_w * warps_r;
+constexpr int warps_w = 4, warps_r = 2, n_threads = 32 * warps_w * warps_r;
 constexpr int w_frags = 2, r_frags = 2;  // a warp: 2 m16 weight tiles x 2 n8 pair tiles
 static_assert(16 * w_frags * warps_w == tile_n && 8 * r_frags * warps_r == tile_m, "warps and tile disagree");
 constexpr int n_stages = 2;
@@ -46,7 +48,7 @@ constexpr size_t smem_bytes = smem_stages + 2 * size_t(acc_floats) * n_threads *
 static_assert(stage_bytes % 16 == 0 && (tile_m * 32) % n_threads == 0, "stages 16-byte aligned, digit copies even");
 
 template <bool swiglu, int V>
-__global__ void __launch_bounds__(n_threads, 1) matmul_digits_kernel(const matvec_digits_args a) {
+__global__ void __launch_bounds__(n_threads, 2) matmul_digits_kernel(const matvec_digits_args a) {
     constexpr int D = digits_per_element;
     extern __shared__ __align__(16) uint8_t smem[];
     __shared__ int32_t s_xrow[tile_m];          // each pair's digit row (-1: past the tile's pairs)

@@ -34,7 +34,7 @@ constexpr int32_t split_act_min_pairs = 8;
 // 8.6, with the launch 6.6 / 7.8; end to end at 2 sessions +1.3% (call 15).
 constexpr int32_t down_quantize_min_pairs = 8;
 // Prompt steps whose experts are Q4_K take the grouped products on digits too (quantised once per
-// product by digits_quantize): the 64-pair tiles (cuda::matmul_digits) from this many pairs, the
+// product by digits_quantize): the 32-pair tiles (cuda::matmul_digits) from this many pairs, the
 // decode kernels below it. Both give the same bits, so how a prompt is chunked changes nothing.
 constexpr int32_t prompt_tile_min_pairs = 256;
 // The grouped digit products' shapes by the step's pairs (cuda/matvec_digits.h; every shape gives
@@ -578,8 +578,8 @@ int64_t cuda_device::layer_experts(int32_t l, int32_t r0, int32_t n) {
                         L.gate.n_in % 256 == 0;
     // Prompt rows whose experts are Q4_K: gate/up and down on digits too, quantised by one launch
     // before each (prompt_digit_product). On a 2,048-row step of the 30b shapes the tiles with their
-    // quantise launch took gate/up 1.157 -> 0.98 ms and down 0.637 -> 0.61 ms against the exact-quant
-    // bf16 tiles; a 2,048-token prefill 13.7k -> 14.5-14.8k tok/s (docs/perf-notes.md, session 14).
+    // quantise launch took gate/up 1.15 -> 0.90 ms and down 0.63 -> 0.56 ms against the exact-quant
+    // bf16 tiles; a 2,048-token prefill 13.7k -> 15.1k tok/s (docs/perf-notes.md, session 14).
     const bool prompt_digits_gate_up = m.prompt_rows && L.gate.type == ggml_type::q4_k && L.up.type == ggml_type::q4_k &&
                                        L.gate.n_in % 256 == 0;
     const bool prompt_digits_down = m.prompt_rows && L.down.type == ggml_type::q4_k && L.down.n_in % 256 == 0;

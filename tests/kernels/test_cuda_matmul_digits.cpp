@@ -1,6 +1,6 @@
 // tests/kernels/test_cuda_matmul_digits.cpp - the prompt tiles of the grouped digit products
 // (matmul_digits, cuda/matmul_prompt_digits.cu): bitwise the decode kernels' outputs
-// (matvec_digits) for the same digit rows, on groups that fill several 64-pair tiles, end in
+// (matvec_digits) for the same digit rows, on groups that fill several 32-pair tiles, end in
 // partial ones, and matrices whose blocks of 256 divide unevenly among the K split's partials (or
 // leave some empty); within tolerance of the CPU's fp32 products. The timing beside the bf16 prompt
 // tiles is in test_cuda_matmul_prompt's [.bench] case.
@@ -54,7 +54,7 @@ TEST_CASE("prompt digit tiles: grouped SwiGLU bitwise the decode kernels, within
     if (!test::gpu_present()) return;
     cpu::cpu_context ctx{4};
     // 2048: 8 blocks (partials 0,4 | 1,5 | 2,6 | 3,7); 1280: 5 (uneven); 768: 3 (one partial
-    // empty); 256: one block (three empty). Groups of ~9 to ~150 pairs: one to three 64-pair tiles.
+    // empty); 256: one block (three empty). Groups of ~9 to ~150 pairs: one to five 32-pair tiles.
     const grouped_shape shapes[] = {{4, 2, 150, 2048, 200}, {8, 3, 260, 512, 64}, {3, 1, 200, 1280, 72}, {5, 2, 40, 256, 130},
                                     {16, 4, 37, 768, 96}};
     uint64_t seed = 5000;
