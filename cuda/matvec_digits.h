@@ -16,6 +16,8 @@
 // own: the other decode products (cuda/matvec.h).
 #pragma once
 
+#include "matvec.h"
+
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -72,6 +74,27 @@ struct matvec_digits_args {
     // matmul_digits (grouped): a bound on all groups' pairs together (its grid of row tiles).
     int32_t n_pairs = 0;
 };
+
+// The digit product of matvec's grouped arguments: its matrices, shape, output rows and groups,
+// with x as digit rows (the rest left at their defaults).
+inline matvec_digits_args digit_args_of(const matvec_args &m, const digit_rows &x) {
+    matvec_digits_args a;
+    a.w = m.w;
+    a.w_up = m.w_up;
+    a.n_in = m.n_in;
+    a.n_out = m.n_out;
+    a.x = x;
+    a.y = m.y;
+    a.y_stride = m.y_stride;
+    a.x_rows = m.x_rows;
+    a.y_rows = m.y_rows;
+    a.group_mat = m.group_mat;
+    a.group_off = m.group_off;
+    a.n_groups = m.n_groups;
+    a.max_groups = m.max_groups;
+    a.n_pairs = m.n_pairs;
+    return a;
+}
 
 // The K split of the grouped digit products: each output sums V partials, partial v over blocks
 // v, v + V, ..., added in order of v (3 for three blocks a row, Qwen3-30B's down; else 4). The

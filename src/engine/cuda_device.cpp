@@ -690,57 +690,30 @@ int64_t cuda_device::layer_experts(int32_t l, int32_t r0, int32_t n) {
         g.n_groups = m.own_n;
     }
     if (digits) {
-        cuda::matvec_digits_args da;
-        da.w = g.w;
-        da.w_up = g.w_up;
-        da.n_in = g.n_in;
-        da.n_out = g.n_out;
-        da.x = h_dig;
-        da.y = g.y;
-        da.y_stride = g.y_stride;
-        da.x_rows = g.x_rows;
-        da.y_rows = g.y_rows;
-        da.group_mat = g.group_mat;
-        da.group_off = g.group_off;
-        da.n_groups = g.n_groups;
-        da.max_groups = g.max_groups;
+        cuda::matvec_digits_args da = cuda::digit_args_of(g, h_dig);
         da.stage = true;
         cuda::matvec_digits(da, s);
     } else if (prompt_digits_gate_up) {
-        cuda::matvec_digits_args da;
-        da.w = g.w;
-        da.w_up = g.w_up;
-        da.n_in = g.n_in;
-        da.n_out = g.n_out;
-        da.x = prompt_digit_rows(n, d);
-        da.y = g.y;
-        da.y_stride = g.y_stride;
-        da.x_rows = g.x_rows;
-        da.y_rows = g.y_rows;
-        da.group_mat = g.group_mat;
-        da.group_off = g.group_off;
-        da.n_groups = g.n_groups;
-        da.max_groups = g.max_groups;
+        const cuda::matvec_digits_args da = cuda::digit_args_of(g, prompt_digit_rows(n, d));
         cuda::digits_quantize({h, n, d, da.x}, s);
         ++launches;
         prompt_digit_product(da, n * k);
     } else {
         product(g, n);
     }
+    cuda::matvec_args dn = g;
+    dn.w = L.down.data;
+    dn.w_up = nullptr;
+    dn.type = L.down.type;
+    dn.n_in = L.down.n_in;
+    dn.n_out = L.down.n_out;
+    dn.x = act;
+    dn.x_stride = ff;
+    dn.y = eout;
+    dn.y_stride = d;
+    dn.x_rows = g.y_rows;
     if (prompt_digits_down) {
-        cuda::matvec_digits_args da;
-        da.w = L.down.data;
-        da.n_in = L.down.n_in;
-        da.n_out = L.down.n_out;
-        da.x = prompt_digit_rows(n * k, ff);
-        da.y = eout;
-        da.y_stride = d;
-        da.x_rows = g.y_rows;
-        da.y_rows = g.y_rows;
-        da.group_mat = g.group_mat;
-        da.group_off = g.group_off;
-        da.n_groups = g.n_groups;
-        da.max_groups = g.max_groups;
+        cuda::matvec_digits_args da = cuda::digit_args_of(dn, prompt_digit_rows(n * k, ff));
         da.groups_settled = true;  // written before the gate/up launch
         cuda::digits_quantize({act, n * k, ff, da.x}, s);
         prompt_digit_product(da, n * k);
@@ -751,18 +724,7 @@ int64_t cuda_device::layer_experts(int32_t l, int32_t r0, int32_t n) {
         // Decode rows' Q4_K down on digits of the SwiGLU outputs: made by each block of the product
         // from act up to down_quantize_min_pairs pairs, by one digits_quantize launch above (the
         // same bits either way; batch invariant).
-        cuda::matvec_digits_args da;
-        da.w = L.down.data;
-        da.n_in = L.down.n_in;
-        da.n_out = L.down.n_out;
-        da.y = eout;
-        da.y_stride = d;
-        da.x_rows = g.y_rows;
-        da.y_rows = g.y_rows;
-        da.group_mat = g.group_mat;
-        da.group_off = g.group_off;
-        da.n_groups = g.n_groups;
-        da.max_groups = g.max_groups;
+        cuda::matvec_digits_args da = cuda::digit_args_of(dn, {});
         da.groups_settled = true;  // written by the launch before the gate/up launch
         // Weights staged by the copy engine before the PDL wait (down alone at one row 5.10 ->
         // 4.62 us, one session +1%: docs/perf-notes.md, session 13, call 16).
@@ -782,17 +744,6 @@ int64_t cuda_device::layer_experts(int32_t l, int32_t r0, int32_t n) {
         launches += 2;
         return launches;
     }
-    cuda::matvec_args dn = g;
-    dn.w = L.down.data;
-    dn.w_up = nullptr;
-    dn.type = L.down.type;
-    dn.n_in = L.down.n_in;
-    dn.n_out = L.down.n_out;
-    dn.x = act;
-    dn.x_stride = ff;
-    dn.y = eout;
-    dn.y_stride = d;
-    dn.x_rows = g.y_rows;
     // The SwiGLU outputs' 32-element sums span four gate/up blocks, so gate/up cannot write them
     // split. Steps of more than 8 pairs split them once (split_rows) instead of in every block of
     // down: 64 blocks a group read the same rows. Bitwise the same outputs either way.

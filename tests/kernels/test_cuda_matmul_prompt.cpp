@@ -469,25 +469,7 @@ TEST_CASE("matmul_prompt speed on prefill shapes", "[.bench][gpu]") {
             device_buffer<float> scales(size_t(n) * k * ff / 256);
             device_buffer<uint16_t> sums(size_t(n) * k * ff / 256 * 16);
             const cuda::digit_rows rows{dig.ptr, scales.ptr, sums.ptr};
-            auto digit_args = [&](const cuda::matvec_args &m) {
-                cuda::matvec_digits_args a;
-                a.w = m.w;
-                a.w_up = m.w_up;
-                a.n_in = m.n_in;
-                a.n_out = m.n_out;
-                a.x = rows;
-                a.y = m.y;
-                a.y_stride = m.y_stride;
-                a.x_rows = m.x_rows;
-                a.y_rows = m.y_rows;
-                a.group_mat = m.group_mat;
-                a.group_off = m.group_off;
-                a.n_groups = m.n_groups;
-                a.max_groups = m.max_groups;
-                a.n_pairs = m.n_pairs;
-                return a;
-            };
-            const cuda::matvec_digits_args gu = digit_args(f.gate_up), dn = digit_args(f.down);
+            const cuda::matvec_digits_args gu = cuda::digit_args_of(f.gate_up, rows), dn = cuda::digit_args_of(f.down, rows);
             const double ms_dgu = median_ms([&] {
                 cuda::digits_quantize({dx.ptr, n, d, rows}, nullptr);
                 cuda::matmul_digits(gu, nullptr);
