@@ -34,9 +34,13 @@ constexpr int32_t split_act_min_pairs = 8;
 // 8.6, with the launch 6.6 / 7.8; end to end at 2 sessions +1.3% (call 15).
 constexpr int32_t down_quantize_min_pairs = 8;
 // Prompt steps whose experts are Q4_K take the grouped products on digits too (quantised once per
-// product by digits_quantize): the 32-pair tiles (cuda::matmul_digits) from this many pairs, the
-// decode kernels below it. Both give the same bits, so how a prompt is chunked changes nothing.
-constexpr int32_t prompt_tile_min_pairs = 256;
+// product by digits_quantize): the 32-pair tiles (cuda::matmul_digits) from this many pairs per
+// expert on average, the decode kernels below it. Both give the same bits, so how a prompt is
+// chunked changes nothing. Measured on the 30b synth (docs/perf-notes.md, session 14, calls 17-18,
+// `bench --prefill-chunk C`, prefill tok/s, decode kernels / tiles): chunks of 32 rows (2 pairs an
+// expert) 2,310 / 1,734, 64 rows 3,472 / 2,778, 128 rows 4,704 / 4,256, 256 rows (16) 6,931 /
+// 6,955, 512 rows 9,637 / 10,507, 2,048 rows 12,620 / 15,035.
+constexpr int32_t prompt_tile_min_pairs_per_expert = 16;
 // The grouped digit products' shapes by the step's pairs (cuda/matvec_digits.h; every shape gives
 // the same bits). Measured (docs/perf-notes.md, session 13, call 6, each product alone, us at 1 /
 // 2 / 4 / 8 / 16 sessions): gate/up streamed blocks 6.3 / 11.4 / 20.9 / 36.7 / 57.2, staged 9.1 /
@@ -434,7 +438,7 @@ int64_t cuda_device::layer_experts(int32_t l, int32_t r0, int32_t n) {
     auto prompt_digit_product = [&](cuda::matvec_digits_args da, int32_t pairs) {
         da.n_pairs = pairs;
         da.stage = true;
-        if (pairs >= prompt_tile_min_pairs)
+        if (pairs >= prompt_tile_min_pairs_per_expert * hp.n_expert)
             cuda::matmul_digits(da, s);
         else
             cuda::matvec_digits(da, s);
