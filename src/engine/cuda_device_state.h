@@ -12,6 +12,13 @@
 
 namespace tandem {
 
+// The router's K parts when its n_in allows (layer_experts; the scratch holds their logits).
+constexpr int32_t router_k_parts = 4;
+// Floats a step row's widest prompt-product input takes: h (d_model), att (heads x d_head) or its
+// k SwiGLU outputs (k x d_ff); rounded up to 128-element multiples (matmul_prompt_q4k rows). The
+// prompt split scratch holds max_step_rows of them (the digit tiles' rows are carved from it too).
+size_t prompt_split_width(const model_hparams &hp);
+
 // A weight matrix on the device: n_mat stacked matrices of n_out rows of n_in elements.
 struct cuda_matrix {
     const void *data = nullptr;

@@ -1,0 +1,425 @@
+// src/engine/cuda_layer.cpp - one layer's launches on a cuda_device (cuda_device::layer_experts):
+// attention norm, Q/K/V, QK norm + RoPE + cache write, attention, wo; FFN norm and router, routing,
+// the experts' gate/up and down (prompt rows through the tiled GEMMs and the digit tiles, decode
+// rows through the matrix-vector and digit products). The rest of the device (uploads, scratch,
+// embedding, head, transfers) is in cuda_device.cpp.
+#include "cuda_device_state.h"
+
+#include "cuda/attention.h"
+#include "cuda/attention_prompt.h"
+#include "cuda/cuda_check.h"
+#include "cuda/matmul_prompt.h"
+#include "cuda/matvec.h"
+#include "cuda/matvec_digits.h"
+#include "cuda/moe.h"
+#include "cuda/moe_split.h"
+#include "cuda/norm.h"
+#include "tandem/error.h"
+
+namespace tandem {
+
+namespace {
+
+// Decode steps of more pairs than this split the SwiGLU outputs once for down (cuda::split_rows).
+// Measured (docs/perf-notes.md, session 9): 16 sessions +2.5%, 4 even; one session's 8 pairs keep
+// the split inside down (-2% with the launch).
+constexpr int32_t split_act_min_pairs = 8;
+// Decode steps of more pairs than this quantise the SwiGLU outputs to digits once for a Q4_K down
+// (digits_quantize, then solo warps, staged); smaller ones let down's blocks make them. Measured
+// (docs/perf-notes.md, session 12, down alone, us at 1 / 2 sessions): made in the kernel 5.3 /
+// 8.6, with the launch 6.6 / 7.8; end to end at 2 sessions +1.3% (call 15).
+constexpr int32_t down_quantize_min_pairs = 8;
+// Prompt steps whose experts are Q4_K take the grouped products on digits too (quantised once per
+// product by digits_quantize): the 32-pair tiles (cuda::matmul_digits) from this many pairs per
+// expert on average, the decode kernels below it. Both give the same bits, so how a prompt is
+// chunked changes nothing. Measured on the 30b synth (docs/perf-notes.md, session 14, calls 17-18,
+// `bench --prefill-chunk C`, prefill tok/s, decode kernels / tiles): chunks of 32 rows (2 pairs an
+// expert) 2,310 / 1,734, 64 rows 3,472 / 2,778, 128 rows 4,704 / 4,256, 256 rows (16) 6,931 /
+// 6,955, 512 rows 9,637 / 10,507, 2,048 rows 12,620 / 15,035.
+constexpr int32_t prompt_tile_min_pairs_per_expert = 16;
+// The grouped digit products' shapes by the step's pairs (cuda/matvec_digits.h; every shape gives
+// the same bits). Measured (docs/perf-notes.md, session 13, call 6, each product alone, us at 1 /
+// 2 / 4 / 8 / 16 sessions): gate/up streamed blocks 6.3 / 11.4 / 20.9 / 36.7 / 57.2, staged 9.1 /
+// 12.6 / 20.5 / 35.1 / 54.0, solo warps streamed 8.6 / 12.6 / 24.8 / 40.1 / 55.9; down above 8
+// pairs with its quantise launch: staged blocks - / 9.0 / 12.3 / 23.6 / 37.9, solo warps staged
+// - / 7.0 / 10.6 / 18.7 / 30.7.
+// In the engine the experts' weights come from DRAM, not from L2 as in those benches: staged gate/up
+// at every step size measured one session 445-452 -> 458-461 tok/s, 2 and 4 sessions the same
+// (session 13, call 18), so gate/up is always staged (streamed where the GPU has no bulk copies).
+
+}  // namespace
+
+int64_t cuda_device::layer_experts(int32_t l, int32_t r0, int32_t n) {
+    state &m = *s_;
+    const model_hparams &hp = *m.hp;
+    TANDEM_CUDA_CHECK(cudaSetDevice(m.device));
+    const cudaStream_t s = m.stream;
+    int64_t launches = 0;
+    const int32_t d = hp.d_model, dh = hp.d_head, q_dim = hp.n_head * dh, kv_dim = hp.n_head_kv * dh;
+    const int32_t k = hp.n_expert_used, ff = hp.d_ff_expert;
+    const int32_t *slots = m.slots() + r0, *positions = m.positions() + r0;
+    float *x = x_rows(r0), *h = h_rows(r0);
+    float *q = m.q + size_t(r0) * q_dim, *kb = m.kb + size_t(r0) * kv_dim, *vb = m.vb + size_t(r0) * kv_dim;
+    float *att = m.att + size_t(r0) * q_dim, *eout = expert_out_rows(r0);
+    float *route_w = m.route_w + size_t(r0) * k, *router_logits = m.router_logits + size_t(r0) * hp.n_expert;
+    int32_t *ids = m.ids + size_t(r0) * k;
+    float *act = m.act + size_t(r0) * k * ff;
+    // Decode rows: the producers below also write their outputs split (cuda/x_split.cuh).
+    const bool split = !m.prompt_rows;
+    uint4 *h_split = split ? m.h_split + size_t(r0) * d / 4 : nullptr;
+    float *h_sums = split ? m.h_sums + size_t(r0) * d / 32 : nullptr;
+    const cuda_layer &L = m.layer(l);
+    const size_t layer_here = size_t(l - m.part.layer_begin);
+    float *k_cache = m.kv + (layer_here * 2 + 0) * size_t(m.n_slots) * size_t(m.n_ctx) * size_t(kv_dim);
+    float *v_cache = m.kv + (layer_here * 2 + 1) * size_t(m.n_slots) * size_t(m.n_ctx) * size_t(kv_dim);
+
+    // Prompt rows' digit rows of n elements (n a multiple of 256), in the prompt split scratch
+    // (each row's 2n digit bytes, n / 8 sum bytes and n / 64 scale bytes fit in the 4n it has):
+    // digits, then sums (16-byte aligned), then scales.
+    auto prompt_digit_rows = [&](int32_t rows, int32_t n_el) {
+        uint8_t *base = reinterpret_cast<uint8_t *>(m.prompt_split);
+        const size_t digit_bytes = size_t(rows) * cuda::digits_per_element * size_t(n_el), sum_bytes = size_t(rows) * size_t(n_el) / 8;
+        TANDEM_ASSERT(digit_bytes + sum_bytes + size_t(rows) * size_t(n_el) / 64 <= size_t(max_step_rows) * prompt_split_width(hp) * 4,
+                      "prompt digit rows exceed the split scratch");
+        return cuda::digit_rows{reinterpret_cast<int8_t *>(base), reinterpret_cast<float *>(base + digit_bytes + sum_bytes),
+                                reinterpret_cast<uint16_t *>(base + digit_bytes)};
+    };
+    // A grouped Q4_K product of prompt rows on digits: the tiles for large steps, else the decode kernels.
+    auto prompt_digit_product = [&](cuda::matvec_digits_args da, int32_t pairs) {
+        da.n_pairs = pairs;
+        da.stage = true;
+        if (pairs >= prompt_tile_min_pairs_per_expert * hp.n_expert)
+            cuda::matmul_digits(da, s);
+        else
+            cuda::matvec_digits(da, s);
+    };
+    // Prompt rows: the tiled GEMMs; decode rows: the matrix-vector products (engine_row::prompt).
+    // split_rows: rows of a.x its x_rows can name (prompt rows' Q4_K products split them first).
+    auto product = [&](const cuda::matvec_args &a, int32_t split_rows) {
+        if (!m.prompt_rows) {
+            cuda::matvec(a, s);
+            return;
+        }
+        cuda::matvec_args b = a;
+        if (b.type == ggml_type::q4_k && size_t(split_rows) * size_t(b.x_stride) <= size_t(max_step_rows) * prompt_split_width(hp)) {
+            b.prompt_split = m.prompt_split;
+            b.prompt_sums = m.prompt_sums;
+            b.prompt_split_rows = split_rows;
+            if (cuda::matmul_prompt_q4k_applies(b)) ++launches;  // the split
+        }
+        cuda::matmul_prompt(b, s);
+    };
+    auto dense = [&](const cuda_matrix &w, const float *in, int64_t in_stride, const uint4 *in_split, const float *in_sums,
+                     float *out, int64_t out_stride, bool acc, int32_t k_parts = 1, int64_t part_stride = 0) {
+        cuda::matvec_args a;
+        a.k_parts = k_parts;
+        a.y_part_stride = part_stride;
+        a.x_split = in_split;
+        a.x_sums = in_sums;
+        a.w = w.data;
+        a.type = w.type;
+        a.n_in = w.n_in;
+        a.n_out = w.n_out;
+        a.x = in;
+        a.x_stride = in_stride;
+        a.y = out;
+        a.y_stride = out_stride;
+        a.accumulate = acc;
+        a.n_pairs = n;
+        product(a, n);
+        ++launches;
+    };
+    if (L.wq.type == L.wk.type && L.wq.type == L.wv.type) {
+        // Q, K and V in one launch: one weight stream over the same normalised rows.
+        cuda::matvec_args a;
+        a.w = L.wq.data;
+        a.type = L.wq.type;
+        a.n_in = L.wq.n_in;
+        a.n_out = L.wq.n_out;
+        a.x = h;
+        a.x_stride = d;
+        a.y = q;
+        a.y_stride = q_dim;
+        a.n_pairs = n;
+        if (m.h_split_fresh) {
+            a.x_split = h_split;
+            a.x_sums = h_sums;
+        }
+        a.extra[0] = {L.wk.data, L.wk.n_out, kb, kv_dim};
+        a.extra[1] = {L.wv.data, L.wv.n_out, vb, kv_dim};
+        a.n_extra = 2;
+        product(a, n);
+        ++launches;
+    } else {
+        const uint4 *hs = m.h_split_fresh ? h_split : nullptr;
+        const float *hm = m.h_split_fresh ? h_sums : nullptr;
+        dense(L.wq, h, d, hs, hm, q, q_dim, false);
+        dense(L.wk, h, d, hs, hm, kb, kv_dim, false);
+        dense(L.wv, h, d, hs, hm, vb, kv_dim, false);
+    }
+    cuda::qk_rope_kv_args qa;
+    qa.q = q;
+    qa.k = kb;
+    qa.v = vb;
+    qa.q_norm = L.q_norm;
+    qa.k_norm = L.k_norm;
+    qa.inv_freq = m.inv_freq;
+    qa.slots = slots;
+    qa.positions = positions;
+    qa.k_cache = k_cache;
+    qa.v_cache = v_cache;
+    qa.n_rows = n;
+    qa.n_head = hp.n_head;
+    qa.n_head_kv = hp.n_head_kv;
+    qa.d_head = dh;
+    qa.n_ctx = m.n_ctx;
+    qa.eps = hp.rms_eps;
+    // Decode rows of distinct slots (one per session): the norm, RoPE and cache write run inside
+    // the attention launch (attention_args::k_new).
+    const bool fused = !m.prompt_rows && m.distinct_slots;
+    if (!fused) {
+        cuda::qk_rope_kv(qa, s);
+        ++launches;
+    }
+    cuda::attention_args aa;
+    aa.q = q;
+    aa.k_cache = k_cache;
+    aa.v_cache = v_cache;
+    aa.slots = slots;
+    aa.positions = positions;
+    aa.out = att;
+    aa.n_rows = n;
+    aa.n_head = hp.n_head;
+    aa.n_head_kv = hp.n_head_kv;
+    aa.d_head = dh;
+    aa.n_ctx = m.n_ctx;
+    aa.chunk = m.chunk;
+    aa.scale = 1.0f / std::sqrt(float(dh));
+    if (r0 < max_logit_rows)  // decode steps, and prompt steps that fall back (step_rows_limit)
+        aa.partial = m.partial + size_t(r0) * size_t(hp.n_head) * m.n_chunks * (dh + 2);
+    if (split) {
+        aa.out_split = m.att_split + size_t(r0) * q_dim / 4;
+        aa.out_sums = m.att_sums + size_t(r0) * q_dim / 32;
+    }
+    if (m.prompt_rows) {
+        cuda::attention_prompt(aa, s);  // tensor cores, keys in tiles shared by a chunk's rows
+        launches += 1;
+    } else {
+        if (fused) {
+            aa.k_new = kb;
+            aa.v_new = vb;
+            aa.q_norm = L.q_norm;
+            aa.k_norm = L.k_norm;
+            aa.inv_freq = m.inv_freq;
+            aa.eps = hp.rms_eps;
+        }
+        cuda::attention(aa, s);
+        launches += 2;  // partial and combine
+    }
+    dense(L.wo, att, q_dim, aa.out_split, aa.out_sums, x, d, true);
+    // Decode rows with an F32 router: the FFN norm and the router in one launch, the logits in
+    // dot_f32's order (the CPU's bits for the same h). Otherwise the norm, then the router (8 row
+    // tiles of 16 for 128 experts) in K parts on their own blocks, 4 when every part gets at least
+    // one 256-element chunk: decode rows (part stride max_logit_rows rows) and prompt rows
+    // (max_step_rows; every prompt launch the same parts, so chunking changes nothing).
+    const bool norm_router = !m.prompt_rows && L.router.type == ggml_type::f32 && cuda::rmsnorm_router_applies(d, hp.n_expert) &&
+                             reinterpret_cast<uintptr_t>(L.router.data) % 16 == 0;
+    // Decode rows whose experts' gate and up are Q4_K: the gate/up product on int8 digits of h
+    // (cuda/matvec_digits.h), written by the norm + router launch instead of h's split twin. One
+    // arithmetic at every step size (batch invariant); session 11 measured it 1.2-1.45x faster than
+    // the bf16-split kernels, with products ~6x less precise (docs/perf-notes.md).
+    const bool digits = norm_router && m.h_digits && L.gate.type == ggml_type::q4_k && L.up.type == ggml_type::q4_k &&
+                        L.gate.n_in % 256 == 0;
+    // Prompt rows whose experts are Q4_K: gate/up and down on digits too, quantised by one launch
+    // before each (prompt_digit_product). On a 2,048-row step of the 30b shapes the tiles with their
+    // quantise launch took gate/up 1.15 -> 0.90 ms and down 0.63 -> 0.56 ms against the exact-quant
+    // bf16 tiles; a 2,048-token prefill 13.7k -> 15.1k tok/s (docs/perf-notes.md, session 14).
+    const bool prompt_digits_gate_up = m.prompt_rows && L.gate.type == ggml_type::q4_k && L.up.type == ggml_type::q4_k &&
+                                       L.gate.n_in % 256 == 0;
+    const bool prompt_digits_down = m.prompt_rows && L.down.type == ggml_type::q4_k && L.down.n_in % 256 == 0;
+    cuda::digit_rows h_dig;
+    if (digits)
+        h_dig = {m.h_digits + size_t(r0) * cuda::digits_per_element * d, m.h_digit_scales + size_t(r0) * d / 256,
+                 m.h_digit_sums + size_t(r0) * d / 256 * 16};
+    int32_t router_parts = 1;
+    int64_t part_stride = 0;
+    if (norm_router) {
+        cuda::rmsnorm_router_args nr;
+        nr.x = x;
+        nr.w_norm = L.ffn_norm;
+        nr.router = static_cast<const float *>(L.router.data);
+        nr.h = h;
+        if (digits) {
+            nr.h_digits = h_dig;
+        } else {
+            nr.h_split = h_split;
+            nr.h_sums = h_sums;
+        }
+        nr.logits = router_logits;
+        nr.n_rows = n;
+        nr.n = d;
+        nr.n_expert = hp.n_expert;
+        nr.eps = hp.rms_eps;
+        cuda::rmsnorm_router(nr, s);
+        m.h_split_fresh = split && !digits;
+        ++launches;
+    } else {
+        cuda::rmsnorm_args na{x, L.ffn_norm, h, n, d, hp.rms_eps};
+        na.y_split = h_split;
+        na.y_sums = h_sums;
+        cuda::rmsnorm(na, s);
+        m.h_split_fresh = split;
+        ++launches;
+        router_parts = L.router.n_in / 256 >= router_k_parts ? router_k_parts : 1;
+        part_stride = int64_t(m.prompt_rows ? max_step_rows : max_logit_rows) * hp.n_expert;
+        dense(L.router, h, d, h_split, h_sums, router_logits, hp.n_expert, false, router_parts, part_stride);
+    }
+
+    cuda::moe_route_args ra;
+    ra.logits = router_logits;
+    ra.n_logit_parts = router_parts;
+    ra.logit_part_stride = part_stride;
+    ra.slots = slots;
+    ra.ids = ids;
+    ra.weights = route_w;
+    ra.group_expert = m.group_expert;
+    ra.group_off = m.group_off;
+    ra.n_groups = m.n_groups;
+    ra.pair_x = m.pair_x;
+    ra.pair_y = m.pair_y;
+    // Statistics count each layer's groups once: on the host of a pair.
+    ra.groups_total = m.part.role == placement_role::partner ? nullptr : m.groups_total;
+    ra.n_rows = n;
+    ra.n_expert = hp.n_expert;
+    ra.k = k;
+    ra.renormalise = hp.norm_topk;
+    cuda::moe_route(ra, s);
+    ++launches;
+    if (m.traffic) {
+        cuda::moe_count({ids, slots, m.traffic + layer_here * size_t(hp.n_expert), n, k}, s);
+        ++launches;
+    }
+    const int32_t max_groups = cuda::moe_max_groups(n, hp.n_expert, k);
+
+    cuda::matvec_args g;
+    g.w = L.gate.data;
+    g.w_up = L.up.data;
+    g.type = L.gate.type;
+    g.n_in = L.gate.n_in;
+    g.n_out = L.gate.n_out;
+    g.x = h;
+    g.x_stride = d;
+    g.y = act;
+    g.y_stride = ff;
+    g.x_rows = m.pair_x;
+    g.y_rows = m.pair_y;
+    g.group_mat = m.group_expert;
+    g.group_off = m.group_off;
+    g.n_groups = m.n_groups;
+    g.max_groups = max_groups;
+    g.n_pairs = n * k;          // all groups together (matmul_prompt's grid; matvec ignores it)
+    g.x_split = h_split;
+    g.x_sums = h_sums;
+    if (L.local) {
+        // Only the experts held here: narrow the groups (matrix index = position in the upload).
+        cuda::moe_groups_filter_args fa;
+        fa.group_expert = m.group_expert;
+        fa.group_off = m.group_off;
+        fa.n_groups = m.n_groups;
+        fa.pair_x = m.pair_x;
+        fa.pair_y = m.pair_y;
+        fa.local = L.local;
+        fa.out_group_mat = m.own_mat;
+        fa.out_group_off = m.own_off;
+        fa.out_n_groups = m.own_n;
+        fa.out_pair_x = m.own_x;
+        fa.out_pair_y = m.own_y;
+        fa.max_groups = max_groups;
+        cuda::moe_groups_filter(fa, s);
+        ++launches;
+        g.x_rows = m.own_x;
+        g.y_rows = m.own_y;
+        g.group_mat = m.own_mat;
+        g.group_off = m.own_off;
+        g.n_groups = m.own_n;
+    }
+    if (digits) {
+        cuda::matvec_digits_args da = cuda::digit_args_of(g, h_dig);
+        da.stage = true;
+        cuda::matvec_digits(da, s);
+    } else if (prompt_digits_gate_up) {
+        const cuda::matvec_digits_args da = cuda::digit_args_of(g, prompt_digit_rows(n, d));
+        cuda::digits_quantize({h, n, d, da.x}, s);
+        ++launches;
+        prompt_digit_product(da, n * k);
+    } else {
+        product(g, n);
+    }
+    cuda::matvec_args dn = g;
+    dn.w = L.down.data;
+    dn.w_up = nullptr;
+    dn.type = L.down.type;
+    dn.n_in = L.down.n_in;
+    dn.n_out = L.down.n_out;
+    dn.x = act;
+    dn.x_stride = ff;
+    dn.y = eout;
+    dn.y_stride = d;
+    dn.x_rows = g.y_rows;
+    if (prompt_digits_down) {
+        cuda::matvec_digits_args da = cuda::digit_args_of(dn, prompt_digit_rows(n * k, ff));
+        da.groups_settled = true;  // written before the gate/up launch
+        cuda::digits_quantize({act, n * k, ff, da.x}, s);
+        prompt_digit_product(da, n * k);
+        launches += 3;
+        return launches;
+    }
+    if (!m.prompt_rows && m.act_digits && L.down.type == ggml_type::q4_k && L.down.n_in % 256 == 0) {
+        // Decode rows' Q4_K down on digits of the SwiGLU outputs: made by each block of the product
+        // from act up to down_quantize_min_pairs pairs, by one digits_quantize launch above (the
+        // same bits either way; batch invariant).
+        cuda::matvec_digits_args da = cuda::digit_args_of(dn, {});
+        da.groups_settled = true;  // written by the launch before the gate/up launch
+        // Weights staged by the copy engine before the PDL wait (down alone at one row 5.10 ->
+        // 4.62 us, one session +1%: docs/perf-notes.md, session 13, call 16).
+        da.stage = true;
+        if (n * k > down_quantize_min_pairs) {
+            const size_t act_rows = size_t(r0) * size_t(k);
+            da.x = {m.act_digits + act_rows * cuda::digits_per_element * ff, m.act_digit_scales + act_rows * ff / 256,
+                    m.act_digit_sums + act_rows * ff / 256 * 16};
+            cuda::digits_quantize({act, n * k, ff, da.x}, s);
+            ++launches;
+            da.solo_warps = 4;
+        } else {
+            da.x_f32 = act;
+            da.x_f32_stride = ff;
+        }
+        cuda::matvec_digits(da, s);
+        launches += 2;
+        return launches;
+    }
+    // The SwiGLU outputs' 32-element sums span four gate/up blocks, so gate/up cannot write them
+    // split. Steps of more than 8 pairs split them once (split_rows) instead of in every block of
+    // down: 64 blocks a group read the same rows. Bitwise the same outputs either way.
+    dn.x_split = nullptr;
+    dn.x_sums = nullptr;
+    if (!m.prompt_rows && n * k > split_act_min_pairs && ff % 32 == 0) {
+        cuda::split_rows_args sa;
+        sa.x = act;
+        sa.n_rows = n * k;
+        sa.n = ff;
+        sa.stride = ff;
+        sa.split = m.act_split + size_t(r0) * k * ff / 4;
+        sa.sums = m.act_sums + size_t(r0) * k * ff / 32;
+        cuda::split_rows(sa, s);
+        ++launches;
+        dn.x_split = sa.split;
+        dn.x_sums = sa.sums;
+    }
+    dn.groups_settled = true;  // written by the launch before the gate/up launch
+    product(dn, n * k);
+    launches += 2;
+    return launches;
+}
+
+}  // namespace tandem
