@@ -48,6 +48,24 @@ int32_t largest_group(const host_groups &h) {
     return m;
 }
 
+// The same product by the decode kernels (matvec_digits) and by the tiles (matmul_digits, a bound of
+// `pairs`), each into a poisoned buffer of `count` floats: the tiles' outputs, after checking that
+// they are bitwise the decode kernels'.
+std::vector<float> tiles_checked_against_decode(cuda::matvec_digits_args a, int32_t pairs, size_t count) {
+    device_buffer<float> y_tiles(count), y_decode(count);
+    y_decode.poison();
+    a.y = y_decode.ptr;
+    cuda::matvec_digits(a, nullptr);
+    y_tiles.poison();
+    a.y = y_tiles.ptr;
+    a.n_pairs = pairs;
+    cuda::matmul_digits(a, nullptr);
+    TANDEM_CUDA_CHECK(cudaDeviceSynchronize());
+    const auto got = y_tiles.download(), want = y_decode.download();
+    CHECK(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)) == 0);
+    return got;
+}
+
 }  // namespace
 
 TEST_CASE("prompt digit tiles: grouped SwiGLU bitwise the decode kernels, within tolerance of the CPU", "[gpu][kernels]") {
@@ -75,21 +93,13 @@ TEST_CASE("prompt digit tiles: grouped SwiGLU bitwise the decode kernels, within
         INFO("n_in " << sh.n_in << " n_out " << sh.n_out << " rows " << sh.rows << " largest group " << largest_group(hg));
         const int32_t pairs = sh.rows * sh.k;
         device_buffer<uint8_t> dg(all_gate), du(all_up);
-        device_buffer<float> dx(x), y_tiles(size_t(pairs) * sh.n_out), y_decode(y_tiles.count);
+        device_buffer<float> dx(x);
         device_digits dd(sh.rows, sh.n_in);
         cuda::digits_quantize({dx.ptr, sh.rows, sh.n_in, dd.view()}, nullptr);
         device_groups gr(hg);
         // max_groups n_expert: more than the step's groups where some expert got no pair.
-        cuda::matvec_digits_args a = gr.swiglu_args(dg.ptr, du.ptr, sh.n_in, sh.n_out, dd.view(), y_decode.ptr, sh.n_expert);
-        y_decode.poison();
-        cuda::matvec_digits(a, nullptr);
-        a.y = y_tiles.ptr;
-        a.n_pairs = pairs;
-        y_tiles.poison();
-        cuda::matmul_digits(a, nullptr);
-        TANDEM_CUDA_CHECK(cudaDeviceSynchronize());
-        const auto got = y_tiles.download(), want = y_decode.download();
-        CHECK(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)) == 0);
+        const auto got = tiles_checked_against_decode(gr.swiglu_args(dg.ptr, du.ptr, sh.n_in, sh.n_out, dd.view(), nullptr, sh.n_expert),
+                                                      pairs, size_t(pairs) * sh.n_out);
 
         std::vector<float> ref(got.size()), gv(size_t(sh.n_out)), uv(size_t(sh.n_out));
         for (int32_t p = 0; p < pairs; ++p) {
@@ -123,21 +133,13 @@ TEST_CASE("prompt digit tiles: grouped plain products bitwise the decode kernels
         const host_groups hg = route_random(rng, sh.rows, sh.k, sh.n_expert);
         INFO("n_in " << sh.n_in << " n_out " << sh.n_out << " pairs " << pairs << " largest group " << largest_group(hg));
         device_buffer<uint8_t> dw(all);
-        device_buffer<float> dx(x), y_tiles(size_t(pairs) * sh.n_out), y_decode(y_tiles.count);
+        device_buffer<float> dx(x);
         device_digits dd(pairs, sh.n_in);
         cuda::digits_quantize({dx.ptr, pairs, sh.n_in, dd.view()}, nullptr);
         device_groups gr(hg);
-        cuda::matvec_digits_args a = gr.plain_args(dw.ptr, sh.n_in, sh.n_out, y_decode.ptr, sh.n_expert);
+        cuda::matvec_digits_args a = gr.plain_args(dw.ptr, sh.n_in, sh.n_out, nullptr, sh.n_expert);
         a.x = dd.view();
-        y_decode.poison();
-        cuda::matvec_digits(a, nullptr);
-        a.y = y_tiles.ptr;
-        a.n_pairs = pairs;
-        y_tiles.poison();
-        cuda::matmul_digits(a, nullptr);
-        TANDEM_CUDA_CHECK(cudaDeviceSynchronize());
-        const auto got = y_tiles.download(), want = y_decode.download();
-        CHECK(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)) == 0);
+        const auto got = tiles_checked_against_decode(a, pairs, size_t(pairs) * sh.n_out);
 
         std::vector<float> ref(got.size());
         for (int32_t p = 0; p < pairs; ++p)
