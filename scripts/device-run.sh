@@ -37,10 +37,17 @@ if [ "$mode" = tests ] || [ "$mode" = all ]; then
     run attn_prompt "$carry/bin/test_cuda_attention_prompt"
     run logits_top "$carry/bin/test_cuda_logits_top"
     run digits "$carry/bin/test_cuda_matvec_digits"
+    run digit_tiles "$carry/bin/test_cuda_matmul_digits"
     run engine "$carry/bin/test_cuda_engine"
     run sanitizer compute-sanitizer --tool memcheck --error-exitcode 9 "$carry/bin/test_cuda_kernels"
     run sanitizer_mm compute-sanitizer --tool memcheck --error-exitcode 9 "$carry/bin/test_cuda_matmul_prompt"
     run sanitizer_top compute-sanitizer --tool memcheck --error-exitcode 9 "$carry/bin/test_cuda_logits_top"
+    # The digit products: memcheck of both, and racecheck / synccheck of the prompt tiles (shared-memory
+    # stages and barriers; 0 errors, 0 hazards in session 14).
+    run sanitizer_dig compute-sanitizer --tool memcheck --error-exitcode 9 "$carry/bin/test_cuda_matvec_digits"
+    run sanitizer_tiles compute-sanitizer --tool memcheck --error-exitcode 9 "$carry/bin/test_cuda_matmul_digits"
+    run racecheck_tiles compute-sanitizer --tool racecheck --error-exitcode 9 "$carry/bin/test_cuda_matmul_digits"
+    run synccheck_tiles compute-sanitizer --tool synccheck --error-exitcode 9 "$carry/bin/test_cuda_matmul_digits"
     # Shared-memory races and barrier misuse in the routing, grouping and grouped-expert kernels
     # (racecheck found a real one there in session 10). It also prints warnings pairing the staged
     # products' mbarrier init and expect (thread 0, program order): known, reported as warnings, not
