@@ -4,7 +4,7 @@
 //
 // Work per block and K step (one block of 256 elements): the 128 weight rows' raw Q4_K bytes (144
 // a row), the 32 pairs' digits (512 bytes a row), digit sums (32) and scale (4) arrive by cp.async
-// in one of three stages while the others are computed or in flight; one barrier a step. A warp
+// in one of two stages while the other is computed; one barrier a step. A warp
 // computes 32 weight rows x 16 pairs. Per 32-element sub-block its A fragments are the staged quant
 // bytes as they are, nibbles masked (K permuted inside the sub-block as matvec_digits does: lane
 // t's slots 4t .. and 16 + 4t .. hold elements 8t .. 8t + 7, eight consecutive bytes), and a
@@ -209,8 +209,7 @@ __global__ void __launch_bounds__(n_threads, 2) matmul_digits_kernel(const matve
         }
     };
 
-    issue(0);
-    issue(1);
+    for (int st = 0; st + 1 < n_stages; ++st) issue(st);  // the steps ahead of step 0
     int i = 0;
 #pragma unroll 1
     for (int v = 0; v < V; ++v) {

@@ -108,7 +108,7 @@ void matvec_digits(const matvec_digits_args &args, cudaStream_t stream);
 
 // The grouped products (SwiGLU or plain, producer digits: x, not x_f32) of many rows at once, for
 // prompt steps: block tiles of 32 pairs of a group x 128 weight rows, the weights' raw Q4_K bytes
-// and the rows' digits staged by cp.async in three stages (cuda/matmul_prompt_digits.cu). Each
+// and the rows' digits staged by cp.async in two stages (cuda/matmul_prompt_digits.cu). Each
 // output's arithmetic is matvec_digits' (digits_grouped_k_split, digit_fold), so its outputs are
 // bitwise matvec_digits' for the same digit rows, whatever the tiles.
 void matmul_digits(const matvec_digits_args &args, cudaStream_t stream);
