@@ -23,20 +23,22 @@ constexpr int max_dpl = 8;          // d_head up to 256 (8 elements per lane)
 // This lane's cos/sin of a position's NeoX rotation angles: float32 angles, double cos/sin rounded
 // to float, as the CPU twin computes them. d_head 32: element i (lane i) rotates with lane i + 16,
 // angle index lane % 16; otherwise element i with i + d_head/2, dpl/2 slots on in the same lane.
+// rope_angle: slot t's (zeros past the slots in use).
+__device__ __forceinline__ void rope_angle(int pos, const float *inv_freq, int dpl, int lane, int t, float &c, float &s) {
+    const int fi = dpl == 1 ? (lane & 15) : lane + 32 * t;
+    c = s = 0.0f;
+    if (t < dpl / 2 || (dpl == 1 && t == 0)) {
+        const float angle = __fmul_rn(float(pos), inv_freq[fi]);
+        double sd, cd;
+        sincos(double(angle), &sd, &cd);
+        c = float(cd);
+        s = float(sd);
+    }
+}
 __device__ __forceinline__ void rope_angles(int pos, const float *inv_freq, int dpl, int lane, float (&cs)[max_dpl / 2],
                                             float (&sn)[max_dpl / 2]) {
 #pragma unroll
-    for (int t = 0; t < max_dpl / 2; ++t) {
-        const int fi = dpl == 1 ? (lane & 15) : lane + 32 * t;
-        cs[t] = sn[t] = 0.0f;
-        if (t < dpl / 2 || (dpl == 1 && t == 0)) {
-            const float angle = __fmul_rn(float(pos), inv_freq[fi]);
-            double sd, cd;
-            sincos(double(angle), &sd, &cd);
-            cs[t] = float(cd);
-            sn[t] = float(sd);
-        }
-    }
+    for (int t = 0; t < max_dpl / 2; ++t) rope_angle(pos, inv_freq, dpl, lane, t, cs[t], sn[t]);
 }
 
 // One head held by a warp (val[t] = element lane + 32 t): per-head RMSNorm with weights nw
@@ -84,12 +86,24 @@ __global__ void __launch_bounds__(rope_warps * 32) qk_rope_kv_kernel(const qk_ro
     const int slot = a.slots[r], pos = a.positions[r];
     const int dh = a.d_head, dpl = dh / 32, kv_dim = a.n_head_kv * dh;
     const int n_heads_all = a.n_head + 2 * a.n_head_kv;
+    // The row's cos/sin (rope_angles' values), made once a block, thread i for lane i % 32's slot
+    // i / 32, instead of by every warp: the double sincos was most of this kernel's time.
+    static_assert(rope_warps * 32 >= 32 * (max_dpl / 2), "a thread for every angle slot");
+    __shared__ float s_cs[max_dpl / 2][32], s_sn[max_dpl / 2][32];
+    if (threadIdx.x < 32 * (max_dpl / 2))
+        rope_angle(pos, a.inv_freq, dpl, threadIdx.x & 31, threadIdx.x >> 5, s_cs[threadIdx.x >> 5][threadIdx.x & 31],
+                   s_sn[threadIdx.x >> 5][threadIdx.x & 31]);
     float cs[max_dpl / 2], sn[max_dpl / 2], qn[max_dpl], kn[max_dpl];
-    rope_angles(pos, a.inv_freq, dpl, lane, cs, sn);
 #pragma unroll
     for (int t = 0; t < max_dpl; ++t) {
         qn[t] = t < dpl ? a.q_norm[lane + 32 * t] : 0.0f;
         kn[t] = t < dpl ? a.k_norm[lane + 32 * t] : 0.0f;
+    }
+    __syncthreads();
+#pragma unroll
+    for (int t = 0; t < max_dpl / 2; ++t) {
+        cs[t] = s_cs[t][lane];
+        sn[t] = s_sn[t][lane];
     }
     pdl_wait();
     pdl_trigger();

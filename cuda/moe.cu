@@ -24,6 +24,7 @@ constexpr int max_experts = 32 * max_epl;
 constexpr int max_k = 32;
 constexpr int max_logit_parts = 4;  // the router's K parts (matvec_args::k_parts) a row's logits may come in
 constexpr int route_prob_cap = 4096;  // probabilities of one batch of rows in shared memory (16 KiB)
+constexpr int route_unroll = 8;       // the sort's pairs a thread loads before adding them up
 constexpr int route_ids_cap = 4096;   // pair experts kept in shared memory up to this many pairs (16 KiB)
 constexpr int route_cand_cap = 64;    // top-k candidates a row keeps in shared memory (4 KiB for 32 rows)
 static_assert(route_prob_cap >= max_experts, "a batch holds at least one row");
@@ -237,12 +238,22 @@ __device__ void sort_pairs(const moe_route_args &a, route_shared &sm, bool ids_s
     // Order inside a group is whatever the atomics give: each pair's product is computed on its
     // own (matvec.h), so the order changes no value. a.ids written above by this block are
     // visible after the barrier.
-    for (int p = threadIdx.x; p < n_pairs; p += route_threads) {
-        const int e = ids_shared ? s_ids[p] : a.ids[p];
-        if (e < 0) continue;
-        const int at = atomicAdd(&s_cursor[e], 1);
-        a.pair_x[at] = p / k;
-        a.pair_y[at] = p;
+    // A thread's pairs in runs of route_unroll, each run's experts loaded before its atomics (a
+    // prompt step's ids come from L2: one round trip a run instead of one a pair).
+    for (int p0 = threadIdx.x; p0 < n_pairs; p0 += route_unroll * route_threads) {
+        int e[route_unroll];
+#pragma unroll
+        for (int i = 0; i < route_unroll; ++i) {
+            const int p = p0 + i * route_threads;
+            e[i] = p < n_pairs ? (ids_shared ? s_ids[p] : a.ids[p]) : -1;
+        }
+#pragma unroll
+        for (int i = 0; i < route_unroll; ++i) {
+            if (e[i] < 0) continue;
+            const int p = p0 + i * route_threads, at = atomicAdd(&s_cursor[e[i]], 1);
+            a.pair_x[at] = p / k;
+            a.pair_y[at] = p;
+        }
     }
 }
 
@@ -313,9 +324,14 @@ __global__ void __launch_bounds__(route_threads) moe_route_sort_kernel(const moe
     pdl_wait();
     pdl_trigger();
     __syncthreads();
-    for (int p = threadIdx.x; p < a.n_rows * a.k; p += route_threads) {
-        const int e = a.ids[p];
-        if (e >= 0) atomicAdd(&sm.count[e], 1);
+    const int n_pairs = a.n_rows * a.k;
+    for (int p0 = threadIdx.x; p0 < n_pairs; p0 += route_unroll * route_threads) {  // as sort_pairs' runs
+        int e[route_unroll];
+#pragma unroll
+        for (int i = 0; i < route_unroll; ++i) e[i] = p0 + i * route_threads < n_pairs ? a.ids[p0 + i * route_threads] : -1;
+#pragma unroll
+        for (int i = 0; i < route_unroll; ++i)
+            if (e[i] >= 0) atomicAdd(&sm.count[e[i]], 1);
     }
     __syncthreads();
     sort_pairs(a, sm, false);
