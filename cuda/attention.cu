@@ -87,7 +87,8 @@ __global__ void __launch_bounds__(rope_warps * 32) qk_rope_kv_kernel(const qk_ro
     const int dh = a.d_head, dpl = dh / 32, kv_dim = a.n_head_kv * dh;
     const int n_heads_all = a.n_head + 2 * a.n_head_kv;
     // The row's cos/sin (rope_angles' values), made once a block, thread i for lane i % 32's slot
-    // i / 32, instead of by every warp: the double sincos was most of this kernel's time.
+    // i / 32, instead of by every warp: 1/8 of the double sincos (a 2,048-token prefill +0.2%: it
+    // was mostly hidden before the PDL wait; docs/perf-notes.md, session 15).
     static_assert(rope_warps * 32 >= 32 * (max_dpl / 2), "a thread for every angle slot");
     __shared__ float s_cs[max_dpl / 2][32], s_sn[max_dpl / 2][32];
     if (threadIdx.x < 32 * (max_dpl / 2))
