@@ -109,11 +109,10 @@ int64_t cuda_device::layer_experts(int32_t l, int32_t r0, int32_t n) {
         }
         cuda::matmul_prompt(b, s);
     };
-    auto dense = [&](const cuda_matrix &w, const float *in, int64_t in_stride, const uint4 *in_split, const float *in_sums,
-                     float *out, int64_t out_stride, bool acc, int32_t k_parts = 1, int64_t part_stride = 0) {
+    // A dense product's arguments: matrix w over n rows of `in` (with their split twin, or nullptr).
+    auto dense_args = [&](const cuda_matrix &w, const float *in, int64_t in_stride, const uint4 *in_split, const float *in_sums,
+                          float *out, int64_t out_stride) {
         cuda::matvec_args a;
-        a.k_parts = k_parts;
-        a.y_part_stride = part_stride;
         a.x_split = in_split;
         a.x_sums = in_sums;
         a.w = w.data;
@@ -124,35 +123,29 @@ int64_t cuda_device::layer_experts(int32_t l, int32_t r0, int32_t n) {
         a.x_stride = in_stride;
         a.y = out;
         a.y_stride = out_stride;
-        a.accumulate = acc;
         a.n_pairs = n;
+        return a;
+    };
+    auto dense = [&](const cuda_matrix &w, const float *in, int64_t in_stride, const uint4 *in_split, const float *in_sums,
+                     float *out, int64_t out_stride, bool acc, int32_t k_parts = 1, int64_t part_stride = 0) {
+        cuda::matvec_args a = dense_args(w, in, in_stride, in_split, in_sums, out, out_stride);
+        a.k_parts = k_parts;
+        a.y_part_stride = part_stride;
+        a.accumulate = acc;
         product(a, n);
         ++launches;
     };
+    const uint4 *hs = m.h_split_fresh ? h_split : nullptr;
+    const float *hm = m.h_split_fresh ? h_sums : nullptr;
     if (L.wq.type == L.wk.type && L.wq.type == L.wv.type) {
         // Q, K and V in one launch: one weight stream over the same normalised rows.
-        cuda::matvec_args a;
-        a.w = L.wq.data;
-        a.type = L.wq.type;
-        a.n_in = L.wq.n_in;
-        a.n_out = L.wq.n_out;
-        a.x = h;
-        a.x_stride = d;
-        a.y = q;
-        a.y_stride = q_dim;
-        a.n_pairs = n;
-        if (m.h_split_fresh) {
-            a.x_split = h_split;
-            a.x_sums = h_sums;
-        }
+        cuda::matvec_args a = dense_args(L.wq, h, d, hs, hm, q, q_dim);
         a.extra[0] = {L.wk.data, L.wk.n_out, kb, kv_dim};
         a.extra[1] = {L.wv.data, L.wv.n_out, vb, kv_dim};
         a.n_extra = 2;
         product(a, n);
         ++launches;
     } else {
-        const uint4 *hs = m.h_split_fresh ? h_split : nullptr;
-        const float *hm = m.h_split_fresh ? h_sums : nullptr;
         dense(L.wq, h, d, hs, hm, q, q_dim, false);
         dense(L.wk, h, d, hs, hm, kb, kv_dim, false);
         dense(L.wv, h, d, hs, hm, vb, kv_dim, false);
