@@ -165,10 +165,15 @@ __global__ void __launch_bounds__(attn_threads) attention_partial_kernel(const a
     __shared__ float s_acc[attn_warps][group * dh];     // per-warp accumulators for the final sum
     // blockIdx.x picks `group` query heads; with more query heads per KV head than that (e.g. 16),
     // several blocks share one KV head, each with its own run of query heads.
-    const int qb = blockIdx.x, kh = qb / (a.n_head / (a.n_head_kv * group)), c = blockIdx.y, r = blockIdx.z;
+    const int qb = blockIdx.x, kh = qb / (a.n_head / (a.n_head_kv * group)), c = blockIdx.z, r = blockIdx.y;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     // Slots and positions are written before the step's first kernel (attention.h).
     const int slot = a.slots[r], pos = a.positions[r];
+    // Chunks past the row's position leave at once: the grid covers the whole context (one graph
+    // serves every step), so most blocks of a short context are of this kind. Chunk 0 of a live
+    // row is never past it and padding rows stay, so blocks of every row still wait for the
+    // launch before (the PDL chain: a grid none of whose blocks waits could finish first).
+    if (slot >= 0 && c * a.chunk > pos) return;
     [[maybe_unused]] float cs[max_dpl / 2], sn[max_dpl / 2], qn[max_dpl], kn[max_dpl];
     if constexpr (fused) {
         rope_angles(pos, a.inv_freq, dpl, lane, cs, sn);
@@ -394,7 +399,7 @@ __global__ void attention_combine_kernel(const attention_args a, int n_chunks) {
 
 template <int dpl, int group>
 void launch_attention_partial(const attention_args &a, int n_chunks, cudaStream_t stream) {
-    const dim3 grid(a.n_head / group, n_chunks, a.n_rows);
+    const dim3 grid(a.n_head / group, a.n_rows, n_chunks);  // chunks slowest: the live ones dispatch first
     if (a.k_new)
         launch_pdl(attention_partial_kernel<dpl, group, true>, grid, dim3(attn_threads), stream, a, n_chunks);
     else
