@@ -10,6 +10,7 @@
 #include "warp_reduce.cuh"
 #include "x_split.cuh"
 
+#include <algorithm>
 #include <cmath>
 
 namespace tandem::cuda {
@@ -165,15 +166,20 @@ __global__ void __launch_bounds__(attn_threads) attention_partial_kernel(const a
     __shared__ float s_acc[attn_warps][group * dh];     // per-warp accumulators for the final sum
     // blockIdx.x picks `group` query heads; with more query heads per KV head than that (e.g. 16),
     // several blocks share one KV head, each with its own run of query heads.
-    const int qb = blockIdx.x, kh = qb / (a.n_head / (a.n_head_kv * group)), c = blockIdx.z, r = blockIdx.y;
+    // blockIdx.z: the block takes the row's chunks blockIdx.z, blockIdx.z + gridDim.z, ... in turn
+    // (gridDim.z is the launch's choice; each chunk's partial is the same whichever block makes it).
+    const int qb = blockIdx.x, kh = qb / (a.n_head / (a.n_head_kv * group)), c0 = blockIdx.z, r = blockIdx.y;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     // Slots and positions are written before the step's first kernel (attention.h).
-    const int slot = a.slots[r], pos = a.positions[r];
-    // Chunks past the row's position leave at once: the grid covers the whole context (one graph
-    // serves every step), so most blocks of a short context are of this kind. Chunk 0 of a live
-    // row is never past it and padding rows stay, so blocks of every row still wait for the
-    // launch before (the PDL chain: a grid none of whose blocks waits could finish first).
-    if (slot >= 0 && c * a.chunk > pos) return;
+    const int slot = a.slots[r], pos = a.positions[r], chunk = attention_row_chunk(pos), row_chunks = pos / chunk + 1;
+    // Blocks with no chunk of the row leave at once: the grid covers the whole slot (one graph
+    // serves every step), so a short context leaves many (16 sessions after a 2,048-position slot
+    // +7%, with the chunks slowest in the grid; docs/perf-notes.md, session 16). Chunk 0 of a live
+    // row is never past it and padding rows stay, so blocks of every row still wait for the launch
+    // before (the PDL chain: a grid none of whose blocks waits could finish first).
+    if (slot >= 0 && c0 >= row_chunks) return;
+    // Fused: the block whose chunks include the row's own position's makes the new key and value.
+    [[maybe_unused]] const bool holds_new = (row_chunks - 1 - c0) % int(gridDim.z) == 0;
     [[maybe_unused]] float cs[max_dpl / 2], sn[max_dpl / 2], qn[max_dpl], kn[max_dpl];
     if constexpr (fused) {
         rope_angles(pos, a.inv_freq, dpl, lane, cs, sn);
@@ -183,7 +189,7 @@ __global__ void __launch_bounds__(attn_threads) attention_partial_kernel(const a
             kn[t] = t < dpl ? a.k_norm[lane + 32 * t] : 0.0f;
         }
     }
-    const int p_begin = c * a.chunk, p_end = min(p_begin + a.chunk, pos + 1);
+    int p_begin = c0 * chunk, p_end = min(p_begin + chunk, pos + 1);  // the chunk in hand
     const int kv_dim = a.n_head_kv * dh;
     const int64_t kv_base = int64_t(slot < 0 ? 0 : slot) * a.n_ctx * kv_dim + int64_t(kh) * dh + lane;  // padding rows load nothing
     const float *kb = a.k_cache + kv_base, *vb = a.v_cache + kv_base;
@@ -213,16 +219,14 @@ __global__ void __launch_bounds__(attn_threads) attention_partial_kernel(const a
     pdl_wait();
     pdl_trigger();
     if (slot < 0) return;
-    if (p_begin > pos) return;
 
     float qv[group][dpl], acc[group][dpl];
-    [[maybe_unused]] const bool has_new = p_end == pos + 1;  // this chunk holds the row's own position
     if constexpr (fused) {
         __shared__ float s_q[group][dh], s_new[2][dh];  // the block's query heads; the new key and value
         new_kv = &s_new[0][0];
-        const bool writer = has_new && qb % (a.n_head / (a.n_head_kv * group)) == 0;
+        const bool writer = holds_new && qb % (a.n_head / (a.n_head_kv * group)) == 0;
         for (int hh = warp; hh < group + 2; hh += attn_warps) {
-            if (hh >= group && !has_new) break;  // warp-uniform
+            if (hh >= group && !holds_new) break;  // warp-uniform
             const float *src = hh < group ? a.q + (int64_t(r) * a.n_head + qb * group + hh) * dh
                                           : (hh == group ? a.k_new : a.v_new) + (int64_t(r) * a.n_head_kv + kh) * dh;
             float val[max_dpl];
@@ -247,115 +251,119 @@ __global__ void __launch_bounds__(attn_threads) attention_partial_kernel(const a
 #pragma unroll
         for (int g = 0; g < group; ++g)
 #pragma unroll
-            for (int t = 0; t < dpl; ++t) {
-                qv[g][t] = s_q[g][lane + 32 * t];
-                acc[g][t] = 0.0f;
-            }
+            for (int t = 0; t < dpl; ++t) qv[g][t] = s_q[g][lane + 32 * t];
     } else {
 #pragma unroll
         for (int g = 0; g < group; ++g) {
             const float *q = a.q + (int64_t(r) * a.n_head + qb * group + g) * dh;
 #pragma unroll
-            for (int t = 0; t < dpl; ++t) {
-                qv[g][t] = q[lane + 32 * t];
-                acc[g][t] = 0.0f;
-            }
+            for (int t = 0; t < dpl; ++t) qv[g][t] = q[lane + 32 * t];
         }
     }
-    float m_run = -INFINITY, l_run = 0.0f;  // head `warp`'s running max and sum (warps < group)
-    for (int t0 = p_begin; t0 < p_end; t0 += tile) {
-        if (!fused || t0 != p_begin) {
-            load_tile(t0, true);
-        } else if (has_new && pos - t0 < tile && (pos - t0) % attn_warps == warp) {  // the first tile: the new position only
-            const int i = (pos - t0) / attn_warps;
+    for (int c = c0; c < row_chunks; c += gridDim.z) {
+        p_begin = c * chunk;
+        p_end = min(p_begin + chunk, pos + 1);
+        [[maybe_unused]] const bool has_new = p_end == pos + 1;  // this chunk holds the row's own position
 #pragma unroll
-            for (int ii = 0; ii < ppw; ++ii)
-                if (ii == i)
+        for (int g = 0; g < group; ++g)
 #pragma unroll
-                    for (int t = 0; t < dpl; ++t) {
-                        kv[ii][t] = new_kv[lane + 32 * t];
-                        vv[ii][t] = new_kv[dh + lane + 32 * t];
-                    }
-        }
+            for (int t = 0; t < dpl; ++t) acc[g][t] = 0.0f;
+        float m_run = -INFINITY, l_run = 0.0f;  // head `warp`'s running max and sum (warps < group)
+        for (int t0 = p_begin; t0 < p_end; t0 += tile) {
+            if (!fused || t0 != p_begin || c != c0) {  // fused: the block's first tile came before the wait
+                load_tile(t0, true);
+            } else if (has_new && pos - t0 < tile && (pos - t0) % attn_warps == warp) {  // the first tile: the new position only
+                const int i = (pos - t0) / attn_warps;
 #pragma unroll
-        for (int i = 0; i < ppw; ++i) {
-            const int p = t0 + warp + attn_warps * i;
-            if (p >= p_end) continue;  // warp-uniform
-            float part[group];
+                for (int ii = 0; ii < ppw; ++ii)
+                    if (ii == i)
+#pragma unroll
+                        for (int t = 0; t < dpl; ++t) {
+                            kv[ii][t] = new_kv[lane + 32 * t];
+                            vv[ii][t] = new_kv[dh + lane + 32 * t];
+                        }
+            }
+#pragma unroll
+            for (int i = 0; i < ppw; ++i) {
+                const int p = t0 + warp + attn_warps * i;
+                if (p >= p_end) continue;  // warp-uniform
+                float part[group];
+#pragma unroll
+                for (int g = 0; g < group; ++g) {
+                    float d = 0.0f;
+#pragma unroll
+                    for (int t = 0; t < dpl; ++t) d = fmaf(qv[g][t], kv[i][t], d);
+                    part[g] = d;
+                }
+                const float sc = warp_sum_transposed<group>(part);
+                if (lane % (32 / group) == 0) s_p[p - t0][lane / (32 / group)] = sc * a.scale;
+            }
+            __syncthreads();
+            // (B) head `warp`: tile max, rescale factor, probabilities, running sum.
+            if (warp < group) {
+                float sv[2];
+                float tmax = -INFINITY;
+#pragma unroll
+                for (int j = 0; j < 2; ++j) {
+                    const int idx = lane + 32 * j;
+                    sv[j] = idx < tile && t0 + idx < p_end ? s_p[idx][warp] : -INFINITY;
+                    tmax = fmaxf(tmax, sv[j]);
+                }
+                tmax = warp_max(tmax);
+                const float m_new = fmaxf(m_run, tmax);
+                const float corr = expf(m_run - m_new);  // 0 on the first tile (m_run = -inf)
+                float psum = 0.0f;
+#pragma unroll
+                for (int j = 0; j < 2; ++j) {
+                    const int idx = lane + 32 * j;
+                    const float pr = idx < tile && t0 + idx < p_end ? expf(sv[j] - m_new) : 0.0f;
+                    if (idx < tile) s_p[idx][warp] = pr;
+                    psum += pr;
+                }
+                psum = warp_sum_fixed(psum);
+                l_run = l_run * corr + psum;
+                m_run = m_new;
+                if (lane == 0) s_corr[warp] = corr;
+            }
+            __syncthreads();
+            // (C) rescale, then p * V for this warp's positions.
 #pragma unroll
             for (int g = 0; g < group; ++g) {
-                float d = 0.0f;
+                const float cg = s_corr[g];
 #pragma unroll
-                for (int t = 0; t < dpl; ++t) d = fmaf(qv[g][t], kv[i][t], d);
-                part[g] = d;
+                for (int t = 0; t < dpl; ++t) acc[g][t] *= cg;
             }
-            const float sc = warp_sum_transposed<group>(part);
-            if (lane % (32 / group) == 0) s_p[p - t0][lane / (32 / group)] = sc * a.scale;
+#pragma unroll
+            for (int i = 0; i < ppw; ++i) {
+                const int p = t0 + warp + attn_warps * i;
+                if (p >= p_end) continue;
+#pragma unroll
+                for (int g = 0; g < group; ++g) {
+                    const float pr = s_p[p - t0][g];
+#pragma unroll
+                    for (int t = 0; t < dpl; ++t) acc[g][t] = fmaf(pr, vv[i][t], acc[g][t]);
+                }
+            }
+            __syncthreads();  // s_p and s_corr are rewritten by the next tile
+        }
+#pragma unroll
+        for (int g = 0; g < group; ++g)
+#pragma unroll
+            for (int t = 0; t < dpl; ++t) s_acc[warp][g * dh + lane + 32 * t] = acc[g][t];
+        if (warp < group && lane == 0) {
+            float *dst = a.partial + ((int64_t(r) * a.n_head + qb * group + warp) * n_chunks + c) * (dh + 2);
+            dst[dh] = m_run;
+            dst[dh + 1] = l_run;
         }
         __syncthreads();
-        // (B) head `warp`: tile max, rescale factor, probabilities, running sum.
-        if (warp < group) {
-            float sv[2];
-            float tmax = -INFINITY;
+        for (int idx = threadIdx.x; idx < group * dh; idx += attn_threads) {
+            const int g = idx / dh, e = idx % dh;
+            float out = 0.0f;
 #pragma unroll
-            for (int j = 0; j < 2; ++j) {
-                const int idx = lane + 32 * j;
-                sv[j] = idx < tile && t0 + idx < p_end ? s_p[idx][warp] : -INFINITY;
-                tmax = fmaxf(tmax, sv[j]);
-            }
-            tmax = warp_max(tmax);
-            const float m_new = fmaxf(m_run, tmax);
-            const float corr = expf(m_run - m_new);  // 0 on the first tile (m_run = -inf)
-            float psum = 0.0f;
-#pragma unroll
-            for (int j = 0; j < 2; ++j) {
-                const int idx = lane + 32 * j;
-                const float pr = idx < tile && t0 + idx < p_end ? expf(sv[j] - m_new) : 0.0f;
-                if (idx < tile) s_p[idx][warp] = pr;
-                psum += pr;
-            }
-            psum = warp_sum_fixed(psum);
-            l_run = l_run * corr + psum;
-            m_run = m_new;
-            if (lane == 0) s_corr[warp] = corr;
+            for (int w = 0; w < attn_warps; ++w) out += s_acc[w][idx];
+            a.partial[((int64_t(r) * a.n_head + qb * group + g) * n_chunks + c) * (dh + 2) + e] = out;
         }
-        __syncthreads();
-        // (C) rescale, then p * V for this warp's positions.
-#pragma unroll
-        for (int g = 0; g < group; ++g) {
-            const float cg = s_corr[g];
-#pragma unroll
-            for (int t = 0; t < dpl; ++t) acc[g][t] *= cg;
-        }
-#pragma unroll
-        for (int i = 0; i < ppw; ++i) {
-            const int p = t0 + warp + attn_warps * i;
-            if (p >= p_end) continue;
-#pragma unroll
-            for (int g = 0; g < group; ++g) {
-                const float pr = s_p[p - t0][g];
-#pragma unroll
-                for (int t = 0; t < dpl; ++t) acc[g][t] = fmaf(pr, vv[i][t], acc[g][t]);
-            }
-        }
-        __syncthreads();  // s_p and s_corr are rewritten by the next tile
-    }
-#pragma unroll
-    for (int g = 0; g < group; ++g)
-#pragma unroll
-        for (int t = 0; t < dpl; ++t) s_acc[warp][g * dh + lane + 32 * t] = acc[g][t];
-    if (warp < group && lane == 0) {
-        float *dst = a.partial + ((int64_t(r) * a.n_head + qb * group + warp) * n_chunks + c) * (dh + 2);
-        dst[dh] = m_run;
-        dst[dh + 1] = l_run;
-    }
-    __syncthreads();
-    for (int idx = threadIdx.x; idx < group * dh; idx += attn_threads) {
-        const int g = idx / dh, e = idx % dh;
-        float out = 0.0f;
-#pragma unroll
-        for (int w = 0; w < attn_warps; ++w) out += s_acc[w][idx];
-        a.partial[((int64_t(r) * a.n_head + qb * group + g) * n_chunks + c) * (dh + 2) + e] = out;
+        __syncthreads();  // s_acc is rewritten by the next chunk
     }
 }
 
@@ -378,7 +386,7 @@ __global__ void attention_combine_kernel(const attention_args a, int n_chunks) {
         store_split(0.0f);
         return;
     }
-    const int nc = pos / a.chunk + 1;
+    const int nc = pos / attention_row_chunk(pos) + 1;
     const float *part = a.partial + (int64_t(r) * a.n_head + h) * n_chunks * (dh + 2);
     float mx = -INFINITY;
 #pragma unroll 8
@@ -397,9 +405,21 @@ __global__ void attention_combine_kernel(const attention_args a, int n_chunks) {
     }
 }
 
+// Chunk blocks a row: every chunk its own block for steps of few rows, else each block takes
+// several chunks in turn (the prologue - query norm and RoPE, the first tile before the wait - paid
+// once, fewer blocks with nothing to do), aiming at attn_live_blocks blocks. The partials are the
+// same bits either way. Measured (docs/perf-notes.md, session 16, slots of 16,385, decode tok/s at
+// 1 / 4 / 16 sessions after 1,000-position prompts): chunks sized by the slot 326 / 922 / 1,887;
+// by the row's position, a block a chunk 426 / 968 / 1,784; blocks aiming at 528, 256 and 132
+// live ones 425 / 957 / 1,805, 426 / 952 / 1,821 and 426 / 966 / 1,739 (after 16-position
+// prompts at 16 sessions: 2,457 / 2,537 / 2,547 / 2,530).
+constexpr int attn_live_blocks = 256;
+
 template <int dpl, int group>
 void launch_attention_partial(const attention_args &a, int n_chunks, cudaStream_t stream) {
-    const dim3 grid(a.n_head / group, a.n_rows, n_chunks);  // chunks slowest: the live ones dispatch first
+    const int row_blocks = a.n_head / group * a.n_rows;
+    const int chunk_blocks = std::min(n_chunks, std::max(1, (attn_live_blocks + row_blocks - 1) / row_blocks));
+    const dim3 grid(a.n_head / group, a.n_rows, chunk_blocks);  // chunks slowest: the live ones dispatch first
     if (a.k_new)
         launch_pdl(attention_partial_kernel<dpl, group, true>, grid, dim3(attn_threads), stream, a, n_chunks);
     else
@@ -427,12 +447,6 @@ void launch_attention_dpl(const attention_args &a, int group, int n_chunks, cuda
 
 }  // namespace
 
-int32_t attention_chunk(int32_t n_ctx) {
-    const int32_t per = (n_ctx + attention_max_chunks - 1) / attention_max_chunks;
-    const int32_t rounded = (per + 31) / 32 * 32;
-    return rounded < 64 ? 64 : rounded;  // short contexts: more blocks, fewer positions per warp
-}
-
 void qk_rope_kv(const qk_rope_kv_args &a, cudaStream_t stream) {
     TANDEM_CUDA_REQUIRE((a.d_head == 32 || a.d_head % 64 == 0) && a.d_head <= 32 * max_dpl,
                         "qk_rope_kv: d_head must be 32, 64, 128, 192 or 256");
@@ -446,13 +460,12 @@ void qk_rope_kv(const qk_rope_kv_args &a, cudaStream_t stream) {
 
 void attention(const attention_args &a, cudaStream_t stream) {
     TANDEM_CUDA_REQUIRE(a.n_head_kv > 0 && a.n_head % a.n_head_kv == 0, "attention: n_head must be a multiple of n_head_kv");
-    TANDEM_CUDA_REQUIRE(a.chunk > 0 && a.chunk % 32 == 0, "attention: chunk must be a positive multiple of 32");
     TANDEM_CUDA_REQUIRE(!a.out_sums || a.out_split, "attention: out_sums is written with out_split only");
     TANDEM_CUDA_REQUIRE(!a.k_new || (a.v_new && a.q_norm && a.k_norm && a.inv_freq),
                         "attention: the fused QK norm and RoPE need v_new, q_norm, k_norm and inv_freq");
     if (a.n_rows == 0) return;
-    const int n_chunks = (a.n_ctx + a.chunk - 1) / a.chunk;
-    TANDEM_CUDA_REQUIRE(n_chunks <= 65535, "attention: too many chunks");
+    const int n_chunks = attention_chunks(a.n_ctx);
+    TANDEM_CUDA_REQUIRE(a.n_rows <= 65535, "attention: too many rows for one launch");
     const int group = a.n_head / a.n_head_kv;
     switch (a.d_head) {
     case 32: launch_attention_dpl<1>(a, group, n_chunks, stream); break;

@@ -10,6 +10,8 @@
 // wait (launch.cuh) to overlap the address and angle work with the kernel before.
 #pragma once
 
+#include "tandem/host_device.h"
+
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -38,12 +40,11 @@ struct attention_args {
     float *v_cache = nullptr;        // same
     const int32_t *slots = nullptr;  // [n_rows]; < 0: padding row (output zeros)
     const int32_t *positions = nullptr;  // [n_rows]: attends to cached positions 0..pos
-    float *partial = nullptr;        // [n_rows][n_head][n_chunks][d_head + 2] scratch
+    float *partial = nullptr;        // [n_rows][n_head][attention_chunks(n_ctx)][d_head + 2] scratch
     float *out = nullptr;            // [n_rows][n_head][d_head]
     uint4 *out_split = nullptr;      // optional: out split too (x_split.cuh), decode kernel only
     float *out_sums = nullptr;       // [n_rows][n_head * d_head / 32]
     int32_t n_rows = 0, n_head = 0, n_head_kv = 0, d_head = 0, n_ctx = 0;
-    int32_t chunk = 0;               // positions per chunk (multiple of 32), n_chunks = ceil(n_ctx / chunk)
     float scale = 1.0f;
     // Decode kernel only, rows of distinct slots (the caller checks: cuda_device::set_distinct_slots):
     // with k_new set, qk_rope_kv's work is fused in (one launch fewer), and the positions before a
@@ -55,9 +56,22 @@ struct attention_args {
     const float *q_norm = nullptr, *k_norm = nullptr, *inv_freq = nullptr;  // as in qk_rope_kv_args
     float eps = 1e-6f;
 };
-// Chunk length the engine uses for a context size: at most attention_max_chunks chunks.
-int32_t attention_chunk(int32_t n_ctx);
+// The decode kernel splits a row's positions 0..pos into chunks of attention_row_chunk(pos)
+// positions (a multiple of 32, at least 64), at most attention_max_chunks of them: the chunking
+// depends on the row's own position only, never on the slot size or the other rows (batch and
+// placement invariance), and a short context in a large slot still spreads over several blocks.
 constexpr int32_t attention_max_chunks = 64;
+TANDEM_HOST_DEVICE inline constexpr int32_t attention_row_chunk(int32_t pos) {
+    const int32_t per = (pos + attention_max_chunks) / attention_max_chunks;  // ceil((pos + 1) / max chunks)
+    const int32_t rounded = (per + 31) / 32 * 32;
+    return rounded < 64 ? 64 : rounded;  // short contexts: more blocks, fewer positions per warp
+}
+// Chunk partials a row of a slot of n_ctx positions may need (attention_args::partial's extent):
+// ceil(n_ctx / 64), at most attention_max_chunks.
+inline constexpr int32_t attention_chunks(int32_t n_ctx) {
+    const int32_t c = (n_ctx + 63) / 64;
+    return c < attention_max_chunks ? c : attention_max_chunks;
+}
 void attention(const attention_args &args, cudaStream_t stream);
 
 }  // namespace tandem::cuda

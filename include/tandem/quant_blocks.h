@@ -4,16 +4,9 @@
 // Half-precision fields are raw IEEE binary16 bits (convert with fp16_to_fp32 in quant.h).
 #pragma once
 
-#include <cstdint>
+#include "tandem/host_device.h"  // lets CUDA kernels call the unpacking helper below on the device
 
-// Lets CUDA kernels call the unpacking helper below on the device.
-#ifndef TANDEM_HOST_DEVICE
-#if defined(__CUDACC__)
-#define TANDEM_HOST_DEVICE __host__ __device__
-#else
-#define TANDEM_HOST_DEVICE
-#endif
-#endif
+#include <cstdint>
 
 namespace tandem {
 

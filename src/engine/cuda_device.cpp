@@ -37,8 +37,7 @@ size_t step_floats(const model_hparams &hp, int32_t n_ctx) {
     const size_t r = cuda_device::max_step_rows, k = size_t(hp.n_expert_used), d = size_t(hp.d_model);
     const size_t r_partial = cuda_device::max_logit_rows;
     const size_t dh = size_t(hp.d_head), q_dim = size_t(hp.n_head) * dh, kv_dim = size_t(hp.n_head_kv) * dh;
-    const int32_t chunk = cuda::attention_chunk(n_ctx);
-    const size_t n_chunks = size_t((n_ctx + chunk - 1) / chunk);
+    const size_t n_chunks = size_t(cuda::attention_chunks(n_ctx));
     // Decode rows' split twins (cuda/x_split.cuh): h, att and the SwiGLU outputs with their
     // 32-element sums; the prompt rows' split input of a Q4_K product.
     const size_t act = k * size_t(hp.d_ff_expert);
@@ -228,8 +227,7 @@ cuda_device::cuda_device(const model_hparams &hp, const model_tensors &tensors, 
     if (part.embedding) m.tok_embd = mat(embd_off, tensors.tok_embd, rows_of(tensors.tok_embd));
 
     // K/V of the layers here (F32, like the CPU twin); RoPE frequencies computed as the CPU does.
-    m.chunk = cuda::attention_chunk(n_ctx);
-    m.n_chunks = (n_ctx + m.chunk - 1) / m.chunk;
+    m.n_chunks = cuda::attention_chunks(n_ctx);
     m.kv_bytes = size_t(part.layer_end - part.layer_begin) * 2 * size_t(n_slots) * size_t(n_ctx) * size_t(kv_dim) * sizeof(float);
     m.kv = device_alloc<float>(m.kv_bytes / sizeof(float));
     std::vector<float> inv_freq(size_t(dh / 2));

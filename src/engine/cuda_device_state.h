@@ -52,7 +52,7 @@ struct cuda_device::state {
     const float *output_norm = nullptr;
     const float *next_norm = nullptr;  // attention norm of layer_end, or the output norm
     std::vector<cuda_layer> layers;    // [layer - layer_begin]
-    int32_t chunk = 0, n_chunks = 0;
+    int32_t n_chunks = 0;  // attention chunk partials a row (cuda::attention_chunks)
 
     // Step buffers for max_step_rows rows.
     int32_t *rows = nullptr;        // [4][max_step_rows]: tokens, slots, positions, head rows

@@ -186,7 +186,6 @@ int64_t cuda_device::layer_experts(int32_t l, int32_t r0, int32_t n) {
     aa.n_head_kv = hp.n_head_kv;
     aa.d_head = dh;
     aa.n_ctx = m.n_ctx;
-    aa.chunk = m.chunk;
     aa.scale = 1.0f / std::sqrt(float(dh));
     if (r0 < max_logit_rows)  // decode steps, and prompt steps that fall back (step_rows_limit)
         aa.partial = m.partial + size_t(r0) * size_t(hp.n_head) * m.n_chunks * (dh + 2);

@@ -98,7 +98,8 @@ TANDEM_COMMAND(bench, "Measure prefill and multi-session decode throughput", [](
     sub.add_option("--expert-traffic-out", cli->traffic_path,
                    "Record the rows routed to each expert and write them here (the --expert-balance format)");
     tandem::tools::add_engine_flags(sub, cli->engine);
-    return [cli] {
+    const CLI::Option *ctx_flag = sub.get_option("--ctx");
+    return [cli, ctx_flag] {
         using namespace tandem;
         const std::vector<int> counts = parse_list(cli->sessions);
         if (cli->gen < 2 || cli->prompt < 0 || cli->decode_prompt < 1 || cli->prefill_chunk < 1 || cli->repeats < 1)
@@ -108,7 +109,10 @@ TANDEM_COMMAND(bench, "Measure prefill and multi-session decode throughput", [](
         const model_bytes bytes = model_bytes_read(*file, hp, 4);
         engine_options opt = cli->engine;
         opt.n_slots = *std::max_element(counts.begin(), counts.end());
-        opt.n_ctx = std::min(hp.n_ctx_train, std::max(cli->prompt, cli->decode_prompt + cli->gen + 2) + 1);  // +2 warm-up steps
+        // Slots of the run's length (+2 warm-up steps), or --ctx when larger: decode as a server with
+        // --ctx 32768 runs it (the attention's chunk grid covers the whole slot).
+        const int32_t needed = std::max(cli->prompt, cli->decode_prompt + cli->gen + 2) + 1;
+        opt.n_ctx = std::min(hp.n_ctx_train, ctx_flag->count() > 0 ? std::max(cli->engine.n_ctx, needed) : needed);
         opt.backend = engine_backend_resolve(opt);
         opt.record_expert_traffic = !cli->traffic_path.empty();
         auto eng = engine_open(file, opt);
@@ -211,7 +215,7 @@ TANDEM_COMMAND(bench, "Measure prefill and multi-session decode throughput", [](
                            {"file_type", file->get_int("general.file_type", -1)}, {"bytes", bytes.total()}};
         result["flags"] = {{"prompt", cli->prompt}, {"gen", cli->gen}, {"sessions", counts},
                            {"decode_prompt", cli->decode_prompt}, {"prefill_chunk", cli->prefill_chunk}, {"full_logits", cli->full_logits},
-                           {"threads", opt.n_threads}, {"devices", opt.n_devices}};
+                           {"threads", opt.n_threads}, {"devices", opt.n_devices}, {"n_ctx", opt.n_ctx}};
         fmt::print("{}\n", eng->layout());
         if (!cli->traffic_path.empty()) engine_write_expert_traffic(*eng, cli->traffic_path);
         if (!cli->json_path.empty()) {

@@ -69,7 +69,6 @@ cuda::attention_args gpu_args(const layer_cache &c, const float *q, const int32_
     a.n_head_kv = c.sh.n_head_kv;
     a.d_head = c.sh.d_head;
     a.n_ctx = c.sh.n_ctx;
-    a.chunk = cuda::attention_chunk(c.sh.n_ctx);
     a.scale = 1.0f / std::sqrt(float(c.sh.d_head));
     return a;
 }
@@ -81,7 +80,7 @@ std::vector<float> run_gpu(const layer_cache &c, const row_set &rs, bool one_by_
     device_buffer<float> dq(rs.q), dout(size_t(n) * c.q_dim());
     device_buffer<int32_t> dslots(rs.slots), dpos(rs.pos);
     const bool fallback = c.sh.d_head == 256;
-    const int32_t n_chunks = (c.sh.n_ctx + cuda::attention_chunk(c.sh.n_ctx) - 1) / cuda::attention_chunk(c.sh.n_ctx);
+    const int32_t n_chunks = cuda::attention_chunks(c.sh.n_ctx);
     device_buffer<float> dpart(fallback ? size_t(n) * c.sh.n_head * n_chunks * (c.sh.d_head + 2) : 1);
     dout.poison();
     if (!one_by_one) {
@@ -238,7 +237,7 @@ TEST_CASE("attention_prompt timing of a 2048-token prompt", "[.bench][gpu]") {
             add_rows(rs, rng, c, 0, first, n);
             device_buffer<float> dq(rs.q), dout(size_t(n) * c.q_dim());
             device_buffer<int32_t> dslots(rs.slots), dpos(rs.pos);
-            const int32_t n_chunks = (sh.n_ctx + cuda::attention_chunk(sh.n_ctx) - 1) / cuda::attention_chunk(sh.n_ctx);
+            const int32_t n_chunks = cuda::attention_chunks(sh.n_ctx);
             device_buffer<float> dpart(size_t(n) * sh.n_head * n_chunks * (sh.d_head + 2));
             auto a = gpu_args(c, dq.ptr, dslots.ptr, dpos.ptr, dout.ptr, n);
             a.partial = dpart.ptr;

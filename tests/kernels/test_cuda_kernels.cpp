@@ -321,12 +321,33 @@ TEST_CASE("rmsnorm, the row split and embed are bitwise the CPU's", "[gpu][kerne
     }
 }
 
+// Host arithmetic only (runs without a GPU): every row's chunks fit the partial scratch of any slot
+// that holds its position, and chunk lengths are what the kernel's tiles expect.
+TEST_CASE("decode attention chunks depend on the row's position and fit every slot", "[kernels]") {
+    for (int32_t pos = 0; pos < 300000; pos += pos < 10000 ? 1 : 97) {
+        const int32_t chunk = cuda::attention_row_chunk(pos), count = pos / chunk + 1;
+        INFO("pos " << pos << " chunk " << chunk);
+        REQUIRE(chunk % 32 == 0);
+        REQUIRE(chunk >= 64);
+        REQUIRE(count <= cuda::attention_max_chunks);
+        REQUIRE(count <= cuda::attention_chunks(pos + 1));  // the smallest slot that holds pos
+        REQUIRE(cuda::attention_chunks(pos + 1) <= cuda::attention_chunks(pos + 2));  // larger slots hold at least as many
+        REQUIRE(chunk <= std::max(64, (pos + 64) / 64 + 31));  // at most 31 past the shortest that fits 64 chunks
+    }
+    CHECK(cuda::attention_row_chunk(0) == 64);
+    CHECK(cuda::attention_row_chunk(4095) == 64);
+    CHECK(cuda::attention_row_chunk(4096) == 96);
+    CHECK(cuda::attention_chunks(2049) == 33);
+    CHECK(cuda::attention_chunks(32768) == 64);
+}
+
 TEST_CASE("QK norm, RoPE, KV write and chunked attention match the CPU", "[gpu][kernels]") {
     if (!test::gpu_present()) return;
     struct shape { int32_t n_head, n_head_kv, d_head, n_ctx; };
     uint64_t seed = 50;
-    // n_ctx 700: chunk 64, one tile per chunk. n_ctx 5000: chunk 96, so a chunk is a full tile of
-    // 64 (32 for d_head 256) and a partial one; positions on and next to chunk and tile edges.
+    // Chunks of 64 positions (one tile a chunk) up to position 4,095; position 4,999 has chunks of
+    // 96, a full tile of 64 (32 for d_head 256) and a partial one; positions on and next to chunk
+    // and tile edges.
     for (const shape &sh : {shape{4, 2, 32, 700}, shape{4, 2, 64, 700}, shape{8, 8, 64, 700}, shape{8, 2, 128, 700},
                             shape{32, 4, 128, 700}, shape{4, 4, 256, 700}, shape{32, 4, 128, 5000}, shape{8, 2, 256, 5000},
                             shape{16, 2, 32, 5000}, shape{64, 4, 128, 700}, shape{32, 2, 64, 5000}}) {  // last two: 16 query heads per KV head (qwen3-235b-a22b)
@@ -386,8 +407,8 @@ TEST_CASE("QK norm, RoPE, KV write and chunked attention match the CPU", "[gpu][
         cuda::attention_args aa;
         aa.q = dq.ptr; aa.k_cache = dck.ptr; aa.v_cache = dcv.ptr; aa.slots = dslots.ptr; aa.positions = dpos.ptr;
         aa.partial = dpart.ptr; aa.out = dout.ptr; aa.n_rows = n; aa.n_head = sh.n_head; aa.n_head_kv = sh.n_head_kv;
-        aa.d_head = dh; aa.n_ctx = n_ctx; aa.chunk = cuda::attention_chunk(n_ctx); aa.scale = 1.0f / std::sqrt(float(dh));
-        REQUIRE((n_ctx + aa.chunk - 1) / aa.chunk <= cuda::attention_max_chunks);
+        aa.d_head = dh; aa.n_ctx = n_ctx; aa.scale = 1.0f / std::sqrt(float(dh));
+        REQUIRE(cuda::attention_chunks(n_ctx) <= cuda::attention_max_chunks);
         device_buffer<uint16_t> dsplit(size_t(n) * q_dim * 2);
         device_buffer<float> dsums(size_t(n) * q_dim / 32);
         aa.out_split = reinterpret_cast<uint4 *>(dsplit.ptr);
