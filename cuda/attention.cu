@@ -193,29 +193,34 @@ __global__ void __launch_bounds__(attn_threads) attention_partial_kernel(const a
     const int kv_dim = a.n_head_kv * dh;
     const int64_t kv_base = int64_t(slot < 0 ? 0 : slot) * a.n_ctx * kv_dim + int64_t(kh) * dh + lane;  // padding rows load nothing
     const float *kb = a.k_cache + kv_base, *vb = a.v_cache + kv_base;
-    // (A) of a tile: every K and V load of this warp's positions in flight together. Fused, the
-    // new position comes from shared memory (set below; `with_new` false: left for later).
+    // A tile's keys (into kv) or values (into vv): every load of this warp's positions in flight
+    // together, positions from `end` on as zeros. Fused, the new position comes from shared memory
+    // (set below; `with_new` false: left for later). The tile loop loads the next tile's keys once
+    // the scores have used this one's, and its values once p * V has: the loads run under the
+    // softmax and the other phase, with no registers added.
     float kv[ppw][dpl], vv[ppw][dpl];
     [[maybe_unused]] const float *new_kv = nullptr;  // fused: the new key, then value, in shared memory
-    auto load_tile = [&](int t0, bool with_new) {
+    auto load_half = [&](float (&dst)[ppw][dpl], const float *src, int new_off, int t0, int end, bool with_new) {
 #pragma unroll
         for (int i = 0; i < ppw; ++i) {
             const int p = t0 + warp + attn_warps * i;
 #pragma unroll
             for (int t = 0; t < dpl; ++t) {
-                if (fused && p == pos) {  // warp-uniform: the new position, not yet in the cache
-                    kv[i][t] = with_new ? new_kv[lane + 32 * t] : 0.0f;
-                    vv[i][t] = with_new ? new_kv[dh + lane + 32 * t] : 0.0f;
-                } else {
-                    kv[i][t] = p < p_end ? kb[int64_t(p) * kv_dim + 32 * t] : 0.0f;
-                    vv[i][t] = p < p_end ? vb[int64_t(p) * kv_dim + 32 * t] : 0.0f;
-                }
+                if (fused && p == pos)  // warp-uniform: the new position, not yet in the cache
+                    dst[i][t] = with_new ? new_kv[new_off + lane + 32 * t] : 0.0f;
+                else
+                    dst[i][t] = p < end ? src[int64_t(p) * kv_dim + 32 * t] : 0.0f;
             }
         }
     };
+    auto load_keys = [&](int t0, int end, bool with_new) { load_half(kv, kb, 0, t0, end, with_new); };
+    auto load_values = [&](int t0, int end, bool with_new) { load_half(vv, vb, dh, t0, end, with_new); };
     // Fused, the rows' slots are distinct, so positions before the row's own were written by
     // earlier steps: the first tile's keys and values are loaded before the wait.
-    if (fused && slot >= 0 && p_begin <= pos) load_tile(p_begin, false);
+    if (fused && slot >= 0 && p_begin <= pos) {
+        load_keys(p_begin, p_end, false);
+        load_values(p_begin, p_end, false);
+    }
     pdl_wait();
     pdl_trigger();
     if (slot < 0) return;
@@ -260,6 +265,10 @@ __global__ void __launch_bounds__(attn_threads) attention_partial_kernel(const a
             for (int t = 0; t < dpl; ++t) qv[g][t] = q[lane + 32 * t];
         }
     }
+    if (!fused) {
+        load_keys(p_begin, p_end, true);
+        load_values(p_begin, p_end, true);
+    }
     for (int c = c0; c < row_chunks; c += gridDim.z) {
         p_begin = c * chunk;
         p_end = min(p_begin + chunk, pos + 1);
@@ -270,9 +279,12 @@ __global__ void __launch_bounds__(attn_threads) attention_partial_kernel(const a
             for (int t = 0; t < dpl; ++t) acc[g][t] = 0.0f;
         float m_run = -INFINITY, l_run = 0.0f;  // head `warp`'s running max and sum (warps < group)
         for (int t0 = p_begin; t0 < p_end; t0 += tile) {
-            if (!fused || t0 != p_begin || c != c0) {  // fused: the block's first tile came before the wait
-                load_tile(t0, true);
-            } else if (has_new && pos - t0 < tile && (pos - t0) % attn_warps == warp) {  // the first tile: the new position only
+            // kv and vv hold this tile. The next one: the chunk's, else the block's next chunk's first.
+            const int c_next = c + int(gridDim.z);
+            const int nt0 = t0 + tile < p_end ? t0 + tile : c_next < row_chunks ? c_next * chunk : -1;
+            const int n_end = t0 + tile < p_end ? p_end : min(nt0 + chunk, pos + 1);
+            if (fused && t0 == p_begin && c == c0 && has_new && pos - t0 < tile && (pos - t0) % attn_warps == warp) {
+                // the block's first tile, loaded before the wait: the new position only
                 const int i = (pos - t0) / attn_warps;
 #pragma unroll
                 for (int ii = 0; ii < ppw; ++ii)
@@ -298,6 +310,7 @@ __global__ void __launch_bounds__(attn_threads) attention_partial_kernel(const a
                 const float sc = warp_sum_transposed<group>(part);
                 if (lane % (32 / group) == 0) s_p[p - t0][lane / (32 / group)] = sc * a.scale;
             }
+            if (nt0 >= 0) load_keys(nt0, n_end, true);
             __syncthreads();
             // (B) head `warp`: tile max, rescale factor, probabilities, running sum.
             if (warp < group) {
@@ -344,6 +357,7 @@ __global__ void __launch_bounds__(attn_threads) attention_partial_kernel(const a
                     for (int t = 0; t < dpl; ++t) acc[g][t] = fmaf(pr, vv[i][t], acc[g][t]);
                 }
             }
+            if (nt0 >= 0) load_values(nt0, n_end, true);
             __syncthreads();  // s_p and s_corr are rewritten by the next tile
         }
 #pragma unroll
