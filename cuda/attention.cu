@@ -402,15 +402,22 @@ __global__ void attention_combine_kernel(const attention_args a, int n_chunks) {
     }
     const int nc = pos / attention_row_chunk(pos) + 1;
     const float *part = a.partial + (int64_t(r) * a.n_head + h) * n_chunks * (dh + 2);
+    // The chunks' maxima and sums, one chunk a thread (all loads in flight at once, not a chain of
+    // round trips a thread); the arithmetic below reads them in chunk order as before.
+    __shared__ float s_max[attention_max_chunks], s_sum[attention_max_chunks];
+    for (int c = threadIdx.x; c < nc; c += blockDim.x) {
+        s_max[c] = part[c * (dh + 2) + dh];
+        s_sum[c] = part[c * (dh + 2) + dh + 1];
+    }
+    __syncthreads();
     float mx = -INFINITY;
-#pragma unroll 8
-    for (int c = 0; c < nc; ++c) mx = fmaxf(mx, part[c * (dh + 2) + dh]);
+    for (int c = 0; c < nc; ++c) mx = fmaxf(mx, s_max[c]);
     for (int e = threadIdx.x; e < dh; e += blockDim.x) {
         float sum = 0.0f, acc = 0.0f;
-#pragma unroll 8
+#pragma unroll 16
         for (int c = 0; c < nc; ++c) {
-            const float f = expf(part[c * (dh + 2) + dh] - mx);
-            sum += part[c * (dh + 2) + dh + 1] * f;
+            const float f = expf(s_max[c] - mx);
+            sum += s_sum[c] * f;
             acc += part[c * (dh + 2) + e] * f;
         }
         const float v = acc * (1.0f / sum);

@@ -332,22 +332,24 @@ TEST_CASE("decode attention chunks depend on the row's position and fit every sl
         REQUIRE(count <= cuda::attention_max_chunks);
         REQUIRE(count <= cuda::attention_chunks(pos + 1));  // the smallest slot that holds pos
         REQUIRE(cuda::attention_chunks(pos + 1) <= cuda::attention_chunks(pos + 2));  // larger slots hold at least as many
-        REQUIRE(chunk <= std::max(64, (pos + 64) / 64 + 31));  // at most 31 past the shortest that fits 64 chunks
+        REQUIRE(chunk <= std::max(64, (pos + cuda::attention_max_chunks) / cuda::attention_max_chunks + 31));  // at most 31 past the shortest
     }
     CHECK(cuda::attention_row_chunk(0) == 64);
-    CHECK(cuda::attention_row_chunk(4095) == 64);
-    CHECK(cuda::attention_row_chunk(4096) == 96);
-    CHECK(cuda::attention_chunks(2049) == 33);
-    CHECK(cuda::attention_chunks(32768) == 64);
+    CHECK(cuda::attention_row_chunk(2047) == 64);
+    CHECK(cuda::attention_row_chunk(2048) == 96);
+    CHECK(cuda::attention_row_chunk(4999) == 160);
+    CHECK(cuda::attention_chunks(700) == 11);
+    CHECK(cuda::attention_chunks(2049) == 32);
+    CHECK(cuda::attention_chunks(32768) == 32);
 }
 
 TEST_CASE("QK norm, RoPE, KV write and chunked attention match the CPU", "[gpu][kernels]") {
     if (!test::gpu_present()) return;
     struct shape { int32_t n_head, n_head_kv, d_head, n_ctx; };
     uint64_t seed = 50;
-    // Chunks of 64 positions (one tile a chunk) up to position 4,095; position 4,999 has chunks of
-    // 96, a full tile of 64 (32 for d_head 256) and a partial one; positions on and next to chunk
-    // and tile edges.
+    // Chunks of 64 positions (one tile a chunk) up to position 2,047; position 4,999 has chunks of
+    // 160, two full tiles of 64 (five of 32 for d_head 256) and a partial one; positions on and next
+    // to chunk and tile edges.
     for (const shape &sh : {shape{4, 2, 32, 700}, shape{4, 2, 64, 700}, shape{8, 8, 64, 700}, shape{8, 2, 128, 700},
                             shape{32, 4, 128, 700}, shape{4, 4, 256, 700}, shape{32, 4, 128, 5000}, shape{8, 2, 256, 5000},
                             shape{16, 2, 32, 5000}, shape{64, 4, 128, 700}, shape{32, 2, 64, 5000}}) {  // last two: 16 query heads per KV head (qwen3-235b-a22b)
