@@ -146,8 +146,9 @@ __global__ void __launch_bounds__(rope_warps * 32) qk_rope_kv_kernel(const qk_ro
 template <int dpl>
 constexpr int attn_tile() { return dpl == 8 ? 32 : 64; }
 
-// One block per (KV head, chunk, row), 8 warps. Per tile of positions: (A) warp w takes positions
-// w, w + 8, ... of the tile, issues all their K and V loads at once, and computes the scores of
+// One block per (query-head group of a KV head, row, run of chunks), 8 warps; the row's chunks are
+// attention_row_chunk(pos) positions long. Per tile of positions: (A) warp w takes positions
+// w, w + 8, ... of the tile, has all their K and V loads in flight at once, and computes the scores of
 // all `group` query heads with one transposing warp sum per position; (B) warp g runs the online
 // softmax of head g over the tile (one max and rescale per tile, shared by every warp); (C) each
 // warp adds p * V for its own positions to its registers. The warps' accumulators are summed in

@@ -332,7 +332,8 @@ TEST_CASE("decode attention chunks depend on the row's position and fit every sl
         REQUIRE(count <= cuda::attention_max_chunks);
         REQUIRE(count <= cuda::attention_chunks(pos + 1));  // the smallest slot that holds pos
         REQUIRE(cuda::attention_chunks(pos + 1) <= cuda::attention_chunks(pos + 2));  // larger slots hold at least as many
-        REQUIRE(chunk <= std::max(64, (pos + cuda::attention_max_chunks) / cuda::attention_max_chunks + 31));  // at most 31 past the shortest
+        // At most 31 positions past the shortest chunk that splits the row into attention_max_chunks.
+        REQUIRE(chunk <= std::max(64, (pos + cuda::attention_max_chunks) / cuda::attention_max_chunks + 31));
     }
     CHECK(cuda::attention_row_chunk(0) == 64);
     CHECK(cuda::attention_row_chunk(2047) == 64);
