@@ -6,6 +6,7 @@
 #include "attention.h"
 
 #include "cuda_check.h"
+#include "kv_cache.cuh"
 #include "launch.cuh"
 #include "warp_reduce.cuh"
 #include "x_split.cuh"
@@ -81,7 +82,8 @@ __device__ __forceinline__ void norm_rope_head(float (&val)[max_dpl], const floa
 // Q and K: norm_rope_head; V copied. The row's slot and position, the angles' cos/sin and the
 // norm weights do not depend on the previous kernel (slots and positions are written before the
 // step's first kernel, attention.h), so they are computed before the PDL wait, overlapping the
-// projection that precedes.
+// projection that precedes. KV: the cache's element type (kv_cache.cuh).
+template <class KV>
 __global__ void __launch_bounds__(rope_warps * 32) qk_rope_kv_kernel(const qk_rope_kv_args a) {
     const int r = blockIdx.x, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int slot = a.slots[r], pos = a.positions[r];
@@ -112,18 +114,19 @@ __global__ void __launch_bounds__(rope_warps * 32) qk_rope_kv_kernel(const qk_ro
     // blockIdx.y picks a group of rope_warps heads: every head of the row in flight at once.
     for (int hh = blockIdx.y * rope_warps + warp; hh < n_heads_all; hh += rope_warps * gridDim.y) {
         const float *src;
-        float *dst;
+        float *dst_q = nullptr;
+        KV *dst_kv = nullptr;
         bool norm = false, is_q = false;
         if (hh < a.n_head) {
             src = a.q + (int64_t(r) * a.n_head + hh) * dh;
-            dst = a.q + (int64_t(r) * a.n_head + hh) * dh;
+            dst_q = a.q + (int64_t(r) * a.n_head + hh) * dh;
             norm = is_q = true;
         } else {
             if (slot < 0) continue;
             const bool is_k = hh < a.n_head + a.n_head_kv;
             const int kh = is_k ? hh - a.n_head : hh - a.n_head - a.n_head_kv;
             src = (is_k ? a.k : a.v) + (int64_t(r) * a.n_head_kv + kh) * dh;
-            dst = (is_k ? a.k_cache : a.v_cache) + (int64_t(slot) * a.n_ctx + pos) * kv_dim + int64_t(kh) * dh;
+            dst_kv = static_cast<KV *>(is_k ? a.k_cache : a.v_cache) + (int64_t(slot) * a.n_ctx + pos) * kv_dim + int64_t(kh) * dh;
             norm = is_k;
         }
         float val[max_dpl];
@@ -136,8 +139,13 @@ __global__ void __launch_bounds__(rope_warps * 32) qk_rope_kv_kernel(const qk_ro
             norm_rope_head(val, nw, cs, sn, dpl, lane, a.eps);
         }
 #pragma unroll
-        for (int t = 0; t < max_dpl; ++t)
-            if (t < dpl) dst[lane + 32 * t] = val[t];
+        for (int t = 0; t < max_dpl; ++t) {
+            if (t >= dpl) continue;
+            if (is_q)
+                dst_q[lane + 32 * t] = val[t];
+            else
+                kv_store(dst_kv + lane + 32 * t, val[t]);
+        }
     }
 }
 
@@ -157,7 +165,7 @@ constexpr int attn_tile() { return dpl == 8 ? 32 : 64; }
 // the chunk holding the row's position, the new key; the value as it is) with qk_rope_kv's code,
 // so its values are bitwise that kernel's; the first block of the KV head writes them to the cache.
 // The new position's key and value come from shared memory: no other block's write is awaited.
-template <int dpl, int group, bool fused>
+template <int dpl, int group, bool fused, class KV>
 __global__ void __launch_bounds__(attn_threads) attention_partial_kernel(const attention_args a, int n_chunks) {
     constexpr int dh = dpl * 32, tile = attn_tile<dpl>(), ppw = tile / attn_warps;
     static_assert(tile % attn_warps == 0 && tile <= 64, "a lane holds at most 2 scores of a tile in phase B");
@@ -193,7 +201,7 @@ __global__ void __launch_bounds__(attn_threads) attention_partial_kernel(const a
     int p_begin = c0 * chunk, p_end = min(p_begin + chunk, pos + 1);  // the chunk in hand
     const int kv_dim = a.n_head_kv * dh;
     const int64_t kv_base = int64_t(slot < 0 ? 0 : slot) * a.n_ctx * kv_dim + int64_t(kh) * dh + lane;  // padding rows load nothing
-    const float *kb = a.k_cache + kv_base, *vb = a.v_cache + kv_base;
+    const KV *kb = static_cast<const KV *>(a.k_cache) + kv_base, *vb = static_cast<const KV *>(a.v_cache) + kv_base;
     // A tile's keys (into kv) or values (into vv): every load of this warp's positions in flight
     // together, positions from `end` on as zeros. Fused, the new position comes from shared memory
     // (set below; `with_new` false: left for later). The tile loop loads the next tile's keys once
@@ -201,7 +209,7 @@ __global__ void __launch_bounds__(attn_threads) attention_partial_kernel(const a
     // softmax and the other phase, with no registers added.
     float kv[ppw][dpl], vv[ppw][dpl];
     [[maybe_unused]] const float *new_kv = nullptr;  // fused: the new key, then value, in shared memory
-    auto load_half = [&](float (&dst)[ppw][dpl], const float *src, int new_off, int t0, int end, bool with_new) {
+    auto load_half = [&](float (&dst)[ppw][dpl], const KV *src, int new_off, int t0, int end, bool with_new) {
 #pragma unroll
         for (int i = 0; i < ppw; ++i) {
             const int p = t0 + warp + attn_warps * i;
@@ -210,7 +218,7 @@ __global__ void __launch_bounds__(attn_threads) attention_partial_kernel(const a
                 if (fused && p == pos)  // warp-uniform: the new position, not yet in the cache
                     dst[i][t] = with_new ? new_kv[new_off + lane + 32 * t] : 0.0f;
                 else
-                    dst[i][t] = p < end ? src[int64_t(p) * kv_dim + 32 * t] : 0.0f;
+                    dst[i][t] = p < end ? kv_load(src + int64_t(p) * kv_dim + 32 * t) : 0.0f;
             }
         }
     };
@@ -244,13 +252,20 @@ __global__ void __launch_bounds__(attn_threads) attention_partial_kernel(const a
                 for (int t = 0; t < max_dpl; ++t) nw[t] = hh < group ? qn[t] : kn[t];
                 norm_rope_head(val, nw, cs, sn, dpl, lane, a.eps);
             }
+            // The new key and value as the cache holds them, so the row attends to what later
+            // steps (and the unfused launches) read back.
+            if (hh >= group) {
+#pragma unroll
+                for (int t = 0; t < max_dpl; ++t) val[t] = kv_round<KV>(val[t]);
+            }
             float *dst = hh < group ? s_q[hh] : s_new[hh - group];
 #pragma unroll
             for (int t = 0; t < dpl; ++t) dst[lane + 32 * t] = val[t];
             if (writer && hh >= group) {
-                float *cache = (hh == group ? a.k_cache : a.v_cache) + (int64_t(slot) * a.n_ctx + pos) * kv_dim + int64_t(kh) * dh;
+                KV *cache = static_cast<KV *>(hh == group ? a.k_cache : a.v_cache) + (int64_t(slot) * a.n_ctx + pos) * kv_dim +
+                            int64_t(kh) * dh;
 #pragma unroll
-                for (int t = 0; t < dpl; ++t) cache[lane + 32 * t] = val[t];
+                for (int t = 0; t < dpl; ++t) kv_store(cache + lane + 32 * t, val[t]);
             }
         }
         __syncthreads();
@@ -437,15 +452,23 @@ __global__ void attention_combine_kernel(const attention_args a, int n_chunks) {
 // prompts at 16 sessions: 2,457 / 2,537 / 2,547 / 2,530).
 constexpr int attn_live_blocks = 256;
 
-template <int dpl, int group>
-void launch_attention_partial(const attention_args &a, int n_chunks, cudaStream_t stream) {
+template <int dpl, int group, class KV>
+void launch_attention_partial_kv(const attention_args &a, int n_chunks, cudaStream_t stream) {
     const int row_blocks = a.n_head / group * a.n_rows;
     const int chunk_blocks = std::min(n_chunks, std::max(1, (attn_live_blocks + row_blocks - 1) / row_blocks));
     const dim3 grid(a.n_head / group, a.n_rows, chunk_blocks);  // chunks slowest: the live ones dispatch first
     if (a.k_new)
-        launch_pdl(attention_partial_kernel<dpl, group, true>, grid, dim3(attn_threads), stream, a, n_chunks);
+        launch_pdl(attention_partial_kernel<dpl, group, true, KV>, grid, dim3(attn_threads), stream, a, n_chunks);
     else
-        launch_pdl(attention_partial_kernel<dpl, group, false>, grid, dim3(attn_threads), stream, a, n_chunks);
+        launch_pdl(attention_partial_kernel<dpl, group, false, KV>, grid, dim3(attn_threads), stream, a, n_chunks);
+}
+
+template <int dpl, int group>
+void launch_attention_partial(const attention_args &a, int n_chunks, cudaStream_t stream) {
+    if (a.kv_f16)
+        launch_attention_partial_kv<dpl, group, __half>(a, n_chunks, stream);
+    else
+        launch_attention_partial_kv<dpl, group, float>(a, n_chunks, stream);
 }
 
 template <int dpl>
@@ -476,7 +499,10 @@ void qk_rope_kv(const qk_rope_kv_args &a, cudaStream_t stream) {
                             a.k_cache && a.v_cache, "qk_rope_kv: null pointer");
     if (a.n_rows == 0) return;
     const int head_groups = (a.n_head + 2 * a.n_head_kv + rope_warps - 1) / rope_warps;
-    launch_pdl(qk_rope_kv_kernel, dim3(a.n_rows, head_groups), dim3(rope_warps * 32), stream, a);
+    if (a.kv_f16)
+        launch_pdl(qk_rope_kv_kernel<__half>, dim3(a.n_rows, head_groups), dim3(rope_warps * 32), stream, a);
+    else
+        launch_pdl(qk_rope_kv_kernel<float>, dim3(a.n_rows, head_groups), dim3(rope_warps * 32), stream, a);
     TANDEM_CUDA_CHECK_LAUNCH();
 }
 

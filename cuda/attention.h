@@ -27,8 +27,9 @@ struct qk_rope_kv_args {
     const float *inv_freq = nullptr; // [d_head / 2] 1 / theta^(2i / d_head), float32 like the CPU
     const int32_t *slots = nullptr;  // [n_rows]; < 0: padding row, nothing written to the cache
     const int32_t *positions = nullptr;  // [n_rows]
-    float *k_cache = nullptr;        // this layer: [n_slots][n_ctx][n_head_kv][d_head]
-    float *v_cache = nullptr;        // same
+    void *k_cache = nullptr;         // this layer: [n_slots][n_ctx][n_head_kv][d_head] floats, or halves (kv_f16)
+    void *v_cache = nullptr;         // same
+    bool kv_f16 = false;             // the cache holds halves (each key and value rounded to nearest)
     int32_t n_rows = 0, n_head = 0, n_head_kv = 0, d_head = 0, n_ctx = 0;
     float eps = 1e-6f;
 };
@@ -36,8 +37,9 @@ void qk_rope_kv(const qk_rope_kv_args &args, cudaStream_t stream);
 
 struct attention_args {
     const float *q = nullptr;        // [n_rows][n_head][d_head] (normalised, rotated; raw when fused)
-    float *k_cache = nullptr;        // [n_slots][n_ctx][n_head_kv][d_head] (written only when fused)
-    float *v_cache = nullptr;        // same
+    void *k_cache = nullptr;         // [n_slots][n_ctx][n_head_kv][d_head] floats, or halves (kv_f16);
+    void *v_cache = nullptr;         // same; written only when fused
+    bool kv_f16 = false;             // as in qk_rope_kv_args
     const int32_t *slots = nullptr;  // [n_rows]; < 0: padding row (output zeros)
     const int32_t *positions = nullptr;  // [n_rows]: attends to cached positions 0..pos
     float *partial = nullptr;        // [n_rows][n_head][attention_chunks(n_ctx)][d_head + 2] scratch

@@ -28,6 +28,7 @@
 
 #include "cuda_check.h"
 #include "cp_async.cuh"
+#include "kv_cache.cuh"
 #include "launch.cuh"
 
 #include <cuda_bf16.h>
@@ -116,23 +117,37 @@ struct ap_tile_share {
 
 // Keys [t0, t0 + ap_keys) of one KV head (src: key 0 of the slot and head, key_stride floats
 // apart), K and V, by cp.async into stage; keys from `end` on are zeros.
-template <int dh, int W>
-__device__ __forceinline__ void stage_kv_tile(const float *k_src, const float *v_src, int64_t key_stride, int t0, int end,
+// A cache of halves (kv_cache.cuh) comes as halves, 8 a copy, into the first half of each stage
+// matrix ([key][d] halves); split_kv_tile converts them (after the caller's wait and barrier).
+template <int dh, int W, class KV>
+__device__ __forceinline__ void stage_kv_tile(const KV *k_src, const KV *v_src, int64_t key_stride, int t0, int end,
                                               float (&stage)[2][ap_keys][dh]) {
-    using share = ap_tile_share<dh, W>;
+    if constexpr (sizeof(KV) == 4) {
+        using share = ap_tile_share<dh, W>;
 #pragma unroll
-    for (int it = 0; it < share::n; ++it) {
-        const int idx = threadIdx.x + it * 32 * W, key = idx / share::per_key, col = 4 * (idx % share::per_key);
-        const bool live = t0 + key < end;
-        const int64_t off = live ? (t0 + key) * key_stride + col : 0;
-        cp_async_16(&stage[0][key][col], k_src + off, live ? 16 : 0);
-        cp_async_16(&stage[1][key][col], v_src + off, live ? 16 : 0);
+        for (int it = 0; it < share::n; ++it) {
+            const int idx = threadIdx.x + it * 32 * W, key = idx / share::per_key, col = 4 * (idx % share::per_key);
+            const bool live = t0 + key < end;
+            const int64_t off = live ? (t0 + key) * key_stride + col : 0;
+            cp_async_16(&stage[0][key][col], k_src + off, live ? 16 : 0);
+            cp_async_16(&stage[1][key][col], v_src + off, live ? 16 : 0);
+        }
+    } else {
+        constexpr int per_key = dh / 8;
+        KV *k_dst = reinterpret_cast<KV *>(&stage[0][0][0]), *v_dst = reinterpret_cast<KV *>(&stage[1][0][0]);
+        for (int idx = threadIdx.x; idx < ap_keys * per_key; idx += 32 * W) {
+            const int key = idx / per_key, col = 8 * (idx % per_key);
+            const bool live = t0 + key < end;
+            const int64_t off = live ? (t0 + key) * key_stride + col : 0;
+            cp_async_16(k_dst + key * dh + col, k_src + off, live ? 16 : 0);
+            cp_async_16(v_dst + key * dh + col, v_src + off, live ? 16 : 0);
+        }
     }
     cp_async_commit();
 }
 
-// The staged tile (this thread's own copies: no barrier needed) split into hi/lo bf16 for ldmatrix.
-template <int dh, int W>
+// The staged tile (after the caller's wait and barrier) split into hi/lo bf16 for ldmatrix.
+template <int dh, int W, class KV>
 __device__ __forceinline__ void split_kv_tile(const float (&stage)[2][ap_keys][dh], __nv_bfloat16 (&k)[2][ap_keys][dh + ap_pad],
                                               __nv_bfloat16 (&v)[2][ap_keys][dh + ap_pad]) {
     using share = ap_tile_share<dh, W>;
@@ -141,7 +156,13 @@ __device__ __forceinline__ void split_kv_tile(const float (&stage)[2][ap_keys][d
         const int idx = threadIdx.x + it * 32 * W, key = idx / share::per_key, col = 4 * (idx % share::per_key);
 #pragma unroll
         for (int m = 0; m < 2; ++m) {
-            const float4 f = *reinterpret_cast<const float4 *>(&stage[m][key][col]);
+            float4 f;
+            if constexpr (sizeof(KV) == 4) {
+                f = *reinterpret_cast<const float4 *>(&stage[m][key][col]);
+            } else {
+                const KV *h = reinterpret_cast<const KV *>(&stage[m][0][0]) + key * dh + col;
+                f = make_float4(kv_load(h), kv_load(h + 1), kv_load(h + 2), kv_load(h + 3));
+            }
             uint2 hi, lo;
             split_bf16(f.x, f.y, hi.x, lo.x);
             split_bf16(f.z, f.w, hi.y, lo.y);
@@ -154,7 +175,7 @@ __device__ __forceinline__ void split_kv_tile(const float (&stage)[2][ap_keys][d
 
 // Fragment coordinates (PTX m16n8k16): lane = 4 * g + t; A and C rows g and g + 8, C columns
 // 2t, 2t + 1; this thread's pairs are m = 16 * warp + g + 8 * i, i = 0, 1.
-template <int dh, int W>
+template <int dh, int W, class KV>
 __global__ void __launch_bounds__(32 * W, 8 / W) attention_prompt_kernel(const attention_args a) {
     constexpr int ap_pairs = 16 * W;
     constexpr int ksteps = dh / 16;       // Q.K^T: k steps over d_head
@@ -226,14 +247,15 @@ __global__ void __launch_bounds__(32 * W, 8 / W) attention_prompt_kernel(const a
     // by cp.async while tile i is computed.
     auto stage = [&](int ps, int t0) {
         const int64_t base = int64_t(sm.pass_slot[ps]) * a.n_ctx * kv_dim + int64_t(kh) * dh;
-        stage_kv_tile<dh, W>(a.k_cache + base, a.v_cache + base, kv_dim, t0, sm.pass_end[ps], sm.stage);
+        stage_kv_tile<dh, W>(static_cast<const KV *>(a.k_cache) + base, static_cast<const KV *>(a.v_cache) + base, kv_dim, t0,
+                             sm.pass_end[ps], sm.stage);
     };
     if (sm.n_pass > 0) stage(0, 0);
     for (int ps = 0, t0 = 0; ps < sm.n_pass;) {
         const int slot = sm.pass_slot[ps], end = sm.pass_end[ps];
         cp_async_wait_all();
         __syncthreads();  // the previous tile's ldmatrix reads are done
-        split_kv_tile<dh, W>(sm.stage, sm.k, sm.v);
+        split_kv_tile<dh, W, KV>(sm.stage, sm.k, sm.v);
         __syncthreads();  // the split tile is complete; the stage is free
         const int this_t0 = t0;
         t0 += ap_keys;
@@ -342,8 +364,14 @@ void launch_attention_prompt_w(const attention_args &a, cudaStream_t stream) {
     const dim3 grid((a.n_rows + rows_per_tile - 1) / rows_per_tile, a.n_head_kv);
     constexpr size_t smem = sizeof(ap_smem<dh>);
     // Per device and cheap: set every launch rather than remembering which devices have it.
-    TANDEM_CUDA_CHECK(cudaFuncSetAttribute(attention_prompt_kernel<dh, W>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-    launch_pdl_smem(attention_prompt_kernel<dh, W>, grid, dim3(32 * W), smem, stream, a);
+    auto go = [&](auto kernel) {
+        TANDEM_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+        launch_pdl_smem(kernel, grid, dim3(32 * W), smem, stream, a);
+    };
+    if (a.kv_f16)
+        go(attention_prompt_kernel<dh, W, __half>);
+    else
+        go(attention_prompt_kernel<dh, W, float>);
 }
 
 template <int dh>

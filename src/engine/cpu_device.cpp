@@ -18,8 +18,8 @@ const float *f32_data(const gguf_tensor_info *t) { return reinterpret_cast<const
 }  // namespace
 
 cpu_device::cpu_device(const model_hparams &hp, const model_tensors &tensors, cpu_part part, int32_t n_slots,
-                       int32_t n_ctx, int32_t n_threads)
-    : hp_(hp), tensors_(tensors), part_(std::move(part)), n_slots_(n_slots), n_ctx_(n_ctx) {
+                       int32_t n_ctx, int32_t n_threads, bool kv_f16)
+    : hp_(hp), tensors_(tensors), part_(std::move(part)), n_slots_(n_slots), n_ctx_(n_ctx), kv_f16_(kv_f16) {
     ctx_.n_threads = std::max(1, n_threads);
     kv_dim_ = int64_t(hp_.n_head_kv) * hp_.d_head;
     const size_t n_layers = size_t(part_.layer_end - part_.layer_begin);
@@ -86,6 +86,11 @@ void cpu_device::layer_attention(int32_t layer, std::span<const engine_row> rows
     // Every row's K/V goes into its slot before any row attends, so rows of one slot in this call
     // see each other causally (by position), and rows of other slots never.
     std::vector<const float *> kc(rows.size()), vc(rows.size());
+    if (kv_f16_)
+        for (size_t i = 0; i < k.size(); ++i) {
+            k[i] = fp16_to_fp32(fp32_to_fp16(k[i]));
+            v[i] = fp16_to_fp32(fp32_to_fp16(v[i]));
+        }
     for (size_t i = 0; i < rows.size(); ++i) {
         float *kd = k_cache(layer, rows[i].slot), *vd = v_cache(layer, rows[i].slot);
         std::copy_n(k.data() + i * size_t(kv_dim_), kv_dim_, kd + size_t(rows[i].pos) * size_t(kv_dim_));

@@ -22,8 +22,10 @@ struct cpu_part {
 
 class cpu_device {
 public:
+    // kv_f16: keys and values are rounded to the nearest half as they enter the cache (kept as f32),
+    // the values the CUDA engine's f16 cache holds.
     cpu_device(const model_hparams &hp, const model_tensors &tensors, cpu_part part, int32_t n_slots, int32_t n_ctx,
-               int32_t n_threads);
+               int32_t n_threads, bool kv_f16 = false);
     ~cpu_device();
     cpu_device(const cpu_device &) = delete;
     cpu_device &operator=(const cpu_device &) = delete;
@@ -57,6 +59,7 @@ private:
     cpu_part part_;
     cpu::cpu_context ctx_;
     int32_t n_slots_ = 0, n_ctx_ = 0;
+    bool kv_f16_ = false;
     int64_t kv_dim_ = 0;
     float *kv_ = nullptr;  // [layer_end - layer_begin][2][n_slots][n_ctx][kv_dim]; lazily backed
     size_t kv_bytes_ = 0;

@@ -25,6 +25,7 @@ cpu_engine::cpu_engine(std::shared_ptr<const gguf_file> file, const engine_optio
     const int32_t n_slots = options.n_slots, n_ctx = options.n_ctx;
     if (options.micro_batches < 0) fail(error_kind::config, "micro-batches must be >= 0, got {}", options.micro_batches);
     micro_batches_ = options.micro_batches;
+    kv_f16_ = engine_kv_bytes(options) == 2;
     n_threads_ = options.n_threads > 0 ? options.n_threads : int32_t(std::max(1u, std::thread::hardware_concurrency()));
 
     // The plan: N CPU virtual devices, all-to-all "P2P", sharing the host's RAM.
@@ -62,7 +63,8 @@ cpu_engine::cpu_engine(std::shared_ptr<const gguf_file> file, const engine_optio
                 part.owned.push_back(std::move(mask));
             }
         devices_.push_back(std::make_unique<cpu_device>(hp_, tensors_, std::move(part), n_slots, n_ctx,
-                                                        options.n_devices == 1 ? n_threads_ : threads_each));
+                                                        options.n_devices == 1 ? n_threads_ : threads_each,
+                                                        kv_f16_));
     }
 }
 
@@ -73,8 +75,8 @@ void cpu_engine::slot_truncate(int32_t slot, int32_t n_keep) { slots_.truncate(s
 std::string cpu_engine::layout() const {
     size_t kv = 0;
     for (const auto &d : devices_) kv += d->kv_bytes();
-    return fmt::format("{} | cpu threads={} micro-batches={} kv=f32 {:.2f} GiB", placement_layout_line(plan_),
-                       n_threads_, micro_batches_ > 0 ? micro_batches_ : plan_.n_stages, kv / 1073741824.0);
+    return fmt::format("{} | cpu threads={} micro-batches={} kv={} {:.2f} GiB", placement_layout_line(plan_), n_threads_,
+                       micro_batches_ > 0 ? micro_batches_ : plan_.n_stages, kv_f16_ ? "f16 (as f32)" : "f32", kv / 1073741824.0);
 }
 
 std::map<std::string, double> cpu_engine::counters() const {

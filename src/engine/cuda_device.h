@@ -32,9 +32,9 @@ public:
     static uint64_t scratch_bytes(const model_hparams &hp, int32_t n_ctx, bool has_head, bool paired);
 
     // record_traffic: count the rows routed to each expert of this device's layers (hosts and
-    // single devices only: a partner routes the same rows).
+    // single devices only: a partner routes the same rows). kv_f16: the KV cache holds halves.
     cuda_device(const model_hparams &hp, const model_tensors &tensors, const placement_device_plan &part,
-                int32_t n_slots, int32_t n_ctx, bool record_traffic = false);
+                int32_t n_slots, int32_t n_ctx, bool record_traffic = false, bool kv_f16 = false);
     ~cuda_device();
     cuda_device(const cuda_device &) = delete;
     cuda_device &operator=(const cuda_device &) = delete;

@@ -45,7 +45,8 @@ struct cuda_device::state {
 
     uint8_t *weights = nullptr;
     size_t weight_bytes = 0;
-    float *kv = nullptr;            // [layers here][2][n_slots][n_ctx][kv_dim]
+    uint8_t *kv = nullptr;          // [layers here][2][n_slots][n_ctx][kv_dim] floats, or halves (kv_f16)
+    bool kv_f16 = false;
     size_t kv_bytes = 0;
     float *inv_freq = nullptr;
     cuda_matrix tok_embd, head;     // head: this device's vocab rows

@@ -148,7 +148,7 @@ placement_plan cuda_plan_make(const gguf_file &file, const model_hparams &hp, co
     req.n_ctx = options.n_ctx;
     req.scratch_bytes = cuda_device::scratch_bytes(hp, options.n_ctx, true, options.tensor_parallel);
     placement_model pm;
-    pm.bytes = model_bytes_read(file, hp, sizeof(float));
+    pm.bytes = model_bytes_read(file, hp, engine_kv_bytes(options));
     pm.n_layer = hp.n_layer;
     pm.n_expert = hp.n_expert;
     pm.n_vocab = hp.n_vocab;
@@ -175,6 +175,7 @@ cuda_engine::cuda_engine(std::shared_ptr<const gguf_file> file, const engine_opt
       slots_(options, hp_), host_(std::make_unique<host_state>()) {
     n_slots_ = options.n_slots;
     n_ctx_ = options.n_ctx;
+    kv_f16_ = engine_kv_bytes(options) == 2;
     if (options.micro_batches < 0) fail(error_kind::config, "micro-batches must be >= 0, got {}", options.micro_batches);
     micro_batches_ = options.micro_batches;
     record_traffic_ = options.record_expert_traffic;
@@ -186,7 +187,8 @@ cuda_engine::cuda_engine(std::shared_ptr<const gguf_file> file, const engine_opt
 
     stage_members_ = placement_stage_members(plan_);
     for (const placement_device_plan &dp : plan_.devices)
-        devices_.push_back(std::make_unique<cuda_device>(hp_, tensors_, dp, n_slots_, n_ctx_, options.record_expert_traffic));
+        devices_.push_back(std::make_unique<cuda_device>(hp_, tensors_, dp, n_slots_, n_ctx_, options.record_expert_traffic,
+                                                         kv_f16_));
     links_ = std::make_unique<cuda_links>(devices_, transport);
     // TANDEM_CUDA_MULTI_GRAPHS=0 turns the multi-device graphs off (a diagnostic switch).
     const char *env_graphs = std::getenv("TANDEM_CUDA_MULTI_GRAPHS");
@@ -256,8 +258,8 @@ std::string cuda_engine::layout() const {
     const std::string where = devices_.size() == 1
         ? std::string("one device")
         : fmt::format("{} devices on {} GPU{}", devices_.size(), gpus.size(), gpus.size() == 1 ? "" : "s");
-    return fmt::format("{} | cuda {} ({}) {} kv=f32 {:.2f} GiB {}", placement_layout_line(plan_), devices_.front()->name(),
-                       where, links_->describe(), double(kv) / gib, steps);
+    return fmt::format("{} | cuda {} ({}) {} kv={} {:.2f} GiB {}", placement_layout_line(plan_), devices_.front()->name(),
+                       where, links_->describe(), kv_f16_ ? "f16" : "f32", double(kv) / gib, steps);
 }
 
 std::map<std::string, double> cuda_engine::counters() const {

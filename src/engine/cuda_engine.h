@@ -63,6 +63,7 @@ private:
     model_tensors tensors_;
     slot_table slots_;
     int32_t n_slots_ = 0, n_ctx_ = 0, micro_batches_ = 0;
+    bool kv_f16_ = false;  // engine_options::kv_type "f16"
     bool multi_graphs_ = false;
     bool device_top_ = false;      // the head's devices reduce logits rows (forward_top)
     bool record_traffic_ = false;  // several devices: decode steps as one multi-device graph

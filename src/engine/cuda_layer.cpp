@@ -70,8 +70,9 @@ int64_t cuda_device::layer_experts(int32_t l, int32_t r0, int32_t n) {
     float *h_sums = split ? m.h_sums + size_t(r0) * d / 32 : nullptr;
     const cuda_layer &L = m.layer(l);
     const size_t layer_here = size_t(l - m.part.layer_begin);
-    float *k_cache = m.kv + (layer_here * 2 + 0) * size_t(m.n_slots) * size_t(m.n_ctx) * size_t(kv_dim);
-    float *v_cache = m.kv + (layer_here * 2 + 1) * size_t(m.n_slots) * size_t(m.n_ctx) * size_t(kv_dim);
+    const size_t cache_bytes = size_t(m.n_slots) * size_t(m.n_ctx) * size_t(kv_dim) * (m.kv_f16 ? 2 : 4);
+    void *k_cache = m.kv + (layer_here * 2 + 0) * cache_bytes;
+    void *v_cache = m.kv + (layer_here * 2 + 1) * cache_bytes;
 
     // Prompt rows' digit rows of n elements (n a multiple of 256), in the prompt split scratch
     // (each row's 2n digit bytes, n / 8 sum bytes and n / 64 scale bytes fit in the 4n it has):
@@ -161,6 +162,7 @@ int64_t cuda_device::layer_experts(int32_t l, int32_t r0, int32_t n) {
     qa.positions = positions;
     qa.k_cache = k_cache;
     qa.v_cache = v_cache;
+    qa.kv_f16 = m.kv_f16;
     qa.n_rows = n;
     qa.n_head = hp.n_head;
     qa.n_head_kv = hp.n_head_kv;
@@ -178,6 +180,7 @@ int64_t cuda_device::layer_experts(int32_t l, int32_t r0, int32_t n) {
     aa.q = q;
     aa.k_cache = k_cache;
     aa.v_cache = v_cache;
+    aa.kv_f16 = m.kv_f16;
     aa.slots = slots;
     aa.positions = positions;
     aa.out = att;

@@ -36,8 +36,15 @@ std::string engine_backend_resolve(const engine_options &options) {
     return "cpu";
 }
 
+uint32_t engine_kv_bytes(const engine_options &options) {
+    if (options.kv_type == "f32") return 4;
+    if (options.kv_type == "f16") return 2;
+    fail(error_kind::config, "unknown KV cache type '{}' (allowed: f32, f16)", options.kv_type);
+}
+
 std::unique_ptr<engine> engine_open(std::shared_ptr<const gguf_file> file, const engine_options &options_in) {
     engine_options options = options_in;
+    engine_kv_bytes(options);  // a bad --kv-type fails before anything loads
     options.backend = engine_backend_resolve(options_in);
     if (options.backend == "cpu") return std::make_unique<cpu_engine>(std::move(file), options);
     if (options.backend == "cuda") {

@@ -89,8 +89,6 @@ std::string config_line(const server_config &c) {
 int serve(server_config cfg) {
     auto file = gguf_file::open(cfg.model_path);
     model_hparams hp = model_hparams_read(*file);
-    const uint32_t kv_elem_bytes = 4;  // both engines keep K/V in f32 (closest to the reference)
-    model_bytes bytes = model_bytes_read(*file, hp, kv_elem_bytes);
     if (cfg.alias.empty()) cfg.alias = std::filesystem::path(cfg.model_path).filename().string();
 
     engine_options eo;
@@ -104,7 +102,11 @@ int serve(server_config cfg) {
     eo.transport = cfg.transport;
     eo.tensor_parallel = cfg.tensor_parallel;
     eo.record_expert_traffic = !cfg.expert_traffic_out.empty();
+    eo.kv_type = cfg.kv_type;
     eo.backend = cfg.backend = engine_backend_resolve(eo);
+    // The CPU engine keeps f16 keys and values as f32 (rounded), so only CUDA's KV shrinks.
+    const uint32_t kv_elem_bytes = cfg.backend == "cuda" ? engine_kv_bytes(eo) : 4;
+    const model_bytes bytes = model_bytes_read(*file, hp, kv_elem_bytes);
 
     // Memory plan before listening: the CPU backend's budget is the machine's available RAM.
     uint64_t budget = cfg.mem_budget_gib > 0 ? static_cast<uint64_t>(cfg.mem_budget_gib * (1ull << 30))
@@ -210,6 +212,9 @@ int main(int argc, char **argv) {
     app.add_option("--host", cfg.host, "address to listen on (loopback by default)");
     app.add_option("--port", cfg.port, "TCP port (0: any free port)");
     app.add_option("--ctx", cfg.n_ctx, "tokens per KV slot")->check(CLI::Range(16, 1 << 24));
+    app.add_option("--kv-type", cfg.kv_type, "KV cache element type: f32, or f16 (half the memory; experimental, see the README)")
+        ->check(CLI::IsMember({"f32", "f16"}))
+        ->capture_default_str();
     app.add_option("--batched-session", cfg.n_slots, "resident KV slots (concurrent sessions)")->check(CLI::Range(1, 1024));
     app.add_option("--prefill-chunk", cfg.prefill_chunk, "prompt tokens per step while nobody decodes")->check(CLI::Range(1, 1 << 20));
     app.add_option("--prefill-yield", cfg.prefill_yield, "most prompt tokens per step while others decode")->check(CLI::Range(1, 1 << 20));

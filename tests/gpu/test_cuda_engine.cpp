@@ -16,11 +16,12 @@ using namespace tandem::test;
 
 namespace {
 
-std::unique_ptr<engine> open_cuda(const std::string &path, int32_t n_slots, int32_t n_ctx) {
+std::unique_ptr<engine> open_cuda(const std::string &path, int32_t n_slots, int32_t n_ctx, const std::string &kv_type = "f32") {
     engine_options opt;
     opt.backend = "cuda";
     opt.n_slots = n_slots;
     opt.n_ctx = n_ctx;
+    opt.kv_type = kv_type;
     return engine_open(gguf_file::open(path), opt);
 }
 
@@ -36,9 +37,9 @@ bool same_bits(const std::vector<float> &a, const std::vector<float> &b) {
 
 // Prefill (all logits) then greedy decode on both engines; every row's logits within the bound,
 // greedy tokens identical. Prints the first divergent position.
-void compare_engines(const std::string &path, size_t prompt_len, size_t n_steps, uint32_t seed) {
-    auto cpu = open_cpu(path, 2, 128);
-    auto gpu = open_cuda(path, 2, 128);
+void compare_engines(const std::string &path, size_t prompt_len, size_t n_steps, uint32_t seed, const std::string &kv = "f32") {
+    auto cpu = open_cpu(path, 2, 128, kv);
+    auto gpu = open_cuda(path, 2, 128, kv);
     const int32_t nv = cpu->hparams().n_vocab;
     std::mt19937 rng(seed);
     const std::vector<int32_t> prompt = random_tokens(rng, prompt_len, nv);
@@ -84,6 +85,14 @@ TEST_CASE("CUDA engine matches the CPU engine on tiny synth models", "[gpu][mode
     compare_engines(synth_gguf("tiny", type, 2), 80, 10, 91);
 }
 
+TEST_CASE("CUDA engine with an f16 KV cache matches the CPU engine rounding the same way", "[gpu][model]") {
+    if (!gpu_present()) return;
+    // Prompt rows (the tensor-core prompt attention reads halves), decode rows (the fused decode
+    // attention rounds the new key and value as the cache holds them), 80 rows on the direct path.
+    compare_engines(fixture_gguf("qwen3moe-a", ggml_type::q4_k), 11, 12, 77, "f16");
+    compare_engines(synth_gguf("tiny", ggml_type::q4_k, 2), 80, 10, 91, "f16");
+}
+
 TEST_CASE("CUDA decode rows that share a slot (a prompt fed without engine_row::prompt) match the CPU", "[gpu][model]") {
     if (!gpu_present()) return;
     // Such a step cannot take the attention with the K/V write fused in (each row needs the
@@ -120,11 +129,12 @@ TEST_CASE("CUDA decode logits are bitwise independent of the other rows of the s
     if (!gpu_present()) return;
     const std::string model = synth_gguf("tiny", ggml_type::q4_k, 0);
     const uint32_t seed = 4242;
-    INFO("seed " << seed);
+    const std::string kv = GENERATE(std::string("f32"), std::string("f16"));
+    INFO("seed " << seed << " kv " << kv);
     std::mt19937 rng(seed);
     const size_t n_sessions = 16, n_steps = 24;
-    auto alone_eng = open_cuda(model, int32_t(n_sessions) + 1, 256);
-    auto batch_eng = open_cuda(model, int32_t(n_sessions) + 1, 256);
+    auto alone_eng = open_cuda(model, int32_t(n_sessions) + 1, 256, kv);
+    auto batch_eng = open_cuda(model, int32_t(n_sessions) + 1, 256, kv);
     const int32_t nv = alone_eng->hparams().n_vocab;
     std::vector<std::vector<int32_t>> prompts;
     for (size_t s = 0; s < n_sessions; ++s) prompts.push_back(random_tokens(rng, 1 + 7 * s, nv));

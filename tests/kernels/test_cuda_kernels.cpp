@@ -344,155 +344,194 @@ TEST_CASE("decode attention chunks depend on the row's position and fit every sl
     CHECK(cuda::attention_chunks(32768) == 32);
 }
 
+// A KV cache on the device as the engine holds it: floats, or halves (attention_args::kv_f16) made
+// from (and read back as) floats.
+struct device_cache {
+    std::unique_ptr<device_buffer<float>> f;
+    std::unique_ptr<device_buffer<uint16_t>> h;
+    device_cache(const std::vector<float> &c, bool half) {
+        if (!half) {
+            f = std::make_unique<device_buffer<float>>(c);
+            return;
+        }
+        std::vector<uint16_t> bits(c.size());
+        for (size_t i = 0; i < c.size(); ++i) bits[i] = fp32_to_fp16(c[i]);
+        h = std::make_unique<device_buffer<uint16_t>>(bits);
+    }
+    void *ptr() const { return h ? static_cast<void *>(h->ptr) : static_cast<void *>(f->ptr); }
+    std::vector<float> download() const {
+        if (f) return f->download();
+        const std::vector<uint16_t> bits = h->download();
+        std::vector<float> out(bits.size());
+        for (size_t i = 0; i < bits.size(); ++i) out[i] = fp16_to_fp32(bits[i]);
+        return out;
+    }
+};
+
+// Each value as an f16 cache holds it (when half), as the CPU engine rounds keys and values.
+void round_to_half(std::vector<float> &v, bool half) {
+    if (half)
+        for (float &x : v) x = fp16_to_fp32(fp32_to_fp16(x));
+}
+
 TEST_CASE("QK norm, RoPE, KV write and chunked attention match the CPU", "[gpu][kernels]") {
     if (!test::gpu_present()) return;
     struct shape { int32_t n_head, n_head_kv, d_head, n_ctx; };
-    uint64_t seed = 50;
-    // Chunks of 64 positions (one tile a chunk) up to position 2,047; position 4,999 has chunks of
-    // 160, two full tiles of 64 (five of 32 for d_head 256) and a partial one; positions on and next
-    // to chunk and tile edges.
-    for (const shape &sh : {shape{4, 2, 32, 700}, shape{4, 2, 64, 700}, shape{8, 8, 64, 700}, shape{8, 2, 128, 700},
-                            shape{32, 4, 128, 700}, shape{4, 4, 256, 700}, shape{32, 4, 128, 5000}, shape{8, 2, 256, 5000},
-                            shape{16, 2, 32, 5000}, shape{64, 4, 128, 700}, shape{32, 2, 64, 5000}}) {  // last two: 16 query heads per KV head (qwen3-235b-a22b)
-        ++seed;
-        INFO("heads " << sh.n_head << "/" << sh.n_head_kv << " d_head " << sh.d_head << " n_ctx " << sh.n_ctx << " seed " << seed);
-        std::mt19937_64 rng(seed);
-        const int32_t n_slots = 3, n_ctx = sh.n_ctx, dh = sh.d_head, kv_dim = sh.n_head_kv * dh, q_dim = sh.n_head * dh;
-        const float theta = 1e6f, eps = 1e-6f;
-        // Rows: several slots, consecutive positions in slot 1, chunk boundaries, a padding row.
-        std::vector<int32_t> slots = {0, 1, 2, 1, -1, 2};
-        std::vector<int32_t> pos = {0, 299, 127, 300, 0, 128};
-        if (n_ctx > 700) {
-            slots.insert(slots.end(), {0, 0, 1});
-            pos.insert(pos.end(), {4999, 95, 2000});
-            pos[0] = 96;
-        }
-        const int32_t n = int32_t(slots.size());
-        std::vector<float> cache_k = test::random_floats(rng, size_t(n_slots) * n_ctx * kv_dim);
-        std::vector<float> cache_v = test::random_floats(rng, cache_k.size());
-        auto q = test::random_floats(rng, size_t(n) * q_dim, 2.0f);
-        const auto k = test::random_floats(rng, size_t(n) * kv_dim, 2.0f);
-        const auto v = test::random_floats(rng, size_t(n) * kv_dim);
-        const auto qn = test::random_floats(rng, size_t(dh), 0.3f), kn = test::random_floats(rng, size_t(dh), 0.3f);
-        std::vector<float> inv_freq(size_t(dh / 2));
-        for (int i = 0; i < dh / 2; ++i)
-            inv_freq[size_t(i)] = 1.0f / static_cast<float>(std::pow(double(theta), double(float(2 * i) / float(dh))));
-        const std::vector<float> q_raw = q, cache_k0 = cache_k, cache_v0 = cache_v;  // before the step
-
-        device_buffer<float> dq(q), dk(k), dv(v), dqn(qn), dkn(kn), dfreq(inv_freq), dck(cache_k), dcv(cache_v);
-        device_buffer<int32_t> dslots(slots), dpos(pos);
-        cuda::qk_rope_kv_args ra;
-        ra.q = dq.ptr; ra.k = dk.ptr; ra.v = dv.ptr; ra.q_norm = dqn.ptr; ra.k_norm = dkn.ptr; ra.inv_freq = dfreq.ptr;
-        ra.slots = dslots.ptr; ra.positions = dpos.ptr; ra.k_cache = dck.ptr; ra.v_cache = dcv.ptr;
-        ra.n_rows = n; ra.n_head = sh.n_head; ra.n_head_kv = sh.n_head_kv; ra.d_head = dh; ra.n_ctx = n_ctx; ra.eps = eps;
-        cuda::qk_rope_kv(ra, nullptr);
-
-        // CPU twin: per-head norm, rope, cache write (padding row: no write).
-        std::vector<float> kk = k;
-        cpu::rmsnorm(q.data(), qn.data(), q.data(), int64_t(n) * sh.n_head, dh, eps);
-        cpu::rmsnorm(kk.data(), kn.data(), kk.data(), int64_t(n) * sh.n_head_kv, dh, eps);
-        cpu::rope_neox(q.data(), pos.data(), n, sh.n_head, dh, theta);
-        cpu::rope_neox(kk.data(), pos.data(), n, sh.n_head_kv, dh, theta);
-        for (int32_t i = 0; i < n; ++i) {
-            if (slots[size_t(i)] < 0) continue;
-            const size_t at = (size_t(slots[size_t(i)]) * n_ctx + size_t(pos[size_t(i)])) * kv_dim;
-            std::copy_n(kk.data() + size_t(i) * kv_dim, kv_dim, cache_k.data() + at);
-            std::copy_n(v.data() + size_t(i) * kv_dim, kv_dim, cache_v.data() + at);
-        }
-        const auto gq = dq.download(), gk = dck.download(), gv = dcv.download();
-        CHECK(rel_err(gq.data(), q.data(), q.size()) <= tolerance::rope);
-        CHECK(rel_err(gk.data(), cache_k.data(), cache_k.size()) <= tolerance::rope);
-        CHECK(std::memcmp(gv.data(), cache_v.data(), gv.size() * sizeof(float)) == 0);
-
-        // Attention on the device's own q and caches; the CPU on its own.
-        device_buffer<float> dpart(size_t(n) * sh.n_head * cuda::attention_max_chunks * (dh + 2)), dout(size_t(n) * q_dim);
-        dout.poison();
-        cuda::attention_args aa;
-        aa.q = dq.ptr; aa.k_cache = dck.ptr; aa.v_cache = dcv.ptr; aa.slots = dslots.ptr; aa.positions = dpos.ptr;
-        aa.partial = dpart.ptr; aa.out = dout.ptr; aa.n_rows = n; aa.n_head = sh.n_head; aa.n_head_kv = sh.n_head_kv;
-        aa.d_head = dh; aa.n_ctx = n_ctx; aa.scale = 1.0f / std::sqrt(float(dh));
-        REQUIRE(cuda::attention_chunks(n_ctx) <= cuda::attention_max_chunks);
-        device_buffer<uint16_t> dsplit(size_t(n) * q_dim * 2);
-        device_buffer<float> dsums(size_t(n) * q_dim / 32);
-        aa.out_split = reinterpret_cast<uint4 *>(dsplit.ptr);
-        aa.out_sums = dsums.ptr;
-        cuda::attention(aa, nullptr);
-        const auto got = dout.download();
-        // The split twin of the output (padding rows: zeros) for the wo product.
-        CHECK(dsplit.download() == test::host_split(got));
-        {
-            const auto sums = dsums.download(), want = test::host_sums32(got);
-            CHECK(std::memcmp(sums.data(), want.data(), want.size() * sizeof(float)) == 0);
-        }
-
-        std::vector<const float *> kc, vc;
-        std::vector<int32_t> real_pos;
-        std::vector<float> real_q;
-        std::vector<int32_t> real_rows;
-        for (int32_t i = 0; i < n; ++i) {
-            if (slots[size_t(i)] < 0) continue;
-            kc.push_back(cache_k.data() + size_t(slots[size_t(i)]) * n_ctx * kv_dim);
-            vc.push_back(cache_v.data() + size_t(slots[size_t(i)]) * n_ctx * kv_dim);
-            real_pos.push_back(pos[size_t(i)]);
-            real_q.insert(real_q.end(), q.begin() + size_t(i) * q_dim, q.begin() + size_t(i + 1) * q_dim);
-            real_rows.push_back(i);
-        }
-        std::vector<float> ref(real_q.size());
-        cpu::attention_args ca{real_q.data(), kc.data(), vc.data(), real_pos.data(), ref.data(), int64_t(real_rows.size()),
-                               sh.n_head, sh.n_head_kv, dh, 1.0f / std::sqrt(float(dh))};
-        cpu::attention(cpu::cpu_context{4}, ca);
-        for (size_t j = 0; j < real_rows.size(); ++j) {
-            INFO("row " << real_rows[j] << " pos " << real_pos[j]);
-            CHECK(rel_err(got.data() + size_t(real_rows[j]) * q_dim, ref.data() + j * q_dim, size_t(q_dim)) <= tolerance::attention);
-        }
-        for (int32_t i = 0; i < n; ++i)
-            if (slots[size_t(i)] < 0)
-                for (int32_t e = 0; e < q_dim; ++e) CHECK(got[size_t(i) * q_dim + e] == 0.0f);
-
-        // Fused (attention_args::k_new) on a decode step: each slot's first row and the padding
-        // row. Output, split twin and both caches bitwise qk_rope_kv then attention on the same rows.
-        std::vector<int32_t> f_slots, f_pos;
-        std::vector<float> f_q, f_k, f_v;
-        for (int32_t i = 0; i < n; ++i) {
-            const int32_t sl = slots[size_t(i)];
-            if (sl >= 0 && std::find(f_slots.begin(), f_slots.end(), sl) != f_slots.end()) continue;
-            f_slots.push_back(sl);
-            f_pos.push_back(pos[size_t(i)]);
-            f_q.insert(f_q.end(), q_raw.begin() + size_t(i) * q_dim, q_raw.begin() + size_t(i + 1) * q_dim);
-            f_k.insert(f_k.end(), k.begin() + size_t(i) * kv_dim, k.begin() + size_t(i + 1) * kv_dim);
-            f_v.insert(f_v.end(), v.begin() + size_t(i) * kv_dim, v.begin() + size_t(i + 1) * kv_dim);
-        }
-        const int32_t fn = int32_t(f_slots.size());
-        REQUIRE(fn >= 4);
-        struct step_out { std::vector<float> out, sums, ck, cv; std::vector<uint16_t> split; };
-        auto run_step = [&](bool fused) {
-            device_buffer<float> sq(f_q), sk(f_k), sv(f_v), sck(cache_k0), scv(cache_v0), sout(size_t(fn) * q_dim), ssums(size_t(fn) * q_dim / 32);
-            device_buffer<float> spart(size_t(fn) * sh.n_head * cuda::attention_max_chunks * (dh + 2));
-            device_buffer<uint16_t> ssplit(size_t(fn) * q_dim * 2);
-            device_buffer<int32_t> sslots(f_slots), spos(f_pos);
-            sout.poison();
-            cuda::attention_args fa = aa;
-            fa.q = sq.ptr; fa.k_cache = sck.ptr; fa.v_cache = scv.ptr; fa.slots = sslots.ptr; fa.positions = spos.ptr;
-            fa.partial = spart.ptr; fa.out = sout.ptr; fa.n_rows = fn;
-            fa.out_split = reinterpret_cast<uint4 *>(ssplit.ptr); fa.out_sums = ssums.ptr;
-            if (fused) {
-                fa.k_new = sk.ptr; fa.v_new = sv.ptr; fa.q_norm = dqn.ptr; fa.k_norm = dkn.ptr; fa.inv_freq = dfreq.ptr; fa.eps = eps;
-            } else {
-                cuda::qk_rope_kv_args fr = ra;
-                fr.q = sq.ptr; fr.k = sk.ptr; fr.v = sv.ptr; fr.slots = sslots.ptr; fr.positions = spos.ptr;
-                fr.k_cache = sck.ptr; fr.v_cache = scv.ptr; fr.n_rows = fn;
-                cuda::qk_rope_kv(fr, nullptr);
+    for (const bool kv_f16 : {false, true}) {
+        uint64_t seed = 50;
+        // Chunks of 64 positions (one tile a chunk) up to position 2,047; position 4,999 has chunks of
+        // 160, two full tiles of 64 (five of 32 for d_head 256) and a partial one; positions on and next
+        // to chunk and tile edges.
+        for (const shape &sh : {shape{4, 2, 32, 700}, shape{4, 2, 64, 700}, shape{8, 8, 64, 700}, shape{8, 2, 128, 700},
+                                shape{32, 4, 128, 700}, shape{4, 4, 256, 700}, shape{32, 4, 128, 5000}, shape{8, 2, 256, 5000},
+                                shape{16, 2, 32, 5000}, shape{64, 4, 128, 700}, shape{32, 2, 64, 5000}}) {  // last two: 16 query heads per KV head (qwen3-235b-a22b)
+            ++seed;
+            INFO("heads " << sh.n_head << "/" << sh.n_head_kv << " d_head " << sh.d_head << " n_ctx " << sh.n_ctx << " seed " << seed
+                          << " kv " << (kv_f16 ? "f16" : "f32"));
+            std::mt19937_64 rng(seed);
+            const int32_t n_slots = 3, n_ctx = sh.n_ctx, dh = sh.d_head, kv_dim = sh.n_head_kv * dh, q_dim = sh.n_head * dh;
+            const float theta = 1e6f, eps = 1e-6f;
+            // Rows: several slots, consecutive positions in slot 1, chunk boundaries, a padding row.
+            std::vector<int32_t> slots = {0, 1, 2, 1, -1, 2};
+            std::vector<int32_t> pos = {0, 299, 127, 300, 0, 128};
+            if (n_ctx > 700) {
+                slots.insert(slots.end(), {0, 0, 1});
+                pos.insert(pos.end(), {4999, 95, 2000});
+                pos[0] = 96;
             }
-            cuda::attention(fa, nullptr);
-            return step_out{sout.download(), ssums.download(), sck.download(), scv.download(), ssplit.download()};
-        };
-        const step_out two = run_step(false), one = run_step(true);
-        CHECK(std::memcmp(one.out.data(), two.out.data(), two.out.size() * sizeof(float)) == 0);
-        CHECK(std::memcmp(one.sums.data(), two.sums.data(), two.sums.size() * sizeof(float)) == 0);
-        CHECK(one.split == two.split);
-        CHECK(std::memcmp(one.ck.data(), two.ck.data(), two.ck.size() * sizeof(float)) == 0);
-        CHECK(std::memcmp(one.cv.data(), two.cv.data(), two.cv.size() * sizeof(float)) == 0);
-        CHECK(std::memcmp(two.ck.data(), cache_k0.data(), cache_k0.size() * sizeof(float)) != 0);  // the step wrote keys
+            const int32_t n = int32_t(slots.size());
+            std::vector<float> cache_k = test::random_floats(rng, size_t(n_slots) * n_ctx * kv_dim);
+            std::vector<float> cache_v = test::random_floats(rng, cache_k.size());
+            round_to_half(cache_k, kv_f16);
+            round_to_half(cache_v, kv_f16);
+            auto q = test::random_floats(rng, size_t(n) * q_dim, 2.0f);
+            const auto k = test::random_floats(rng, size_t(n) * kv_dim, 2.0f);
+            const auto v = test::random_floats(rng, size_t(n) * kv_dim);
+            const auto qn = test::random_floats(rng, size_t(dh), 0.3f), kn = test::random_floats(rng, size_t(dh), 0.3f);
+            std::vector<float> inv_freq(size_t(dh / 2));
+            for (int i = 0; i < dh / 2; ++i)
+                inv_freq[size_t(i)] = 1.0f / static_cast<float>(std::pow(double(theta), double(float(2 * i) / float(dh))));
+            const std::vector<float> q_raw = q, cache_k0 = cache_k, cache_v0 = cache_v;  // before the step
+
+            device_buffer<float> dq(q), dk(k), dv(v), dqn(qn), dkn(kn), dfreq(inv_freq);
+            const device_cache dck(cache_k, kv_f16), dcv(cache_v, kv_f16);
+            device_buffer<int32_t> dslots(slots), dpos(pos);
+            cuda::qk_rope_kv_args ra;
+            ra.q = dq.ptr; ra.k = dk.ptr; ra.v = dv.ptr; ra.q_norm = dqn.ptr; ra.k_norm = dkn.ptr; ra.inv_freq = dfreq.ptr;
+            ra.slots = dslots.ptr; ra.positions = dpos.ptr; ra.k_cache = dck.ptr(); ra.v_cache = dcv.ptr(); ra.kv_f16 = kv_f16;
+            ra.n_rows = n; ra.n_head = sh.n_head; ra.n_head_kv = sh.n_head_kv; ra.d_head = dh; ra.n_ctx = n_ctx; ra.eps = eps;
+            cuda::qk_rope_kv(ra, nullptr);
+
+            // CPU twin: per-head norm, rope, cache write (padding row: no write; an f16 cache rounds).
+            std::vector<float> kk = k, vr = v;
+            cpu::rmsnorm(q.data(), qn.data(), q.data(), int64_t(n) * sh.n_head, dh, eps);
+            cpu::rmsnorm(kk.data(), kn.data(), kk.data(), int64_t(n) * sh.n_head_kv, dh, eps);
+            cpu::rope_neox(q.data(), pos.data(), n, sh.n_head, dh, theta);
+            cpu::rope_neox(kk.data(), pos.data(), n, sh.n_head_kv, dh, theta);
+            round_to_half(kk, kv_f16);
+            round_to_half(vr, kv_f16);
+            for (int32_t i = 0; i < n; ++i) {
+                if (slots[size_t(i)] < 0) continue;
+                const size_t at = (size_t(slots[size_t(i)]) * n_ctx + size_t(pos[size_t(i)])) * kv_dim;
+                std::copy_n(kk.data() + size_t(i) * kv_dim, kv_dim, cache_k.data() + at);
+                std::copy_n(vr.data() + size_t(i) * kv_dim, kv_dim, cache_v.data() + at);
+            }
+            const auto gq = dq.download(), gk = dck.download(), gv = dcv.download();
+            CHECK(rel_err(gq.data(), q.data(), q.size()) <= tolerance::rope);
+            CHECK(rel_err(gk.data(), cache_k.data(), cache_k.size()) <= tolerance::rope);
+            CHECK(std::memcmp(gv.data(), cache_v.data(), gv.size() * sizeof(float)) == 0);
+
+            // Attention on the device's own q and caches; the CPU on its own.
+            device_buffer<float> dpart(size_t(n) * sh.n_head * cuda::attention_max_chunks * (dh + 2)), dout(size_t(n) * q_dim);
+            dout.poison();
+            cuda::attention_args aa;
+            aa.q = dq.ptr; aa.k_cache = dck.ptr(); aa.v_cache = dcv.ptr(); aa.kv_f16 = kv_f16; aa.slots = dslots.ptr; aa.positions = dpos.ptr;
+            aa.partial = dpart.ptr; aa.out = dout.ptr; aa.n_rows = n; aa.n_head = sh.n_head; aa.n_head_kv = sh.n_head_kv;
+            aa.d_head = dh; aa.n_ctx = n_ctx; aa.scale = 1.0f / std::sqrt(float(dh));
+            REQUIRE(cuda::attention_chunks(n_ctx) <= cuda::attention_max_chunks);
+            device_buffer<uint16_t> dsplit(size_t(n) * q_dim * 2);
+            device_buffer<float> dsums(size_t(n) * q_dim / 32);
+            aa.out_split = reinterpret_cast<uint4 *>(dsplit.ptr);
+            aa.out_sums = dsums.ptr;
+            cuda::attention(aa, nullptr);
+            const auto got = dout.download();
+            // The split twin of the output (padding rows: zeros) for the wo product.
+            CHECK(dsplit.download() == test::host_split(got));
+            {
+                const auto sums = dsums.download(), want = test::host_sums32(got);
+                CHECK(std::memcmp(sums.data(), want.data(), want.size() * sizeof(float)) == 0);
+            }
+
+            std::vector<const float *> kc, vc;
+            std::vector<int32_t> real_pos;
+            std::vector<float> real_q;
+            std::vector<int32_t> real_rows;
+            for (int32_t i = 0; i < n; ++i) {
+                if (slots[size_t(i)] < 0) continue;
+                kc.push_back(cache_k.data() + size_t(slots[size_t(i)]) * n_ctx * kv_dim);
+                vc.push_back(cache_v.data() + size_t(slots[size_t(i)]) * n_ctx * kv_dim);
+                real_pos.push_back(pos[size_t(i)]);
+                real_q.insert(real_q.end(), q.begin() + size_t(i) * q_dim, q.begin() + size_t(i + 1) * q_dim);
+                real_rows.push_back(i);
+            }
+            std::vector<float> ref(real_q.size());
+            cpu::attention_args ca{real_q.data(), kc.data(), vc.data(), real_pos.data(), ref.data(), int64_t(real_rows.size()),
+                                   sh.n_head, sh.n_head_kv, dh, 1.0f / std::sqrt(float(dh))};
+            cpu::attention(cpu::cpu_context{4}, ca);
+            for (size_t j = 0; j < real_rows.size(); ++j) {
+                INFO("row " << real_rows[j] << " pos " << real_pos[j]);
+                CHECK(rel_err(got.data() + size_t(real_rows[j]) * q_dim, ref.data() + j * q_dim, size_t(q_dim)) <= tolerance::attention);
+            }
+            for (int32_t i = 0; i < n; ++i)
+                if (slots[size_t(i)] < 0)
+                    for (int32_t e = 0; e < q_dim; ++e) CHECK(got[size_t(i) * q_dim + e] == 0.0f);
+
+            // Fused (attention_args::k_new) on a decode step: each slot's first row and the padding
+            // row. Output, split twin and both caches bitwise qk_rope_kv then attention on the same rows.
+            std::vector<int32_t> f_slots, f_pos;
+            std::vector<float> f_q, f_k, f_v;
+            for (int32_t i = 0; i < n; ++i) {
+                const int32_t sl = slots[size_t(i)];
+                if (sl >= 0 && std::find(f_slots.begin(), f_slots.end(), sl) != f_slots.end()) continue;
+                f_slots.push_back(sl);
+                f_pos.push_back(pos[size_t(i)]);
+                f_q.insert(f_q.end(), q_raw.begin() + size_t(i) * q_dim, q_raw.begin() + size_t(i + 1) * q_dim);
+                f_k.insert(f_k.end(), k.begin() + size_t(i) * kv_dim, k.begin() + size_t(i + 1) * kv_dim);
+                f_v.insert(f_v.end(), v.begin() + size_t(i) * kv_dim, v.begin() + size_t(i + 1) * kv_dim);
+            }
+            const int32_t fn = int32_t(f_slots.size());
+            REQUIRE(fn >= 4);
+            struct step_out { std::vector<float> out, sums, ck, cv; std::vector<uint16_t> split; };
+            auto run_step = [&](bool fused) {
+                device_buffer<float> sq(f_q), sk(f_k), sv(f_v), sout(size_t(fn) * q_dim), ssums(size_t(fn) * q_dim / 32);
+                const device_cache sck(cache_k0, kv_f16), scv(cache_v0, kv_f16);
+                device_buffer<float> spart(size_t(fn) * sh.n_head * cuda::attention_max_chunks * (dh + 2));
+                device_buffer<uint16_t> ssplit(size_t(fn) * q_dim * 2);
+                device_buffer<int32_t> sslots(f_slots), spos(f_pos);
+                sout.poison();
+                cuda::attention_args fa = aa;
+                fa.q = sq.ptr; fa.k_cache = sck.ptr(); fa.v_cache = scv.ptr(); fa.slots = sslots.ptr; fa.positions = spos.ptr;
+                fa.partial = spart.ptr; fa.out = sout.ptr; fa.n_rows = fn;
+                fa.out_split = reinterpret_cast<uint4 *>(ssplit.ptr); fa.out_sums = ssums.ptr;
+                if (fused) {
+                    fa.k_new = sk.ptr; fa.v_new = sv.ptr; fa.q_norm = dqn.ptr; fa.k_norm = dkn.ptr; fa.inv_freq = dfreq.ptr; fa.eps = eps;
+                } else {
+                    cuda::qk_rope_kv_args fr = ra;
+                    fr.q = sq.ptr; fr.k = sk.ptr; fr.v = sv.ptr; fr.slots = sslots.ptr; fr.positions = spos.ptr;
+                    fr.k_cache = sck.ptr(); fr.v_cache = scv.ptr(); fr.n_rows = fn;
+                    cuda::qk_rope_kv(fr, nullptr);
+                }
+                cuda::attention(fa, nullptr);
+                return step_out{sout.download(), ssums.download(), sck.download(), scv.download(), ssplit.download()};
+            };
+            const step_out two = run_step(false), one = run_step(true);
+            CHECK(std::memcmp(one.out.data(), two.out.data(), two.out.size() * sizeof(float)) == 0);
+            CHECK(std::memcmp(one.sums.data(), two.sums.data(), two.sums.size() * sizeof(float)) == 0);
+            CHECK(one.split == two.split);
+            CHECK(std::memcmp(one.ck.data(), two.ck.data(), two.ck.size() * sizeof(float)) == 0);
+            CHECK(std::memcmp(one.cv.data(), two.cv.data(), two.cv.size() * sizeof(float)) == 0);
+            CHECK(std::memcmp(two.ck.data(), cache_k0.data(), cache_k0.size() * sizeof(float)) != 0);  // the step wrote keys
+        }
     }
 }
 

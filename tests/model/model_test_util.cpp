@@ -73,10 +73,11 @@ std::string dequantized_copy(const std::string &path) {
     return out;
 }
 
-std::unique_ptr<engine> open_cpu(const std::string &path, int32_t n_slots, int32_t n_ctx) {
+std::unique_ptr<engine> open_cpu(const std::string &path, int32_t n_slots, int32_t n_ctx, const std::string &kv_type) {
     engine_options opt;
     opt.n_slots = n_slots;
     opt.n_ctx = n_ctx;
+    opt.kv_type = kv_type;
     return engine_open(gguf_file::open(path), opt);
 }
 

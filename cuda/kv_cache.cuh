@@ -1,0 +1,24 @@
+// cuda/kv_cache.cuh - the KV cache's element types on the device: float, or __half when
+// engine_options::kv_type is "f16" (attention_args::kv_f16). A key or value is rounded to nearest
+// once, as it enters the cache; every reader converts it back to float exactly, so the attention's
+// arithmetic is the same for both types and the CPU twin (which rounds the same way) agrees.
+#pragma once
+
+#include <cuda_fp16.h>
+
+namespace tandem::cuda {
+
+__device__ __forceinline__ float kv_load(const float *p) { return *p; }
+__device__ __forceinline__ float kv_load(const __half *p) { return __half2float(*p); }
+__device__ __forceinline__ void kv_store(float *p, float v) { *p = v; }
+__device__ __forceinline__ void kv_store(__half *p, float v) { *p = __float2half_rn(v); }
+// v as a cache of element type KV holds it.
+template <class KV>
+__device__ __forceinline__ float kv_round(float v) {
+    if constexpr (sizeof(KV) == 2)
+        return __half2float(__float2half_rn(v));
+    else
+        return v;
+}
+
+}  // namespace tandem::cuda
