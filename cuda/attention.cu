@@ -206,19 +206,20 @@ __global__ void __launch_bounds__(attn_threads) attention_partial_kernel(const a
     // together, positions from `end` on as zeros. Fused, the new position comes from shared memory
     // (set below; `with_new` false: left for later). The tile loop loads the next tile's keys once
     // the scores have used this one's, and its values once p * V has: the loads run under the
-    // softmax and the other phase, with no registers added.
-    float kv[ppw][dpl], vv[ppw][dpl];
+    // softmax and the other phase, with no registers added. The tiles stay in the cache's type until
+    // used (halves converted at each use), so no conversion waits on a load before the next issues.
+    KV kv[ppw][dpl], vv[ppw][dpl];
     [[maybe_unused]] const float *new_kv = nullptr;  // fused: the new key, then value, in shared memory
-    auto load_half = [&](float (&dst)[ppw][dpl], const KV *src, int new_off, int t0, int end, bool with_new) {
+    auto load_half = [&](KV (&dst)[ppw][dpl], const KV *src, int new_off, int t0, int end, bool with_new) {
 #pragma unroll
         for (int i = 0; i < ppw; ++i) {
             const int p = t0 + warp + attn_warps * i;
 #pragma unroll
             for (int t = 0; t < dpl; ++t) {
                 if (fused && p == pos)  // warp-uniform: the new position, not yet in the cache
-                    dst[i][t] = with_new ? new_kv[new_off + lane + 32 * t] : 0.0f;
+                    dst[i][t] = kv_from_float<KV>(with_new ? new_kv[new_off + lane + 32 * t] : 0.0f);
                 else
-                    dst[i][t] = p < end ? kv_load(src + int64_t(p) * kv_dim + 32 * t) : 0.0f;
+                    dst[i][t] = p < end ? src[int64_t(p) * kv_dim + 32 * t] : kv_from_float<KV>(0.0f);
             }
         }
     };
@@ -307,8 +308,8 @@ __global__ void __launch_bounds__(attn_threads) attention_partial_kernel(const a
                     if (ii == i)
 #pragma unroll
                         for (int t = 0; t < dpl; ++t) {
-                            kv[ii][t] = new_kv[lane + 32 * t];
-                            vv[ii][t] = new_kv[dh + lane + 32 * t];
+                            kv[ii][t] = kv_from_float<KV>(new_kv[lane + 32 * t]);
+                            vv[ii][t] = kv_from_float<KV>(new_kv[dh + lane + 32 * t]);
                         }
             }
 #pragma unroll
@@ -320,7 +321,7 @@ __global__ void __launch_bounds__(attn_threads) attention_partial_kernel(const a
                 for (int g = 0; g < group; ++g) {
                     float d = 0.0f;
 #pragma unroll
-                    for (int t = 0; t < dpl; ++t) d = fmaf(qv[g][t], kv[i][t], d);
+                    for (int t = 0; t < dpl; ++t) d = fmaf(qv[g][t], kv_to_float(kv[i][t]), d);
                     part[g] = d;
                 }
                 const float sc = warp_sum_transposed<group>(part);
@@ -370,7 +371,7 @@ __global__ void __launch_bounds__(attn_threads) attention_partial_kernel(const a
                 for (int g = 0; g < group; ++g) {
                     const float pr = s_p[p - t0][g];
 #pragma unroll
-                    for (int t = 0; t < dpl; ++t) acc[g][t] = fmaf(pr, vv[i][t], acc[g][t]);
+                    for (int t = 0; t < dpl; ++t) acc[g][t] = fmaf(pr, kv_to_float(vv[i][t]), acc[g][t]);
                 }
             }
             if (nt0 >= 0) load_values(nt0, n_end, true);
