@@ -10,6 +10,7 @@
 #   TANDEM_PORT          TCP port                              8080
 #   TANDEM_SESSIONS      --batched-session (KV slots)          16
 #   TANDEM_CTX           --ctx (tokens per slot)               32768
+#   TANDEM_KV_TYPE       --kv-type (f16: half the KV memory, experimental; README)   f32
 #   TANDEM_GPU_DEVICES   --gpu-devices (e.g. 0,2,1,3; empty: not passed, the server decides)
 #   TANDEM_API_KEY       --api-key via a 0600 key file in the state dir (empty: no auth)
 #   TANDEM_STATE_DIR     pid file and log                      ${XDG_STATE_HOME:-$HOME/.local/state}/tandem
@@ -28,6 +29,7 @@ TANDEM_HOST="${TANDEM_HOST:-127.0.0.1}"
 TANDEM_PORT="${TANDEM_PORT:-8080}"
 TANDEM_SESSIONS="${TANDEM_SESSIONS:-16}"
 TANDEM_CTX="${TANDEM_CTX:-32768}"
+TANDEM_KV_TYPE="${TANDEM_KV_TYPE:-f32}"
 TANDEM_GPU_DEVICES="${TANDEM_GPU_DEVICES:-}"
 TANDEM_API_KEY="${TANDEM_API_KEY:-}"
 TANDEM_STATE_DIR="${TANDEM_STATE_DIR:-${XDG_STATE_HOME:-$HOME/.local/state}/tandem}"
@@ -77,7 +79,7 @@ cmd_start() {
   [[ -n "$TANDEM_SERVER_BIN" && -x "$TANDEM_SERVER_BIN" ]] || die "tandem-server not found (set TANDEM_SERVER_BIN)"
   mkdir -p "$TANDEM_STATE_DIR" || die "cannot create TANDEM_STATE_DIR=$TANDEM_STATE_DIR"
   local flags=(-m "$TANDEM_MODEL" --host "$TANDEM_HOST" --port "$TANDEM_PORT" --batched-session "$TANDEM_SESSIONS"
-               --ctx "$TANDEM_CTX")
+               --ctx "$TANDEM_CTX" --kv-type "$TANDEM_KV_TYPE")
   [[ -n "$TANDEM_GPU_DEVICES" ]] && flags+=(--gpu-devices "$TANDEM_GPU_DEVICES")
   if [[ -n "$TANDEM_API_KEY" ]]; then
     # A file keeps the key out of `ps` output.

@@ -29,6 +29,7 @@ expect 0 "start" -- "$launcher" start -- --prefill-yield 8
 grep -q 'layout: ' <<<"$last" || { echo "FAIL: start prints the layout line"; failed=$((failed + 1)); }
 pid="$(cat "$state/tandem-server.pid")"
 grep -q -- '--prefill-yield' "/proc/$pid/cmdline" || { echo "FAIL: extra flags after -- reach the server"; failed=$((failed + 1)); }
+grep -q -- '--kv-type' "/proc/$pid/cmdline" || { echo "FAIL: TANDEM_KV_TYPE reaches the server as --kv-type"; failed=$((failed + 1)); }
 expect 3 "a second start is refused" -- "$launcher" start
 expect 0 "status" -- "$launcher" status
 grep -q "slots 0/3 in use" <<<"$last" || { echo "FAIL: status shows slot use: $last"; failed=$((failed + 1)); }
