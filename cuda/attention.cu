@@ -210,7 +210,7 @@ __global__ void __launch_bounds__(attn_threads) attention_partial_kernel(const a
     // used (halves converted at each use), so no conversion waits on a load before the next issues.
     KV kv[ppw][dpl], vv[ppw][dpl];
     [[maybe_unused]] const float *new_kv = nullptr;  // fused: the new key, then value, in shared memory
-    auto load_half = [&](KV (&dst)[ppw][dpl], const KV *src, int new_off, int t0, int end, bool with_new) {
+    auto load_part = [&](KV (&dst)[ppw][dpl], const KV *src, int new_off, int t0, int end, bool with_new) {
 #pragma unroll
         for (int i = 0; i < ppw; ++i) {
             const int p = t0 + warp + attn_warps * i;
@@ -223,8 +223,8 @@ __global__ void __launch_bounds__(attn_threads) attention_partial_kernel(const a
             }
         }
     };
-    auto load_keys = [&](int t0, int end, bool with_new) { load_half(kv, kb, 0, t0, end, with_new); };
-    auto load_values = [&](int t0, int end, bool with_new) { load_half(vv, vb, dh, t0, end, with_new); };
+    auto load_keys = [&](int t0, int end, bool with_new) { load_part(kv, kb, 0, t0, end, with_new); };
+    auto load_values = [&](int t0, int end, bool with_new) { load_part(vv, vb, dh, t0, end, with_new); };
     // Fused, the rows' slots are distinct, so positions before the row's own were written by
     // earlier steps: the first tile's keys and values are loaded before the wait.
     if (fused && slot >= 0 && p_begin <= pos) {
