@@ -270,6 +270,7 @@ json service::props_json() const {
         {"modalities", {{"vision", false}, {"audio", false}}},
         {"build_info", "tandem"},
         {"layout", model_.eng ? model_.eng->layout() : std::string()},
+        {"kv_type", config_.kv_type},
         {"prefill_chunk", config_.prefill_chunk},
         {"prefill_yield", config_.prefill_yield},
         {"itl_budget", config_.itl_budget},

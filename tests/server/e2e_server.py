@@ -76,6 +76,8 @@ def test_curl_and_basics(srv):
     check(status == 200 and models["data"][0]["id"] == MODEL, "/v1/models lists the model")
     status, props = srv.get_json("/props")
     check(status == 200 and props["total_slots"] >= 1, "/props")
+    check(props.get("kv_type") == "f32" and models["data"][0]["meta"].get("kv_type") == "f32",
+          "/props and /v1/models report the KV cache type")
     status, _, body = srv.request("GET", "/health")
     check(status == 200 and json.loads(body) == {"status": "ok"}, "/health ok")
 
