@@ -8,10 +8,6 @@
 
 namespace tandem::cuda {
 
-__device__ __forceinline__ float kv_load(const float *p) { return *p; }
-__device__ __forceinline__ float kv_load(const __half *p) { return __half2float(*p); }
-__device__ __forceinline__ void kv_store(float *p, float v) { *p = v; }
-__device__ __forceinline__ void kv_store(__half *p, float v) { *p = __float2half_rn(v); }
 __device__ __forceinline__ float kv_to_float(float v) { return v; }
 __device__ __forceinline__ float kv_to_float(__half v) { return __half2float(v); }
 template <class KV>
@@ -21,13 +17,12 @@ __device__ __forceinline__ KV kv_from_float(float v) {
     else
         return v;
 }
+template <class KV>
+__device__ __forceinline__ float kv_load(const KV *p) { return kv_to_float(*p); }
+template <class KV>
+__device__ __forceinline__ void kv_store(KV *p, float v) { *p = kv_from_float<KV>(v); }
 // v as a cache of element type KV holds it.
 template <class KV>
-__device__ __forceinline__ float kv_round(float v) {
-    if constexpr (sizeof(KV) == 2)
-        return __half2float(__float2half_rn(v));
-    else
-        return v;
-}
+__device__ __forceinline__ float kv_round(float v) { return kv_to_float(kv_from_float<KV>(v)); }
 
 }  // namespace tandem::cuda
