@@ -5,9 +5,12 @@
 // latency-bound: one dependent round trip per position was the cost).
 #include "attention.h"
 
+#include "attention_mma.h"
+
 #include "cuda_check.h"
 #include "kv_cache.cuh"
 #include "launch.cuh"
+#include "qk_norm_rope.cuh"
 #include "warp_reduce.cuh"
 #include "x_split.cuh"
 
@@ -20,64 +23,6 @@ namespace {
 constexpr int rope_warps = 8;       // heads per block; blocks over (row, head group)
 constexpr int attn_warps = 8;       // warps per (row, KV head, chunk); positions interleave over them
 constexpr int attn_threads = attn_warps * 32;
-constexpr int max_dpl = 8;          // d_head up to 256 (8 elements per lane)
-
-// This lane's cos/sin of a position's NeoX rotation angles: float32 angles, double cos/sin rounded
-// to float, as the CPU twin computes them. d_head 32: element i (lane i) rotates with lane i + 16,
-// angle index lane % 16; otherwise element i with i + d_head/2, dpl/2 slots on in the same lane.
-// rope_angle: slot t's (zeros past the slots in use).
-__device__ __forceinline__ void rope_angle(int pos, const float *inv_freq, int dpl, int lane, int t, float &c, float &s) {
-    const int fi = dpl == 1 ? (lane & 15) : lane + 32 * t;
-    c = s = 0.0f;
-    if (t < dpl / 2 || (dpl == 1 && t == 0)) {
-        const float angle = __fmul_rn(float(pos), inv_freq[fi]);
-        double sd, cd;
-        sincos(double(angle), &sd, &cd);
-        c = float(cd);
-        s = float(sd);
-    }
-}
-__device__ __forceinline__ void rope_angles(int pos, const float *inv_freq, int dpl, int lane, float (&cs)[max_dpl / 2],
-                                            float (&sn)[max_dpl / 2]) {
-#pragma unroll
-    for (int t = 0; t < max_dpl / 2; ++t) rope_angle(pos, inv_freq, dpl, lane, t, cs[t], sn[t]);
-}
-
-// One head held by a warp (val[t] = element lane + 32 t): per-head RMSNorm with weights nw
-// (bitwise the CPU's order: element i in lane i % 32, butterfly), then the NeoX rotation.
-__device__ __forceinline__ void norm_rope_head(float (&val)[max_dpl], const float (&nw)[max_dpl], const float (&cs)[max_dpl / 2],
-                                               const float (&sn)[max_dpl / 2], int dpl, int lane, float eps) {
-    const int dh = 32 * dpl, half_t = dpl / 2;
-    float acc = 0.0f;
-#pragma unroll
-    for (int t = 0; t < max_dpl; ++t)
-        if (t < dpl) acc = __fadd_rn(acc, __fmul_rn(val[t], val[t]));
-    const float mean_sq = __fdiv_rn(__shfl_sync(0xFFFFFFFFu, warp_sum_fixed(acc), 0), float(dh));
-    const float inv = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(mean_sq, eps)));
-#pragma unroll
-    for (int t = 0; t < max_dpl; ++t)
-        if (t < dpl) val[t] = __fmul_rn(__fmul_rn(val[t], inv), nw[t]);
-    if (dpl == 1) {
-        const float other = __shfl_xor_sync(0xFFFFFFFFu, val[0], 16);
-        val[0] = lane < 16 ? __fsub_rn(__fmul_rn(val[0], cs[0]), __fmul_rn(other, sn[0]))
-                           : __fadd_rn(__fmul_rn(val[0], cs[0]), __fmul_rn(other, sn[0]));
-    }
-#pragma unroll
-    for (int t = 0; t < max_dpl / 2; ++t) {
-        if (t >= half_t) continue;
-        const float c = cs[t], s = sn[t];
-        float x0 = val[t], x1 = val[t];
-#pragma unroll
-        for (int u = 0; u < max_dpl; ++u)
-            if (u == t + half_t) x1 = val[u];
-        const float y0 = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s));
-        const float y1 = __fadd_rn(__fmul_rn(x1, c), __fmul_rn(x0, s));
-        val[t] = y0;
-#pragma unroll
-        for (int u = 0; u < max_dpl; ++u)
-            if (u == t + half_t) val[u] = y1;
-    }
-}
 
 // Q and K: norm_rope_head; V copied. The row's slot and position, the angles' cos/sin and the
 // norm weights do not depend on the previous kernel (slots and positions are written before the
@@ -419,28 +364,36 @@ __global__ void attention_combine_kernel(const attention_args a, int n_chunks) {
     }
     const int nc = pos / attention_row_chunk(pos) + 1;
     const float *part = a.partial + (int64_t(r) * a.n_head + h) * n_chunks * (dh + 2);
-    // The chunks' maxima and sums, one chunk a thread (all loads in flight at once, not a chain of
-    // round trips a thread); the arithmetic below reads them in chunk order as before.
-    __shared__ float s_max[attention_max_chunks], s_sum[attention_max_chunks];
-    for (int c = threadIdx.x; c < nc; c += blockDim.x) {
-        s_max[c] = part[c * (dh + 2) + dh];
-        s_sum[c] = part[c * (dh + 2) + dh + 1];
+    // Every element's chunk values are loaded at once, while the first warp loads the chunks'
+    // maxima and sums (one round trip), takes the maximum (exact in any order) and makes chunk c's
+    // factor exp(max_c - max) once a block, not once a thread; each element then sums its chunks,
+    // and each thread the chunks' sums, in chunk order.
+    static_assert(attention_max_chunks <= 32, "one warp holds every chunk's maximum");
+    __shared__ float s_f[attention_max_chunks], s_sum[attention_max_chunks];
+    const int e = threadIdx.x;  // blockDim.x == d_head
+    float v[attention_max_chunks];
+#pragma unroll
+    for (int c = 0; c < attention_max_chunks; ++c) v[c] = c < nc ? part[c * (dh + 2) + e] : 0.0f;
+    if (threadIdx.x < 32) {
+        const int c = threadIdx.x;
+        const float m_c = c < nc ? part[c * (dh + 2) + dh] : -INFINITY;
+        const float sum_c = c < nc ? part[c * (dh + 2) + dh + 1] : 0.0f;
+        const float mx = warp_max(m_c);
+        const float f = c < nc ? expf(m_c - mx) : 0.0f;
+        s_f[c] = f;
+        s_sum[c] = sum_c * f;
     }
     __syncthreads();
-    float mx = -INFINITY;
-    for (int c = 0; c < nc; ++c) mx = fmaxf(mx, s_max[c]);
-    for (int e = threadIdx.x; e < dh; e += blockDim.x) {
-        float sum = 0.0f, acc = 0.0f;
-#pragma unroll 16
-        for (int c = 0; c < nc; ++c) {
-            const float f = expf(s_max[c] - mx);
-            sum += s_sum[c] * f;
-            acc += part[c * (dh + 2) + e] * f;
-        }
-        const float v = acc * (1.0f / sum);
-        out[e] = v;
-        store_split(v);
+    float sum = 0.0f, acc = 0.0f;
+#pragma unroll
+    for (int c = 0; c < attention_max_chunks; ++c) {
+        if (c >= nc) break;
+        sum += s_sum[c];
+        acc += v[c] * s_f[c];
     }
+    const float out_v = acc * (1.0f / sum);
+    out[e] = out_v;
+    store_split(out_v);
 }
 
 // Chunk blocks a row: every chunk its own block for steps of few rows, else each block takes
@@ -453,10 +406,14 @@ __global__ void attention_combine_kernel(const attention_args a, int n_chunks) {
 // prompts at 16 sessions: 2,457 / 2,537 / 2,547 / 2,530).
 constexpr int attn_live_blocks = 256;
 
+// Blocks along z for row_blocks blocks of (row, query-head group) (attn_live_blocks above).
+int attention_chunk_blocks(int row_blocks, int n_chunks) {
+    return std::min(n_chunks, std::max(1, (attn_live_blocks + row_blocks - 1) / row_blocks));
+}
+
 template <int dpl, int group, class KV>
 void launch_attention_partial_kv(const attention_args &a, int n_chunks, cudaStream_t stream) {
-    const int row_blocks = a.n_head / group * a.n_rows;
-    const int chunk_blocks = std::min(n_chunks, std::max(1, (attn_live_blocks + row_blocks - 1) / row_blocks));
+    const int chunk_blocks = attention_chunk_blocks(a.n_head / group * a.n_rows, n_chunks);
     const dim3 grid(a.n_head / group, a.n_rows, chunk_blocks);  // chunks slowest: the live ones dispatch first
     if (a.k_new)
         launch_pdl(attention_partial_kernel<dpl, group, true, KV>, grid, dim3(attn_threads), stream, a, n_chunks);
@@ -491,6 +448,18 @@ void launch_attention_dpl(const attention_args &a, int group, int n_chunks, cuda
     }
 }
 
+// The partials on CUDA cores (fp32 dots), every shape attention() takes.
+void launch_attention_cuda_cores(const attention_args &a, int n_chunks, cudaStream_t stream) {
+    const int group = a.n_head / a.n_head_kv;
+    switch (a.d_head) {
+    case 32: launch_attention_dpl<1>(a, group, n_chunks, stream); break;
+    case 64: launch_attention_dpl<2>(a, group, n_chunks, stream); break;
+    case 128: launch_attention_dpl<4>(a, group, n_chunks, stream); break;
+    case 256: launch_attention_dpl<8>(a, group, n_chunks, stream); break;
+    default: TANDEM_CUDA_REQUIRE(false, "attention: d_head must be 32, 64, 128 or 256");
+    }
+}
+
 }  // namespace
 
 void qk_rope_kv(const qk_rope_kv_args &a, cudaStream_t stream) {
@@ -515,14 +484,10 @@ void attention(const attention_args &a, cudaStream_t stream) {
     if (a.n_rows == 0) return;
     const int n_chunks = attention_chunks(a.n_ctx);
     TANDEM_CUDA_REQUIRE(a.n_rows <= 65535, "attention: too many rows for one launch");
-    const int group = a.n_head / a.n_head_kv;
-    switch (a.d_head) {
-    case 32: launch_attention_dpl<1>(a, group, n_chunks, stream); break;
-    case 64: launch_attention_dpl<2>(a, group, n_chunks, stream); break;
-    case 128: launch_attention_dpl<4>(a, group, n_chunks, stream); break;
-    case 256: launch_attention_dpl<8>(a, group, n_chunks, stream); break;
-    default: TANDEM_CUDA_REQUIRE(false, "attention: d_head must be 32, 64, 128 or 256");
-    }
+    if (attention_mma_applies(a))  // halves, d_head 128, 8k query heads a KV head: tensor cores
+        attention_partial_mma(a, n_chunks, attention_chunk_blocks(a.n_head / 8 * a.n_rows, n_chunks), stream);
+    else
+        launch_attention_cuda_cores(a, n_chunks, stream);
     TANDEM_CUDA_CHECK_LAUNCH();
     launch_pdl(attention_combine_kernel, dim3(a.n_head, a.n_rows), dim3(a.d_head), stream, a, n_chunks);
     TANDEM_CUDA_CHECK_LAUNCH();

@@ -17,6 +17,7 @@
 
 #include "cuda_check.h"
 #include "launch.cuh"
+#include "ldmatrix.cuh"
 #include "matmul_prompt_tile.cuh"
 #include "quant_decode.cuh"
 
@@ -136,13 +137,6 @@ __device__ __forceinline__ w_raw<T, w_items> load_w_raw(const uint8_t *row, int 
     } else {
         return {row};
     }
-}
-
-__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const __nv_bfloat16 *p) {
-    const uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(p));
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(addr));
 }
 
 // c += a b for one m16n8k16 tile (a: 16 x 16 row-major, b: 16 x 8 column-major, bf16; c fp32).
@@ -274,11 +268,11 @@ __global__ void __launch_bounds__(S::n_threads, S::min_blocks) matmul_prompt_ker
     auto load_a = [&](a_frags &f, bool lo, int ks, int live) {
 #pragma unroll
         for (int i = 0; i < m_frags; ++i)
-            if (i < live) ldmatrix_x4(f[i], a_src + ((lo ? tile_m : 0) + 16 * i) * row_elems + 16 * ks);
+            if (i < live) ldsm_x4(f[i], a_src + ((lo ? tile_m : 0) + 16 * i) * row_elems + 16 * ks);
     };
     auto load_b = [&](b_frags &f, bool lo, int ks) {
 #pragma unroll
-        for (int jj = 0; jj < n_frags / 2; ++jj) ldmatrix_x4(f[jj], b_src + ((lo ? tile_n : 0) + 16 * jj) * row_elems + 16 * ks);
+        for (int jj = 0; jj < n_frags / 2; ++jj) ldsm_x4(f[jj], b_src + ((lo ? tile_n : 0) + 16 * jj) * row_elems + 16 * ks);
     };
     // One pass of the three split products over all tiles: m_frags x n_frags independent mmas
     // between two into the same accumulator, which takes hi.hi, hi.lo, lo.hi in that order.

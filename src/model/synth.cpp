@@ -20,6 +20,9 @@ const std::vector<synth_preset> &presets() {
     //                      name  layers d_model heads kv d_head experts used d_ff_e d_ff vocab ctx theta eps
     static const std::vector<synth_preset> list = {
         {"tiny", 4, 256, 4, 2, 64, 8, 2, 256, 768, 1024, 32768, 1000000.0f, 1e-6f},
+        // tiny, with Qwen3-MoE's attention geometry (d_head 128, 8 query heads a KV head): the shape
+        // the tensor-core decode attention takes (cuda/attention_mma.h), small enough for tests.
+        {"tiny-gqa8", 2, 512, 16, 2, 128, 8, 2, 256, 768, 1024, 32768, 1000000.0f, 1e-6f},
         {"qwen3-30b-a3b", 48, 2048, 32, 4, 128, 128, 8, 768, 6144, 151936, 40960, 1000000.0f, 1e-6f},
         {"qwen3-235b-a22b", 94, 4096, 64, 4, 128, 128, 8, 1536, 12288, 151936, 40960, 1000000.0f, 1e-6f},
     };

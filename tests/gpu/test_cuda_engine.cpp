@@ -91,6 +91,8 @@ TEST_CASE("CUDA engine with an f16 KV cache matches the CPU engine rounding the 
     // attention rounds the new key and value as the cache holds them), 80 rows on the direct path.
     compare_engines(fixture_gguf("qwen3moe-a", ggml_type::q4_k), 11, 12, 77, "f16");
     compare_engines(synth_gguf("tiny", ggml_type::q4_k, 2), 80, 10, 91, "f16");
+    // Qwen3's attention geometry: the decode rows take the tensor-core attention (attention_mma.h).
+    compare_engines(synth_gguf("tiny-gqa8", ggml_type::q4_k, 2), 80, 10, 92, "f16");
 }
 
 TEST_CASE("CUDA decode rows that share a slot (a prompt fed without engine_row::prompt) match the CPU", "[gpu][model]") {
@@ -127,10 +129,12 @@ TEST_CASE("CUDA decode rows that share a slot (a prompt fed without engine_row::
 
 TEST_CASE("CUDA decode logits are bitwise independent of the other rows of the step", "[gpu][invariance]") {
     if (!gpu_present()) return;
-    const std::string model = synth_gguf("tiny", ggml_type::q4_k, 0);
+    // tiny-gqa8 with halves: the tensor-core decode attention (attention_mma.h).
+    const std::string preset = GENERATE(std::string("tiny"), std::string("tiny-gqa8"));
+    const std::string model = synth_gguf(preset, ggml_type::q4_k, 0);
     const uint32_t seed = 4242;
     const std::string kv = GENERATE(std::string("f32"), std::string("f16"));
-    INFO("seed " << seed << " kv " << kv);
+    INFO(preset << " seed " << seed << " kv " << kv);
     std::mt19937 rng(seed);
     const size_t n_sessions = 16, n_steps = 24;
     auto alone_eng = open_cuda(model, int32_t(n_sessions) + 1, 256, kv);

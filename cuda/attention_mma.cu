@@ -1,0 +1,337 @@
+// cuda/attention_mma.cu - decode attention chunk partials on tensor cores over a cache of halves
+// (attention_mma.h). Why: the fp32 kernel (attention.cu) is bound by its instruction latency, not
+// by bytes: halving the cache's bytes left 16 sessions after 4,000-token prompts at 1,064 tok/s
+// against 1,069. Here a product of 16 positions with 8 query heads is 16 mma.sync for the scores
+// and 16 for P * V, with no shuffles a position: 1,778 tok/s there (docs/perf-notes.md, session 17).
+//
+// Work per (row, KV head) position: Q.K^T and P.V of 8 query heads, 2 * 128 * 8 * 2 = 4,096 flops,
+// on 512 bytes of f16 key and value. Per block (4 warps): one (row, 8 query heads, run of chunks).
+// Warp w takes the chunk's subtiles of 16 positions w, w + 4, ... and keeps its own online softmax
+// over them; each subtile's keys and values arrive by cp.async into the warp's own two stages
+// while the previous one is computed (no block barrier inside a chunk). At the chunk's end the
+// four warps' (max, sum, output) are merged in warp order into the chunk partial.
+//
+// Fragments (m16n8k16, lane = 4 g + t): scores S = A B with A rows g = the hi parts of query head
+// g, rows g + 8 its lo parts (k = 16 dimensions), B = K^T (n = 8 positions; ldmatrix of the staged
+// keys), so S[g] + S[g + 8] is head g's score. The same C layout is the A layout of P * V: rows g
+// and g + 8 carry the hi and lo parts of head g's probabilities over 16 positions, B = V (n = 8
+// dimensions; ldmatrix.trans), and O[g] + O[g + 8] is head g's output.
+#include "attention_mma.h"
+
+#include "cp_async.cuh"
+#include "cuda_check.h"
+#include "kv_cache.cuh"
+#include "launch.cuh"
+#include "ldmatrix.cuh"
+#include "qk_norm_rope.cuh"
+
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+
+namespace tandem::cuda {
+namespace {
+
+constexpr int am_warps = 4;
+constexpr int am_threads = am_warps * 32;
+constexpr int am_dh = 128;     // d_head
+constexpr int am_group = 8;    // query heads a block (of one KV head)
+constexpr int am_sub = 16;     // positions a warp's subtile
+constexpr int am_row = am_dh + 8;  // halves a staged row: 272 bytes = 17 x 16 (odd), so the 8 rows
+                                   // of an ldmatrix phase hit distinct banks
+constexpr uint32_t full_mask = 0xFFFFFFFFu;
+
+struct am_stage {
+    __half k[am_sub][am_row];
+    __half v[am_sub][am_row];
+};
+// A warp's state at a chunk's end, written into its free stage for the merge.
+struct am_merge {
+    float m[am_group], l[am_group], o[am_group][am_dh];
+};
+static_assert(sizeof(am_merge) <= sizeof(am_stage), "the merge state fits a stage");
+
+struct am_smem {
+    am_stage stage[am_warps][2];   // 69,632 bytes: 3 blocks an SM
+    float q[am_group][am_dh];      // fused: the block's normalised, rotated query heads
+    float fresh[2][am_dh];         // fused: the row's new key and value, as the cache holds them
+    int merge_stage[am_warps];     // which stage holds warp w's merge state
+};
+
+// c += a b: m16n8k16, f16 inputs, fp32 accumulation (a 16 x 16 row-major, b 16 x 8 column-major).
+__device__ __forceinline__ void mma_f16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// (x, y) -> hi = their halves packed (x in the low 16 bits), lo = the halves of what remains.
+// x - hi is exact in fp32; lo keeps ~11 more bits (fewer below 2^-14, where halves go subnormal:
+// an absolute error under 2^-25).
+__device__ __forceinline__ void split_f16(float x, float y, uint32_t &hi, uint32_t &lo) {
+    const __half2 h = __floats2half2_rn(x, y);
+    const float2 hf = __half22float2(h);
+    const __half2 l = __floats2half2_rn(x - hf.x, y - hf.y);
+    hi = *reinterpret_cast<const uint32_t *>(&h);
+    lo = *reinterpret_cast<const uint32_t *>(&l);
+}
+
+template <bool fused>
+__global__ void __launch_bounds__(am_threads, 3) attention_partial_mma_kernel(const attention_args a, int n_chunks) {
+    extern __shared__ __align__(16) unsigned char am_raw[];
+    am_smem &sm = *reinterpret_cast<am_smem *>(am_raw);
+    const int blocks_per_kv = a.n_head / (a.n_head_kv * am_group);
+    const int qb = blockIdx.x, kh = qb / blocks_per_kv, c0 = blockIdx.z, r = blockIdx.y;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const int n_z = int(gridDim.z);
+    // Slots and positions are written before the step's first kernel (attention.h).
+    const int slot = a.slots[r], pos = a.positions[r], chunk = attention_row_chunk(pos), row_chunks = pos / chunk + 1;
+    if (slot >= 0 && c0 >= row_chunks) return;  // as attention.cu: no chunk of the row here
+    [[maybe_unused]] const bool holds_new = (row_chunks - 1 - c0) % n_z == 0;
+    [[maybe_unused]] float cs[max_dpl / 2], sn[max_dpl / 2], qn[max_dpl], kn[max_dpl];
+    constexpr int dpl = am_dh / 32;
+    if constexpr (fused) {
+        rope_angles(pos, a.inv_freq, dpl, lane, cs, sn);
+#pragma unroll
+        for (int i = 0; i < max_dpl; ++i) {
+            qn[i] = i < dpl ? a.q_norm[lane + 32 * i] : 0.0f;
+            kn[i] = i < dpl ? a.k_norm[lane + 32 * i] : 0.0f;
+        }
+    }
+    const int kv_dim = a.n_head_kv * am_dh;
+    const int64_t kv_base = int64_t(slot < 0 ? 0 : slot) * a.n_ctx * kv_dim + int64_t(kh) * am_dh;
+    const __half *kb = static_cast<const __half *>(a.k_cache) + kv_base, *vb = static_cast<const __half *>(a.v_cache) + kv_base;
+    auto chunk_end = [&](int c) { return min(c * chunk + chunk, pos + 1); };
+    // The warp's next subtile from (c, s) on: subtile s of chunk c, else the first of the block's
+    // later chunks that has one for this warp (c == row_chunks or more: none left).
+    auto settle = [&](int &c, int &s) {
+        while (c < row_chunks && c * chunk + am_sub * s >= chunk_end(c)) {
+            c += n_z;
+            s = warp;
+        }
+    };
+    // Subtile (c, s)'s keys and values into stage b: 512 copies of 16 bytes, 16 a lane; positions
+    // from the chunk's end on as zeros (unwritten cache may hold NaN; 0 * NaN is NaN), and fused,
+    // the row's own position too (patched from shared memory once it has arrived).
+    auto issue = [&](int c, int s, int b) {
+        const int p0 = c * chunk + am_sub * s, pe = chunk_end(c);
+        am_stage &st = sm.stage[warp][b];
+#pragma unroll
+        for (int j = 0; j < 16; ++j) {
+            const int idx = lane + 32 * j, is_v = idx >> 8, row = (idx >> 4) & 15, col = (idx & 15) * 8, p = p0 + row;
+            const bool ok = p < pe && !(fused && p == pos);
+            const __half *src = (is_v ? vb : kb) + int64_t(ok ? p : 0) * kv_dim + col;
+            cp_async_16(is_v ? &st.v[row][col] : &st.k[row][col], src, ok ? 16 : 0);
+        }
+    };
+    int cur_c = c0, cur_s = warp, buf = 0;
+    settle(cur_c, cur_s);
+    // Fused, the rows' slots are distinct: positions before the row's own were written by earlier
+    // steps, so the first subtile may load before the wait.
+    if (fused && slot >= 0 && cur_c < row_chunks) issue(cur_c, cur_s, 0);
+    cp_async_commit();
+    pdl_wait();
+    pdl_trigger();
+    if (slot < 0) {
+        cp_async_wait_all();
+        return;
+    }
+    if constexpr (fused) {
+        const bool writer = holds_new && qb % blocks_per_kv == 0;
+        // Warp w takes heads w, w + 4, w + 8 of the block's query heads, then the new key and
+        // value (in the block that holds the row's position): all loads first, so the rounds'
+        // round trips overlap.
+        constexpr int rounds = (am_group + 2 + am_warps - 1) / am_warps;
+        float val[rounds][max_dpl];
+#pragma unroll
+        for (int k = 0; k < rounds; ++k) {
+            const int hh = warp + am_warps * k;
+            const bool live = hh < am_group || (hh < am_group + 2 && holds_new);
+            const float *src = hh < am_group ? a.q + (int64_t(r) * a.n_head + qb * am_group + hh) * am_dh
+                                             : (hh == am_group ? a.k_new : a.v_new) + (int64_t(r) * a.n_head_kv + kh) * am_dh;
+#pragma unroll
+            for (int i = 0; i < max_dpl; ++i) val[k][i] = live && i < dpl ? src[lane + 32 * i] : 0.0f;
+        }
+#pragma unroll
+        for (int k = 0; k < rounds; ++k) {
+            const int hh = warp + am_warps * k;
+            if (!(hh < am_group || (hh < am_group + 2 && holds_new))) continue;  // warp-uniform
+            if (hh <= am_group) {
+                float nw[max_dpl];  // element by element, as in attention.cu
+#pragma unroll
+                for (int i = 0; i < max_dpl; ++i) nw[i] = hh < am_group ? qn[i] : kn[i];
+                norm_rope_head(val[k], nw, cs, sn, dpl, lane, a.eps);
+            }
+            if (hh >= am_group) {
+#pragma unroll
+                for (int i = 0; i < max_dpl; ++i) val[k][i] = kv_round<__half>(val[k][i]);
+            }
+            float *dst = hh < am_group ? sm.q[hh] : sm.fresh[hh - am_group];
+#pragma unroll
+            for (int i = 0; i < dpl; ++i) dst[lane + 32 * i] = val[k][i];
+            if (writer && hh >= am_group) {
+                __half *cache = static_cast<__half *>(hh == am_group ? a.k_cache : a.v_cache) +
+                                (int64_t(slot) * a.n_ctx + pos) * kv_dim + int64_t(kh) * am_dh;
+#pragma unroll
+                for (int i = 0; i < dpl; ++i) kv_store(cache + lane + 32 * i, val[k][i]);
+            }
+        }
+        __syncthreads();
+    } else {
+        if (cur_c < row_chunks) issue(cur_c, cur_s, 0);
+        cp_async_commit();
+    }
+    // The query fragments of the whole run: k-step kk covers dimensions 16 kk .. 16 kk + 15.
+    uint32_t qa[am_dh / 16][4];
+    {
+        const float *q = fused ? sm.q[g] : a.q + (int64_t(r) * a.n_head + qb * am_group + g) * am_dh;
+#pragma unroll
+        for (int kk = 0; kk < am_dh / 16; ++kk) {
+            const float2 x0 = *reinterpret_cast<const float2 *>(q + 16 * kk + 2 * t);
+            const float2 x1 = *reinterpret_cast<const float2 *>(q + 16 * kk + 2 * t + 8);
+            split_f16(x0.x, x0.y, qa[kk][0], qa[kk][1]);
+            split_f16(x1.x, x1.y, qa[kk][2], qa[kk][3]);
+        }
+    }
+    // ldmatrix row addresses: keys (non-transposed) matrices (positions 0-7 | 8-15) x (dims +0 | +8),
+    // lanes 8i.. give matrix i = (dims half i & 1, positions half i >> 1); values (transposed)
+    // matrix i = (positions half i & 1, dims half i >> 1).
+    const int k_row = (lane & 7) + ((lane >> 4) << 3), k_col = ((lane >> 3) & 1) * 8;
+    const int v_row = (lane & 7) + (((lane >> 3) & 1) << 3), v_col = (lane >> 4) * 8;
+
+    for (int c = c0; c < row_chunks; c += n_z) {
+        const int pe = chunk_end(c);
+        float o[am_dh / 8][4];
+#pragma unroll
+        for (int n = 0; n < am_dh / 8; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+        float m_run = -INFINITY, l_run = 0.0f;  // head g's running max; this lane's share of its sum
+        while (cur_c == c) {
+            int next_c = cur_c, next_s = cur_s + am_warps;
+            settle(next_c, next_s);
+            if (next_c < row_chunks) issue(next_c, next_s, buf ^ 1);
+            cp_async_commit();
+            cp_async_wait_pending<1>();
+            __syncwarp();
+            am_stage &st = sm.stage[warp][buf];
+            const int p0 = c * chunk + am_sub * cur_s;
+            if (fused && pos >= p0 && pos < p0 + am_sub) {  // warp-uniform: the new position
+                const int row = pos - p0;
+#pragma unroll
+                for (int i = 0; i < 4; ++i) {
+                    st.k[row][4 * lane + i] = __float2half_rn(sm.fresh[0][4 * lane + i]);
+                    st.v[row][4 * lane + i] = __float2half_rn(sm.fresh[1][4 * lane + i]);
+                }
+                __syncwarp();
+            }
+            // Scores of positions p0 + 8 n + 2 t + e (n-tile n), hi part in sc[n][e], lo in sc[n][2 + e].
+            float sc[2][4] = {};
+#pragma unroll
+            for (int kk = 0; kk < am_dh / 16; ++kk) {
+                uint32_t b[4];
+                ldsm_x4(b, &st.k[k_row][16 * kk + k_col]);
+                mma_f16(sc[0], qa[kk], b[0], b[1]);
+                mma_f16(sc[1], qa[kk], b[2], b[3]);
+            }
+            float s[4], tmax = -INFINITY;
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                const int n = i >> 1, e = i & 1, p = p0 + 8 * n + 2 * t + e;
+                s[i] = p < pe ? (sc[n][e] + sc[n][2 + e]) * a.scale : -INFINITY;
+                tmax = fmaxf(tmax, s[i]);
+            }
+            tmax = fmaxf(tmax, __shfl_xor_sync(full_mask, tmax, 1));
+            tmax = fmaxf(tmax, __shfl_xor_sync(full_mask, tmax, 2));
+            const float m_new = fmaxf(m_run, tmax);  // finite: the subtile's first position is live
+            const float corr = expf(m_run - m_new);  // 0 on the chunk's first subtile
+            float pr[4];
+#pragma unroll
+            for (int i = 0; i < 4; ++i) pr[i] = expf(s[i] - m_new);
+            l_run = l_run * corr + ((pr[0] + pr[1]) + (pr[2] + pr[3]));
+            m_run = m_new;
+            uint32_t pa[4];
+            split_f16(pr[0], pr[1], pa[0], pa[1]);
+            split_f16(pr[2], pr[3], pa[2], pa[3]);
+#pragma unroll
+            for (int n = 0; n < am_dh / 8; ++n)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) o[n][e] *= corr;
+#pragma unroll
+            for (int j = 0; j < am_dh / 16; ++j) {
+                uint32_t b[4];
+                ldsm_x4_trans(b, &st.v[v_row][16 * j + v_col]);
+                mma_f16(o[2 * j], pa, b[0], b[1]);
+                mma_f16(o[2 * j + 1], pa, b[2], b[3]);
+            }
+            __syncwarp();  // the stage is refilled two subtiles on
+            buf ^= 1;
+            cur_c = next_c;
+            cur_s = next_s;
+        }
+        // The warp's state into its free stage (its next subtile, if any, is arriving in the other).
+        {
+            am_merge &mg = *reinterpret_cast<am_merge *>(&sm.stage[warp][buf ^ 1]);
+            float l = l_run + __shfl_xor_sync(full_mask, l_run, 1);
+            l += __shfl_xor_sync(full_mask, l, 2);
+            if (t == 0) {
+                mg.m[g] = m_run;
+                mg.l[g] = l;
+            }
+#pragma unroll
+            for (int n = 0; n < am_dh / 8; ++n)
+#pragma unroll
+                for (int e = 0; e < 2; ++e) mg.o[g][8 * n + 2 * t + e] = o[n][e] + o[n][2 + e];
+            if (lane == 0) sm.merge_stage[warp] = buf ^ 1;
+        }
+        __syncthreads();
+        // Merge in warp order (a warp with no subtile here has max -inf, sum and output 0): thread
+        // e takes dimension e of every head.
+        {
+            static_assert(am_threads == am_dh, "a thread a dimension");
+            const int e = threadIdx.x;
+            const am_merge *mg[am_warps];
+#pragma unroll
+            for (int w = 0; w < am_warps; ++w) mg[w] = reinterpret_cast<const am_merge *>(&sm.stage[w][sm.merge_stage[w]]);
+#pragma unroll
+            for (int hg = 0; hg < am_group; ++hg) {
+                float mx = -INFINITY;
+#pragma unroll
+                for (int w = 0; w < am_warps; ++w) mx = fmaxf(mx, mg[w]->m[hg]);
+                float out = 0.0f, sum = 0.0f;
+#pragma unroll
+                for (int w = 0; w < am_warps; ++w) {
+                    const float f = expf(mg[w]->m[hg] - mx);
+                    out += mg[w]->o[hg][e] * f;
+                    sum += mg[w]->l[hg] * f;
+                }
+                float *dst = a.partial + ((int64_t(r) * a.n_head + qb * am_group + hg) * n_chunks + c) * (am_dh + 2);
+                dst[e] = out;
+                if (e == 0) {
+                    dst[am_dh] = mx;
+                    dst[am_dh + 1] = sum;
+                }
+            }
+        }
+        __syncthreads();  // the merge stages are refilled by later subtiles
+    }
+    cp_async_wait_all();
+}
+
+}  // namespace
+
+void attention_partial_mma(const attention_args &a, int n_chunks, int chunk_blocks, cudaStream_t stream) {
+    TANDEM_CUDA_REQUIRE(attention_mma_applies(a), "attention_partial_mma: needs halves, d_head 128, 8k query heads a KV head");
+    const dim3 grid(a.n_head / am_group, a.n_rows, chunk_blocks);  // chunks slowest, as attention.cu
+    constexpr size_t smem = sizeof(am_smem);
+    auto go = [&](auto kernel) {
+        TANDEM_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+        launch_pdl_smem(kernel, grid, dim3(am_threads), smem, stream, a, n_chunks);
+    };
+    if (a.k_new)
+        go(attention_partial_mma_kernel<true>);
+    else
+        go(attention_partial_mma_kernel<false>);
+}
+
+}  // namespace tandem::cuda

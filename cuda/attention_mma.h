@@ -1,0 +1,31 @@
+// cuda/attention_mma.h - the decode attention's chunk partials on tensor cores, for a KV cache of
+// halves (attention_args::kv_f16) with d_head 128 and 8 or a multiple of 8 query heads per KV head
+// (every Qwen3-MoE). attention() takes it whenever it applies, so which kernel a row gets depends
+// on the model and the cache type only, never on the step. Same grid, chunking and partial layout
+// as the fp32 kernel (attention.cu), whose combine launch merges the partials.
+//
+// Numerics: keys and values enter the mma exactly (they are halves). The queries and the softmax
+// probabilities are split into f16 hi + lo (~22 significant bits) and the two parts ride in the
+// upper and lower 8 rows of one m16n8k16 product, so each score and each output element is
+// (hi part) + (lo part) with fp32 accumulation. Scores, softmax (expf) and the merge are fp32 as
+// in the CUDA-core kernel; each row's result depends only on its own position and cache.
+// Owns: the tensor-core partial kernel. Does not own: the chunk schedule (attention.h), the merge.
+#pragma once
+
+#include "attention.h"
+
+#include <cuda_runtime.h>
+
+namespace tandem::cuda {
+
+// Whether attention_partial_mma takes these arguments.
+inline bool attention_mma_applies(const attention_args &a) {
+    return a.kv_f16 && a.d_head == 128 && a.n_head_kv > 0 && a.n_head % a.n_head_kv == 0 &&
+           (a.n_head / a.n_head_kv) % 8 == 0;
+}
+
+// The chunk partials of every row (attention_args::partial, n_chunks per head), launched with
+// chunk_blocks blocks a (row, group of 8 query heads) along z.
+void attention_partial_mma(const attention_args &a, int n_chunks, int chunk_blocks, cudaStream_t stream);
+
+}  // namespace tandem::cuda
