@@ -10,7 +10,7 @@
 #   TANDEM_PORT          TCP port                              8080
 #   TANDEM_SESSIONS      --batched-session (KV slots)          16
 #   TANDEM_CTX           --ctx (tokens per slot)               32768
-#   TANDEM_KV_TYPE       --kv-type (f16: half the KV memory, experimental; README)   f32
+#   TANDEM_KV_TYPE       --kv-type (f32, f16, auto: f16 on CUDA, f32 on the CPU) auto
 #   TANDEM_GPU_DEVICES   --gpu-devices (e.g. 0,2,1,3; empty: not passed, the server decides)
 #   TANDEM_API_KEY       --api-key via a 0600 key file in the state dir (empty: no auth)
 #   TANDEM_STATE_DIR     pid file and log                      ${XDG_STATE_HOME:-$HOME/.local/state}/tandem
@@ -29,7 +29,7 @@ TANDEM_HOST="${TANDEM_HOST:-127.0.0.1}"
 TANDEM_PORT="${TANDEM_PORT:-8080}"
 TANDEM_SESSIONS="${TANDEM_SESSIONS:-16}"
 TANDEM_CTX="${TANDEM_CTX:-32768}"
-TANDEM_KV_TYPE="${TANDEM_KV_TYPE:-f32}"
+TANDEM_KV_TYPE="${TANDEM_KV_TYPE:-auto}"
 TANDEM_GPU_DEVICES="${TANDEM_GPU_DEVICES:-}"
 TANDEM_API_KEY="${TANDEM_API_KEY:-}"
 TANDEM_STATE_DIR="${TANDEM_STATE_DIR:-${XDG_STATE_HOME:-$HOME/.local/state}/tandem}"

@@ -49,13 +49,18 @@ struct engine_options {
     // With several pipeline stages, rows are split into this many micro-batches that move
     // through the stages concurrently (0: one per stage; 1: no overlap).
     int32_t micro_batches = 0;
-    // The KV cache's element type: "f32", or "f16" (half the bytes: the CUDA engine stores halves,
-    // the CPU engine rounds each key and value to the nearest half and keeps it as f32, so both
-    // compute on the same values). engine_kv_bytes checks it.
+    // The KV cache's element type: "f32", "f16" (half the bytes: the CUDA engine stores halves and
+    // its decode attention runs on tensor cores; the CPU engine rounds each key and value to the
+    // nearest half and keeps it as f32, so both compute on the same values), or "auto" (f16 on the
+    // CUDA backend, f32 on the CPU: the server's default). engine_kv_bytes checks it.
     std::string kv_type = "f32";
 };
 
-// Bytes of one KV cache element for options.kv_type (4 or 2); throws config for another name.
+// options.kv_type with "auto" resolved by the backend (options.backend, resolved first when
+// "auto"); other names as given (engine_kv_bytes rejects unknown ones).
+std::string engine_kv_type_resolve(const engine_options &options);
+// Bytes of one KV cache element for the resolved options.kv_type (4 or 2); throws config for an
+// unknown name.
 uint32_t engine_kv_bytes(const engine_options &options);
 
 class engine {

@@ -36,16 +36,24 @@ std::string engine_backend_resolve(const engine_options &options) {
     return "cpu";
 }
 
+std::string engine_kv_type_resolve(const engine_options &options) {
+    if (options.kv_type != "auto") return options.kv_type;
+    const std::string backend = options.backend == "auto" ? engine_backend_resolve(options) : options.backend;
+    return backend == "cuda" ? "f16" : "f32";
+}
+
 uint32_t engine_kv_bytes(const engine_options &options) {
-    if (options.kv_type == "f32") return 4;
-    if (options.kv_type == "f16") return 2;
-    fail(error_kind::config, "unknown KV cache type '{}' (allowed: f32, f16)", options.kv_type);
+    const std::string kv = engine_kv_type_resolve(options);
+    if (kv == "f32") return 4;
+    if (kv == "f16") return 2;
+    fail(error_kind::config, "unknown KV cache type '{}' (allowed: f32, f16, auto)", options.kv_type);
 }
 
 std::unique_ptr<engine> engine_open(std::shared_ptr<const gguf_file> file, const engine_options &options_in) {
     engine_options options = options_in;
     engine_kv_bytes(options);  // a bad --kv-type fails before anything loads
     options.backend = engine_backend_resolve(options_in);
+    options.kv_type = engine_kv_type_resolve(options);
     if (options.backend == "cpu") return std::make_unique<cpu_engine>(std::move(file), options);
     if (options.backend == "cuda") {
 #ifdef TANDEM_HAVE_CUDA

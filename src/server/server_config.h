@@ -14,7 +14,7 @@ struct server_config {
     std::string host = "127.0.0.1";          // loopback unless told otherwise
     int32_t port = 8080;                     // 0: any free port (logged)
     int32_t n_ctx = 32768;                   // tokens per KV slot
-    std::string kv_type = "f32";             // --kv-type: KV cache elements, f32 or f16
+    std::string kv_type = "auto";            // --kv-type: KV cache elements, f32, f16 or auto (f16 on CUDA)
     int32_t n_slots = 16;                    // --batched-session
     int32_t prefill_chunk = 2048;
     int32_t prefill_yield = 128;

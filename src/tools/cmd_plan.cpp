@@ -24,7 +24,7 @@ struct plan_cli {
     std::string gpu_vram = "auto";
     bool tensor_parallel = false;
     int64_t n_ctx = 4096;
-    std::string kv_type = "f32";
+    std::string kv_type = "auto";  // as the server: f16 on CUDA
     int64_t n_sessions = 16;
     std::string topology_path;
     std::string traffic_path;
@@ -91,6 +91,7 @@ int plan_run(plan_cli cli) {
     const model_hparams hp = model_hparams_read(*file);
     engine_options kv_opt;
     kv_opt.kv_type = cli.kv_type;
+    kv_opt.backend = "cuda";  // the plan places CUDA devices: auto is f16
     const uint32_t kv_elem_bytes = engine_kv_bytes(kv_opt);  // the CUDA engine's (the CPU engine keeps f32)
     placement_model model;
     model.bytes = model_bytes_read(*file, hp, kv_elem_bytes);
@@ -124,7 +125,7 @@ TANDEM_COMMAND(plan, "Plan devices, pairs and budgets for a model and print the 
         ->capture_default_str();
     sub.add_flag("--tensor-parallel", cli->tensor_parallel, "Pair device i with i+N/2 and split routed experts");
     sub.add_option("--ctx", cli->n_ctx, "Tokens per session (KV)")->capture_default_str();
-    sub.add_option("--kv-type", cli->kv_type, "KV cache element type: f32 or f16")->capture_default_str();
+    sub.add_option("--kv-type", cli->kv_type, "KV cache element type: f32, f16, or auto (f16, as the server on CUDA)")->capture_default_str();
     sub.add_option("--batched-session", cli->n_sessions, "Resident sessions (KV slots)")->capture_default_str();
     sub.add_option("--topology", cli->topology_path, "Topology JSON file (see docs/placement.md)");
     sub.add_option("--expert-balance", cli->traffic_path, "Expert traffic JSON: split experts by routed rows");

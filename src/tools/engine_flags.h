@@ -13,7 +13,7 @@ inline void add_engine_flags(CLI::App &sub, engine_options &opt) {
     sub.add_option("--backend", opt.backend, "auto (cuda when a GPU is visible), cpu or cuda")->capture_default_str();
     sub.add_option("--threads", opt.n_threads, "CPU threads (default: all cores)");
     sub.add_option("--ctx", opt.n_ctx, "Tokens per KV slot");
-    sub.add_option("--kv-type", opt.kv_type, "KV cache element type: f32, or f16 (half the memory; experimental, see the README)")
+    sub.add_option("--kv-type", opt.kv_type, "KV cache element type: f32, f16 (half the memory, tensor-core decode attention), or auto: f16 on CUDA, f32 on the CPU")
         ->capture_default_str();
     sub.add_option("--devices", opt.n_devices, "CPU virtual devices (placement)");
     sub.add_option_function<std::string>(

@@ -104,6 +104,7 @@ int serve(server_config cfg) {
     eo.record_expert_traffic = !cfg.expert_traffic_out.empty();
     eo.kv_type = cfg.kv_type;
     eo.backend = cfg.backend = engine_backend_resolve(eo);
+    eo.kv_type = cfg.kv_type = engine_kv_type_resolve(eo);  // auto: f16 on CUDA, f32 on the CPU
     // The CPU engine keeps f16 keys and values as f32 (rounded), so only CUDA's KV shrinks.
     const uint32_t kv_elem_bytes = cfg.backend == "cuda" ? engine_kv_bytes(eo) : 4;
     const model_bytes bytes = model_bytes_read(*file, hp, kv_elem_bytes);
@@ -212,8 +213,8 @@ int main(int argc, char **argv) {
     app.add_option("--host", cfg.host, "address to listen on (loopback by default)");
     app.add_option("--port", cfg.port, "TCP port (0: any free port)");
     app.add_option("--ctx", cfg.n_ctx, "tokens per KV slot")->check(CLI::Range(16, 1 << 24));
-    app.add_option("--kv-type", cfg.kv_type, "KV cache element type: f32, or f16 (half the memory; experimental, see the README)")
-        ->check(CLI::IsMember({"f32", "f16"}))
+    app.add_option("--kv-type", cfg.kv_type, "KV cache element type: f32, f16 (half the memory, tensor-core decode attention), or auto: f16 on CUDA, f32 on the CPU")
+        ->check(CLI::IsMember({"f32", "f16", "auto"}))
         ->capture_default_str();
     app.add_option("--batched-session", cfg.n_slots, "resident KV slots (concurrent sessions)")->check(CLI::Range(1, 1024));
     app.add_option("--prefill-chunk", cfg.prefill_chunk, "prompt tokens per step while nobody decodes")->check(CLI::Range(1, 1 << 20));
