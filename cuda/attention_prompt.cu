@@ -7,7 +7,8 @@
 // each. A 2,048-token prompt at positions 0..2047 of qwen3-30b-a3b (32 query heads, d_head 128):
 // 4 * 128 * (2048 * 2049 / 2) * 32 = 34.4 GFLOP per layer, 1.65 TFLOP over 48 layers; the hi/lo
 // split issues 3 bf16 mmas per product (~103 GFLOP of tensor work per layer), plus the masked
-// part of the diagonal key tiles.
+// part of the diagonal key tiles. A cache of halves (attention_args::kv_f16) takes f16 mmas instead:
+// keys and values enter exactly, Q and P as f16 hi + lo, 2 mmas per product and no split pass.
 //
 // Layout of a block (8 warps): blockIdx.y is the KV head, blockIdx.x a tile of 128 / group rows
 // of the step; (row, head) pair m = row_in_tile * group + head_in_group, warp w owns pairs
@@ -28,8 +29,8 @@
 
 #include "cuda_check.h"
 #include "cp_async.cuh"
-#include "kv_cache.cuh"
 #include "ldmatrix.cuh"
+#include "mma_f16.cuh"
 #include "launch.cuh"
 
 #include <cuda_bf16.h>
@@ -104,38 +105,41 @@ struct ap_tile_share {
 };
 
 // Keys [t0, t0 + ap_keys) of one KV head (src: key 0 of the slot and head, key_stride floats
-// apart), K and V, by cp.async into stage; keys from `end` on are zeros.
-// A cache of halves (kv_cache.cuh) comes as halves, 8 a copy, into the first half of each stage
-// matrix ([key][d] halves); split_kv_tile converts them (after the caller's wait and barrier).
-template <int dh, int W, class KV>
-__device__ __forceinline__ void stage_kv_tile(const KV *k_src, const KV *v_src, int64_t key_stride, int t0, int end,
+// apart), K and V, by cp.async into stage; keys from `end` on are zeros (a cache of floats).
+template <int dh, int W>
+__device__ __forceinline__ void stage_kv_tile(const float *k_src, const float *v_src, int64_t key_stride, int t0, int end,
                                               float (&stage)[2][ap_keys][dh]) {
-    if constexpr (sizeof(KV) == 4) {
-        using share = ap_tile_share<dh, W>;
+    using share = ap_tile_share<dh, W>;
 #pragma unroll
-        for (int it = 0; it < share::n; ++it) {
-            const int idx = threadIdx.x + it * 32 * W, key = idx / share::per_key, col = 4 * (idx % share::per_key);
-            const bool live = t0 + key < end;
-            const int64_t off = live ? (t0 + key) * key_stride + col : 0;
-            cp_async_16(&stage[0][key][col], k_src + off, live ? 16 : 0);
-            cp_async_16(&stage[1][key][col], v_src + off, live ? 16 : 0);
-        }
-    } else {
-        constexpr int per_key = dh / 8;
-        KV *k_dst = reinterpret_cast<KV *>(&stage[0][0][0]), *v_dst = reinterpret_cast<KV *>(&stage[1][0][0]);
-        for (int idx = threadIdx.x; idx < ap_keys * per_key; idx += 32 * W) {
-            const int key = idx / per_key, col = 8 * (idx % per_key);
-            const bool live = t0 + key < end;
-            const int64_t off = live ? (t0 + key) * key_stride + col : 0;
-            cp_async_16(k_dst + key * dh + col, k_src + off, live ? 16 : 0);
-            cp_async_16(v_dst + key * dh + col, v_src + off, live ? 16 : 0);
-        }
+    for (int it = 0; it < share::n; ++it) {
+        const int idx = threadIdx.x + it * 32 * W, key = idx / share::per_key, col = 4 * (idx % share::per_key);
+        const bool live = t0 + key < end;
+        const int64_t off = live ? (t0 + key) * key_stride + col : 0;
+        cp_async_16(&stage[0][key][col], k_src + off, live ? 16 : 0);
+        cp_async_16(&stage[1][key][col], v_src + off, live ? 16 : 0);
+    }
+    cp_async_commit();
+}
+
+// A cache of halves needs no split: keys [t0, t0 + ap_keys) go by cp.async straight into one of two
+// ldmatrix buffers (the hi/lo pair's storage, [buffer][key][d] 16-bit, padded rows), keys from
+// `end` on as zeros, while the other buffer is computed.
+template <int dh, int W>
+__device__ __forceinline__ void stage_half_tile(const __half *k_src, const __half *v_src, int64_t key_stride, int t0, int end,
+                                                __nv_bfloat16 (&k)[ap_keys][dh + ap_pad], __nv_bfloat16 (&v)[ap_keys][dh + ap_pad]) {
+    constexpr int per_key = dh / 8;
+    for (int idx = threadIdx.x; idx < ap_keys * per_key; idx += 32 * W) {
+        const int key = idx / per_key, col = 8 * (idx % per_key);
+        const bool live = t0 + key < end;
+        const int64_t off = live ? (t0 + key) * key_stride + col : 0;
+        cp_async_16(&k[key][col], k_src + off, live ? 16 : 0);
+        cp_async_16(&v[key][col], v_src + off, live ? 16 : 0);
     }
     cp_async_commit();
 }
 
 // The staged tile (after the caller's wait and barrier) split into hi/lo bf16 for ldmatrix.
-template <int dh, int W, class KV>
+template <int dh, int W>
 __device__ __forceinline__ void split_kv_tile(const float (&stage)[2][ap_keys][dh], __nv_bfloat16 (&k)[2][ap_keys][dh + ap_pad],
                                               __nv_bfloat16 (&v)[2][ap_keys][dh + ap_pad]) {
     using share = ap_tile_share<dh, W>;
@@ -144,13 +148,7 @@ __device__ __forceinline__ void split_kv_tile(const float (&stage)[2][ap_keys][d
         const int idx = threadIdx.x + it * 32 * W, key = idx / share::per_key, col = 4 * (idx % share::per_key);
 #pragma unroll
         for (int m = 0; m < 2; ++m) {
-            float4 f;
-            if constexpr (sizeof(KV) == 4) {
-                f = *reinterpret_cast<const float4 *>(&stage[m][key][col]);
-            } else {
-                const KV *h = reinterpret_cast<const KV *>(&stage[m][0][0]) + key * dh + col;
-                f = make_float4(kv_load(h), kv_load(h + 1), kv_load(h + 2), kv_load(h + 3));
-            }
+            const float4 f = *reinterpret_cast<const float4 *>(&stage[m][key][col]);
             uint2 hi, lo;
             split_bf16(f.x, f.y, hi.x, lo.x);
             split_bf16(f.z, f.w, hi.y, lo.y);
@@ -214,6 +212,9 @@ __global__ void __launch_bounds__(32 * W, 8 / W) attention_prompt_kernel(const a
     pdl_wait();
     pdl_trigger();
 
+    // A cache of halves: keys and values enter f16 mma exactly, so only Q and P are split (into f16
+    // hi + lo: two mma a product instead of the bf16 split's three, and no per-tile split pass).
+    constexpr bool halves = sizeof(KV) == 2;
     uint32_t q_hi[ksteps][4], q_lo[ksteps][4];
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
@@ -223,7 +224,10 @@ __global__ void __launch_bounds__(32 * W, 8 / W) attention_prompt_kernel(const a
 #pragma unroll
             for (int half = 0; half < 2; ++half) {
                 const float2 x = q ? *reinterpret_cast<const float2 *>(q + 16 * ks + 8 * half + 2 * t) : make_float2(0, 0);
-                split_bf16(x.x, x.y, q_hi[ks][i + 2 * half], q_lo[ks][i + 2 * half]);
+                if constexpr (halves)
+                    split_f16(x.x, x.y, q_hi[ks][i + 2 * half], q_lo[ks][i + 2 * half]);
+                else
+                    split_bf16(x.x, x.y, q_hi[ks][i + 2 * half], q_lo[ks][i + 2 * half]);
             }
     }
     float o[dtiles][4] = {};
@@ -232,26 +236,37 @@ __global__ void __launch_bounds__(32 * W, 8 / W) attention_prompt_kernel(const a
     const int64_t kv_dim = int64_t(a.n_head_kv) * dh;
 
     // The tiles in order: passes, and keys 0, ap_keys, ... < pass_end in each. Tile i + 1 arrives
-    // by cp.async while tile i is computed.
+    // by cp.async while tile i is computed (halves: into the other of sm.k / sm.v's two buffers).
+    int buf = 0;
     auto stage = [&](int ps, int t0) {
         const int64_t base = int64_t(sm.pass_slot[ps]) * a.n_ctx * kv_dim + int64_t(kh) * dh;
-        stage_kv_tile<dh, W>(static_cast<const KV *>(a.k_cache) + base, static_cast<const KV *>(a.v_cache) + base, kv_dim, t0,
-                             sm.pass_end[ps], sm.stage);
+        if constexpr (halves)
+            stage_half_tile<dh, W>(static_cast<const __half *>(a.k_cache) + base, static_cast<const __half *>(a.v_cache) + base,
+                                   kv_dim, t0, sm.pass_end[ps], sm.k[buf], sm.v[buf]);
+        else
+            stage_kv_tile<dh, W>(static_cast<const float *>(a.k_cache) + base, static_cast<const float *>(a.v_cache) + base,
+                                 kv_dim, t0, sm.pass_end[ps], sm.stage);
     };
     if (sm.n_pass > 0) stage(0, 0);
     for (int ps = 0, t0 = 0; ps < sm.n_pass;) {
         const int slot = sm.pass_slot[ps], end = sm.pass_end[ps];
         cp_async_wait_all();
         __syncthreads();  // the previous tile's ldmatrix reads are done
-        split_kv_tile<dh, W, KV>(sm.stage, sm.k, sm.v);
-        __syncthreads();  // the split tile is complete; the stage is free
+        if constexpr (!halves) {
+            split_kv_tile<dh, W>(sm.stage, sm.k, sm.v);
+            __syncthreads();  // the split tile is complete; the stage is free
+        }
+        const int cur = buf;  // halves: the buffer holding this tile
         const int this_t0 = t0;
         t0 += ap_keys;
         if (t0 >= end) {
             ++ps;
             t0 = 0;
         }
-        if (ps < sm.n_pass) stage(ps, t0);
+        if (ps < sm.n_pass) {
+            if constexpr (halves) buf ^= 1;
+            stage(ps, t0);
+        }
         {
             const int t0 = this_t0;
             // A warp none of whose pairs needs this tile skips it: a masked tile changes nothing.
@@ -266,10 +281,18 @@ __global__ void __launch_bounds__(32 * W, 8 / W) attention_prompt_kernel(const a
                     // matrices: (keys +0, d +0), (keys +0, d +8), (keys +8, d +0), (keys +8, d +8)
                     const int key = 8 * nt + 8 * (lane >> 4) + (lane & 7), col = 16 * ks + 8 * ((lane >> 3) & 1);
                     uint32_t bh[4], bl[4];
-                    ldsm_x4(bh, &sm.k[0][key][col]);
-                    ldsm_x4(bl, &sm.k[1][key][col]);
-                    mma_split(s[nt], q_hi[ks], q_lo[ks], bh, bl);
-                    mma_split(s[nt + 1], q_hi[ks], q_lo[ks], bh + 2, bl + 2);
+                    if constexpr (halves) {
+                        ldsm_x4(bh, &sm.k[cur][key][col]);
+                        mma_f16(s[nt], q_hi[ks], bh[0], bh[1]);
+                        mma_f16(s[nt], q_lo[ks], bh[0], bh[1]);
+                        mma_f16(s[nt + 1], q_hi[ks], bh[2], bh[3]);
+                        mma_f16(s[nt + 1], q_lo[ks], bh[2], bh[3]);
+                    } else {
+                        ldsm_x4(bh, &sm.k[0][key][col]);
+                        ldsm_x4(bl, &sm.k[1][key][col]);
+                        mma_split(s[nt], q_hi[ks], q_lo[ks], bh, bl);
+                        mma_split(s[nt + 1], q_hi[ks], q_lo[ks], bh + 2, bl + 2);
+                    }
                 }
             // Online softmax of pair i (C rows g + 8i: elements 2i, 2i + 1 of each n tile); the
             // four lanes of a quad hold a row's 32 scores, reduced in a fixed butterfly order.
@@ -315,19 +338,33 @@ __global__ void __launch_bounds__(32 * W, 8 / W) attention_prompt_kernel(const a
 #pragma unroll
             for (int kk = 0; kk < ap_keys / 16; ++kk) {
                 uint32_t ph[4], pl[4];
-                split_bf16(s[2 * kk][0], s[2 * kk][1], ph[0], pl[0]);
-                split_bf16(s[2 * kk][2], s[2 * kk][3], ph[1], pl[1]);
-                split_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1], ph[2], pl[2]);
-                split_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3], ph[3], pl[3]);
+                auto split = [&](float x, float y, uint32_t &hi, uint32_t &lo) {
+                    if constexpr (halves)
+                        split_f16(x, y, hi, lo);
+                    else
+                        split_bf16(x, y, hi, lo);
+                };
+                split(s[2 * kk][0], s[2 * kk][1], ph[0], pl[0]);
+                split(s[2 * kk][2], s[2 * kk][3], ph[1], pl[1]);
+                split(s[2 * kk + 1][0], s[2 * kk + 1][1], ph[2], pl[2]);
+                split(s[2 * kk + 1][2], s[2 * kk + 1][3], ph[3], pl[3]);
 #pragma unroll
                 for (int dt = 0; dt < dtiles; dt += 2) {
                     // transposed matrices: (keys +0, d +0), (keys +8, d +0), (keys +0, d +8), (keys +8, d +8)
                     const int key = 16 * kk + 8 * ((lane >> 3) & 1) + (lane & 7), col = 8 * dt + 8 * (lane >> 4);
                     uint32_t vh[4], vl[4];
-                    ldsm_x4_trans(vh, &sm.v[0][key][col]);
-                    ldsm_x4_trans(vl, &sm.v[1][key][col]);
-                    mma_split(o[dt], ph, pl, vh, vl);
-                    mma_split(o[dt + 1], ph, pl, vh + 2, vl + 2);
+                    if constexpr (halves) {
+                        ldsm_x4_trans(vh, &sm.v[cur][key][col]);
+                        mma_f16(o[dt], ph, vh[0], vh[1]);
+                        mma_f16(o[dt], pl, vh[0], vh[1]);
+                        mma_f16(o[dt + 1], ph, vh[2], vh[3]);
+                        mma_f16(o[dt + 1], pl, vh[2], vh[3]);
+                    } else {
+                        ldsm_x4_trans(vh, &sm.v[0][key][col]);
+                        ldsm_x4_trans(vl, &sm.v[1][key][col]);
+                        mma_split(o[dt], ph, pl, vh, vl);
+                        mma_split(o[dt + 1], ph, pl, vh + 2, vl + 2);
+                    }
                 }
             }
         }

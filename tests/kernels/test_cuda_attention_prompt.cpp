@@ -2,11 +2,13 @@
 // (cuda/attention_prompt.h) against the CPU twin cpu::attention on seeded random caches: prompt
 // chunks of 1, 17, 64 and 300 rows at tile and non-tile starts, several slots in one launch,
 // interleaved slots, padding rows; a row's output bitwise independent of the other rows of the
-// launch; and a hidden [.bench] case timing a 2,048-token prompt.
+// launch; both cache types (floats, and halves on the f16 mma path); and a hidden [.bench] case
+// timing a 2,048-token prompt.
 #include "gpu_test_util.h"
 
 #include "cuda/attention_prompt.h"
 #include "src/cpu/cpu_ops.h"
+#include "tandem/quant.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -31,15 +33,31 @@ struct row_set {
     int32_t size() const { return int32_t(slots.size()); }
 };
 
-// One layer's caches for n_slots slots, on the host and the device.
+// Each value as a cache of halves holds it (when half), as the engines round keys and values.
+std::vector<float> round_if(std::vector<float> v, bool half) {
+    if (half)
+        for (float &x : v) x = fp16_to_fp32(fp32_to_fp16(x));
+    return v;
+}
+std::vector<uint16_t> half_bits(const std::vector<float> &v) {
+    std::vector<uint16_t> out(v.size());
+    for (size_t i = 0; i < v.size(); ++i) out[i] = fp32_to_fp16(v[i]);
+    return out;
+}
+
+// One layer's caches for n_slots slots, on the host and the device: floats, or halves
+// (attention_args::kv_f16; the host keeps the rounded values as floats for the CPU twin).
 struct layer_cache {
     shape sh;
     int32_t n_slots;
+    bool half;
     std::vector<float> k, v;  // [n_slots][n_ctx][n_head_kv][d_head]
     device_buffer<float> dk, dv;
-    layer_cache(std::mt19937_64 &rng, shape s, int32_t slots)
-        : sh(s), n_slots(slots), k(test::random_floats(rng, size_t(slots) * s.n_ctx * s.n_head_kv * s.d_head)),
-          v(test::random_floats(rng, k.size())), dk(k), dv(v) {}
+    device_buffer<uint16_t> hk, hv;
+    layer_cache(std::mt19937_64 &rng, shape s, int32_t slots, bool kv_f16 = false)
+        : sh(s), n_slots(slots), half(kv_f16),
+          k(round_if(test::random_floats(rng, size_t(slots) * s.n_ctx * s.n_head_kv * s.d_head), kv_f16)),
+          v(round_if(test::random_floats(rng, k.size()), kv_f16)), dk(k), dv(v), hk(half_bits(k)), hv(half_bits(v)) {}
     size_t q_dim() const { return size_t(sh.n_head) * sh.d_head; }
     size_t kv_dim() const { return size_t(sh.n_head_kv) * sh.d_head; }
 };
@@ -59,8 +77,9 @@ cuda::attention_args gpu_args(const layer_cache &c, const float *q, const int32_
                               int32_t n_rows) {
     cuda::attention_args a;
     a.q = q;
-    a.k_cache = c.dk.ptr;
-    a.v_cache = c.dv.ptr;
+    a.k_cache = c.half ? static_cast<void *>(c.hk.ptr) : static_cast<void *>(c.dk.ptr);
+    a.v_cache = c.half ? static_cast<void *>(c.hv.ptr) : static_cast<void *>(c.dv.ptr);
+    a.kv_f16 = c.half;
     a.slots = slots;
     a.positions = pos;
     a.out = out;
@@ -128,6 +147,7 @@ bool same_row(const std::vector<float> &a, int32_t ra, const std::vector<float> 
 
 TEST_CASE("attention_prompt matches the CPU for prompt chunks, mixed slots and padding rows", "[gpu][kernels]") {
     if (!test::gpu_present()) return;
+    const bool kv_f16 = GENERATE(false, true);
     uint64_t seed = 700;
     // Group sizes 1, 2, 4, 8 and 16 (qwen3-235b-a22b: 64/4); d_head 32, 64, 128; the last shape
     // (d_head 256) takes the attention() fallback.
@@ -135,10 +155,11 @@ TEST_CASE("attention_prompt matches the CPU for prompt chunks, mixed slots and p
                             shape{32, 4, 128, 5000}, shape{8, 2, 64, 5000}, shape{32, 2, 64, 700}, shape{4, 2, 32, 700},
                             shape{16, 1, 128, 5000}, shape{4, 2, 256, 700}}) {
         ++seed;
-        INFO("heads " << sh.n_head << "/" << sh.n_head_kv << " d_head " << sh.d_head << " n_ctx " << sh.n_ctx << " seed " << seed);
+        INFO("heads " << sh.n_head << "/" << sh.n_head_kv << " d_head " << sh.d_head << " n_ctx " << sh.n_ctx << " seed " << seed
+                      << " kv " << (kv_f16 ? "f16" : "f32"));
         std::mt19937_64 rng(seed);
         const int32_t n_ctx = sh.n_ctx;
-        const layer_cache c(rng, sh, 4);
+        const layer_cache c(rng, sh, 4, kv_f16);
         row_set rs;
         add_rows(rs, rng, c, 0, 0, 300);                // a prompt from position 0
         add_rows(rs, rng, c, -1, 0, 1);                 // padding
@@ -166,19 +187,21 @@ TEST_CASE("attention_prompt matches the CPU for prompt chunks, mixed slots and p
             worst = std::max(worst, err);
             CHECK(err <= tolerance::attention_prompt);
         }
-        std::printf("attention_prompt heads %d/%d d_head %d n_ctx %d: worst row rel L2 error %.2e\n", sh.n_head,
-                    sh.n_head_kv, sh.d_head, n_ctx, worst);
+        std::printf("attention_prompt heads %d/%d d_head %d n_ctx %d kv %s: worst row rel L2 error %.2e\n", sh.n_head,
+                    sh.n_head_kv, sh.d_head, n_ctx, kv_f16 ? "f16" : "f32", worst);
     }
 }
 
 TEST_CASE("attention_prompt rows are bitwise independent of the other rows of the launch", "[gpu][kernels]") {
     if (!test::gpu_present()) return;
+    const bool kv_f16 = GENERATE(false, true);
     uint64_t seed = 800;
     for (const shape &sh : {shape{32, 4, 128, 700}, shape{4, 4, 64, 700}, shape{64, 4, 128, 700}, shape{8, 2, 64, 5000}}) {
         ++seed;
-        INFO("heads " << sh.n_head << "/" << sh.n_head_kv << " d_head " << sh.d_head << " n_ctx " << sh.n_ctx << " seed " << seed);
+        INFO("heads " << sh.n_head << "/" << sh.n_head_kv << " d_head " << sh.d_head << " n_ctx " << sh.n_ctx << " seed " << seed
+                      << " kv " << (kv_f16 ? "f16" : "f32"));
         std::mt19937_64 rng(seed);
-        const layer_cache c(rng, sh, 3);
+        const layer_cache c(rng, sh, 3, kv_f16);
         const int32_t base = sh.n_ctx - 400;
         row_set rs;  // (a): a chunk of slot 0, one of slot 1, the two interleaved, a padding row
         add_rows(rs, rng, c, 0, base, 100);
