@@ -12,6 +12,11 @@ if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1 && [ "
     [ -f "$model" ] || "$tandem" synth --preset qwen3-30b-a3b --type q4_k --out "$model"
     "$tandem" bench -m "$model" --backend cuda --prompt 2048 --gen 128 --sessions 1,4,16 --json "$dir/bench-gpu.json"
     python3 scripts/perf_gate.py --floors perf/floors.json --bench "$dir/bench-gpu.json" --gpu "$gpu"
+    # The server's configuration: 32,768-position slots, its KV type on CUDA (f16), decode after
+    # 4,000-token prompts (the attention's share of a step, which the run-sized slots above hide).
+    "$tandem" bench -m "$model" --backend cuda --prompt 0 --ctx 32768 --gen 64 --decode-prompt 4000 --sessions 1,16 \
+        --kv-type f16 --json "$dir/bench-gpu-serve.json"
+    python3 scripts/perf_gate.py --floors perf/floors.json --bench "$dir/bench-gpu-serve.json" --gpu "$gpu" --plan serve
     # Two or more GPUs: the first two as a tensor-parallel pair, and as two pipeline stages.
     if [ "$(nvidia-smi -L | wc -l)" -ge 2 ]; then
         export NCCL_NVLS_ENABLE=0
