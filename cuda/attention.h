@@ -4,8 +4,10 @@
 // distinct slots do the first launch's work inside the partial launch (attention_args::k_new).
 // Owns: the KV cache layout [slot][n_ctx][n_head_kv][d_head] of one layer (floats or halves). The
 // partial launch runs on CUDA cores (fp32 dots), or on tensor cores for halves with Qwen3's head
-// geometry (attention_mma.h). Does not own the projections (matvec.h). A row's result depends only on its own slot, position and cache: the
-// chunking is a function of n_ctx, never of the batch, so decode stays batch invariant.
+// geometry (attention_mma.h); which one depends on the model and the cache type only. Does not own
+// the projections (matvec.h). A row's result depends only on its own slot, position and cache:
+// the chunking is a function of the row's position (attention_row_chunk), never of the batch or
+// the slot size, so decode stays batch invariant.
 // Precondition of both launches: `slots` and `positions` are written before the step's first
 // kernel (the engine copies them in before it), since the kernels read them before their PDL
 // wait (launch.cuh) to overlap the address and angle work with the kernel before.
