@@ -43,11 +43,7 @@ __global__ void __launch_bounds__(rope_warps * 32) qk_rope_kv_kernel(const qk_ro
         rope_angle(pos, a.inv_freq, dpl, threadIdx.x & 31, threadIdx.x >> 5, s_cs[threadIdx.x >> 5][threadIdx.x & 31],
                    s_sn[threadIdx.x >> 5][threadIdx.x & 31]);
     float cs[max_dpl / 2], sn[max_dpl / 2], qn[max_dpl], kn[max_dpl];
-#pragma unroll
-    for (int t = 0; t < max_dpl; ++t) {
-        qn[t] = t < dpl ? a.q_norm[lane + 32 * t] : 0.0f;
-        kn[t] = t < dpl ? a.k_norm[lane + 32 * t] : 0.0f;
-    }
+    load_norm_weights(a.q_norm, a.k_norm, dpl, lane, qn, kn);
     __syncthreads();
 #pragma unroll
     for (int t = 0; t < max_dpl / 2; ++t) {
@@ -137,11 +133,7 @@ __global__ void __launch_bounds__(attn_threads) attention_partial_kernel(const a
     [[maybe_unused]] float cs[max_dpl / 2], sn[max_dpl / 2], qn[max_dpl], kn[max_dpl];
     if constexpr (fused) {
         rope_angles(pos, a.inv_freq, dpl, lane, cs, sn);
-#pragma unroll
-        for (int t = 0; t < max_dpl; ++t) {
-            qn[t] = t < dpl ? a.q_norm[lane + 32 * t] : 0.0f;
-            kn[t] = t < dpl ? a.k_norm[lane + 32 * t] : 0.0f;
-        }
+        load_norm_weights(a.q_norm, a.k_norm, dpl, lane, qn, kn);
     }
     int p_begin = c0 * chunk, p_end = min(p_begin + chunk, pos + 1);  // the chunk in hand
     const int kv_dim = a.n_head_kv * dh;

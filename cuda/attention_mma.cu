@@ -77,11 +77,7 @@ __global__ void __launch_bounds__(am_threads, 3) attention_partial_mma_kernel(co
     constexpr int dpl = am_dh / 32;
     if constexpr (fused) {
         rope_angles(pos, a.inv_freq, dpl, lane, cs, sn);
-#pragma unroll
-        for (int i = 0; i < max_dpl; ++i) {
-            qn[i] = i < dpl ? a.q_norm[lane + 32 * i] : 0.0f;
-            kn[i] = i < dpl ? a.k_norm[lane + 32 * i] : 0.0f;
-        }
+        load_norm_weights(a.q_norm, a.k_norm, dpl, lane, qn, kn);
     }
     const int kv_dim = a.n_head_kv * am_dh;
     const int64_t kv_base = int64_t(slot < 0 ? 0 : slot) * a.n_ctx * kv_dim + int64_t(kh) * am_dh;

@@ -32,6 +32,16 @@ __device__ __forceinline__ void rope_angles(int pos, const float *inv_freq, int 
     for (int t = 0; t < max_dpl / 2; ++t) rope_angle(pos, inv_freq, dpl, lane, t, cs[t], sn[t]);
 }
 
+// The lane's share of the Q and K norm weights (element lane + 32 t in slot t; zeros past dpl).
+__device__ __forceinline__ void load_norm_weights(const float *q_norm, const float *k_norm, int dpl, int lane,
+                                                  float (&qn)[max_dpl], float (&kn)[max_dpl]) {
+#pragma unroll
+    for (int t = 0; t < max_dpl; ++t) {
+        qn[t] = t < dpl ? q_norm[lane + 32 * t] : 0.0f;
+        kn[t] = t < dpl ? k_norm[lane + 32 * t] : 0.0f;
+    }
+}
+
 // One head held by a warp (val[t] = element lane + 32 t): per-head RMSNorm with weights nw
 // (bitwise the CPU's order: element i in lane i % 32, butterfly), then the NeoX rotation.
 __device__ __forceinline__ void norm_rope_head(float (&val)[max_dpl], const float (&nw)[max_dpl], const float (&cs)[max_dpl / 2],
