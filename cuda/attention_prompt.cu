@@ -54,12 +54,14 @@ constexpr int ap_pad = 8;                  // bf16 per smem row of padding: a ro
 constexpr uint32_t full_mask = 0xFFFFFFFFu;
 
 // Dynamic shared memory (67 KiB for d_head 128): the split tile being computed, and the next
-// tile's raw floats arriving by cp.async meanwhile.
+// tile's raw floats arriving by cp.async meanwhile. A cache of halves uses k and v as two tile
+// buffers of halves instead ([buffer][key][d]: one computed, the next arriving) and leaves stage
+// unused.
 template <int dh>
 struct ap_smem {
-    __nv_bfloat16 k[2][ap_keys][dh + ap_pad];  // [hi, lo][key][d]
+    __nv_bfloat16 k[2][ap_keys][dh + ap_pad];  // [hi, lo][key][d] (halves: [buffer][key][d])
     __nv_bfloat16 v[2][ap_keys][dh + ap_pad];
-    float stage[2][ap_keys][dh];               // [K, V][key][d] of the next tile
+    float stage[2][ap_keys][dh];               // [K, V][key][d] of the next tile (floats only)
     int row_slot[ap_max_pairs], row_pos[ap_max_pairs];  // the tile's rows (at most 128 with group 1)
     int pass_slot[ap_max_pairs], pass_end[ap_max_pairs];  // passes: slot, keys [0, end)
     int n_pass;

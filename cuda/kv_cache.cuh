@@ -18,8 +18,6 @@ __device__ __forceinline__ KV kv_from_float(float v) {
         return v;
 }
 template <class KV>
-__device__ __forceinline__ float kv_load(const KV *p) { return kv_to_float(*p); }
-template <class KV>
 __device__ __forceinline__ void kv_store(KV *p, float v) { *p = kv_from_float<KV>(v); }
 // v as a cache of element type KV holds it.
 template <class KV>
