@@ -1,5 +1,5 @@
 // cuda/launch.cpp - whether the current device takes programmatic dependent launch (launch.cuh),
-// asked once per device.
+// and its multiprocessor count, each asked once per device.
 #include "launch.cuh"
 
 #include <array>
@@ -7,20 +7,33 @@
 
 namespace tandem::cuda {
 
-bool pdl_supported() {
-    // 0: not asked yet, 1: no, 2: yes; devices beyond the table are asked every time.
-    static std::array<std::atomic<int>, 64> known{};
+namespace {
+
+// A device attribute of the current device, asked once per device (0 in the table: not asked yet;
+// values are stored plus one; devices beyond the table are asked every time).
+int cached_attribute(cudaDeviceAttr attr, std::array<std::atomic<int>, 64> &known) {
     int device = 0;
     TANDEM_CUDA_CHECK(cudaGetDevice(&device));
     if (device >= 0 && device < int(known.size())) {
         const int k = known[size_t(device)].load(std::memory_order_relaxed);
-        if (k != 0) return k == 2;
+        if (k != 0) return k - 1;
     }
-    int major = 0;
-    TANDEM_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
-    const bool yes = major >= 9;
-    if (device >= 0 && device < int(known.size())) known[size_t(device)].store(yes ? 2 : 1, std::memory_order_relaxed);
-    return yes;
+    int v = 0;
+    TANDEM_CUDA_CHECK(cudaDeviceGetAttribute(&v, attr, device));
+    if (device >= 0 && device < int(known.size())) known[size_t(device)].store(v + 1, std::memory_order_relaxed);
+    return v;
+}
+
+}  // namespace
+
+bool pdl_supported() {
+    static std::array<std::atomic<int>, 64> known{};
+    return cached_attribute(cudaDevAttrComputeCapabilityMajor, known) >= 9;
+}
+
+int multiprocessor_count() {
+    static std::array<std::atomic<int>, 64> known{};
+    return cached_attribute(cudaDevAttrMultiProcessorCount, known);
 }
 
 }  // namespace tandem::cuda

@@ -29,6 +29,8 @@ __device__ __forceinline__ void pdl_trigger() {
 // Whether the current device takes PDL (compute capability 9.0+); older GPUs (sm_89) launch the
 // same kernels in plain stream order, where pdl_wait/pdl_trigger compile to nothing.
 bool pdl_supported();
+// The current device's multiprocessor count (launch shapes that must fill the GPU).
+int multiprocessor_count();
 
 // With `smem_bytes` of dynamic shared memory (the kernel's attribute must allow it).
 template <class... Params, class... Args>

@@ -1,6 +1,7 @@
 // cuda/matmul_prompt_digits.cu - the grouped Q4_K digit products of prompt steps (matmul_digits,
-// cuda/matvec_digits.h): block tiles of 32 pairs of one group x 128 weight rows on
-// mma.m16n8k32 (u8 quants x s8 digits), with matvec_digits' arithmetic output by output.
+// cuda/matvec_digits.h), and dense ones as one group: block tiles of 32 pairs of one group x 128
+// weight rows (64 for launches too small to fill the GPU) on mma.m16n8k32 (u8 quants x s8 digits),
+// with matvec_digits' arithmetic output by output.
 //
 // Work per block and K step (one block of 256 elements): the 128 weight rows' raw Q4_K bytes (144
 // a row), the 32 pairs' digits (512 bytes a row), digit sums (32) and scale (4) arrive by cp.async
@@ -32,23 +33,36 @@ namespace {
 constexpr int tile_m = 32;   // pairs a block tile: two blocks an SM (shared memory), so one's start and
                              // end overlap the other's steps (64 pairs, one block an SM: gate/up 0.98 -> 0.90 ms,
                              // down 0.61 -> 0.56; docs/perf-notes.md, session 14)
-constexpr int tile_n = 128;  // weight rows a block tile (SwiGLU: runs of 8 gate rows, then their 8 up rows)
-constexpr int warps_w = 4, warps_r = 2, n_threads = 32 * warps_w * warps_r;
+constexpr int warps_r = 2;
 constexpr int w_frags = 2, r_frags = 2;  // a warp: 2 m16 weight tiles x 2 n8 pair tiles
-static_assert(16 * w_frags * warps_w == tile_n && 8 * r_frags * warps_r == tile_m, "warps and tile disagree");
 constexpr int n_stages = 2;
 constexpr int w_pitch = 160;  // bytes a staged weight row (144 used): a half-warp's 8-byte loads (rows g = 0..3) in different banks
 constexpr int x_pitch = 576;  // bytes a staged pair's digits (512 used): a quarter-warp's 16-byte loads (rows g, g + 1) in different banks
 constexpr int w_pieces = 144 / 16;  // 16-byte copies a weight row a step
-constexpr int w_bytes = tile_n * w_pitch, x_bytes = tile_m * x_pitch, sum_bytes = tile_m * 32, scale_bytes = tile_m * 4;
-constexpr int stage_bytes = w_bytes + x_bytes + sum_bytes + scale_bytes;
-constexpr size_t smem_stages = size_t(n_stages) * stage_bytes;
+constexpr int x_bytes = tile_m * x_pitch, sum_bytes = tile_m * 32, scale_bytes = tile_m * 4;
 constexpr int acc_floats = w_frags * r_frags * 4;  // a thread's outputs
-constexpr size_t smem_bytes = smem_stages + 2 * size_t(acc_floats) * n_threads * sizeof(float);
-static_assert(stage_bytes % 16 == 0 && (tile_m * 32) % n_threads == 0, "stages 16-byte aligned, digit copies even");
+// A block tile of WW warps across the weight rows (times warps_r across the pairs): tile_n = 32 WW
+// weight rows (SwiGLU: runs of 8 gate rows, then their 8 up rows). 128 rows normally; 64 when a
+// launch has too few 128-row tiles to fill the GPU (prompt chunks of tens of rows: the same
+// arithmetic per output, so the same bits).
+template <int WW>
+struct tile_shape {
+    static constexpr int tile_n = 32 * WW, warps_w = WW, n_threads = 32 * WW * warps_r;
+    static constexpr int w_bytes = tile_n * w_pitch;
+    static constexpr int stage_bytes = w_bytes + x_bytes + sum_bytes + scale_bytes;
+    static constexpr size_t smem_stages = size_t(n_stages) * stage_bytes;
+    static constexpr size_t smem_bytes = smem_stages + 2 * size_t(acc_floats) * n_threads * sizeof(float);
+    static_assert(16 * w_frags * warps_w == tile_n && 8 * r_frags * warps_r == tile_m, "warps and tile disagree");
+    static_assert(stage_bytes % 16 == 0 && (tile_m * 32) % n_threads == 0 && 3 * tile_m <= n_threads,
+                  "stages 16-byte aligned, digit copies even, the sums and scales one copy a thread");
+};
 
-template <bool swiglu, int V>
-__global__ void __launch_bounds__(n_threads, 2) matmul_digits_kernel(const matvec_digits_args a) {
+template <bool swiglu, int V, int WW>
+__global__ void __launch_bounds__(tile_shape<WW>::n_threads, 2) matmul_digits_kernel(const matvec_digits_args a) {
+    using shape = tile_shape<WW>;
+    constexpr int tile_n = shape::tile_n, warps_w = shape::warps_w, n_threads = shape::n_threads, w_bytes = shape::w_bytes;
+    constexpr int stage_bytes = shape::stage_bytes;
+    constexpr size_t smem_stages = shape::smem_stages;
     constexpr int D = digits_per_element;
     extern __shared__ __align__(16) uint8_t smem[];
     __shared__ int32_t s_xrow[tile_m];          // each pair's digit row (-1: past the tile's pairs)
@@ -58,7 +72,13 @@ __global__ void __launch_bounds__(n_threads, 2) matmul_digits_kernel(const matve
     pdl_wait();  // groups, pairs and digits come from the launches before
     pdl_trigger();
     int begin = 0, end = 0, mat = 0, m0 = 0;
-    if (!prompt_tile::find_group_tile<tile_m>(a, blockIdx.y, begin, end, mat, m0)) return;
+    if (a.one_group) {
+        end = a.n_rows;
+        m0 = int(blockIdx.y) * tile_m;
+        if (m0 >= end) return;
+    } else if (!prompt_tile::find_group_tile<tile_m>(a, blockIdx.y, begin, end, mat, m0)) {
+        return;
+    }
     const int rows_here = min(tile_m, end - m0);
     constexpr int outs_per_block = swiglu ? tile_n / 2 : tile_n;
     const int j0 = blockIdx.x * outs_per_block, n_blocks = a.n_in / 256;
@@ -250,22 +270,42 @@ __global__ void __launch_bounds__(n_threads, 2) matmul_digits_kernel(const matve
 #pragma unroll
                     for (int h = 0; h < 2; ++h) {
                         const int jo = j0 + w0 + 16 * wf + g + 8 * h;
-                        if (jo < a.n_out) y[jo] = total_at(wf, rf, e2 + 2 * h);
+                        const float v = total_at(wf, rf, e2 + 2 * h);
+                        if (jo < a.n_out) y[jo] = a.accumulate ? __fadd_rn(y[jo], v) : v;
                     }
                 }
             }
         }
 }
 
+template <bool swiglu, int V, int WW>
+void launch_digit_tiles(const matvec_digits_args &a, int m_tiles, cudaStream_t stream) {
+    using shape = tile_shape<WW>;
+    auto kernel = matmul_digits_kernel<swiglu, V, WW>;
+    TANDEM_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(shape::smem_bytes)));
+    constexpr int outs_per_block = swiglu ? shape::tile_n / 2 : shape::tile_n;
+    launch_pdl_smem(kernel, dim3((a.n_out + outs_per_block - 1) / outs_per_block, m_tiles), dim3(shape::n_threads), shape::smem_bytes,
+                    stream, a);
+    TANDEM_CUDA_CHECK_LAUNCH();
+}
+
+// The tile width of a launch: 128 weight rows, or 64 when that gives fewer blocks than two per SM.
 template <bool swiglu, int V>
 void launch_digit_tiles(const matvec_digits_args &a, cudaStream_t stream) {
-    auto kernel = matmul_digits_kernel<swiglu, V>;
-    TANDEM_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem_bytes)));
-    constexpr int outs_per_block = swiglu ? tile_n / 2 : tile_n;
-    const int m_tiles = a.n_pairs / tile_m + a.max_groups;  // each group: its pairs / tile_m tiles, plus one
+    // Each group: its pairs / tile_m tiles, plus one; one group: its rows' tiles.
+    const int m_tiles = a.one_group ? (a.n_rows + tile_m - 1) / tile_m : a.n_pairs / tile_m + a.max_groups;
     TANDEM_CUDA_REQUIRE(m_tiles <= 65535, "matmul_digits: too many pairs for one launch");
-    launch_pdl_smem(kernel, dim3((a.n_out + outs_per_block - 1) / outs_per_block, m_tiles), dim3(n_threads), smem_bytes, stream, a);
-    TANDEM_CUDA_CHECK_LAUNCH();
+    if (m_tiles == 0) return;
+    int wide = a.tile_weight_rows;
+    if (wide == 0) {
+        const int outs = swiglu ? tile_shape<4>::tile_n / 2 : tile_shape<4>::tile_n;
+        const int64_t blocks = int64_t((a.n_out + outs - 1) / outs) * m_tiles;
+        wide = blocks < 2 * int64_t(multiprocessor_count()) ? 64 : 128;
+    }
+    if (wide == 64)
+        launch_digit_tiles<swiglu, V, 2>(a, m_tiles, stream);
+    else
+        launch_digit_tiles<swiglu, V, 4>(a, m_tiles, stream);
 }
 
 }  // namespace
@@ -273,13 +313,17 @@ void launch_digit_tiles(const matvec_digits_args &a, cudaStream_t stream) {
 void matmul_digits(const matvec_digits_args &a, cudaStream_t stream) {
     const bool swiglu = a.w_up != nullptr;
     TANDEM_CUDA_REQUIRE(a.w && a.y && a.n_in > 0 && a.n_in % 256 == 0 && a.n_out > 0, "matmul_digits: bad arguments (n_in a multiple of 256)");
-    TANDEM_CUDA_REQUIRE(a.group_off && a.n_groups && a.group_mat && a.max_groups > 0 && a.n_pairs >= 0,
-                        "matmul_digits: grouped products only (groups, max_groups and a pair bound)");
+    TANDEM_CUDA_REQUIRE(a.one_group ? !a.group_off && !a.x_rows && !a.y_rows && a.n_rows >= 0
+                                    : a.group_off && a.n_groups && a.group_mat && a.max_groups > 0 && a.n_pairs >= 0,
+                        "matmul_digits: grouped products (groups, max_groups and a pair bound) or one group of rows by index");
+    TANDEM_CUDA_REQUIRE(!a.accumulate || !swiglu, "matmul_digits: SwiGLU and accumulate do not combine");
     TANDEM_CUDA_REQUIRE(a.x.digits && a.x.scales && a.x.sums && !a.x_f32, "matmul_digits: producer digit rows only");
     TANDEM_CUDA_REQUIRE((reinterpret_cast<uintptr_t>(a.w) | reinterpret_cast<uintptr_t>(a.w_up) | reinterpret_cast<uintptr_t>(a.x.digits) |
                          reinterpret_cast<uintptr_t>(a.x.sums)) % 16 == 0 &&
                             reinterpret_cast<uintptr_t>(a.x.scales) % 4 == 0,
                         "matmul_digits: weights, digits and sums must be 16-byte aligned");
+    TANDEM_CUDA_REQUIRE(a.tile_weight_rows == 0 || a.tile_weight_rows == 64 || a.tile_weight_rows == 128,
+                        "matmul_digits: tile_weight_rows is 0 (by the launch's size), 64 or 128");
     const int V = digits_grouped_k_split(swiglu, a.n_in);
     if (swiglu)
         launch_digit_tiles<true, 4>(a, stream);

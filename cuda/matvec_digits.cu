@@ -33,13 +33,18 @@ __global__ void __launch_bounds__(quant_warps * 32) digits_quantize_kernel(const
 }
 
 // Group gi's pair range [begin, end) and matrix (loaded with the group count: one round trip); false when gi is past the step's groups (the
-// block has nothing to do; what was set is then meaningless).
-__device__ __forceinline__ bool read_group(const int32_t *n_groups, const int32_t *group_off, const int32_t *group_mat, int gi,
-                                           int &begin, int &end, int &mat) {
-    const int n = *n_groups;
-    begin = group_off[gi];
-    end = group_off[gi + 1];
-    mat = group_mat[gi];
+// block has nothing to do; what was set is then meaningless). one_group: rows 0 .. n_rows - 1 of matrix 0.
+__device__ __forceinline__ bool read_group(const matvec_digits_args &a, int gi, int &begin, int &end, int &mat) {
+    if (a.one_group) {
+        begin = 0;
+        end = a.n_rows;
+        mat = 0;
+        return gi == 0;
+    }
+    const int n = *a.n_groups;
+    begin = a.group_off[gi];
+    end = a.group_off[gi + 1];
+    mat = a.group_mat[gi];
     return gi < n;
 }
 
@@ -120,8 +125,10 @@ __device__ __forceinline__ void store_outputs(const matvec_digits_args &a, const
         y[j0 + g] = digit_swiglu(gate, up);
     } else {
 #pragma unroll
-        for (int h = 0; h < 2; ++h)
-            if (j0 + g + 8 * h < a.n_out) y[j0 + g + 8 * h] = out[h];
+        for (int h = 0; h < 2; ++h) {
+            float *yj = y + j0 + g + 8 * h;
+            if (j0 + g + 8 * h < a.n_out) *yj = a.accumulate ? __fadd_rn(*yj, out[h]) : out[h];
+        }
     }
 }
 
@@ -161,7 +168,7 @@ __global__ void __launch_bounds__(W * 32, staged ? 8 : 0) matvec_digits_kernel(c
     };
     // Grouped: the block's group, its weight rows, and (staged) their copies issued.
     auto start_group = [&]() {
-        if (!read_group(a.n_groups, a.group_off, a.group_mat, blockIdx.y, begin, end, mat)) return false;
+        if (!read_group(a, blockIdx.y, begin, end, mat)) return false;
         resolve_rows();
         if constexpr (staged) {
             if (threadIdx.x == 0) {
@@ -180,7 +187,7 @@ __global__ void __launch_bounds__(W * 32, staged ? 8 : 0) matvec_digits_kernel(c
     };
     // The first chunk's weights loaded before the wait on the predecessor: dense products, and
     // grouped ones whose groups are settled (streamed; staged ones issue their copies).
-    const bool early = !grouped || a.groups_settled;
+    const bool early = !grouped || a.groups_settled || a.one_group;
     q4_k_lane lo, hi;
     if (early) {
         if constexpr (grouped) {
@@ -282,7 +289,7 @@ __global__ void __launch_bounds__(S * 32) matvec_digits_solo_kernel(const matvec
     const uint8_t *rlo = nullptr, *rhi = nullptr;
     q4_k_lane lo, hi;
     auto start = [&]() {
-        if (!read_group(a.n_groups, a.group_off, a.group_mat, blockIdx.y, begin, end, mat) || k >= n_tiles) return false;
+        if (!read_group(a, blockIdx.y, begin, end, mat) || k >= n_tiles) return false;
         auto src_row = [&](int r) { return tile_row<swiglu>(a, mat, j0, r, row_bytes); };
         if constexpr (staged) {
             uint8_t *stage = s_w + int64_t(warp) * 16 * stride;
@@ -303,7 +310,7 @@ __global__ void __launch_bounds__(S * 32) matvec_digits_solo_kernel(const matvec
         }
         return true;
     };
-    const bool early = a.groups_settled;
+    const bool early = a.groups_settled || a.one_group;
     if (early && !start()) return;
     pdl_wait();
     pdl_trigger();
@@ -366,7 +373,10 @@ void digits_quantize(const digits_quantize_args &a, cudaStream_t stream) {
 }
 
 void matvec_digits(const matvec_digits_args &a, cudaStream_t stream) {
-    const bool swiglu = a.w_up != nullptr, grouped = a.group_off != nullptr, quantize = a.x_f32 != nullptr;
+    const bool swiglu = a.w_up != nullptr, grouped = a.group_off != nullptr || a.one_group, quantize = a.x_f32 != nullptr;
+    TANDEM_CUDA_REQUIRE(!a.one_group || (!a.group_off && !a.x_rows && !a.y_rows && !quantize),
+                        "matvec_digits: one_group takes rows by index and producer digits (no groups, no row maps, no fp32 rows)");
+    TANDEM_CUDA_REQUIRE(!a.accumulate || !swiglu, "matvec_digits: SwiGLU and accumulate do not combine");
     TANDEM_CUDA_REQUIRE(a.w && a.y && a.n_in > 0 && a.n_in % 256 == 0 && a.n_out > 0 && a.n_rows >= 0,
                         "matvec_digits: bad arguments (n_in a multiple of 256)");
     TANDEM_CUDA_REQUIRE(quantize || (a.x.digits && a.x.scales && a.x.sums), "matvec_digits: no digit rows");
@@ -374,8 +384,8 @@ void matvec_digits(const matvec_digits_args &a, cudaStream_t stream) {
                                       reinterpret_cast<uintptr_t>(a.x_f32) % 16 == 0),
                         "matvec_digits: fp32 rows are for grouped plain products (stride a multiple of 4, 16-byte aligned)");
     TANDEM_CUDA_REQUIRE(!a.group_off || (a.n_groups && a.group_mat && a.max_groups > 0), "matvec_digits: incomplete groups");
-    if (!a.group_off && a.n_rows == 0) return;
-    const dim3 grid((a.n_out + (swiglu ? 7 : 15)) / (swiglu ? 8 : 16), grouped ? a.max_groups : 1);
+    if ((!a.group_off || a.one_group) && a.n_rows == 0) return;
+    const dim3 grid((a.n_out + (swiglu ? 7 : 15)) / (swiglu ? 8 : 16), grouped && !a.one_group ? a.max_groups : 1);
     const bool narrow = !grouped && int(grid.x) < narrow_blocks;
     auto go = [&](auto kernel, int warps) { launch_pdl(kernel, grid, dim3(warps * 32), stream, a); };
     const size_t stage_bytes = size_t(16) * (size_t(a.n_in / 256) * 144 + 32);

@@ -10,8 +10,10 @@
 // digits written by the FFN norm + router launch) and the grouped plain product for their Q4_K
 // down (digits made by its own blocks, or by digits_quantize for large steps): 1.1-1.5x faster
 // than the bf16-split kernels, each product ~6x less precise (relative L2 ~4e-5 against the CPU's
-// fp32, within tolerance::moe). The dense product is measured only (on Q/K/V and the head it lost
-// at one session; a third digit was measured and dropped: docs/perf-notes.md, sessions 11-12).
+// fp32, within tolerance::moe). Prompt rows' Q4_K Q, K, V and wo take the grouped arithmetic as one
+// group (one_group; the tiles from 64 rows): 1.1-1.3x faster than the bf16 exact-quant prompt
+// products (session 18). The dense product of decode rows is measured only (on Q/K/V and the head it
+// lost at one session; a third digit was measured and dropped: docs/perf-notes.md, sessions 11-12).
 // Owns: the digit format and its producer, the dense and grouped (SwiGLU, plain) products. Does not
 // own: the other decode products (cuda/matvec.h).
 #pragma once
@@ -73,6 +75,16 @@ struct matvec_digits_args {
     int64_t x_f32_stride = 0;
     // matmul_digits (grouped): a bound on all groups' pairs together (its grid of row tiles).
     int32_t n_pairs = 0;
+    // A dense product with the grouped products' arithmetic (prompt rows' Q, K, V and wo): one group
+    // of rows 0 .. n_rows - 1, matrix 0, x and y rows by index, no group arrays (group_off unset).
+    // matvec_digits and matmul_digits then give the same bits, so how a prompt is chunked changes
+    // nothing whichever kernel a chunk takes.
+    bool one_group = false;
+    // Plain products: y += W x (wo's residual add, one rounding) instead of y = W x.
+    bool accumulate = false;
+    // matmul_digits: weight rows a block tile (64 or 128; 0: 64 when 128-row tiles would give fewer
+    // blocks than two an SM). Every width gives the same bits.
+    int32_t tile_weight_rows = 0;
 };
 
 // The digit product of matvec's grouped arguments: its matrices, shape, output rows and groups,
@@ -106,7 +118,7 @@ inline int digits_grouped_k_split(bool swiglu, int32_t n_in) { return !swiglu &&
 // 4 step rows a pass, each row's two digits in adjacent mma columns).
 void matvec_digits(const matvec_digits_args &args, cudaStream_t stream);
 
-// The grouped products (SwiGLU or plain, producer digits: x, not x_f32) of many rows at once, for
+// The grouped products (SwiGLU or plain, producer digits: x, not x_f32; or one_group) of many rows at once, for
 // prompt steps: block tiles of 32 pairs of a group x 128 weight rows, the weights' raw Q4_K bytes
 // and the rows' digits staged by cp.async in two stages (cuda/matmul_prompt_digits.cu). Each
 // output's arithmetic is matvec_digits' (digits_grouped_k_split, digit_fold), so its outputs are

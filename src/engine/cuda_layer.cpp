@@ -1,7 +1,7 @@
 // src/engine/cuda_layer.cpp - one layer's launches on a cuda_device (cuda_device::layer_experts):
 // attention norm, Q/K/V, QK norm + RoPE + cache write, attention, wo; FFN norm and router, routing,
-// the experts' gate/up and down (prompt rows through the tiled GEMMs and the digit tiles, decode
-// rows through the matrix-vector and digit products). The rest of the device (uploads, scratch,
+// the experts' gate/up and down (prompt rows through the tiled GEMMs and the digit tiles, Q4_K ones
+// all on digits; decode rows through the matrix-vector and digit products). The rest of the device (uploads, scratch,
 // embedding, head, transfers) is in cuda_device.cpp.
 #include "cuda_device_state.h"
 
@@ -37,6 +37,14 @@ constexpr int32_t down_quantize_min_pairs = 8;
 // expert) 2,310 / 1,734, 64 rows 3,472 / 2,778, 128 rows 4,704 / 4,256, 256 rows (16) 6,931 /
 // 6,955, 512 rows 9,637 / 10,507, 2,048 rows 12,620 / 15,035.
 constexpr int32_t prompt_tile_min_pairs_per_expert = 16;
+// Prompt steps whose Q, K, V and wo are Q4_K take them on digits as well, each a dense product with
+// the grouped arithmetic (matvec_digits_args::one_group): the tiles from this many rows, the decode
+// kernels below it (the same bits, so chunking changes nothing). Measured on the 30b synth
+// (docs/perf-notes.md, session 18, `bench --prompt 2048 --prefill-chunk C`, tok/s, the bf16
+// exact-quant products before -> digits): chunks of 16 rows 1,241 -> 1,433, 32 2,152 -> 2,264, 64
+// 3,295 -> 3,104 (tiles) or 3,147 (decode kernels), 128 4,552 -> 5,724, 256 7,373 -> 8,418, 2,048
+// 16,171 -> 16,582.
+constexpr int32_t prompt_dense_tile_min_rows = 64;
 // The grouped digit products' shapes by the step's pairs (cuda/matvec_digits.h; every shape gives
 // the same bits). Measured (docs/perf-notes.md, session 13, call 6, each product alone, us at 1 /
 // 2 / 4 / 8 / 16 sessions): gate/up streamed blocks 6.3 / 11.4 / 20.9 / 36.7 / 57.2, staged 9.1 /
@@ -138,7 +146,37 @@ int64_t cuda_device::layer_experts(int32_t l, int32_t r0, int32_t n) {
     };
     const uint4 *hs = m.h_split_fresh ? h_split : nullptr;
     const float *hm = m.h_split_fresh ? h_sums : nullptr;
-    if (L.wq.type == L.wk.type && L.wq.type == L.wv.type) {
+    // Prompt rows' dense Q4_K products on digits of their input rows (quantised once per input).
+    auto prompt_dense_applies = [&](const cuda_matrix &w) {
+        return m.prompt_rows && w.type == ggml_type::q4_k && w.n_in % 256 == 0 &&
+               reinterpret_cast<uintptr_t>(w.data) % 16 == 0;
+    };
+    auto prompt_dense_digits = [&](const cuda_matrix &w, const cuda::digit_rows &xd, float *out, int64_t out_stride, bool acc) {
+        cuda::matvec_digits_args da;
+        da.w = w.data;
+        da.n_in = w.n_in;
+        da.n_out = w.n_out;
+        da.x = xd;
+        da.n_rows = n;
+        da.y = out;
+        da.y_stride = out_stride;
+        da.one_group = true;
+        da.accumulate = acc;
+        da.stage = true;
+        if (n >= prompt_dense_tile_min_rows)
+            cuda::matmul_digits(da, s);
+        else
+            cuda::matvec_digits(da, s);
+        ++launches;
+    };
+    if (prompt_dense_applies(L.wq) && prompt_dense_applies(L.wk) && prompt_dense_applies(L.wv)) {
+        const cuda::digit_rows hd = prompt_digit_rows(n, d);
+        cuda::digits_quantize({h, n, d, hd}, s);
+        ++launches;
+        prompt_dense_digits(L.wq, hd, q, q_dim, false);
+        prompt_dense_digits(L.wk, hd, kb, kv_dim, false);
+        prompt_dense_digits(L.wv, hd, vb, kv_dim, false);
+    } else if (L.wq.type == L.wk.type && L.wq.type == L.wv.type) {
         // Q, K and V in one launch: one weight stream over the same normalised rows.
         cuda::matvec_args a = dense_args(L.wq, h, d, hs, hm, q, q_dim);
         a.extra[0] = {L.wk.data, L.wk.n_out, kb, kv_dim};
@@ -211,7 +249,14 @@ int64_t cuda_device::layer_experts(int32_t l, int32_t r0, int32_t n) {
         cuda::attention(aa, s);
         launches += 2;  // partial and combine
     }
-    dense(L.wo, att, q_dim, aa.out_split, aa.out_sums, x, d, true);
+    if (prompt_dense_applies(L.wo)) {
+        const cuda::digit_rows ad = prompt_digit_rows(n, q_dim);
+        cuda::digits_quantize({att, n, q_dim, ad}, s);
+        ++launches;
+        prompt_dense_digits(L.wo, ad, x, d, true);
+    } else {
+        dense(L.wo, att, q_dim, aa.out_split, aa.out_sums, x, d, true);
+    }
     // Decode rows with an F32 router: the FFN norm and the router in one launch, the logits in
     // dot_f32's order (the CPU's bits for the same h). Otherwise the norm, then the router (8 row
     // tiles of 16 for 128 experts) in K parts on their own blocks, 4 when every part gets at least

@@ -3,7 +3,8 @@
 // (matvec_digits) for the same digit rows, on groups that fill several 32-pair tiles, end in
 // partial ones, and matrices whose blocks of 256 divide unevenly among the K split's partials (or
 // leave some empty); within tolerance of the CPU's fp32 products. The timing beside the bf16 prompt
-// tiles is in test_cuda_matmul_prompt's [.bench] case.
+// tiles is in test_cuda_matmul_prompt's [.bench] case. Dense products as one group (prompt rows' Q/K/V
+// and wo) likewise, with the residual add.
 #include "gpu_test_util.h"
 #include "quant_test_util.h"
 #include "digit_groups_test_util.h"
@@ -56,13 +57,19 @@ std::vector<float> tiles_checked_against_decode(cuda::matvec_digits_args a, int3
     y_decode.poison();
     a.y = y_decode.ptr;
     cuda::matvec_digits(a, nullptr);
-    y_tiles.poison();
-    a.y = y_tiles.ptr;
-    a.n_pairs = pairs;
-    cuda::matmul_digits(a, nullptr);
-    TANDEM_CUDA_CHECK(cudaDeviceSynchronize());
-    const auto got = y_tiles.download(), want = y_decode.download();
-    CHECK(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)) == 0);
+    const auto want = y_decode.download();
+    std::vector<float> got;
+    for (const int32_t width : {64, 128}) {  // both tile widths
+        INFO("tile weight rows " << width);
+        y_tiles.poison();
+        a.y = y_tiles.ptr;
+        a.n_pairs = pairs;
+        a.tile_weight_rows = width;
+        cuda::matmul_digits(a, nullptr);
+        TANDEM_CUDA_CHECK(cudaDeviceSynchronize());
+        got = y_tiles.download();
+        CHECK(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)) == 0);
+    }
     return got;
 }
 
@@ -147,4 +154,94 @@ TEST_CASE("prompt digit tiles: grouped plain products bitwise the decode kernels
                         ref.data() + size_t(p) * sh.n_out, 1);
         CHECK(rel_err(got.data(), ref.data(), ref.size()) <= test::tolerance::moe);
     }
+}
+
+TEST_CASE("dense digit products as one group: tiles bitwise the decode kernels, accumulate, within tolerance of the CPU",
+          "[gpu][kernels]") {
+    if (!test::gpu_present()) return;
+    cpu::cpu_context ctx{4};
+    // Prompt rows' Q/K/V and wo shapes, shrunk: K of 8 blocks (split 4 ways), 16 (wo's 4,096), 3
+    // (one partial empty) and 5 (uneven); rows of one partial tile, several tiles, one row.
+    struct dense_shape {
+        int32_t n_in, n_out, rows;
+    };
+    const dense_shape shapes[] = {{2048, 200, 70}, {4096, 130, 33}, {768, 64, 5}, {1280, 40, 100}, {2048, 16, 1}};
+    uint64_t seed = 5200;
+    for (const dense_shape &sh : shapes) {
+        std::mt19937_64 rng(++seed);
+        INFO("n_in " << sh.n_in << " n_out " << sh.n_out << " rows " << sh.rows);
+        const auto w = random_matrix(rng, ggml_type::q4_k, sh.n_in, sh.n_out, 0.05f);
+        const auto x = activations(rng, size_t(sh.n_in) * sh.rows, true);
+        const auto base = test::random_floats(rng, size_t(sh.n_out) * sh.rows);
+        device_buffer<uint8_t> dw(w);
+        device_buffer<float> dx(x);
+        device_digits dd(sh.rows, sh.n_in);
+        cuda::digits_quantize({dx.ptr, sh.rows, sh.n_in, dd.view()}, nullptr);
+        cuda::matvec_digits_args a;
+        a.w = dw.ptr;
+        a.n_in = sh.n_in;
+        a.n_out = sh.n_out;
+        a.x = dd.view();
+        a.n_rows = sh.rows;
+        a.y_stride = sh.n_out;
+        a.one_group = true;
+        std::vector<float> ref(size_t(sh.n_out) * sh.rows);
+        cpu::matmul(ctx, host_matrix(w, ggml_type::q4_k, sh.n_in, sh.n_out), x.data(), ref.data(), sh.rows);
+        for (const bool acc : {false, true}) {
+            INFO("accumulate " << acc);
+            a.accumulate = acc;
+            // Decode kernels streamed and staged, then the tiles 64 and 128 weight rows wide: all the same bits.
+            std::vector<std::vector<float>> outs;
+            for (int variant = 0; variant < 4; ++variant) {
+                device_buffer<float> dy(ref.size());
+                if (acc)
+                    dy.upload(base);
+                else
+                    dy.poison();
+                a.y = dy.ptr;
+                a.stage = variant == 1;
+                a.tile_weight_rows = variant == 2 ? 64 : 128;
+                if (variant < 2)
+                    cuda::matvec_digits(a, nullptr);
+                else
+                    cuda::matmul_digits(a, nullptr);
+                TANDEM_CUDA_CHECK(cudaDeviceSynchronize());
+                outs.push_back(dy.download());
+            }
+            CHECK(std::memcmp(outs[0].data(), outs[1].data(), ref.size() * sizeof(float)) == 0);
+            CHECK(std::memcmp(outs[0].data(), outs[2].data(), ref.size() * sizeof(float)) == 0);
+            CHECK(std::memcmp(outs[0].data(), outs[3].data(), ref.size() * sizeof(float)) == 0);
+            std::vector<float> want = ref, got = outs[3];
+            if (acc)
+                for (size_t i = 0; i < got.size(); ++i) got[i] -= base[i];
+            CHECK(rel_err(got.data(), want.data(), want.size()) <= test::tolerance::moe);
+        }
+    }
+    // A row's outputs do not depend on the other rows of the launch (prompt chunking): the first
+    // rows alone give the bits they had among all.
+    std::mt19937_64 rng(5300);
+    const int32_t n_in = 2048, n_out = 96, rows = 80, part = 37;
+    const auto w = random_matrix(rng, ggml_type::q4_k, n_in, n_out, 0.05f);
+    const auto x = activations(rng, size_t(n_in) * rows, true);
+    device_buffer<uint8_t> dw(w);
+    device_buffer<float> dx(x), y_all(size_t(n_out) * rows), y_part(size_t(n_out) * part);
+    device_digits dd(rows, n_in);
+    cuda::digits_quantize({dx.ptr, rows, n_in, dd.view()}, nullptr);
+    cuda::matvec_digits_args a;
+    a.w = dw.ptr;
+    a.n_in = n_in;
+    a.n_out = n_out;
+    a.x = dd.view();
+    a.y_stride = n_out;
+    a.one_group = true;
+    a.n_rows = rows;
+    a.y = y_all.ptr;
+    cuda::matmul_digits(a, nullptr);
+    a.n_rows = part;
+    a.y = y_part.ptr;
+    a.stage = true;
+    cuda::matvec_digits(a, nullptr);
+    TANDEM_CUDA_CHECK(cudaDeviceSynchronize());
+    const auto all = y_all.download(), some = y_part.download();
+    CHECK(std::memcmp(all.data(), some.data(), some.size() * sizeof(float)) == 0);
 }

@@ -449,6 +449,39 @@ TEST_CASE("matmul_prompt speed on prefill shapes", "[.bench][gpu]") {
         bench_report("dense Q/K/V 2048 -> 4096 + 512 + 512", ms, 2.0 * n * d * 5120, out);
     }
     {
+        const auto w = random_q4_k(rng, 4096, d);
+        device_buffer<uint8_t> dw(w);
+        device_buffer<float> dy(size_t(n) * d);
+        cuda::matvec_args a;
+        a.w = dw.ptr; a.type = ggml_type::q4_k; a.n_in = 4096; a.n_out = d;
+        a.x = dx.ptr; a.x_stride = 4096; a.y = dy.ptr; a.y_stride = d; a.n_pairs = n;
+        const double ms = median_ms([&] { run_prompt(a, n); });
+        bench_report("dense wo 2048 rows 4096 -> 2048", ms, 2.0 * n * 4096 * d, dy.download());
+    }
+    if (exact) {
+        // The dense products on the int8 digit tiles (one_group, as prompt rows' Q/K/V and wo take them).
+        std::printf("dense products on int8 digit tiles (one group), quantize launch included:\n");
+        device_buffer<int8_t> dig(size_t(n) * 4096 * cuda::digits_per_element);
+        device_buffer<float> scales(size_t(n) * 4096 / 256);
+        device_buffer<uint16_t> sums(size_t(n) * 4096 / 256 * 16);
+        const cuda::digit_rows rows{dig.ptr, scales.ptr, sums.ptr};
+        for (const int32_t n_in : {d, 4096}) {
+            const int32_t n_out = n_in == d ? 5120 : d;
+            const auto w = random_q4_k(rng, n_in, n_out);
+            device_buffer<uint8_t> dw(w);
+            device_buffer<float> dy(size_t(n) * n_out);
+            cuda::matvec_digits_args a;
+            a.w = dw.ptr; a.n_in = n_in; a.n_out = n_out; a.x = rows; a.n_rows = n; a.y = dy.ptr; a.y_stride = n_out;
+            a.one_group = true;
+            const double ms = median_ms([&] {
+                cuda::digits_quantize({dx.ptr, n, n_in, rows}, nullptr);
+                cuda::matmul_digits(a, nullptr);
+            });
+            bench_report(n_in == d ? "dense 2048 rows 2048 -> 5120" : "dense wo 2048 rows 4096 -> 2048", ms, 2.0 * n * n_in * n_out,
+                         dy.download());
+        }
+    }
+    {
         const auto logits = test::random_floats(rng, size_t(n) * ne);
         const std::vector<int32_t> slots(size_t(n), 0);
         routed_step rs(logits, slots, ne, k);
