@@ -81,13 +81,26 @@ __global__ void __launch_bounds__(tile_shape<WW>::n_threads, 2) matmul_digits_ke
     }
     const int rows_here = min(tile_m, end - m0);
     constexpr int outs_per_block = swiglu ? tile_n / 2 : tile_n;
-    const int j0 = blockIdx.x * outs_per_block, n_blocks = a.n_in / 256;
+    // The block's matrix: the first, or an extra one (one_group) where the grid continues.
+    const void *w_mat = a.w;
+    int n_out = a.n_out, bx = int(blockIdx.x);
+    float *y_mat = a.y;
+    int64_t y_stride = a.y_stride;
+    for (int e = 0, first = (n_out + outs_per_block - 1) / outs_per_block; e < a.n_extra && bx >= first; ++e) {
+        bx -= first;
+        w_mat = a.extra[e].w;
+        n_out = a.extra[e].n_out;
+        y_mat = a.extra[e].y;
+        y_stride = a.extra[e].y_stride;
+        first = (n_out + outs_per_block - 1) / outs_per_block;
+    }
+    const int j0 = bx * outs_per_block, n_blocks = a.n_in / 256;
     const int64_t row_bytes = int64_t(n_blocks) * 144;
     for (int r = tid; r < tile_m; r += n_threads) s_xrow[r] = r < rows_here ? (a.x_rows ? a.x_rows[m0 + r] : m0 + r) : -1;
     for (int wr = tid; wr < tile_n; wr += n_threads) {
         const int j = swiglu ? j0 + 8 * (wr >> 4) + (wr & 7) : j0 + wr;
-        const void *base = swiglu && (wr & 8) ? a.w_up : a.w;
-        s_wrow[wr] = j < a.n_out ? static_cast<const uint8_t *>(base) + (int64_t(mat) * a.n_out + j) * row_bytes : nullptr;
+        const void *base = swiglu && (wr & 8) ? a.w_up : w_mat;
+        s_wrow[wr] = j < n_out ? static_cast<const uint8_t *>(base) + (int64_t(mat) * n_out + j) * row_bytes : nullptr;
     }
     __syncthreads();
 
@@ -260,18 +273,18 @@ __global__ void __launch_bounds__(tile_shape<WW>::n_threads, 2) matmul_digits_ke
             const int lm = r0 + 8 * rf + 2 * t + e2;
             if (rf >= r_live || lm >= rows_here) continue;
             const int p = m0 + lm;
-            float *y = a.y + int64_t(a.y_rows ? a.y_rows[p] : p) * a.y_stride;
+            float *y = y_mat + int64_t(a.y_rows ? a.y_rows[p] : p) * y_stride;
 #pragma unroll
             for (int wf = 0; wf < w_frags; ++wf) {
                 if constexpr (swiglu) {
                     const int jo = j0 + (w0 + 16 * wf) / 2 + g;
-                    if (jo < a.n_out) y[jo] = digit_swiglu(total_at(wf, rf, e2), total_at(wf, rf, e2 + 2));
+                    if (jo < n_out) y[jo] = digit_swiglu(total_at(wf, rf, e2), total_at(wf, rf, e2 + 2));
                 } else {
 #pragma unroll
                     for (int h = 0; h < 2; ++h) {
                         const int jo = j0 + w0 + 16 * wf + g + 8 * h;
                         const float v = total_at(wf, rf, e2 + 2 * h);
-                        if (jo < a.n_out) y[jo] = a.accumulate ? __fadd_rn(y[jo], v) : v;
+                        if (jo < n_out) y[jo] = a.accumulate ? __fadd_rn(y[jo], v) : v;
                     }
                 }
             }
@@ -284,8 +297,9 @@ void launch_digit_tiles(const matvec_digits_args &a, int m_tiles, cudaStream_t s
     auto kernel = matmul_digits_kernel<swiglu, V, WW>;
     TANDEM_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(shape::smem_bytes)));
     constexpr int outs_per_block = swiglu ? shape::tile_n / 2 : shape::tile_n;
-    launch_pdl_smem(kernel, dim3((a.n_out + outs_per_block - 1) / outs_per_block, m_tiles), dim3(shape::n_threads), shape::smem_bytes,
-                    stream, a);
+    int col_blocks = (a.n_out + outs_per_block - 1) / outs_per_block;
+    for (int e = 0; e < a.n_extra; ++e) col_blocks += (a.extra[e].n_out + outs_per_block - 1) / outs_per_block;
+    launch_pdl_smem(kernel, dim3(col_blocks, m_tiles), dim3(shape::n_threads), shape::smem_bytes, stream, a);
     TANDEM_CUDA_CHECK_LAUNCH();
 }
 
@@ -299,7 +313,9 @@ void launch_digit_tiles(const matvec_digits_args &a, cudaStream_t stream) {
     int wide = a.tile_weight_rows;
     if (wide == 0) {
         const int outs = swiglu ? tile_shape<4>::tile_n / 2 : tile_shape<4>::tile_n;
-        const int64_t blocks = int64_t((a.n_out + outs - 1) / outs) * m_tiles;
+        int64_t col_blocks = (a.n_out + outs - 1) / outs;
+        for (int e = 0; e < a.n_extra; ++e) col_blocks += (a.extra[e].n_out + outs - 1) / outs;
+        const int64_t blocks = col_blocks * m_tiles;
         wide = blocks < 2 * int64_t(multiprocessor_count()) ? 64 : 128;
     }
     if (wide == 64)
@@ -322,6 +338,11 @@ void matmul_digits(const matvec_digits_args &a, cudaStream_t stream) {
                          reinterpret_cast<uintptr_t>(a.x.sums)) % 16 == 0 &&
                             reinterpret_cast<uintptr_t>(a.x.scales) % 4 == 0,
                         "matmul_digits: weights, digits and sums must be 16-byte aligned");
+    TANDEM_CUDA_REQUIRE(a.n_extra >= 0 && a.n_extra <= 2 && (a.n_extra == 0 || (a.one_group && !swiglu)),
+                        "matmul_digits: extra matrices are for one-group plain products (at most two)");
+    for (int e = 0; e < a.n_extra; ++e)
+        TANDEM_CUDA_REQUIRE(a.extra[e].w && a.extra[e].y && a.extra[e].n_out > 0 && reinterpret_cast<uintptr_t>(a.extra[e].w) % 16 == 0,
+                            "matmul_digits: an extra matrix needs weights (16-byte aligned), outputs and rows");
     TANDEM_CUDA_REQUIRE(a.tile_weight_rows == 0 || a.tile_weight_rows == 64 || a.tile_weight_rows == 128,
                         "matmul_digits: tile_weight_rows is 0 (by the launch's size), 64 or 128");
     const int V = digits_grouped_k_split(swiglu, a.n_in);

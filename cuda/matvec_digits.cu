@@ -377,6 +377,7 @@ void matvec_digits(const matvec_digits_args &a, cudaStream_t stream) {
     TANDEM_CUDA_REQUIRE(!a.one_group || (!a.group_off && !a.x_rows && !a.y_rows && !quantize),
                         "matvec_digits: one_group takes rows by index and producer digits (no groups, no row maps, no fp32 rows)");
     TANDEM_CUDA_REQUIRE(!a.accumulate || !swiglu, "matvec_digits: SwiGLU and accumulate do not combine");
+    TANDEM_CUDA_REQUIRE(a.n_extra == 0, "matvec_digits: extra matrices are matmul_digits' (one launch a matrix here)");
     TANDEM_CUDA_REQUIRE(a.w && a.y && a.n_in > 0 && a.n_in % 256 == 0 && a.n_out > 0 && a.n_rows >= 0,
                         "matvec_digits: bad arguments (n_in a multiple of 256)");
     TANDEM_CUDA_REQUIRE(quantize || (a.x.digits && a.x.scales && a.x.sums), "matvec_digits: no digit rows");

@@ -85,6 +85,10 @@ struct matvec_digits_args {
     // matmul_digits: weight rows a block tile (64 or 128; 0: 64 when 128-row tiles would give fewer
     // blocks than two an SM). Every width gives the same bits.
     int32_t tile_weight_rows = 0;
+    // matmul_digits, one_group: more matrices over the same rows in the same launch (K and V beside
+    // Q), each with its own outputs; their column blocks continue the grid.
+    matvec_part extra[2] = {};
+    int32_t n_extra = 0;
 };
 
 // The digit product of matvec's grouped arguments: its matrices, shape, output rows and groups,

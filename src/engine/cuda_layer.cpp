@@ -16,6 +16,8 @@
 #include "cuda/norm.h"
 #include "tandem/error.h"
 
+#include <initializer_list>
+
 namespace tandem {
 
 namespace {
@@ -151,7 +153,9 @@ int64_t cuda_device::layer_experts(int32_t l, int32_t r0, int32_t n) {
         return m.prompt_rows && w.type == ggml_type::q4_k && w.n_in % 256 == 0 &&
                reinterpret_cast<uintptr_t>(w.data) % 16 == 0;
     };
-    auto prompt_dense_digits = [&](const cuda_matrix &w, const cuda::digit_rows &xd, float *out, int64_t out_stride, bool acc) {
+    // Extras: more matrices over the same rows (K and V beside Q), in the tiles' launch.
+    auto prompt_dense_digits = [&](const cuda_matrix &w, const cuda::digit_rows &xd, float *out, int64_t out_stride, bool acc,
+                                   std::initializer_list<cuda::matvec_part> extras = {}) {
         cuda::matvec_digits_args da;
         da.w = w.data;
         da.n_in = w.n_in;
@@ -163,19 +167,28 @@ int64_t cuda_device::layer_experts(int32_t l, int32_t r0, int32_t n) {
         da.one_group = true;
         da.accumulate = acc;
         da.stage = true;
-        if (n >= prompt_dense_tile_min_rows)
+        if (n >= prompt_dense_tile_min_rows) {
+            for (const cuda::matvec_part &e : extras) da.extra[da.n_extra++] = e;
             cuda::matmul_digits(da, s);
-        else
-            cuda::matvec_digits(da, s);
+            ++launches;
+            return;
+        }
+        cuda::matvec_digits(da, s);
         ++launches;
+        for (const cuda::matvec_part &e : extras) {
+            da.w = e.w;
+            da.n_out = e.n_out;
+            da.y = e.y;
+            da.y_stride = e.y_stride;
+            cuda::matvec_digits(da, s);
+            ++launches;
+        }
     };
     if (prompt_dense_applies(L.wq) && prompt_dense_applies(L.wk) && prompt_dense_applies(L.wv)) {
         const cuda::digit_rows hd = prompt_digit_rows(n, d);
         cuda::digits_quantize({h, n, d, hd}, s);
         ++launches;
-        prompt_dense_digits(L.wq, hd, q, q_dim, false);
-        prompt_dense_digits(L.wk, hd, kb, kv_dim, false);
-        prompt_dense_digits(L.wv, hd, vb, kv_dim, false);
+        prompt_dense_digits(L.wq, hd, q, q_dim, false, {{L.wk.data, L.wk.n_out, kb, kv_dim}, {L.wv.data, L.wv.n_out, vb, kv_dim}});
     } else if (L.wq.type == L.wk.type && L.wq.type == L.wv.type) {
         // Q, K and V in one launch: one weight stream over the same normalised rows.
         cuda::matvec_args a = dense_args(L.wq, h, d, hs, hm, q, q_dim);

@@ -16,6 +16,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <tuple>
 
 using namespace tandem;
 using tandem::test::device_buffer;
@@ -244,4 +245,43 @@ TEST_CASE("dense digit products as one group: tiles bitwise the decode kernels, 
     TANDEM_CUDA_CHECK(cudaDeviceSynchronize());
     const auto all = y_all.download(), some = y_part.download();
     CHECK(std::memcmp(all.data(), some.data(), some.size() * sizeof(float)) == 0);
+
+    // Q, K and V in one launch (extras): each matrix bitwise its own launch.
+    const int32_t n_k = 40, n_v = 24;
+    const auto wk = random_matrix(rng, ggml_type::q4_k, n_in, n_k, 0.05f), wv = random_matrix(rng, ggml_type::q4_k, n_in, n_v, 0.05f);
+    device_buffer<uint8_t> dwk(wk), dwv(wv);
+    device_buffer<float> yq(size_t(n_out) * rows), yk(size_t(n_k) * rows), yv(size_t(n_v) * rows);
+    for (const int32_t width : {64, 128}) {
+        INFO("tile weight rows " << width);
+        for (auto *b : {&yq, &yk, &yv}) b->poison();
+        cuda::matvec_digits_args f;
+        f.w = dw.ptr;
+        f.n_in = n_in;
+        f.n_out = n_out;
+        f.x = dd.view();
+        f.n_rows = rows;
+        f.y = yq.ptr;
+        f.y_stride = n_out;
+        f.one_group = true;
+        f.tile_weight_rows = width;
+        f.extra[0] = {dwk.ptr, n_k, yk.ptr, n_k};
+        f.extra[1] = {dwv.ptr, n_v, yv.ptr, n_v};
+        f.n_extra = 2;
+        cuda::matmul_digits(f, nullptr);
+        TANDEM_CUDA_CHECK(cudaDeviceSynchronize());
+        CHECK(std::memcmp(yq.download().data(), all.data(), all.size() * sizeof(float)) == 0);
+        for (const auto &[wm, n_o, got] : {std::tuple{&dwk, n_k, &yk}, std::tuple{&dwv, n_v, &yv}}) {
+            device_buffer<float> alone(size_t(n_o) * rows);
+            alone.poison();
+            a.w = wm->ptr;
+            a.n_out = n_o;
+            a.y_stride = n_o;
+            a.n_rows = rows;
+            a.y = alone.ptr;
+            cuda::matvec_digits(a, nullptr);  // staged decode kernel: the same bits as the tiles
+            TANDEM_CUDA_CHECK(cudaDeviceSynchronize());
+            const auto want = alone.download(), have = got->download();
+            CHECK(std::memcmp(have.data(), want.data(), want.size() * sizeof(float)) == 0);
+        }
+    }
 }
