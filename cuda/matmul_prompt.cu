@@ -360,10 +360,18 @@ void launch_matmul_prompt_shape(const matvec_args &a, cudaStream_t stream) {
 
 // Small tiles for steps of few rows: dense up to 64 rows, grouped up to one small tile (16 rows)
 // an expert on average. Measured at 16- and 64-row steps (docs/perf-notes.md, session 6); steps
-// in between the two shapes' regimes (~130-2,000 rows) keep the large tile, as before.
+// in between the two shapes' regimes (~130-2,000 rows) keep the large tile, as before. A dense
+// launch of up to 128 rows that would get fewer large tiles than the GPU has multiprocessors takes
+// the small ones too: the F32 router of a 96- or 128-row prompt chunk (4 large blocks) gave
+// prefill +3.4% / +5.5% in such chunks; at 256-2,048 rows (8-64 large blocks) small tiles measured
+// 0.3-1.4% slower (session 18, call 6).
 bool small_step(const matvec_args &a) {
     if (a.prompt_tile_rows > 0) return a.prompt_tile_rows == small_tiles::tile_m;
-    return a.group_off ? int64_t(a.n_pairs) <= int64_t(small_tiles::tile_m) * a.max_groups : a.n_pairs <= 64;
+    if (a.group_off) return int64_t(a.n_pairs) <= int64_t(small_tiles::tile_m) * a.max_groups;
+    if (a.n_pairs <= 64) return true;
+    if (a.n_pairs > 128) return false;
+    const dim3 large = prompt_grid(a, large_tiles::tile_n, large_tiles::tile_m);
+    return int64_t(large.x) * large.y * a.k_parts < int64_t(multiprocessor_count());
 }
 
 template <ggml_type T>
