@@ -33,19 +33,23 @@ __global__ void __launch_bounds__(quant_warps * 32) digits_quantize_kernel(const
 }
 
 // Group gi's pair range [begin, end) and matrix (loaded with the group count: one round trip); false when gi is past the step's groups (the
-// block has nothing to do; what was set is then meaningless). one_group: rows 0 .. n_rows - 1 of matrix 0.
-__device__ __forceinline__ bool read_group(const matvec_digits_args &a, int gi, int &begin, int &end, int &mat) {
-    if (a.one_group) {
-        begin = 0;
-        end = a.n_rows;
-        mat = 0;
-        return gi == 0;
-    }
-    const int n = *a.n_groups;
-    begin = a.group_off[gi];
-    end = a.group_off[gi + 1];
-    mat = a.group_mat[gi];
+// block has nothing to do; what was set is then meaningless).
+__device__ __forceinline__ bool read_group(const int32_t *n_groups, const int32_t *group_off, const int32_t *group_mat, int gi,
+                                           int &begin, int &end, int &mat) {
+    const int n = *n_groups;
+    begin = group_off[gi];
+    end = group_off[gi + 1];
+    mat = group_mat[gi];
     return gi < n;
+}
+// The one group of a one_group product: rows 0 .. n_rows - 1 of matrix 0. The kernels choose it at
+// compile time, so the decode instances keep their code as it was (runtime tests there cost decode
+// 1-2%, session 18).
+__device__ __forceinline__ bool read_one_group(const matvec_digits_args &a, int gi, int &begin, int &end, int &mat) {
+    begin = 0;
+    end = a.n_rows;
+    mat = 0;
+    return gi == 0;
 }
 
 // Row r (0-15) of the 16-row weight tile of outputs j0 ..: SwiGLU's gate rows of j0 + r, then
@@ -113,7 +117,7 @@ constexpr int digits_pass = 4;
 // The lane's outputs of a pass: step row p0 + t of weight rows j0 + g and j0 + g + 8, or SwiGLU's
 // silu(gate) * up of output j0 + g; rows past the pass's end and outputs past n_out are not
 // written. Every digit product writes its outputs here.
-template <bool swiglu, class YRow>
+template <bool swiglu, bool one = false, class YRow>
 __device__ __forceinline__ void store_outputs(const matvec_digits_args &a, const float (&out)[2], int j0, int g, int t, int p0,
                                               int end, YRow &&y_row) {
     const int r = p0 + t;
@@ -127,7 +131,12 @@ __device__ __forceinline__ void store_outputs(const matvec_digits_args &a, const
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
             float *yj = y + j0 + g + 8 * h;
-            if (j0 + g + 8 * h < a.n_out) *yj = a.accumulate ? __fadd_rn(*yj, out[h]) : out[h];
+            if (j0 + g + 8 * h < a.n_out) {
+                if constexpr (one)
+                    *yj = a.accumulate ? __fadd_rn(*yj, out[h]) : out[h];  // wo's residual add
+                else
+                    *yj = out[h];
+            }
         }
     }
 }
@@ -145,7 +154,7 @@ __device__ __forceinline__ void store_outputs(const matvec_digits_args &a, const
 // laid out as the B fragments are read: [sub-block j][lane] 8 bytes.
 // Staged blocks are held to 64 registers (8 blocks an SM): left alone, ptxas chose 56 with spills
 // (16 rows' gate/up 54.3 us) or, asked for one block, 80 (52.8); at 64, 50.4 (session 13, call 13).
-template <int W, bool swiglu, bool grouped, bool staged = false, bool quantize = false>
+template <int W, bool swiglu, bool grouped, bool staged = false, bool quantize = false, bool one = false>
 __global__ void __launch_bounds__(W * 32, staged ? 8 : 0) matvec_digits_kernel(const matvec_digits_args a) {
     constexpr int D = digits_per_element;
     static_assert(!staged || grouped, "matvec_digits: staging is for grouped products");
@@ -168,7 +177,11 @@ __global__ void __launch_bounds__(W * 32, staged ? 8 : 0) matvec_digits_kernel(c
     };
     // Grouped: the block's group, its weight rows, and (staged) their copies issued.
     auto start_group = [&]() {
-        if (!read_group(a, blockIdx.y, begin, end, mat)) return false;
+        if constexpr (one) {
+            if (!read_one_group(a, blockIdx.y, begin, end, mat)) return false;
+        } else if (!read_group(a.n_groups, a.group_off, a.group_mat, blockIdx.y, begin, end, mat)) {
+            return false;
+        }
         resolve_rows();
         if constexpr (staged) {
             if (threadIdx.x == 0) {
@@ -187,7 +200,7 @@ __global__ void __launch_bounds__(W * 32, staged ? 8 : 0) matvec_digits_kernel(c
     };
     // The first chunk's weights loaded before the wait on the predecessor: dense products, and
     // grouped ones whose groups are settled (streamed; staged ones issue their copies).
-    const bool early = !grouped || a.groups_settled || a.one_group;
+    const bool early = !grouped || a.groups_settled || one;
     q4_k_lane lo, hi;
     if (early) {
         if constexpr (grouped) {
@@ -263,7 +276,7 @@ __global__ void __launch_bounds__(W * 32, staged ? 8 : 0) matvec_digits_kernel(c
             for (int e = 0; e < 2; ++e)
 #pragma unroll
                 for (int v = 0; v < W - 1; ++v) out[e] = __fadd_rn(out[e], s_red[v][e][lane]);
-            store_outputs<swiglu>(a, out, j0, g, t, p0, end, y_row);
+            store_outputs<swiglu, one>(a, out, j0, g, t, p0, end, y_row);
         }
         __syncthreads();
     }
@@ -289,7 +302,7 @@ __global__ void __launch_bounds__(S * 32) matvec_digits_solo_kernel(const matvec
     const uint8_t *rlo = nullptr, *rhi = nullptr;
     q4_k_lane lo, hi;
     auto start = [&]() {
-        if (!read_group(a, blockIdx.y, begin, end, mat) || k >= n_tiles) return false;
+        if (!read_group(a.n_groups, a.group_off, a.group_mat, blockIdx.y, begin, end, mat) || k >= n_tiles) return false;
         auto src_row = [&](int r) { return tile_row<swiglu>(a, mat, j0, r, row_bytes); };
         if constexpr (staged) {
             uint8_t *stage = s_w + int64_t(warp) * 16 * stride;
@@ -310,7 +323,7 @@ __global__ void __launch_bounds__(S * 32) matvec_digits_solo_kernel(const matvec
         }
         return true;
     };
-    const bool early = a.groups_settled || a.one_group;
+    const bool early = a.groups_settled;
     if (early && !start()) return;
     pdl_wait();
     pdl_trigger();
@@ -374,8 +387,9 @@ void digits_quantize(const digits_quantize_args &a, cudaStream_t stream) {
 
 void matvec_digits(const matvec_digits_args &a, cudaStream_t stream) {
     const bool swiglu = a.w_up != nullptr, grouped = a.group_off != nullptr || a.one_group, quantize = a.x_f32 != nullptr;
-    TANDEM_CUDA_REQUIRE(!a.one_group || (!a.group_off && !a.x_rows && !a.y_rows && !quantize),
-                        "matvec_digits: one_group takes rows by index and producer digits (no groups, no row maps, no fp32 rows)");
+    TANDEM_CUDA_REQUIRE(!a.one_group || (!a.group_off && !a.x_rows && !a.y_rows && !quantize && !swiglu),
+                        "matvec_digits: one_group is a plain product of rows by index and producer digits (no groups, no row maps, "
+                        "no fp32 rows, no SwiGLU)");
     TANDEM_CUDA_REQUIRE(!a.accumulate || !swiglu, "matvec_digits: SwiGLU and accumulate do not combine");
     TANDEM_CUDA_REQUIRE(a.n_extra == 0, "matvec_digits: extra matrices are matmul_digits' (one launch a matrix here)");
     TANDEM_CUDA_REQUIRE(a.w && a.y && a.n_in > 0 && a.n_in % 256 == 0 && a.n_out > 0 && a.n_rows >= 0,
@@ -400,7 +414,16 @@ void matvec_digits(const matvec_digits_args &a, cudaStream_t stream) {
         launch_pdl_smem(kernel, blocks, dim3(warps * 32), staged ? size_t(warps) * stage_bytes : 0, stream, a);
     };
     const bool solo_staged = a.stage && aligned && pdl_supported() && size_t(a.solo_warps) * stage_bytes <= 48 * 1024;
-    if (solo && swiglu) {
+    if (a.one_group) {
+        // Dense products as one group (prompt rows' Q, K, V and wo): instances of their own, so the
+        // decode products' code stays as it was. K split as digits_grouped_k_split (no solo warps).
+        if (digits_grouped_k_split(false, a.n_in) == 3)
+            stage ? go_staged(matvec_digits_kernel<3, false, true, true, false, true>, 3)
+                  : go(matvec_digits_kernel<3, false, true, false, false, true>, 3);
+        else
+            stage ? go_staged(matvec_digits_kernel<4, false, true, true, false, true>, 4)
+                  : go(matvec_digits_kernel<4, false, true, false, false, true>, 4);
+    } else if (solo && swiglu) {
         if (solo_staged && a.solo_warps == 2)
             go_solo(matvec_digits_solo_kernel<4, true, 2, true>, 2, true);
         else
