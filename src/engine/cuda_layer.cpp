@@ -1,8 +1,8 @@
 // src/engine/cuda_layer.cpp - one layer's launches on a cuda_device (cuda_device::layer_experts):
 // attention norm, Q/K/V, QK norm + RoPE + cache write, attention, wo; FFN norm and router, routing,
-// the experts' gate/up and down (prompt rows through the tiled GEMMs and the digit tiles, Q4_K ones
-// all on digits; decode rows through the matrix-vector and digit products). The rest of the device (uploads, scratch,
-// embedding, head, transfers) is in cuda_device.cpp.
+// the experts' gate/up and down (prompt rows through the tiled GEMMs and the digit tiles, every Q4_K
+// product of theirs on digits; decode rows through the matrix-vector and digit products). The rest
+// of the device (uploads, scratch, embedding, head, transfers) is in cuda_device.cpp.
 #include "cuda_device_state.h"
 
 #include "cuda/attention.h"
@@ -40,12 +40,13 @@ constexpr int32_t down_quantize_min_pairs = 8;
 // 6,955, 512 rows 9,637 / 10,507, 2,048 rows 12,620 / 15,035.
 constexpr int32_t prompt_tile_min_pairs_per_expert = 16;
 // Prompt steps whose Q, K, V and wo are Q4_K take them on digits as well, each a dense product with
-// the grouped arithmetic (matvec_digits_args::one_group): the tiles from this many rows, the decode
-// kernels below it (the same bits, so chunking changes nothing). Measured on the 30b synth
-// (docs/perf-notes.md, session 18, `bench --prompt 2048 --prefill-chunk C`, tok/s, the bf16
-// exact-quant products before -> digits): chunks of 16 rows 1,241 -> 1,433, 32 2,152 -> 2,264, 64
-// 3,295 -> 3,104 (tiles) or 3,147 (decode kernels), 128 4,552 -> 5,724, 256 7,373 -> 8,418, 2,048
-// 16,171 -> 16,582.
+// the grouped arithmetic (matvec_digits_args::one_group): the tiles from this many rows (Q, K and V
+// in one launch), the decode kernels below it (the same bits, so chunking changes nothing). Measured
+// on the 30b synth (docs/perf-notes.md, session 18, calls 3 and 5, `bench --prompt 2048
+// --prefill-chunk C`, tok/s, the bf16 exact-quant products before -> digits): chunks of 16 rows
+// 1,241 -> 1,433, 32 2,131 -> 2,242, 64 3,260 -> 3,316 (tiles; before Q/K/V shared a launch the
+// tiles gave 3,104 and the decode kernels 3,147 there), 128 4,523 -> 6,175, 512 11,124 -> 12,787,
+// 2,048 16,052 -> 16,595.
 constexpr int32_t prompt_dense_tile_min_rows = 64;
 // The grouped digit products' shapes by the step's pairs (cuda/matvec_digits.h; every shape gives
 // the same bits). Measured (docs/perf-notes.md, session 13, call 6, each product alone, us at 1 /
