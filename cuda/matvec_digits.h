@@ -112,6 +112,22 @@ inline matvec_digits_args digit_args_of(const matvec_args &m, const digit_rows &
     return a;
 }
 
+// A dense product as one group (one_group): matrix w (n_out rows of n_in), rows 0 .. n_rows - 1 of
+// x, outputs y [n_rows][y_stride]; the rest (accumulate, extras, staging) left at their defaults.
+inline matvec_digits_args one_group_args(const void *w, int32_t n_in, int32_t n_out, const digit_rows &x, int32_t n_rows, float *y,
+                                         int64_t y_stride) {
+    matvec_digits_args a;
+    a.w = w;
+    a.n_in = n_in;
+    a.n_out = n_out;
+    a.x = x;
+    a.n_rows = n_rows;
+    a.y = y;
+    a.y_stride = y_stride;
+    a.one_group = true;
+    return a;
+}
+
 // The K split of the grouped digit products: each output sums V partials, partial v over blocks
 // v, v + V, ..., added in order of v (3 for three blocks a row, Qwen3-30B's down; else 4). The
 // decode kernels (V warps, or V partials of a solo warp) and the prompt tiles share it, so a row

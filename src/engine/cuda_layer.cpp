@@ -157,15 +157,7 @@ int64_t cuda_device::layer_experts(int32_t l, int32_t r0, int32_t n) {
     // Extras: more matrices over the same rows (K and V beside Q), in the tiles' launch.
     auto prompt_dense_digits = [&](const cuda_matrix &w, const cuda::digit_rows &xd, float *out, int64_t out_stride, bool acc,
                                    std::initializer_list<cuda::matvec_part> extras = {}) {
-        cuda::matvec_digits_args da;
-        da.w = w.data;
-        da.n_in = w.n_in;
-        da.n_out = w.n_out;
-        da.x = xd;
-        da.n_rows = n;
-        da.y = out;
-        da.y_stride = out_stride;
-        da.one_group = true;
+        cuda::matvec_digits_args da = cuda::one_group_args(w.data, w.n_in, w.n_out, xd, n, out, out_stride);
         da.accumulate = acc;
         da.stage = true;
         if (n >= prompt_dense_tile_min_rows) {

@@ -178,14 +178,7 @@ TEST_CASE("dense digit products as one group: tiles bitwise the decode kernels, 
         device_buffer<float> dx(x);
         device_digits dd(sh.rows, sh.n_in);
         cuda::digits_quantize({dx.ptr, sh.rows, sh.n_in, dd.view()}, nullptr);
-        cuda::matvec_digits_args a;
-        a.w = dw.ptr;
-        a.n_in = sh.n_in;
-        a.n_out = sh.n_out;
-        a.x = dd.view();
-        a.n_rows = sh.rows;
-        a.y_stride = sh.n_out;
-        a.one_group = true;
+        cuda::matvec_digits_args a = cuda::one_group_args(dw.ptr, sh.n_in, sh.n_out, dd.view(), sh.rows, nullptr, sh.n_out);
         std::vector<float> ref(size_t(sh.n_out) * sh.rows);
         cpu::matmul(ctx, host_matrix(w, ggml_type::q4_k, sh.n_in, sh.n_out), x.data(), ref.data(), sh.rows);
         for (const bool acc : {false, true}) {
@@ -228,15 +221,7 @@ TEST_CASE("dense digit products as one group: tiles bitwise the decode kernels, 
     device_buffer<float> dx(x), y_all(size_t(n_out) * rows), y_part(size_t(n_out) * part);
     device_digits dd(rows, n_in);
     cuda::digits_quantize({dx.ptr, rows, n_in, dd.view()}, nullptr);
-    cuda::matvec_digits_args a;
-    a.w = dw.ptr;
-    a.n_in = n_in;
-    a.n_out = n_out;
-    a.x = dd.view();
-    a.y_stride = n_out;
-    a.one_group = true;
-    a.n_rows = rows;
-    a.y = y_all.ptr;
+    cuda::matvec_digits_args a = cuda::one_group_args(dw.ptr, n_in, n_out, dd.view(), rows, y_all.ptr, n_out);
     cuda::matmul_digits(a, nullptr);
     a.n_rows = part;
     a.y = y_part.ptr;
@@ -254,15 +239,7 @@ TEST_CASE("dense digit products as one group: tiles bitwise the decode kernels, 
     for (const int32_t width : {64, 128}) {
         INFO("tile weight rows " << width);
         for (auto *b : {&yq, &yk, &yv}) b->poison();
-        cuda::matvec_digits_args f;
-        f.w = dw.ptr;
-        f.n_in = n_in;
-        f.n_out = n_out;
-        f.x = dd.view();
-        f.n_rows = rows;
-        f.y = yq.ptr;
-        f.y_stride = n_out;
-        f.one_group = true;
+        cuda::matvec_digits_args f = cuda::one_group_args(dw.ptr, n_in, n_out, dd.view(), rows, yq.ptr, n_out);
         f.tile_weight_rows = width;
         f.extra[0] = {dwk.ptr, n_k, yk.ptr, n_k};
         f.extra[1] = {dwv.ptr, n_v, yv.ptr, n_v};

@@ -470,9 +470,7 @@ TEST_CASE("matmul_prompt speed on prefill shapes", "[.bench][gpu]") {
             const auto w = random_q4_k(rng, n_in, n_out);
             device_buffer<uint8_t> dw(w);
             device_buffer<float> dy(size_t(n) * n_out);
-            cuda::matvec_digits_args a;
-            a.w = dw.ptr; a.n_in = n_in; a.n_out = n_out; a.x = rows; a.n_rows = n; a.y = dy.ptr; a.y_stride = n_out;
-            a.one_group = true;
+            const cuda::matvec_digits_args a = cuda::one_group_args(dw.ptr, n_in, n_out, rows, n, dy.ptr, n_out);
             const double ms = median_ms([&] {
                 cuda::digits_quantize({dx.ptr, n, n_in, rows}, nullptr);
                 cuda::matmul_digits(a, nullptr);
