@@ -17,6 +17,11 @@ if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1 && [ "
     "$tandem" bench -m "$model" --backend cuda --prompt 0 --ctx 32768 --gen 64 --decode-prompt 4000 --sessions 1,16 \
         --kv-type f16 --json "$dir/bench-gpu-serve.json"
     python3 scripts/perf_gate.py --floors perf/floors.json --bench "$dir/bench-gpu-serve.json" --gpu "$gpu" --plan serve
+    # A prompt in the 128-token chunks the server gives a prefill while others decode (--prefill-yield):
+    # the time to first token under load.
+    "$tandem" bench -m "$model" --backend cuda --prompt 2048 --prefill-chunk 128 --repeats 3 --gen 2 --sessions 1 \
+        --json "$dir/bench-gpu-chunked.json"
+    python3 scripts/perf_gate.py --floors perf/floors.json --bench "$dir/bench-gpu-chunked.json" --gpu "$gpu" --plan chunked
     # Two or more GPUs: the first two as a tensor-parallel pair, and as two pipeline stages.
     if [ "$(nvidia-smi -L | wc -l)" -ge 2 ]; then
         export NCCL_NVLS_ENABLE=0

@@ -2,12 +2,13 @@
 """scripts/perf_gate.py - checks `tandem bench --json` results against perf/floors.json.
 
 usage: perf_gate.py --floors perf/floors.json --bench B.json [B2.json ...] [--gpu NAME --preset P
-                    --type T [--gpus N --plan single|tp|pipeline|serve]] [--fairness F.json]
+                    --type T [--gpus N --plan single|tp|pipeline|serve|chunked]] [--fairness F.json]
 Without --gpu: the CPU gate, a ratio of two session counts within each run (robust to the
 machine's speed), the median over the runs given (robust to its noise).
 With --gpu: the GPU floors of that (gpu, preset, type, gpus, plan) entry (gpus 1 / plan single
 when an entry does not say); an entry checks the floors it lists (plan serve: decode only, in the
-server's slots and KV type after long prompts).
+server's slots and KV type after long prompts; plan chunked: prefill only, in the 128-token chunks
+the server interleaves with decoding sessions).
 Exit 0: pass (warnings printed for values within 5% of a floor); 1: below a floor; 2: bad input.
 """
 import argparse
@@ -56,7 +57,7 @@ def main():
     ap.add_argument("--preset", default="qwen3-30b-a3b")
     ap.add_argument("--type", default="q4_K")
     ap.add_argument("--gpus", type=int, default=1, help="GPUs the bench ran on")
-    ap.add_argument("--plan", default="single", choices=["single", "tp", "pipeline", "serve"])
+    ap.add_argument("--plan", default="single", choices=["single", "tp", "pipeline", "serve", "chunked"])
     ap.add_argument("--fairness", help="JSON from the server fairness scenario: {\"ratio\": r, ...}")
     args = ap.parse_args()
     floors = load(args.floors)
