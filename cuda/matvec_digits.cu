@@ -399,7 +399,7 @@ void matvec_digits(const matvec_digits_args &a, cudaStream_t stream) {
                                       reinterpret_cast<uintptr_t>(a.x_f32) % 16 == 0),
                         "matvec_digits: fp32 rows are for grouped plain products (stride a multiple of 4, 16-byte aligned)");
     TANDEM_CUDA_REQUIRE(!a.group_off || (a.n_groups && a.group_mat && a.max_groups > 0), "matvec_digits: incomplete groups");
-    if ((!a.group_off || a.one_group) && a.n_rows == 0) return;
+    if (!a.group_off && a.n_rows == 0) return;  // dense, or one group (which has no group arrays)
     const dim3 grid((a.n_out + (swiglu ? 7 : 15)) / (swiglu ? 8 : 16), grouped && !a.one_group ? a.max_groups : 1);
     const bool narrow = !grouped && int(grid.x) < narrow_blocks;
     auto go = [&](auto kernel, int warps) { launch_pdl(kernel, grid, dim3(warps * 32), stream, a); };

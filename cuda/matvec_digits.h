@@ -138,8 +138,9 @@ inline int digits_grouped_k_split(bool swiglu, int32_t n_in) { return !swiglu &&
 // 4 step rows a pass, each row's two digits in adjacent mma columns).
 void matvec_digits(const matvec_digits_args &args, cudaStream_t stream);
 
-// The grouped products (SwiGLU or plain, producer digits: x, not x_f32; or one_group) of many rows at once, for
-// prompt steps: block tiles of 32 pairs of a group x 128 weight rows, the weights' raw Q4_K bytes
+// The grouped products (SwiGLU or plain, producer digits: x, not x_f32; or one_group) of many rows at
+// once, for prompt steps: block tiles of 32 pairs of a group x 128 weight rows (64 when a launch has
+// too few tiles to fill the GPU: tile_weight_rows), the weights' raw Q4_K bytes
 // and the rows' digits staged by cp.async in two stages (cuda/matmul_prompt_digits.cu). Each
 // output's arithmetic is matvec_digits' (digits_grouped_k_split, digit_fold), so its outputs are
 // bitwise matvec_digits' for the same digit rows, whatever the tiles.
