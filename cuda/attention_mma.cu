@@ -304,7 +304,7 @@ void attention_partial_mma(const attention_args &a, int n_chunks, int chunk_bloc
     const dim3 grid(a.n_head / am_group, a.n_rows, chunk_blocks);  // chunks slowest, as attention.cu
     constexpr size_t smem = sizeof(am_smem);
     auto go = [&](auto kernel) {
-        TANDEM_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+        allow_dynamic_smem(kernel, smem);
         launch_pdl_smem(kernel, grid, dim3(am_threads), smem, stream, a, n_chunks);
     };
     if (a.k_new)

@@ -390,9 +390,8 @@ void launch_attention_prompt_w(const attention_args &a, cudaStream_t stream) {
     const int rows_per_tile = 16 * W / (a.n_head / a.n_head_kv);
     const dim3 grid((a.n_rows + rows_per_tile - 1) / rows_per_tile, a.n_head_kv);
     constexpr size_t smem = sizeof(ap_smem<dh>);
-    // Per device and cheap: set every launch rather than remembering which devices have it.
     auto go = [&](auto kernel) {
-        TANDEM_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+        allow_dynamic_smem(kernel, smem);
         launch_pdl_smem(kernel, grid, dim3(32 * W), smem, stream, a);
     };
     if (a.kv_f16)

@@ -1,9 +1,13 @@
 // cuda/launch.cpp - whether the current device takes programmatic dependent launch (launch.cuh),
-// and its multiprocessor count, each asked once per device.
+// and its multiprocessor count, each asked once per device; kernels' dynamic shared memory limits,
+// set once per device.
 #include "launch.cuh"
 
 #include <array>
 #include <atomic>
+#include <map>
+#include <mutex>
+#include <utility>
 
 namespace tandem::cuda {
 
@@ -34,6 +38,18 @@ bool pdl_supported() {
 int multiprocessor_count() {
     static std::array<std::atomic<int>, 64> known{};
     return cached_attribute(cudaDevAttrMultiProcessorCount, known);
+}
+
+void allow_dynamic_smem(const void *kernel, size_t bytes) {
+    static std::mutex mutex;
+    static std::map<std::pair<int, const void *>, size_t> allowed;  // (device, kernel) -> bytes set
+    int device = 0;
+    TANDEM_CUDA_CHECK(cudaGetDevice(&device));
+    const std::lock_guard<std::mutex> lock(mutex);
+    size_t &have = allowed[{device, kernel}];
+    if (have >= bytes) return;
+    TANDEM_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
+    have = bytes;
 }
 
 }  // namespace tandem::cuda

@@ -32,7 +32,16 @@ bool pdl_supported();
 // The current device's multiprocessor count (launch shapes that must fill the GPU).
 int multiprocessor_count();
 
-// With `smem_bytes` of dynamic shared memory (the kernel's attribute must allow it).
+// Lets `kernel` take `bytes` of dynamic shared memory on the current device: the driver call the
+// first time (or when more is asked), a table look-up after that (prompt steps are launched
+// from the host, kernel by kernel: docs/perf-notes.md, session 19).
+void allow_dynamic_smem(const void *kernel, size_t bytes);
+template <class... Params>
+void allow_dynamic_smem(void (*kernel)(Params...), size_t bytes) {
+    allow_dynamic_smem(reinterpret_cast<const void *>(kernel), bytes);
+}
+
+// With `smem_bytes` of dynamic shared memory (allowed by allow_dynamic_smem above 48 KiB).
 template <class... Params, class... Args>
 void launch_pdl_smem(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem_bytes, cudaStream_t stream,
                      Args &&...args) {

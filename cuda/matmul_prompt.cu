@@ -349,8 +349,7 @@ __global__ void __launch_bounds__(S::n_threads, S::min_blocks) matmul_prompt_ker
 template <ggml_type T, bool swiglu, class S>
 void launch_matmul_prompt_shape(const matvec_args &a, cudaStream_t stream) {
     auto kernel = matmul_prompt_kernel<T, swiglu, S>;
-    // Per device and cheap: set every launch rather than remembering which devices have it.
-    TANDEM_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(S::smem_bytes)));
+    allow_dynamic_smem(kernel, S::smem_bytes);
     constexpr int outs_per_block = swiglu ? S::tile_n / 2 : S::tile_n;
     dim3 grid = prompt_grid(a, outs_per_block, S::tile_m);
     grid.z = unsigned(a.k_parts);

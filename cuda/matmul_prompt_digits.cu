@@ -295,7 +295,7 @@ template <bool swiglu, int V, int WW>
 void launch_digit_tiles(const matvec_digits_args &a, int m_tiles, cudaStream_t stream) {
     using shape = tile_shape<WW>;
     auto kernel = matmul_digits_kernel<swiglu, V, WW>;
-    TANDEM_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(shape::smem_bytes)));
+    allow_dynamic_smem(kernel, shape::smem_bytes);
     constexpr int outs_per_block = swiglu ? shape::tile_n / 2 : shape::tile_n;
     int col_blocks = (a.n_out + outs_per_block - 1) / outs_per_block;
     for (int e = 0; e < a.n_extra; ++e) col_blocks += (a.extra[e].n_out + outs_per_block - 1) / outs_per_block;

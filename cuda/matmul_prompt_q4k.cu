@@ -370,7 +370,7 @@ __global__ void __launch_bounds__(S::n_threads, S::min_blocks) matmul_prompt_q4k
 template <bool swiglu, class S>
 void launch_q4k_shape(const matvec_args &a, cudaStream_t stream) {
     auto kernel = matmul_prompt_q4k_kernel<swiglu, S>;
-    TANDEM_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(S::smem_bytes)));
+    allow_dynamic_smem(kernel, S::smem_bytes);
     constexpr int outs_per_block = swiglu ? S::tile_n / 2 : S::tile_n;
     launch_pdl_smem(kernel, prompt_grid(a, outs_per_block, S::tile_m), dim3(S::n_threads), S::smem_bytes, stream, a, matvec_row_bytes(a.type, a.n_in));
     TANDEM_CUDA_CHECK_LAUNCH();

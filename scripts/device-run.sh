@@ -115,6 +115,7 @@ if [ "$mode" = trace ]; then
         CUDA_INJECTION64_PATH=/tmp/libtrace.so TRACE_OUT="$out/trace.txt" "$carry/bin/tandem" bench -m /tmp/m.gguf --backend cuda \
             --prompt 0 --repeats 1 --gen 32 --sessions "${TRACE_SESSIONS:-1,16}" > "$out/trace-bench.log" 2>&1
         python3 scripts/kernel-trace/analyze.py "$out/trace.txt" > "$out/trace-steps.txt" 2>&1
+        python3 scripts/kernel-trace/gaps.py "$out/trace.txt" >> "$out/trace-steps.txt" 2>&1  # time the GPU waited on the host
         gzip -f "$out/trace.txt"
         summary+=("trace: $(grep -c '' "$out/trace-steps.txt") lines in trace-steps.txt")
     fi
