@@ -58,6 +58,27 @@ void launch_pdl_smem(void (*kernel)(Params...), dim3 grid, dim3 block, size_t sm
     TANDEM_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...));
 }
 
+// In thread-block clusters of `cluster` blocks (sm_90), with PDL.
+template <class... Params, class... Args>
+void launch_pdl_cluster_smem(void (*kernel)(Params...), dim3 grid, dim3 cluster, dim3 block, size_t smem_bytes, cudaStream_t stream,
+                             Args &&...args) {
+    cudaLaunchConfig_t cfg{};
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem_bytes;
+    cfg.stream = stream;
+    cudaLaunchAttribute attr[2];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = cluster.x;
+    attr[0].val.clusterDim.y = cluster.y;
+    attr[0].val.clusterDim.z = cluster.z;
+    attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[1].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = 2;
+    TANDEM_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...));
+}
+
 template <class... Params, class... Args>
 void launch_pdl(void (*kernel)(Params...), dim3 grid, dim3 block, cudaStream_t stream, Args &&...args) {
     launch_pdl_smem(kernel, grid, block, 0, stream, std::forward<Args>(args)...);

@@ -1,7 +1,8 @@
 // cuda/matmul_prompt_digits.cu - the grouped Q4_K digit products of prompt steps (matmul_digits,
 // cuda/matvec_digits.h), and dense ones as one group: block tiles of 32 pairs of one group x 128
-// weight rows (64 for launches too small to fill the GPU) on mma.m16n8k32 (u8 quants x s8 digits),
-// with matvec_digits' arithmetic output by output.
+// weight rows (64 for launches too small to fill the GPU; for still smaller ones, a tile's K
+// partials on a cluster of blocks) on mma.m16n8k32 (u8 quants x s8 digits), with matvec_digits'
+// arithmetic output by output.
 //
 // Work per block and K step (one block of 256 elements): the 128 weight rows' raw Q4_K bytes (144
 // a row), the 32 pairs' digits (512 bytes a row), digit sums (32) and scale (4) arrive by cp.async
@@ -25,6 +26,7 @@
 #include "mma_bf16.cuh"
 #include "quant_decode.cuh"
 
+#include <cooperative_groups.h>
 #include <cuda_bf16.h>
 
 namespace tandem::cuda {
@@ -57,8 +59,12 @@ struct tile_shape {
                   "stages 16-byte aligned, digit copies even, the sums and scales one copy a thread");
 };
 
-template <bool swiglu, int V, int WW>
+// ksplit (one-group plain products, launched in clusters of V blocks along z): block z makes only
+// partial v = z; block 0 of the cluster adds the V partials in order from the blocks' shared
+// memory and stores. Otherwise one block makes every partial.
+template <bool swiglu, int V, int WW, bool ksplit = false>
 __global__ void __launch_bounds__(tile_shape<WW>::n_threads, 2) matmul_digits_kernel(const matvec_digits_args a) {
+    static_assert(!ksplit || !swiglu, "matmul_digits: the K split is for plain products");
     using shape = tile_shape<WW>;
     constexpr int tile_n = shape::tile_n, warps_w = shape::warps_w, n_threads = shape::n_threads, w_bytes = shape::w_bytes;
     constexpr int stage_bytes = shape::stage_bytes;
@@ -105,18 +111,25 @@ __global__ void __launch_bounds__(tile_shape<WW>::n_threads, 2) matmul_digits_ke
     __syncthreads();
 
     // The i-th block of 256 in partial order: v = 0's blocks (0, V, 2V, ...), then v = 1's, ...
+    // (ksplit: this block's partial's only).
+    const int v_first = ksplit ? int(blockIdx.z) : 0, v_end = ksplit ? v_first + 1 : V;
+    const int n_steps = ksplit ? (v_first < n_blocks ? (n_blocks - v_first + V - 1) / V : 0) : n_blocks;
     auto block_at = [&](int i) {
-        for (int v = 0; v < V; ++v) {
-            const int cnt = v < n_blocks ? (n_blocks - v + V - 1) / V : 0;
-            if (i < cnt) return v + i * V;
-            i -= cnt;
+        if constexpr (ksplit) {
+            return v_first + i * V;
+        } else {
+            for (int v = 0; v < V; ++v) {
+                const int cnt = v < n_blocks ? (n_blocks - v + V - 1) / V : 0;
+                if (i < cnt) return v + i * V;
+                i -= cnt;
+            }
+            return 0;
         }
-        return 0;
     };
     // Step i's copies into stage i % n_stages (a group committed even past the last step, so the
     // wait below always counts the same).
     auto issue = [&](int i) {
-        if (i < n_blocks) {
+        if (i < n_steps) {
             const int c = block_at(i);
             uint8_t *st = smem + (i % n_stages) * stage_bytes;
             for (int p = tid; p < tile_n * w_pieces; p += n_threads) {
@@ -245,7 +258,7 @@ __global__ void __launch_bounds__(tile_shape<WW>::n_threads, 2) matmul_digits_ke
     for (int st = 0; st + 1 < n_stages; ++st) issue(st);  // the steps ahead of step 0
     int i = 0;
 #pragma unroll 1
-    for (int v = 0; v < V; ++v) {
+    for (int v = v_first; v < v_end; ++v) {
 #pragma unroll
         for (int e = 0; e < acc_floats; ++e) part[e * n_threads + tid] = 0.0f;
 #pragma unroll 1
@@ -256,13 +269,36 @@ __global__ void __launch_bounds__(tile_shape<WW>::n_threads, 2) matmul_digits_ke
             if (r_live > 0) compute(smem + (i % n_stages) * stage_bytes);
         }
         // The partials added in order of v, as matvec_digits' warps (or a solo warp's partials) are.
+        if constexpr (!ksplit) {
 #pragma unroll
-        for (int e = 0; e < acc_floats; ++e) {
-            float &sum = total[e * n_threads + tid];
-            sum = v == 0 ? part[e * n_threads + tid] : __fadd_rn(sum, part[e * n_threads + tid]);
+            for (int e = 0; e < acc_floats; ++e) {
+                float &sum = total[e * n_threads + tid];
+                sum = v == 0 ? part[e * n_threads + tid] : __fadd_rn(sum, part[e * n_threads + tid]);
+            }
         }
     }
     cp_async_wait_pending<0>();  // no copy outlives the block
+    if constexpr (ksplit) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+        // The cluster's V blocks hold partials 0 .. V - 1 in their `part`; block 0 adds them in
+        // order into its `total` (the same additions as above), the others wait until it has read.
+        namespace cg = cooperative_groups;
+        cg::cluster_group cluster = cg::this_cluster();
+        cluster.sync();
+        if (cluster.block_rank() == 0) {
+#pragma unroll
+            for (int e = 0; e < acc_floats; ++e) total[e * n_threads + tid] = part[e * n_threads + tid];
+            for (int v = 1; v < V; ++v) {
+                const float *remote = cluster.map_shared_rank(part, v);
+#pragma unroll
+                for (int e = 0; e < acc_floats; ++e)
+                    total[e * n_threads + tid] = __fadd_rn(total[e * n_threads + tid], remote[e * n_threads + tid]);
+            }
+        }
+        cluster.sync();
+        if (cluster.block_rank() != 0) return;
+#endif
+    }
 
     auto total_at = [&](int wf, int rf, int e) { return total[at(wf, rf, e)]; };
     // SwiGLU: tile wf's rows g are the gates, g + 8 the ups, of output j0 + (w0 + 16 wf) / 2 + g.
@@ -292,13 +328,35 @@ __global__ void __launch_bounds__(tile_shape<WW>::n_threads, 2) matmul_digits_ke
 }
 
 template <bool swiglu, int V, int WW>
-void launch_digit_tiles(const matvec_digits_args &a, int m_tiles, cudaStream_t stream) {
-    using shape = tile_shape<WW>;
-    auto kernel = matmul_digits_kernel<swiglu, V, WW>;
-    allow_dynamic_smem(kernel, shape::smem_bytes);
-    constexpr int outs_per_block = swiglu ? shape::tile_n / 2 : shape::tile_n;
+int col_blocks_of(const matvec_digits_args &a) {
+    constexpr int outs_per_block = swiglu ? tile_shape<WW>::tile_n / 2 : tile_shape<WW>::tile_n;
     int col_blocks = (a.n_out + outs_per_block - 1) / outs_per_block;
     for (int e = 0; e < a.n_extra; ++e) col_blocks += (a.extra[e].n_out + outs_per_block - 1) / outs_per_block;
+    return col_blocks;
+}
+
+template <bool swiglu, int V, int WW>
+void launch_digit_tiles(const matvec_digits_args &a, int m_tiles, cudaStream_t stream) {
+    using shape = tile_shape<WW>;
+    const int col_blocks = col_blocks_of<swiglu, V, WW>(a);
+    if constexpr (!swiglu) {
+        // The K split: one-group products whose tiles would leave a quarter of the SMs or more
+        // without a block, on a GPU with clusters (sm_90: the same that takes PDL). Measured on one
+        // H200 (docs/perf-notes.md, session 19): wo of 64- and 96-row prompt chunks (64 and 96
+        // blocks) gained, prefill +9% / +6%; 128 to 240 blocks (wo of 128 rows, Q/K/V of 64 and 96)
+        // lost 0.4-3%.
+        const bool want = a.tile_k_blocks > 0 || (a.tile_k_blocks < 0 && 4 * col_blocks * m_tiles <= 3 * multiprocessor_count());
+        if (a.one_group && want && pdl_supported()) {
+            auto kernel = matmul_digits_kernel<false, V, WW, true>;
+            allow_dynamic_smem(kernel, shape::smem_bytes);
+            launch_pdl_cluster_smem(kernel, dim3(col_blocks, m_tiles, V), dim3(1, 1, V), dim3(shape::n_threads), shape::smem_bytes,
+                                    stream, a);
+            TANDEM_CUDA_CHECK_LAUNCH();
+            return;
+        }
+    }
+    auto kernel = matmul_digits_kernel<swiglu, V, WW>;
+    allow_dynamic_smem(kernel, shape::smem_bytes);
     launch_pdl_smem(kernel, dim3(col_blocks, m_tiles), dim3(shape::n_threads), shape::smem_bytes, stream, a);
     TANDEM_CUDA_CHECK_LAUNCH();
 }
@@ -312,10 +370,7 @@ void launch_digit_tiles(const matvec_digits_args &a, cudaStream_t stream) {
     if (m_tiles == 0) return;
     int wide = a.tile_weight_rows;
     if (wide == 0) {
-        const int outs = swiglu ? tile_shape<4>::tile_n / 2 : tile_shape<4>::tile_n;
-        int64_t col_blocks = (a.n_out + outs - 1) / outs;
-        for (int e = 0; e < a.n_extra; ++e) col_blocks += (a.extra[e].n_out + outs - 1) / outs;
-        const int64_t blocks = col_blocks * m_tiles;
+        const int64_t blocks = int64_t(col_blocks_of<swiglu, V, 4>(a)) * m_tiles;
         wide = blocks < 2 * int64_t(multiprocessor_count()) ? 64 : 128;
     }
     if (wide == 64)
@@ -345,6 +400,7 @@ void matmul_digits(const matvec_digits_args &a, cudaStream_t stream) {
                             "matmul_digits: an extra matrix needs weights (16-byte aligned), outputs and rows");
     TANDEM_CUDA_REQUIRE(a.tile_weight_rows == 0 || a.tile_weight_rows == 64 || a.tile_weight_rows == 128,
                         "matmul_digits: tile_weight_rows is 0 (by the launch's size), 64 or 128");
+    TANDEM_CUDA_REQUIRE(a.tile_k_blocks >= -1 && a.tile_k_blocks <= 1, "matmul_digits: tile_k_blocks is -1 (by the launch's size), 0 or 1");
     const int V = digits_grouped_k_split(swiglu, a.n_in);
     if (swiglu)
         launch_digit_tiles<true, 4>(a, stream);

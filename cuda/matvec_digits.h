@@ -85,6 +85,12 @@ struct matvec_digits_args {
     // matmul_digits: weight rows a block tile (64 or 128; 0: 64 when 128-row tiles would give fewer
     // blocks than two an SM). Every width gives the same bits.
     int32_t tile_weight_rows = 0;
+    // matmul_digits, one_group plain products: each tile's K partials (digits_grouped_k_split) on
+    // blocks of their own, one thread-block cluster a tile, the partials added in order by its
+    // first block through distributed shared memory (sm_90). -1: when the tiles would leave a
+    // quarter of the SMs or more without a block (and the GPU has clusters); 0: never; 1: always
+    // where the GPU has clusters. The same bits either way.
+    int32_t tile_k_blocks = -1;
     // matmul_digits, one_group: more matrices over the same rows in the same launch (K and V beside
     // Q), each with its own outputs; their column blocks continue the grid.
     matvec_part extra[2] = {};
@@ -140,7 +146,8 @@ void matvec_digits(const matvec_digits_args &args, cudaStream_t stream);
 
 // The grouped products (SwiGLU or plain, producer digits: x, not x_f32; or one_group) of many rows at
 // once, for prompt steps: block tiles of 32 pairs of a group x 128 weight rows (64 when a launch has
-// too few tiles to fill the GPU: tile_weight_rows), the weights' raw Q4_K bytes
+// too few tiles to fill the GPU: tile_weight_rows; fewer still, one-group tiles' K partials on
+// clusters of blocks: tile_k_blocks), the weights' raw Q4_K bytes
 // and the rows' digits staged by cp.async in two stages (cuda/matmul_prompt_digits.cu). Each
 // output's arithmetic is matvec_digits' (digits_grouped_k_split, digit_fold), so its outputs are
 // bitwise matvec_digits' for the same digit rows, whatever the tiles.

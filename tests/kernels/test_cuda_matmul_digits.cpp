@@ -184,9 +184,10 @@ TEST_CASE("dense digit products as one group: tiles bitwise the decode kernels, 
         for (const bool acc : {false, true}) {
             INFO("accumulate " << acc);
             a.accumulate = acc;
-            // Decode kernels streamed and staged, then the tiles 64 and 128 weight rows wide: all the same bits.
+            // Decode kernels streamed and staged, then the tiles 64 and 128 weight rows wide, each
+            // with its K partials in one block and on a cluster of blocks: all the same bits.
             std::vector<std::vector<float>> outs;
-            for (int variant = 0; variant < 4; ++variant) {
+            for (int variant = 0; variant < 6; ++variant) {
                 device_buffer<float> dy(ref.size());
                 if (acc)
                     dy.upload(base);
@@ -194,7 +195,8 @@ TEST_CASE("dense digit products as one group: tiles bitwise the decode kernels, 
                     dy.poison();
                 a.y = dy.ptr;
                 a.stage = variant == 1;
-                a.tile_weight_rows = variant == 2 ? 64 : 128;
+                a.tile_weight_rows = variant % 2 == 0 ? 64 : 128;
+                a.tile_k_blocks = variant >= 4 ? 1 : 0;
                 if (variant < 2)
                     cuda::matvec_digits(a, nullptr);
                 else
@@ -204,7 +206,10 @@ TEST_CASE("dense digit products as one group: tiles bitwise the decode kernels, 
             }
             CHECK(std::memcmp(outs[0].data(), outs[1].data(), ref.size() * sizeof(float)) == 0);
             CHECK(std::memcmp(outs[0].data(), outs[2].data(), ref.size() * sizeof(float)) == 0);
-            CHECK(std::memcmp(outs[0].data(), outs[3].data(), ref.size() * sizeof(float)) == 0);
+            for (int variant = 3; variant < 6; ++variant) {
+                INFO("variant " << variant);
+                CHECK(std::memcmp(outs[0].data(), outs[size_t(variant)].data(), ref.size() * sizeof(float)) == 0);
+            }
             std::vector<float> want = ref, got = outs[3];
             if (acc)
                 for (size_t i = 0; i < got.size(); ++i) got[i] -= base[i];
@@ -236,11 +241,12 @@ TEST_CASE("dense digit products as one group: tiles bitwise the decode kernels, 
     const auto wk = random_matrix(rng, ggml_type::q4_k, n_in, n_k, 0.05f), wv = random_matrix(rng, ggml_type::q4_k, n_in, n_v, 0.05f);
     device_buffer<uint8_t> dwk(wk), dwv(wv);
     device_buffer<float> yq(size_t(n_out) * rows), yk(size_t(n_k) * rows), yv(size_t(n_v) * rows);
-    for (const int32_t width : {64, 128}) {
+    for (const int32_t width : {64, 128, -64}) {  // -64: 64 wide, K partials on a cluster of blocks
         INFO("tile weight rows " << width);
         for (auto *b : {&yq, &yk, &yv}) b->poison();
         cuda::matvec_digits_args f = cuda::one_group_args(dw.ptr, n_in, n_out, dd.view(), rows, yq.ptr, n_out);
-        f.tile_weight_rows = width;
+        f.tile_weight_rows = width < 0 ? -width : width;
+        f.tile_k_blocks = width < 0 ? 1 : 0;
         f.extra[0] = {dwk.ptr, n_k, yk.ptr, n_k};
         f.extra[1] = {dwv.ptr, n_v, yv.ptr, n_v};
         f.n_extra = 2;
