@@ -11,7 +11,7 @@
 // down (digits made by its own blocks, or by digits_quantize for large steps): 1.1-1.5x faster
 // than the bf16-split kernels, each product ~6x less precise (relative L2 ~4e-5 against the CPU's
 // fp32, within tolerance::moe). Prompt rows' Q4_K Q, K, V and wo take the grouped arithmetic as one
-// group (one_group; the tiles from 64 rows): 1.1-1.3x faster than the bf16 exact-quant prompt
+// group (one_group; the tiles from 32 rows): 1.1-1.3x faster than the bf16 exact-quant prompt
 // products (session 18). The dense product of decode rows is measured only (on Q/K/V and the head it
 // lost at one session; a third digit was measured and dropped: docs/perf-notes.md, sessions 11-12).
 // Owns: the digit format and its producer, the dense and grouped (SwiGLU, plain) products. Does not

@@ -4,7 +4,7 @@
 // partial ones, and matrices whose blocks of 256 divide unevenly among the K split's partials (or
 // leave some empty); within tolerance of the CPU's fp32 products. The timing beside the bf16 prompt
 // tiles is in test_cuda_matmul_prompt's [.bench] case. Dense products as one group (prompt rows' Q/K/V
-// and wo) likewise, with the residual add.
+// and wo) likewise, with the residual add, and with each tile's K partials on a cluster of blocks.
 #include "gpu_test_util.h"
 #include "quant_test_util.h"
 #include "digit_groups_test_util.h"
