@@ -47,7 +47,7 @@ constexpr int32_t prompt_tile_min_pairs_per_expert = 16;
 // 1,241 -> 1,433, 32 2,131 -> 2,242, 64 3,260 -> 3,316 (tiles; before Q/K/V shared a launch the
 // tiles gave 3,104 and the decode kernels 3,147 there), 128 4,523 -> 6,175, 512 11,124 -> 12,787,
 // 2,048 16,052 -> 16,595. From 32 rows since the small tiles split K over clusters (session 19,
-// call 13, tiles from 64 / 32 / 16 rows): chunks of 32 rows 2,290.7 / 2,459.5 / 2,459.1, of 48
+// call 14, tiles from 64 / 32 / 16 rows): chunks of 32 rows 2,290.7 / 2,459.5 / 2,459.1, of 48
 // 2,852.9 / 2,854.6 / 2,854.4, of 16 1,448.0 / 1,454.6 / 1,446.1.
 constexpr int32_t prompt_dense_tile_min_rows = 32;
 // The grouped digit products' shapes by the step's pairs (cuda/matvec_digits.h; every shape gives
