@@ -111,7 +111,7 @@ __global__ void __launch_bounds__(tile_shape<WW>::n_threads, 2) matmul_digits_ke
     __syncthreads();
 
     // The i-th block of 256 in partial order: v = 0's blocks (0, V, 2V, ...), then v = 1's, ...
-    // (ksplit: this block's partial's only).
+    // (ksplit: this block's partial only).
     const int v_first = ksplit ? int(blockIdx.z) : 0, v_end = ksplit ? v_first + 1 : V;
     const int n_steps = ksplit ? (v_first < n_blocks ? (n_blocks - v_first + V - 1) / V : 0) : n_blocks;
     auto block_at = [&](int i) {
