@@ -41,42 +41,47 @@ void allow_dynamic_smem(void (*kernel)(Params...), size_t bytes) {
     allow_dynamic_smem(reinterpret_cast<const void *>(kernel), bytes);
 }
 
-// With `smem_bytes` of dynamic shared memory (allowed by allow_dynamic_smem above 48 KiB).
+// The launch with its attributes: PDL where the device takes it, and thread-block clusters of
+// `*cluster` blocks when given (sm_90).
 template <class... Params, class... Args>
-void launch_pdl_smem(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem_bytes, cudaStream_t stream,
-                     Args &&...args) {
-    cudaLaunchConfig_t cfg{};
-    cfg.gridDim = grid;
-    cfg.blockDim = block;
-    cfg.dynamicSmemBytes = smem_bytes;
-    cfg.stream = stream;
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[0].val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = pdl_supported() ? 1 : 0;
-    TANDEM_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...));
-}
-
-// In thread-block clusters of `cluster` blocks (sm_90), with PDL.
-template <class... Params, class... Args>
-void launch_pdl_cluster_smem(void (*kernel)(Params...), dim3 grid, dim3 cluster, dim3 block, size_t smem_bytes, cudaStream_t stream,
-                             Args &&...args) {
+void launch_pdl_config(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem_bytes, cudaStream_t stream, const dim3 *cluster,
+                       Args &&...args) {
     cudaLaunchConfig_t cfg{};
     cfg.gridDim = grid;
     cfg.blockDim = block;
     cfg.dynamicSmemBytes = smem_bytes;
     cfg.stream = stream;
     cudaLaunchAttribute attr[2];
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = cluster.x;
-    attr[0].val.clusterDim.y = cluster.y;
-    attr[0].val.clusterDim.z = cluster.z;
-    attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[1].val.programmaticStreamSerializationAllowed = 1;
+    unsigned n = 0;
+    if (cluster) {
+        attr[n].id = cudaLaunchAttributeClusterDimension;
+        attr[n].val.clusterDim.x = cluster->x;
+        attr[n].val.clusterDim.y = cluster->y;
+        attr[n].val.clusterDim.z = cluster->z;
+        ++n;
+    }
+    if (pdl_supported()) {
+        attr[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        attr[n].val.programmaticStreamSerializationAllowed = 1;
+        ++n;
+    }
     cfg.attrs = attr;
-    cfg.numAttrs = 2;
+    cfg.numAttrs = n;
     TANDEM_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...));
+}
+
+// With `smem_bytes` of dynamic shared memory (allowed by allow_dynamic_smem above 48 KiB).
+template <class... Params, class... Args>
+void launch_pdl_smem(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem_bytes, cudaStream_t stream,
+                     Args &&...args) {
+    launch_pdl_config(kernel, grid, block, smem_bytes, stream, nullptr, std::forward<Args>(args)...);
+}
+
+// In thread-block clusters of `cluster` blocks (sm_90), with PDL.
+template <class... Params, class... Args>
+void launch_pdl_cluster_smem(void (*kernel)(Params...), dim3 grid, dim3 cluster, dim3 block, size_t smem_bytes, cudaStream_t stream,
+                             Args &&...args) {
+    launch_pdl_config(kernel, grid, block, smem_bytes, stream, &cluster, std::forward<Args>(args)...);
 }
 
 template <class... Params, class... Args>

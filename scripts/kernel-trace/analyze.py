@@ -29,6 +29,17 @@ def load(path, demangled):
     return recs
 
 
+def split_steps(recs):
+    """The launches of each step: a step ends at logits_top_merge_kernel."""
+    steps, cur = [], []
+    for r in recs:
+        cur.append(r)
+        if "logits_top_merge" in r[5]:
+            steps.append(cur)
+            cur = []
+    return steps
+
+
 def short(name):
     m = re.search(r"(\w+_kernel\w*)", name)
     base = m.group(1) if m else name[:40]
@@ -39,12 +50,7 @@ def short(name):
 def main():
     recs = load(sys.argv[1], "--demangled" in sys.argv)
     layers = int(sys.argv[sys.argv.index("--layers") + 1]) if "--layers" in sys.argv else 48
-    steps, cur = [], []
-    for r in recs:
-        cur.append(r)
-        if "logits_top_merge" in r[5]:
-            steps.append(cur)
-            cur = []
+    steps = split_steps(recs)
     groups = collections.defaultdict(list)
     for s in steps:
         emb = [r for r in s if "embed_kernel" in r[5]]

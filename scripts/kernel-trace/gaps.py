@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""scripts/kernel-trace/gaps.py TRACE - when the GPU waited for the host, from cupti_trace.cpp's output.
+"""scripts/kernel-trace/gaps.py TRACE [--demangled] - when the GPU waited for the host, from cupti_trace.cpp's output.
 
 analyze.py charges each launch with the time from the previous launch's end to its own end. Inside
 a replayed graph that is the launch's own cost; in steps launched kernel by kernel from the host
@@ -7,10 +7,14 @@ a replayed graph that is the launch's own cost; in steps launched kernel by kern
 host had not issued the launch yet, so a small kernel can look expensive. This script measures that
 idle time: per group of steps (split at logits_top_merge_kernel, like analyze.py; a run of prompt
 chunks that want no logits is one group), the span, the time no kernel ran, and the kernel families
-the GPU was waiting for when it sat idle. Session 19 found a chunked prefill idle ~7% of its span."""
+the GPU was waiting for when it sat idle. Session 19 found a chunked prefill idle ~4% of its span."""
 import collections
+import os
 import re
 import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from analyze import load, split_steps  # noqa: E402  (the same records and steps as analyze.py)
 
 
 def family(name):
@@ -19,20 +23,9 @@ def family(name):
 
 
 def main():
-    if len(sys.argv) != 2:
+    if len(sys.argv) < 2:
         sys.exit(__doc__)
-    recs = []
-    for line in open(sys.argv[1]):
-        p = line.split(" ", 6)
-        if len(p) == 7:
-            recs.append((int(p[0]), int(p[1]), p[6].strip()))
-    recs.sort()
-    steps, cur = [], []
-    for r in recs:
-        cur.append(r)
-        if "logits_top_merge" in r[2]:
-            steps.append(cur)
-            cur = []
+    steps = split_steps(load(sys.argv[1], "--demangled" in sys.argv))
     groups = collections.defaultdict(list)
     for s in steps:
         groups[len(s)].append(s)
@@ -41,7 +34,7 @@ def main():
         before = collections.Counter()
         for s in ss:
             busy_until = s[0][0]
-            for start, end, name in s:
+            for start, end, _gx, _gy, _bx, name in s:
                 if start > busy_until:
                     idle += start - busy_until
                     before[family(name)] += start - busy_until
