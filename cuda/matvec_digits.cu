@@ -63,6 +63,15 @@ __device__ __forceinline__ const uint8_t *tile_row(const matvec_digits_args &a, 
     return static_cast<const uint8_t *>(w) + (int64_t(mat) * a.n_out + j) * row_bytes;
 }
 
+// Whether a staged tile takes one bulk copy of its 16 rows instead of one a row: a plain tile whose
+// rows are all inside the matrix (contiguous there), with an odd number of blocks a row, so that
+// rows g = 0..7 start in distinct 16-byte bank slots unpadded (144 odd-block rows: 432 bytes, the
+// experts' down). Otherwise rows lie 32 bytes apart beyond their length, one copy a row. Only where
+// the bytes land changes: every value read is the same.
+__device__ __forceinline__ bool staged_in_one_copy(bool swiglu, int n_blocks, int j0, int n_out) {
+    return !swiglu && (n_blocks & 1) != 0 && j0 + 16 <= n_out;
+}
+
 // One chunk (a block of 256) of a tile's weight rows g (lo) and g + 8 (hi) against a pass's four
 // step rows, each row's two digits in adjacent B columns (column 2i + d: row i's digit d), so one
 // mma a sub-block yields both digits' products. bfrag(j) gives the lane's B fragment of sub-block
@@ -168,7 +177,9 @@ __global__ void __launch_bounds__(W * 32, staged ? 8 : 0) matvec_digits_kernel(c
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     constexpr int tile_out = swiglu ? 8 : 16;
     const int j0 = blockIdx.x * tile_out, n_blocks = a.n_in / 256;
-    const int64_t row_bytes = int64_t(n_blocks) * 144, stride = row_bytes + 32;
+    const int64_t row_bytes = int64_t(n_blocks) * 144;
+    const bool one_copy = staged_in_one_copy(swiglu, n_blocks, j0, a.n_out);
+    const int64_t stride = one_copy ? row_bytes : row_bytes + 32;
     int begin = 0, end = a.n_rows, mat = 0;
     const uint8_t *rlo = nullptr, *rhi = nullptr;
     auto resolve_rows = [&]() {
@@ -192,7 +203,11 @@ __global__ void __launch_bounds__(W * 32, staged ? 8 : 0) matvec_digits_kernel(c
             __syncthreads();
             // Row r (A row r of the tile: gate rows, then up rows; or the 16 rows) from lane r / W of warp r % W.
             const int r = lane * W + warp;
-            if (r < 16) bulk_copy_to_shared(s_w + r * stride, tile_row<swiglu>(a, mat, j0, r, row_bytes), uint32_t(row_bytes), &s_bar);
+            if (one_copy) {
+                if (r == 0) bulk_copy_to_shared(s_w, tile_row<swiglu>(a, mat, j0, 0, row_bytes), uint32_t(16 * row_bytes), &s_bar);
+            } else if (r < 16) {
+                bulk_copy_to_shared(s_w + r * stride, tile_row<swiglu>(a, mat, j0, r, row_bytes), uint32_t(row_bytes), &s_bar);
+            }
             rlo = s_w + g * stride;
             rhi = s_w + (g + 8) * stride;
         }
@@ -296,8 +311,10 @@ __global__ void __launch_bounds__(S * 32) matvec_digits_solo_kernel(const matvec
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     constexpr int tile_out = swiglu ? 8 : 16;
     const int n_blocks = a.n_in / 256, n_tiles = (a.n_out + tile_out - 1) / tile_out;
-    const int64_t row_bytes = int64_t(n_blocks) * 144, stride = row_bytes + 32;
+    const int64_t row_bytes = int64_t(n_blocks) * 144;
     const int k = blockIdx.x * S + warp, j0 = k * tile_out;
+    const bool one_copy = staged_in_one_copy(swiglu, n_blocks, j0, a.n_out);
+    const int64_t stride = one_copy ? row_bytes : row_bytes + 32;
     int begin = 0, end = 0, mat = 0;
     const uint8_t *rlo = nullptr, *rhi = nullptr;
     q4_k_lane lo, hi;
@@ -312,7 +329,11 @@ __global__ void __launch_bounds__(S * 32) matvec_digits_solo_kernel(const matvec
                 mbar_expect(&s_bar[warp], uint32_t(16 * row_bytes));
             }
             __syncwarp();
-            if (lane < 16) bulk_copy_to_shared(stage + lane * stride, src_row(lane), uint32_t(row_bytes), &s_bar[warp]);
+            if (one_copy) {
+                if (lane == 0) bulk_copy_to_shared(stage, src_row(0), uint32_t(16 * row_bytes), &s_bar[warp]);
+            } else if (lane < 16) {
+                bulk_copy_to_shared(stage + lane * stride, src_row(lane), uint32_t(row_bytes), &s_bar[warp]);
+            }
             rlo = stage + g * stride;
             rhi = stage + (g + 8) * stride;
         } else {
