@@ -85,62 +85,66 @@ TEST_CASE("dense digit products match the CPU and are batch invariant", "[gpu][k
 TEST_CASE("grouped SwiGLU digit products match the CPU and are batch invariant", "[gpu][kernels]") {
     if (!test::gpu_present()) return;
     cpu::cpu_context ctx{4};
-    std::mt19937_64 rng(4100);
-    const int32_t n_expert = 6, k = 3, n_in = 512, n_out = 200, rows = 5;  // 200: a partial tile of 8 outputs
-    std::vector<std::vector<uint8_t>> gate, up;
-    std::vector<uint8_t> all_gate, all_up;
-    for (int32_t e = 0; e < n_expert; ++e) {
-        gate.push_back(random_matrix(rng, ggml_type::q4_k, n_in, n_out, 0.05f));
-        up.push_back(random_matrix(rng, ggml_type::q4_k, n_in, n_out, 0.05f));
-        all_gate.insert(all_gate.end(), gate.back().begin(), gate.back().end());
-        all_up.insert(all_up.end(), up.back().begin(), up.back().end());
-    }
-    const auto x = test::random_floats(rng, size_t(n_in) * rows);
-    const host_groups hg = route_random(rng, rows, k, n_expert);
-    std::vector<float> ref(size_t(rows) * k * n_out);
-    for (int32_t p = 0; p < rows * k; ++p) {
-        const int32_t e = hg.ids[size_t(p)];
-        std::vector<float> gv(static_cast<size_t>(n_out)), uv(static_cast<size_t>(n_out));
-        cpu::matmul(ctx, host_matrix(gate[size_t(e)], ggml_type::q4_k, n_in, n_out), x.data() + size_t(p / k) * n_in, gv.data(), 1);
-        cpu::matmul(ctx, host_matrix(up[size_t(e)], ggml_type::q4_k, n_in, n_out), x.data() + size_t(p / k) * n_in, uv.data(), 1);
-        for (int32_t j = 0; j < n_out; ++j) ref[size_t(p) * n_out + j] = gv[size_t(j)] / (1.0f + std::exp(-gv[size_t(j)])) * uv[size_t(j)];
-    }
-    device_buffer<uint8_t> dg(all_gate), du(all_up);
-    device_buffer<float> dx(x), dy(ref.size());
-    device_digits dd(rows, n_in);
-    cuda::digits_quantize({dx.ptr, rows, n_in, dd.view()}, nullptr);
-    auto run = [&](const host_groups &h, device_digits &digits, float *y, bool stage = false, int32_t solo_warps = 0) {
-        device_groups gr(h);
-        // max_groups n_expert: more than the step's groups, the rest find none
-        cuda::matvec_digits_args a = gr.swiglu_args(dg.ptr, du.ptr, n_in, n_out, digits.view(), y, n_expert);
-        a.stage = stage;
-        a.solo_warps = solo_warps;
-        a.groups_settled = solo_warps == 2;
-        cuda::matvec_digits(a, nullptr);
-        TANDEM_CUDA_CHECK(cudaDeviceSynchronize());
-    };
-    dy.poison();
-    run(hg, dd, dy.ptr);
-    const auto got = dy.download();
-    CHECK(rel_err(got.data(), ref.data(), ref.size()) <= test::tolerance::moe);
-    // Weights staged in shared memory first: the same arithmetic, bitwise.
-    dy.poison();
-    run(hg, dd, dy.ptr, true);
-    CHECK(std::memcmp(dy.download().data(), got.data(), got.size() * sizeof(float)) == 0);
-    // Solo warps (whole tiles a warp, no barrier): two staged a block, four streamed: the same bits.
-    for (const bool stage : {true, false}) {
-        INFO("solo staged " << stage);
+    // 512: two blocks a row; 2,048: eight, so staged tiles of one-pass groups come in two parts.
+    for (const int32_t n_in : {512, 2048}) {
+        INFO("n_in " << n_in);
+        std::mt19937_64 rng(4100 + uint64_t(n_in));
+        const int32_t n_expert = 6, k = 3, n_out = 200, rows = 5;  // 200: a partial tile of 8 outputs
+        std::vector<std::vector<uint8_t>> gate, up;
+        std::vector<uint8_t> all_gate, all_up;
+        for (int32_t e = 0; e < n_expert; ++e) {
+            gate.push_back(random_matrix(rng, ggml_type::q4_k, n_in, n_out, 0.05f));
+            up.push_back(random_matrix(rng, ggml_type::q4_k, n_in, n_out, 0.05f));
+            all_gate.insert(all_gate.end(), gate.back().begin(), gate.back().end());
+            all_up.insert(all_up.end(), up.back().begin(), up.back().end());
+        }
+        const auto x = test::random_floats(rng, size_t(n_in) * rows);
+        const host_groups hg = route_random(rng, rows, k, n_expert);
+        std::vector<float> ref(size_t(rows) * k * n_out);
+        for (int32_t p = 0; p < rows * k; ++p) {
+            const int32_t e = hg.ids[size_t(p)];
+            std::vector<float> gv(static_cast<size_t>(n_out)), uv(static_cast<size_t>(n_out));
+            cpu::matmul(ctx, host_matrix(gate[size_t(e)], ggml_type::q4_k, n_in, n_out), x.data() + size_t(p / k) * n_in, gv.data(), 1);
+            cpu::matmul(ctx, host_matrix(up[size_t(e)], ggml_type::q4_k, n_in, n_out), x.data() + size_t(p / k) * n_in, uv.data(), 1);
+            for (int32_t j = 0; j < n_out; ++j) ref[size_t(p) * n_out + j] = gv[size_t(j)] / (1.0f + std::exp(-gv[size_t(j)])) * uv[size_t(j)];
+        }
+        device_buffer<uint8_t> dg(all_gate), du(all_up);
+        device_buffer<float> dx(x), dy(ref.size());
+        device_digits dd(rows, n_in);
+        cuda::digits_quantize({dx.ptr, rows, n_in, dd.view()}, nullptr);
+        auto run = [&](const host_groups &h, device_digits &digits, float *y, bool stage = false, int32_t solo_warps = 0) {
+            device_groups gr(h);
+            // max_groups n_expert: more than the step's groups, the rest find none
+            cuda::matvec_digits_args a = gr.swiglu_args(dg.ptr, du.ptr, n_in, n_out, digits.view(), y, n_expert);
+            a.stage = stage;
+            a.solo_warps = solo_warps;
+            a.groups_settled = solo_warps == 2;
+            cuda::matvec_digits(a, nullptr);
+            TANDEM_CUDA_CHECK(cudaDeviceSynchronize());
+        };
         dy.poison();
-        run(hg, dd, dy.ptr, stage, stage ? 2 : 4);
+        run(hg, dd, dy.ptr);
+        const auto got = dy.download();
+        CHECK(rel_err(got.data(), ref.data(), ref.size()) <= test::tolerance::moe);
+        // Weights staged in shared memory first: the same arithmetic, bitwise.
+        dy.poison();
+        run(hg, dd, dy.ptr, true);
         CHECK(std::memcmp(dy.download().data(), got.data(), got.size() * sizeof(float)) == 0);
+        // Solo warps (whole tiles a warp, no barrier): two staged a block, four streamed: the same bits.
+        for (const bool stage : {true, false}) {
+            INFO("solo staged " << stage);
+            dy.poison();
+            run(hg, dd, dy.ptr, stage, stage ? 2 : 4);
+            CHECK(std::memcmp(dy.download().data(), got.data(), got.size() * sizeof(float)) == 0);
+        }
+        // Row 2 alone (its own k groups): its pairs' outputs bitwise those of the whole step.
+        const host_groups one = groups_of_row(hg, 2, k);
+        device_digits d1(1, n_in);
+        device_buffer<float> x1(std::vector<float>(x.begin() + 2 * n_in, x.begin() + 3 * n_in)), y1(size_t(k) * n_out);
+        cuda::digits_quantize({x1.ptr, 1, n_in, d1.view()}, nullptr);
+        run(one, d1, y1.ptr);
+        CHECK(std::memcmp(y1.download().data(), got.data() + size_t(2 * k) * n_out, size_t(k) * n_out * sizeof(float)) == 0);
     }
-    // Row 2 alone (its own k groups): its pairs' outputs bitwise those of the whole step.
-    const host_groups one = groups_of_row(hg, 2, k);
-    device_digits d1(1, n_in);
-    device_buffer<float> x1(std::vector<float>(x.begin() + 2 * n_in, x.begin() + 3 * n_in)), y1(size_t(k) * n_out);
-    cuda::digits_quantize({x1.ptr, 1, n_in, d1.view()}, nullptr);
-    run(one, d1, y1.ptr);
-    CHECK(std::memcmp(y1.download().data(), got.data() + size_t(2 * k) * n_out, size_t(k) * n_out * sizeof(float)) == 0);
 }
 
 TEST_CASE("a block with a non-finite element quantises to a NaN scale", "[gpu][kernels]") {
@@ -182,9 +186,10 @@ TEST_CASE("grouped plain digit products match the CPU, in-kernel digits equal th
     cpu::cpu_context ctx{4};
     struct shape { int32_t n_in, n_out; };
     uint64_t seed = 4300;
-    // 768: three blocks a row (three warps); 512: four warps, one idle. 20 rows x k 2 over 5
-    // experts: groups of more than 8 pairs (several passes).
-    for (const shape sh : {shape{768, 200}, shape{512, 70}}) {
+    // 768: three blocks a row (three warps); 512: four warps, one idle; 2,048: two blocks a warp.
+    // 20 rows x k 2 over 5 experts: groups of more than 8 pairs (several passes); row 5 alone
+    // below: one pass.
+    for (const shape sh : {shape{768, 200}, shape{512, 70}, shape{2048, 40}}) {
         const int32_t n_expert = 5, k = 2, rows = 20, pairs = rows * k;
         std::mt19937_64 rng(++seed);
         INFO("n_in " << sh.n_in << " n_out " << sh.n_out);
@@ -246,7 +251,7 @@ TEST_CASE("grouped plain digit products match the CPU, in-kernel digits equal th
             }
         INFO("relative L2 error " << std::sqrt(num / den));
         CHECK(std::sqrt(num / den) <= test::tolerance::moe);
-        // Row 5 alone, its digits made in the kernel: bitwise the step's (made by the producer).
+        // Row 5 alone, its digits made in the kernel, staged: bitwise the step's (made by the producer).
         const int32_t r = 5;
         const host_groups one = groups_of_row(hg, r, k);
         device_groups g1(one);
@@ -255,6 +260,7 @@ TEST_CASE("grouped plain digit products match the CPU, in-kernel digits equal th
         cuda::matvec_digits_args a1 = g1.plain_args(dw.ptr, sh.n_in, sh.n_out, y1.ptr, k);
         a1.x_f32 = x1.ptr;
         a1.x_f32_stride = sh.n_in;
+        a1.stage = true;  // one pass: rows of more blocks than warps staged in two parts
         cuda::matvec_digits(a1, nullptr);
         CHECK(std::memcmp(y1.download().data(), got.data() + size_t(r * k) * sh.n_out, size_t(k) * sh.n_out * sizeof(float)) == 0);
     }
