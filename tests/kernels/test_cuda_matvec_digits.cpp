@@ -85,7 +85,7 @@ TEST_CASE("dense digit products match the CPU and are batch invariant", "[gpu][k
 TEST_CASE("grouped SwiGLU digit products match the CPU and are batch invariant", "[gpu][kernels]") {
     if (!test::gpu_present()) return;
     cpu::cpu_context ctx{4};
-    // 512: two blocks a row; 2,048: eight, so staged tiles of one-pass groups come in two parts.
+    // 512: two blocks a row; 2,048: eight (the 30b gate/up), two a warp, staged and streamed.
     for (const int32_t n_in : {512, 2048}) {
         INFO("n_in " << n_in);
         std::mt19937_64 rng(4100 + uint64_t(n_in));
@@ -260,7 +260,7 @@ TEST_CASE("grouped plain digit products match the CPU, in-kernel digits equal th
         cuda::matvec_digits_args a1 = g1.plain_args(dw.ptr, sh.n_in, sh.n_out, y1.ptr, k);
         a1.x_f32 = x1.ptr;
         a1.x_f32_stride = sh.n_in;
-        a1.stage = true;  // one pass: rows of more blocks than warps staged in two parts
+        a1.stage = true;  // staged: whole tiles of odd-block rows (768) in one copy
         cuda::matvec_digits(a1, nullptr);
         CHECK(std::memcmp(y1.download().data(), got.data() + size_t(r * k) * sh.n_out, size_t(k) * sh.n_out * sizeof(float)) == 0);
     }
