@@ -12,8 +12,9 @@
 // than the bf16-split kernels, each product ~6x less precise (relative L2 ~4e-5 against the CPU's
 // fp32, within tolerance::moe). Prompt rows' Q4_K Q, K, V and wo take the grouped arithmetic as one
 // group (one_group; the tiles from 32 rows): 1.1-1.3x faster than the bf16 exact-quant prompt
-// products (session 18). The dense product of decode rows is measured only (on Q/K/V and the head it
-// lost at one session; a third digit was measured and dropped: docs/perf-notes.md, sessions 11-12).
+// products (session 18). A Q4_K vocabulary head takes them too, as one group for every step size
+// (session 21: twice as fast as the bf16 split at 1-4 rows); Q/K/V on digits lost at one session and
+// moved a router near-tie (a third digit was measured and dropped: docs/perf-notes.md, sessions 11-12).
 // Owns: the digit format and its producer, the dense and grouped (SwiGLU, plain) products. Does not
 // own: the other decode products (cuda/matvec.h).
 #pragma once
@@ -43,6 +44,7 @@ struct digits_quantize_args {
     const float *x = nullptr;  // [n_rows][n]
     int32_t n_rows = 0, n = 0;
     digit_rows out;
+    const int32_t *x_rows = nullptr;  // output row i from x row x_rows[i] (nullptr: row i)
 };
 void digits_quantize(const digits_quantize_args &args, cudaStream_t stream);
 

@@ -23,6 +23,10 @@ namespace tandem {
 
 namespace {
 
+// A Q4_K head on digits: the decode kernel up to this many rows, the prompt tiles above (on one H200
+// at 151,936 x 2,048: decode kernel 45 / 53 / 178 us at 1 / 4 / 16 rows, tiles ~110-113 at any).
+constexpr int32_t head_digit_tile_rows = 8;
+
 template <class T>
 T *device_alloc(size_t count) {
     void *p = nullptr;
@@ -418,6 +422,22 @@ int64_t cuda_device::head(int32_t r0, int32_t n_out, int32_t out0) {
     if (n_out == 0) return 0;
     TANDEM_CUDA_CHECK(cudaSetDevice(m.device));
     const int32_t cols = m.head.n_out;
+    float *const y = m.logits + size_t(out0) * size_t(cols);
+    if (m.h_digits && m.head.type == ggml_type::q4_k && m.head.n_in % 256 == 0) {
+        // A Q4_K head on int8 digits, as one group: the rows' digits gathered once, then the
+        // decode kernel for up to 8 rows and the prompt tiles above (the same bits either way, so
+        // a row's logits stay batch invariant). Twice as fast as the bf16-split product at 1-4 rows
+        // and 1.8x at 16 (docs/perf-notes.md, session 21), at the digits' precision.
+        const cuda::digit_rows dig{m.h_digits, m.h_digit_scales, m.h_digit_sums};
+        cuda::digits_quantize_args q{h_rows(r0), n_out, hp.d_model, dig, m.head_rows() + r0};
+        cuda::digits_quantize(q, m.stream);
+        const cuda::matvec_digits_args b = cuda::one_group_args(m.head.data, m.head.n_in, cols, dig, n_out, y, cols);
+        if (n_out > head_digit_tile_rows)
+            cuda::matmul_digits(b, m.stream);
+        else
+            cuda::matvec_digits(b, m.stream);
+        return 2;
+    }
     cuda::matvec_args a;
     a.w = m.head.data;
     a.type = m.head.type;
@@ -430,7 +450,7 @@ int64_t cuda_device::head(int32_t r0, int32_t n_out, int32_t out0) {
         a.x_split = m.h_split + size_t(r0) * hp.d_model / 4;
         a.x_sums = m.h_sums + size_t(r0) * hp.d_model / 32;
     }
-    a.y = m.logits + size_t(out0) * size_t(cols);
+    a.y = y;
     a.y_stride = cols;
     a.n_pairs = n_out;
     cuda::matvec(a, m.stream);

@@ -60,6 +60,26 @@ TEST_CASE("dense digit products match the CPU and are batch invariant", "[gpu][k
         CHECK(dd.digits.download() == want.digits);
         CHECK(test::same_bits(dd.scales.download(), want.scales));
         CHECK(dd.sums.download() == want.sums);
+        {
+            // Gathered rows (x_rows, as the head takes the rows that need logits): output row i
+            // is x row n_rows - 1 - i, bitwise.
+            std::vector<int32_t> order(size_t(sh.n_rows));
+            for (int32_t i = 0; i < sh.n_rows; ++i) order[size_t(i)] = sh.n_rows - 1 - i;
+            device_buffer<int32_t> drows(order);
+            device_digits dg(sh.n_rows, sh.n_in);
+            dg.digits.poison();
+            cuda::digits_quantize({dx.ptr, sh.n_rows, sh.n_in, dg.view(), drows.ptr}, nullptr);
+            const auto gd = dg.digits.download();
+            const auto gs = dg.scales.download();
+            const auto gu = dg.sums.download();
+            const size_t nd = gd.size() / size_t(sh.n_rows), ns = gs.size() / size_t(sh.n_rows), nu = gu.size() / size_t(sh.n_rows);
+            for (int32_t i = 0; i < sh.n_rows; ++i) {
+                const size_t r = size_t(order[size_t(i)]);
+                CHECK(std::memcmp(gd.data() + size_t(i) * nd, want.digits.data() + r * nd, nd * sizeof(gd[0])) == 0);
+                CHECK(std::memcmp(gs.data() + size_t(i) * ns, want.scales.data() + r * ns, ns * sizeof(gs[0])) == 0);
+                CHECK(std::memcmp(gu.data() + size_t(i) * nu, want.sums.data() + r * nu, nu * sizeof(gu[0])) == 0);
+            }
+        }
 
         dy.poison();
         cuda::matvec_digits_args a{dw.ptr, sh.n_in, sh.n_out, dd.view(), sh.n_rows, dy.ptr, sh.n_out};
@@ -301,6 +321,48 @@ TEST_CASE("dense digit products timing beside matvec", "[.bench][gpu]") {
             std::printf("  digits %6.2f us (x%.2f, err %.1e)\n", t_dig, t_split / t_dig, rel_err(gd.data(), ref.data(), ref.size()));
             CHECK(t_dig > 0.0f);
         }
+    }
+}
+
+// Timing: the vocabulary head of qwen3-30b-a3b (151,936 x 2,048 Q4_K, 175 MB: more than L2, so
+// every launch streams it from DRAM) at 1 and 16 rows, matvec() on split rows as the engine runs
+// it. The weights are 4,096 random rows repeated (quantising all 151,936 would take minutes).
+TEST_CASE("head product timing", "[.bench][gpu]") {
+    if (!test::gpu_present()) return;
+    std::mt19937_64 rng(79);
+    launch_timer timer;
+    constexpr int32_t n_in = 2048, n_out = 151936, n_base = 4096;
+    for (const ggml_type type : {ggml_type::q4_k, ggml_type::q6_k}) {
+    const auto base = random_matrix(rng, type, n_in, n_base, 0.05f);
+    std::vector<uint8_t> w(base.size() / n_base * size_t(n_out));
+    for (size_t off = 0; off < w.size(); off += base.size()) std::memcpy(w.data() + off, base.data(), std::min(base.size(), w.size() - off));
+    device_buffer<uint8_t> dw(w);
+    for (const int32_t rows : {1, 4, 16}) {
+        const auto x = test::random_floats(rng, size_t(n_in) * rows);
+        device_buffer<float> dx(x), y(size_t(n_out) * rows);
+        device_buffer<uint16_t> dsplit(test::host_split(x));
+        device_buffer<float> dsums(test::host_sums32(x));
+        cuda::matvec_args a = test::dense_product_args(dw.ptr, type, n_in, n_out, dx.ptr, y.ptr, rows);
+        a.x_split = reinterpret_cast<const uint4 *>(dsplit.ptr);
+        a.x_sums = dsums.ptr;
+        const float us = timer.median_us([&] { cuda::matvec(a, nullptr); }, 50);
+        const auto out = y.download();
+        uint64_t hash = 1469598103934665603ull;
+        for (float v : out) { uint32_t u; std::memcpy(&u, &v, 4); hash = (hash ^ u) * 1099511628211ull; }
+        std::printf("head %s rows %2d: matvec %7.2f us, %.0f GB/s of weights, hash %016llx\n", std::string(ggml_type_name(type)).c_str(), rows, us,
+                    double(w.size()) / (double(us) * 1e3), (unsigned long long)hash);
+        CHECK(us > 0.0f);
+        if (type == ggml_type::q4_k) {
+            // The same product on digits, as one group: the decode kernel and the prompt tiles.
+            device_digits dd(rows, n_in);
+            cuda::digits_quantize({dx.ptr, rows, n_in, dd.view()}, nullptr);
+            const cuda::matvec_digits_args b = cuda::one_group_args(dw.ptr, n_in, n_out, dd.view(), rows, y.ptr, n_out);
+            const float t_vec = timer.median_us([&] { cuda::matvec_digits(b, nullptr); }, 50);
+            const float t_mat = timer.median_us([&] { cuda::matmul_digits(b, nullptr); }, 50);
+            const float t_q = timer.median_us([&] { cuda::digits_quantize({dx.ptr, rows, n_in, dd.view()}, nullptr); }, 50);
+            std::printf("head q4_K rows %2d: digits matvec %7.2f us, tiles %7.2f us, quantise %5.2f us\n", rows, t_vec, t_mat, t_q);
+        }
+    }
     }
 }
 
