@@ -149,6 +149,8 @@ __global__ void __launch_bounds__(select_threads) logits_top_slice_kernel(const 
 __global__ void __launch_bounds__(select_threads) logits_top_merge_kernel(const logits_top_args a, int n_slices) {
     __shared__ select_smem s;
     __shared__ uint64_t s_sorted[logits_top_n];
+    __shared__ float s_wmax[select_threads / 32];
+    __shared__ double s_term[logits_top_max_slices];
     const int row = blockIdx.x, tid = threadIdx.x;
     pdl_wait();
     pdl_trigger();
@@ -159,6 +161,16 @@ __global__ void __launch_bounds__(select_threads) logits_top_merge_kernel(const 
     for (int k = 0; k < per_thread; ++k) {
         const int i = k * select_threads + tid;
         key[k] = i < n_cand ? cand[i] : 0ull;
+    }
+    // Slice tid's max, sum and NaN flag, loaded with the candidates (one round trip).
+    const size_t r0 = size_t(row) * size_t(n_slices);
+    float m_i = -INFINITY;
+    double sum_i = 0.0;
+    int nan_i = 0;
+    if (tid < n_slices) {
+        m_i = a.slice_max[r0 + tid];
+        sum_i = a.slice_sum[r0 + tid];
+        nan_i = a.slice_nan[r0 + tid];
     }
     select_top(key, s);
     if (tid < logits_top_n) {
@@ -180,19 +192,21 @@ __global__ void __launch_bounds__(select_threads) logits_top_merge_kernel(const 
         out.id[tid] = id;
         out.logit[tid] = id < 0 ? -INFINITY : x[id - a.first_id];
     }
+    // The row's max and NaN flag over the slices (order-free), then slice i's term sum_i exp(max_i -
+    // max) made by thread i; thread 0 adds the terms in slice order. (Thread 0 walking the slices'
+    // loads and exps in turn took ~20 us of the launch's 26 under ncu, session 21.)
+    float m = warp_max(m_i);
+    if ((tid & 31) == 0) s_wmax[tid >> 5] = m;
+    const int nan = __syncthreads_or(nan_i);  // also publishes s_wmax
+    m = s_wmax[0];
+#pragma unroll
+    for (int w = 1; w < select_threads / 32; ++w) m = fmaxf(m, s_wmax[w]);
+    if (tid < n_slices) s_term[tid] = sum_i > 0.0 ? sum_i * exp(double(m_i) - double(m)) : 0.0;
+    __syncthreads();
     if (tid == 0) {
-        const size_t r0 = size_t(row) * size_t(n_slices);
-        float m = -INFINITY;
-        int nan = 0;
-        for (int i = 0; i < n_slices; ++i) {
-            m = fmaxf(m, a.slice_max[r0 + i]);
-            nan |= a.slice_nan[r0 + i];
-        }
         double sum = 0.0;
-        for (int i = 0; i < n_slices; ++i) {
-            const double sm = a.slice_sum[r0 + i];
-            if (sm > 0.0) sum += sm * exp(double(a.slice_max[r0 + i]) - double(m));
-        }
+        for (int i = 0; i < n_slices; ++i)
+            if (s_term[i] != 0.0) sum += s_term[i];
         out.sum_exp = sum;
         out.max = m;
         out.has_nan = nan;
