@@ -22,6 +22,12 @@ if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1 && [ "
     "$tandem" bench -m "$model" --backend cuda --prompt 2048 --prefill-chunk 128 --repeats 3 --gen 2 --sessions 1 \
         --json "$dir/bench-gpu-chunked.json"
     python3 scripts/perf_gate.py --floors perf/floors.json --bench "$dir/bench-gpu-chunked.json" --gpu "$gpu" --plan chunked
+    # llama.cpp's Q4_K_M mix (Q6_K head, and Q6_K attn_v and experts' down in half the layers), as
+    # published Qwen3-30B-A3B Q4_K_M files are: what a user's real file runs at.
+    model_m="$dir/qwen3-30b-a3b-q4_k_m.gguf"
+    [ -f "$model_m" ] || "$tandem" synth --preset qwen3-30b-a3b --type q4_k_m --out "$model_m"
+    "$tandem" bench -m "$model_m" --backend cuda --prompt 2048 --gen 128 --sessions 1,4,16 --json "$dir/bench-gpu-q4_k_m.json"
+    python3 scripts/perf_gate.py --floors perf/floors.json --bench "$dir/bench-gpu-q4_k_m.json" --gpu "$gpu" --type q4_K_M
     # Two or more GPUs: the first two as a tensor-parallel pair, and as two pipeline stages.
     if [ "$(nvidia-smi -L | wc -l)" -ge 2 ]; then
         export NCCL_NVLS_ENABLE=0

@@ -27,6 +27,10 @@ struct synth_options {
     int32_t n_layer = 0;                // 0: the preset's
     uint64_t seed = 1;
     int32_t n_threads = 0;              // 0: all cores
+    // llama.cpp's Q4_K_M mix on top of `type` (q4_k): Q6_K for the head, and for attn_v and the
+    // experts' down in the first and last eighth of the layers and every third layer between
+    // (llama-quant's use_more_bits), as in published Q4_K_M files.
+    bool q4_k_m = false;
 };
 
 // Writes the model. Quantized tensors are written as random blocks directly (no float pass),

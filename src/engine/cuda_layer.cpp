@@ -179,19 +179,28 @@ int64_t cuda_device::layer_experts(int32_t l, int32_t r0, int32_t n) {
             ++launches;
         }
     };
-    if (prompt_dense_applies(L.wq) && prompt_dense_applies(L.wk) && prompt_dense_applies(L.wv)) {
+    if (prompt_dense_applies(L.wq) && prompt_dense_applies(L.wk)) {
         const cuda::digit_rows hd = prompt_digit_rows(n, d);
         cuda::digits_quantize({h, n, d, hd}, s);
         ++launches;
-        prompt_dense_digits(L.wq, hd, q, q_dim, false, {{L.wk.data, L.wk.n_out, kb, kv_dim}, {L.wv.data, L.wv.n_out, vb, kv_dim}});
-    } else if (L.wq.type == L.wk.type && L.wq.type == L.wv.type) {
-        // Q, K and V in one launch: one weight stream over the same normalised rows.
+        if (prompt_dense_applies(L.wv)) {
+            prompt_dense_digits(L.wq, hd, q, q_dim, false, {{L.wk.data, L.wk.n_out, kb, kv_dim}, {L.wv.data, L.wv.n_out, vb, kv_dim}});
+        } else {
+            // A V of more bits (Q4_K_M's Q6_K in some layers): Q and K on the digit tiles, V on its own.
+            prompt_dense_digits(L.wq, hd, q, q_dim, false, {{L.wk.data, L.wk.n_out, kb, kv_dim}});
+            dense(L.wv, h, d, hs, hm, vb, kv_dim, false);
+        }
+    } else if (L.wq.type == L.wk.type) {
+        // Q, K and V in one launch: one weight stream over the same normalised rows (Q and K in one,
+        // V on its own, when V's type differs: Q4_K_M's Q6_K V in some layers).
+        const bool v_too = L.wq.type == L.wv.type;
         cuda::matvec_args a = dense_args(L.wq, h, d, hs, hm, q, q_dim);
         a.extra[0] = {L.wk.data, L.wk.n_out, kb, kv_dim};
         a.extra[1] = {L.wv.data, L.wv.n_out, vb, kv_dim};
-        a.n_extra = 2;
+        a.n_extra = v_too ? 2 : 1;
         product(a, n);
         ++launches;
+        if (!v_too) dense(L.wv, h, d, hs, hm, vb, kv_dim, false);
     } else {
         dense(L.wq, h, d, hs, hm, q, q_dim, false);
         dense(L.wk, h, d, hs, hm, kb, kv_dim, false);

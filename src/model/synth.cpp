@@ -142,6 +142,10 @@ void synth_write(const synth_options &options, const std::string &path) {
         if (row % traits.block_elems != 0)
             fail(error_kind::config, "synth: preset {} has a row of {} elements, not a multiple of {}'s block of {}",
                  p.name, row, traits.name, traits.block_elems);
+    if (options.q4_k_m && type != ggml_type::q4_k) fail(error_kind::config, "synth: the Q4_K_M mix is built on q4_k");
+    // The Q4_K_M mix's tensors of more bits (llama-quant's use_more_bits over the layers).
+    auto more_bits = [&](int32_t l) { return l < n_layer / 8 || l >= 7 * n_layer / 8 || (l - n_layer / 8) % 3 == 2; };
+    auto mixed = [&](bool more) { return options.q4_k_m && more ? ggml_type::q6_k : type; };
 
     gguf_writer w;
     model_hparams hp;
@@ -160,12 +164,12 @@ void synth_write(const synth_options &options, const std::string &path) {
     model_hparams_write(w, hp, p.d_ff);
     w.set_string("general.name", "tandem-synth-" + p.name);
     w.set_u32("general.quantization_version", 2);
-    // llama_ftype of a file whose matrices are all `type` (all-Q4_K is closest to Q4_K_S).
+    // llama_ftype of a file whose matrices are all `type` (all-Q4_K is closest to Q4_K_S), or of the Q4_K_M mix.
     switch (type) {
     case ggml_type::f32: w.set_u32("general.file_type", 0); break;
     case ggml_type::f16: w.set_u32("general.file_type", 1); break;
     case ggml_type::q8_0: w.set_u32("general.file_type", 7); break;
-    case ggml_type::q4_k: w.set_u32("general.file_type", 14); break;
+    case ggml_type::q4_k: w.set_u32("general.file_type", options.q4_k_m ? 15 : 14); break;
     case ggml_type::q6_k: w.set_u32("general.file_type", 18); break;
     case ggml_type::bf16: w.set_u32("general.file_type", 32); break;
     default: break;
@@ -199,13 +203,13 @@ void synth_write(const synth_options &options, const std::string &path) {
     const float s_model = 1.0f / std::sqrt(float(p.d_model));
     add("token_embd.weight", type, {p.d_model, p.n_vocab}, 1.0f);
     add("output_norm.weight", ggml_type::f32, {p.d_model}, 0.05f, 1.0f);
-    add("output.weight", type, {p.d_model, p.n_vocab}, 2.0f * s_model);
+    add("output.weight", mixed(true), {p.d_model, p.n_vocab}, 2.0f * s_model);
     for (int32_t l = 0; l < n_layer; ++l) {
         const std::string b = "blk." + std::to_string(l) + ".";
         add(b + "attn_norm.weight", ggml_type::f32, {p.d_model}, 0.05f, 1.0f);
         add(b + "attn_q.weight", type, {p.d_model, q_dim}, s_model);
         add(b + "attn_k.weight", type, {p.d_model, kv_dim}, s_model);
-        add(b + "attn_v.weight", type, {p.d_model, kv_dim}, s_model);
+        add(b + "attn_v.weight", mixed(more_bits(l)), {p.d_model, kv_dim}, s_model);
         add(b + "attn_output.weight", type, {q_dim, p.d_model}, 1.0f / std::sqrt(float(q_dim)));
         add(b + "attn_q_norm.weight", ggml_type::f32, {p.d_head}, 0.05f, 1.0f);
         add(b + "attn_k_norm.weight", ggml_type::f32, {p.d_head}, 0.05f, 1.0f);
@@ -213,7 +217,7 @@ void synth_write(const synth_options &options, const std::string &path) {
         add(b + "ffn_gate_inp.weight", ggml_type::f32, {p.d_model, p.n_expert}, 2.0f * s_model);
         add(b + "ffn_gate_exps.weight", type, {p.d_model, p.d_ff_expert, p.n_expert}, s_model);
         add(b + "ffn_up_exps.weight", type, {p.d_model, p.d_ff_expert, p.n_expert}, s_model);
-        add(b + "ffn_down_exps.weight", type, {p.d_ff_expert, p.d_model, p.n_expert},
+        add(b + "ffn_down_exps.weight", mixed(more_bits(l)), {p.d_ff_expert, p.d_model, p.n_expert},
             1.0f / std::sqrt(float(p.d_ff_expert)));
     }
     w.write(path, options.n_threads);

@@ -23,7 +23,8 @@ TANDEM_COMMAND(synth, "Write a random-weight model of a real shape (tiny, qwen3-
                    auto cli = std::make_shared<synth_cli>();
                    sub.add_option("--preset", cli->preset, "Model shape")->required();
                    sub.add_option("--out", cli->out, "Output GGUF file")->required();
-                   sub.add_option("--type", cli->type, "Matrix type: f32, f16, bf16, q8_0, q4_k, q6_k");
+                   sub.add_option("--type", cli->type,
+                                  "Matrix type: f32, f16, bf16, q8_0, q4_k, q6_k, or q4_k_m (llama.cpp's Q4_K_M mix of q4_k and q6_k)");
                    sub.add_option("--layers", cli->layers, "Number of layers (default: the preset's)");
                    sub.add_option("--seed", cli->seed, "Random seed");
                    sub.add_option("--threads", cli->threads, "Writer threads (default: all cores)");
@@ -35,10 +36,11 @@ TANDEM_COMMAND(synth, "Write a random-weight model of a real shape (tiny, qwen3-
                            for (const auto &n : synth_preset_names()) names += (names.empty() ? "" : ", ") + n;
                            fail(error_kind::config, "unknown preset '{}' (known: {})", cli->preset, names);
                        }
-                       auto type = ggml_type_from_name(cli->type);
+                       const bool q4_k_m = cli->type == "q4_k_m";
+                       auto type = q4_k_m ? std::optional<ggml_type>(ggml_type::q4_k) : ggml_type_from_name(cli->type);
                        if (!type) fail(error_kind::config, "unknown type '{}'", cli->type);
                        if (cli->layers < 0) fail(error_kind::config, "--layers must be positive");
-                       synth_options opt{*preset, *type, cli->layers, cli->seed, cli->threads};
+                       synth_options opt{*preset, *type, cli->layers, cli->seed, cli->threads, q4_k_m};
                        const auto t0 = std::chrono::steady_clock::now();
                        synth_write(opt, cli->out);
                        const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -85,6 +85,12 @@ TEST_CASE("CUDA engine matches the CPU engine on tiny synth models", "[gpu][mode
     compare_engines(synth_gguf("tiny", type, 2), 80, 10, 91);
 }
 
+TEST_CASE("CUDA engine matches the CPU engine on the Q4_K_M mix", "[gpu][model]") {
+    if (!gpu_present()) return;
+    // Four layers: Q6_K attn_v and experts' down in layers 2 and 3 (use_more_bits), a Q6_K head.
+    compare_engines(synth_gguf("tiny", ggml_type::q4_k, 4, true), 80, 10, 93);
+}
+
 TEST_CASE("CUDA engine with an f16 KV cache matches the CPU engine rounding the same way", "[gpu][model]") {
     if (!gpu_present()) return;
     // Prompt rows (the tensor-core prompt attention reads halves), decode rows (the fused decode

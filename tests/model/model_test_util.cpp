@@ -47,11 +47,11 @@ std::string fixture_gguf(const std::string &fixture, ggml_type type) {
     return cache[key] = opt.out_path;
 }
 
-std::string synth_gguf(const std::string &preset, ggml_type type, int32_t layers) {
+std::string synth_gguf(const std::string &preset, ggml_type type, int32_t layers, bool q4_k_m) {
     static std::map<std::string, std::string> cache;
-    const std::string key = preset + "-" + std::string(ggml_type_name(type)) + "-" + std::to_string(layers);
+    const std::string key = preset + "-" + (q4_k_m ? std::string("q4_K_M") : std::string(ggml_type_name(type))) + "-" + std::to_string(layers);
     if (auto it = cache.find(key); it != cache.end()) return it->second;
-    synth_options opt{*synth_preset_find(preset), type, layers, 7, 0};
+    synth_options opt{*synth_preset_find(preset), type, layers, 7, 0, q4_k_m};
     const std::string path = scratch_dir() + "/synth-" + key + ".gguf";
     synth_write(opt, path);
     return cache[key] = path;

@@ -17,8 +17,9 @@ const std::string &scratch_dir();
 
 // tests/fixtures/<name> converted to GGUF with `type` (cached per process).
 std::string fixture_gguf(const std::string &fixture, ggml_type type);
-// A synth preset written once per process (cached by preset/type/layers).
-std::string synth_gguf(const std::string &preset, ggml_type type, int32_t layers = 0);
+// A synth preset written once per process (cached by preset/type/layers); q4_k_m: llama.cpp's Q4_K_M
+// mix on q4_k (synth_options::q4_k_m).
+std::string synth_gguf(const std::string &preset, ggml_type type, int32_t layers = 0, bool q4_k_m = false);
 // Copy of `path` with every tensor dequantised to F32 (same keys, same names).
 std::string dequantized_copy(const std::string &path);
 

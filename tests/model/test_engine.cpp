@@ -4,10 +4,12 @@
 
 #include "tandem/error.h"
 #include "tandem/sampler.h"
+#include "tandem/synth.h"
 
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <random>
 
@@ -208,4 +210,34 @@ TEST_CASE("an f16 KV cache rounds keys and values and stays close to f32", "[eng
     const std::vector<engine_row> rows = {r1, r0};
     f16->forward(rows, both);
     CHECK(same_bits(lone, std::span<const float>(both).subspan(size_t(nv))));
+}
+
+TEST_CASE("synth's Q4_K_M mix puts Q6_K where llama.cpp's Q4_K_M does, and the engine runs it", "[engine][synth]") {
+    // 16 layers: use_more_bits holds for layers 0-1 and 14-15 (the first and last eighth) and for
+    // 4, 7, 10, 13 ((l - 2) % 3 == 2).
+    const synth_preset preset = *synth_preset_find("tiny");
+    const std::string path = scratch_dir() + "/synth-tiny-q4_k_m-16.gguf";
+    synth_options opt{preset, ggml_type::q4_k, 16, 7, 0, true};
+    synth_write(opt, path);
+    auto file = gguf_file::open(path);
+    CHECK(file->get_int("general.file_type") == 15);  // LLAMA_FTYPE_MOSTLY_Q4_K_M
+    CHECK(file->tensor("output.weight").type == ggml_type::q6_k);
+    CHECK(file->tensor("token_embd.weight").type == ggml_type::q4_k);
+    const std::vector<int> more = {0, 1, 4, 7, 10, 13, 14, 15};
+    for (int l = 0; l < 16; ++l) {
+        const std::string b = "blk." + std::to_string(l) + ".";
+        const ggml_type want = std::find(more.begin(), more.end(), l) != more.end() ? ggml_type::q6_k : ggml_type::q4_k;
+        INFO("layer " << l);
+        CHECK(file->tensor(b + "attn_v.weight").type == want);
+        CHECK(file->tensor(b + "ffn_down_exps.weight").type == want);
+        CHECK(file->tensor(b + "attn_q.weight").type == ggml_type::q4_k);
+        CHECK(file->tensor(b + "ffn_gate_exps.weight").type == ggml_type::q4_k);
+    }
+    synth_options bad = opt;
+    bad.type = ggml_type::q8_0;
+    CHECK_THROWS_WITH(synth_write(bad, scratch_dir() + "/bad.gguf"), Catch::Contains("Q4_K_M mix is built on q4_k"));
+    auto eng = open_cpu(path, 1, 32);
+    std::mt19937 rng(3);
+    const std::vector<float> logits = prefill(*eng, 0, random_tokens(rng, 5, eng->hparams().n_vocab));
+    CHECK(std::all_of(logits.begin(), logits.end(), [](float v) { return std::isfinite(v); }));
 }
