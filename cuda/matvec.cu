@@ -43,6 +43,8 @@ constexpr int block_warps = 4;   // K split 4 ways: enough warps in flight for o
 constexpr int narrow_blocks = 264;  // fewer blocks than this (2 per SM of an H200): K split 16 ways
 constexpr int block_rows = 16;   // weight rows per block (an m16 tile); SwiGLU: 8 gate + 8 up rows
 constexpr int vw_swiglu_pairs = 64;  // grouped Q4_K SwiGLU above this many pairs: one-warp blocks (virtual warps)
+constexpr int vw_q6_plain_pairs = 64;  // grouped Q6_K of K = 768 (down) above this many pairs: likewise
+constexpr int head_blocks = 4096;  // dense launches of at least this many blocks (vocabulary heads)
 constexpr int chunk_items = 4;   // generic types: items per K chunk, lane t of a quad takes item 4c + t
 
 __device__ __forceinline__ void prefetch_l1(const void *p) { asm volatile("prefetch.L1 [%0];" ::"l"(p)); }
@@ -676,6 +678,19 @@ void launch_matvec_shape(const matvec_args &a, cudaStream_t stream) {
         if constexpr (T == ggml_type::q4_k || T == ggml_type::q6_k) {
             // Three K-quant blocks a row (Qwen3-30B's experts' down, K = 768): three warps, none idle.
             if (a.group_off && a.n_in == 3 * 256) {
+                if constexpr (T == ggml_type::q6_k) {
+                    // Q6_K (a Q4_K_M file's down in half its layers): above 64 pairs one-warp blocks
+                    // playing the three K warps (16 an SM), else three-warp blocks bounded at 5 an
+                    // SM; the same arithmetic. On the Q4_K_M mix (session 21, call 14) 1 / 4 / 16
+                    // sessions: 393-396 / 961-968 / 1,922-1,923 tok/s -> 400 / 1,016 (bounded
+                    // blocks) and 2,103-2,104 (one-warp blocks; 2,083-2,085 bounded).
+                    const int kind = a.n_pairs > 8 ? stage_plain_large : stage_plain_small;
+                    if (a.n_pairs > vw_q6_plain_pairs)
+                        launch_grouped<T, false, 1, split_in, 1, 16, 3>(a, grid, row_bytes, blocks0, blocks1, kind, stream);
+                    else
+                        launch_grouped<T, false, 3, split_in, 1, 5>(a, grid, row_bytes, blocks0, blocks1, kind, stream);
+                    return;
+                }
                 launch_grouped<T, false, 3, split_in, 1>(a, grid, row_bytes, blocks0, blocks1,
                                                          a.n_pairs > 8 ? stage_plain_large : stage_plain_small, stream);
                 return;
@@ -697,6 +712,15 @@ void launch_matvec_shape(const matvec_args &a, cudaStream_t stream) {
                                 : (a.n_pairs > 8 ? stage_plain_large : stage_plain_small);
         launch_grouped<T, swiglu, block_warps, split_in, 1>(a, grid, row_bytes, blocks0, blocks1, kind, stream);
         return;
+    }
+    if constexpr (T == ggml_type::q6_k && !swiglu) {
+        // A Q6_K head (Q4_K_M files): two-warp blocks playing the four K warps, 8 an SM; the same
+        // arithmetic. The head alone 143 -> 125 us at one row, 320 -> 276 at 16 (session 21, call
+        // 3); on the Q4_K_M mix +1% at 1 and 4 sessions (call 14).
+        if (!a.group_off && grid.x >= head_blocks) {
+            launch_pdl(matvec_kernel<T, false, 2, split_in, false, 1, 1, 8, 2>, grid, dim3(64), stream, a, row_bytes, blocks0, blocks1);
+            return;
+        }
     }
     launch_pdl(matvec_kernel<T, swiglu, block_warps, split_in>, grid, dim3(block_warps * 32), stream, a, row_bytes, blocks0, blocks1);
 }

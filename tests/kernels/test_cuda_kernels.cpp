@@ -41,6 +41,8 @@ TEST_CASE("matvec matches the CPU matmul for every weight type, and rows are bat
         std::vector<shape> shapes = {{256, 1, 1}, {512, 37, 3}, {768, 129, 13}, {2048, 67, 16}, {256, 5, 40}, {4352, 19, 3},
                                      {512, 4500, 9}, {1024, 1000, 5}};
         if (blk == 1 || blk == 32) shapes.push_back({96, 33, 7});
+        // A head-sized Q6_K matrix (4,100 blocks: its own launch shape, two-warp blocks playing four).
+        if (type == ggml_type::q6_k) shapes.push_back({256, 65600, 3});
         for (const shape &sh : shapes) {
             ++seed;
             INFO("type " << ggml_type_name(type) << " n_in " << sh.n_in << " n_out " << sh.n_out << " rows " << sh.n_rows
