@@ -680,8 +680,8 @@ void launch_matvec_shape(const matvec_args &a, cudaStream_t stream) {
             if (a.group_off && a.n_in == 3 * 256) {
                 if constexpr (T == ggml_type::q6_k) {
                     // Q6_K (a Q4_K_M file's down in half its layers): above 64 pairs one-warp blocks
-                    // playing the three K warps (16 an SM), else three-warp blocks bounded at 5 an
-                    // SM; the same arithmetic. On the Q4_K_M mix (session 21, call 14) 1 / 4 / 16
+                    // playing the three K warps (16 an SM), else three-warp blocks compiled for at
+                    // least 5 an SM; the same arithmetic. On the Q4_K_M mix (session 21, call 14) 1 / 4 / 16
                     // sessions: 393-396 / 961-968 / 1,922-1,923 tok/s -> 400 / 1,016 (bounded
                     // blocks) and 2,103-2,104 (one-warp blocks; 2,083-2,085 bounded).
                     const int kind = a.n_pairs > 8 ? stage_plain_large : stage_plain_small;
