@@ -43,7 +43,7 @@ constexpr int block_warps = 4;   // K split 4 ways: enough warps in flight for o
 constexpr int narrow_blocks = 264;  // fewer blocks than this (2 per SM of an H200): K split 16 ways
 constexpr int block_rows = 16;   // weight rows per block (an m16 tile); SwiGLU: 8 gate + 8 up rows
 constexpr int vw_swiglu_pairs = 64;  // grouped Q4_K SwiGLU above this many pairs: one-warp blocks (virtual warps)
-constexpr int vw_q6_plain_pairs = 64;  // grouped Q6_K of K = 768 (down) above this many pairs: likewise
+constexpr int vw_q6_plain_pairs = 8;  // grouped Q6_K of K = 768 (down) above this many pairs: likewise
 constexpr int head_blocks = 4096;  // dense launches of at least this many blocks (vocabulary heads)
 constexpr int chunk_items = 4;   // generic types: items per K chunk, lane t of a quad takes item 4c + t
 
@@ -114,17 +114,18 @@ __device__ __forceinline__ uint32_t load_u32_a2(const uint8_t *p) {
 // v_warps: K-split warps each physical warp plays (virtual warp w * v_warps + v takes the chunks a
 // block of n_warps * v_warps warps gives its warp of that index, into an accumulator of its own);
 // the sums are added in virtual-warp order, so the arithmetic is that of n_warps * v_warps warps.
-// staged (grouped Q4_K): the block's weight rows are copied whole into shared memory at its start,
-// one bulk copy a row (or a plain tile's consecutive rows in one, when they pack: s_stride below)
-// on one barrier (bulk_copy.cuh), instead of each warp keeping one chunk in flight. Same
-// arithmetic. (Barriers over K ranges, so the first chunks are computed while the rest arrive,
+// staged (grouped Q4_K; plain Q6_K of whole tiles): the block's weight rows are copied whole into
+// shared memory at its start, one bulk copy a row (or a plain tile's consecutive rows in one, when
+// they pack: s_stride below) on one barrier (bulk_copy.cuh), instead of each warp keeping one
+// chunk in flight. Same arithmetic. (Barriers over K ranges, so the first chunks are computed while the rest arrive,
 // measured slower: four copies a row cost more instructions than the overlap saves.)
 template <ggml_type T, bool swiglu, int n_warps, bool split_in, bool parted = false, int n_tiles = 1, int n_cols = 1,
           int min_blocks = 0, int v_warps = 1, bool staged = false>
 __global__ void __launch_bounds__(n_warps * 32, min_blocks)
     matvec_kernel(const matvec_args a, int64_t row_bytes, int blocks0, int blocks1) {
     static_assert((n_tiles == 1 && n_cols == 1) || T == ggml_type::q4_k, "matvec: several tiles a block are for Q4_K only");
-    static_assert(!staged || (T == ggml_type::q4_k && !parted), "matvec: staging is for grouped Q4_K products");
+    static_assert(!staged || ((T == ggml_type::q4_k || (T == ggml_type::q6_k && !swiglu && n_tiles == 1)) && !parted),
+                  "matvec: staging is for grouped Q4_K products and plain Q6_K ones");
     constexpr int n_virtual = n_warps * v_warps;
     __shared__ uint64_t s_bar;
     extern __shared__ __align__(16) uint8_t s_w[];  // staged: 16 n_tiles rows, s_stride apart
@@ -196,7 +197,10 @@ __global__ void __launch_bounds__(n_warps * 32, min_blocks)
     // (row_bytes % 32 == 16: Q4_K of an odd number of blocks, e.g. K = 768) does that packed, so a
     // plain tile's rows, consecutive in the matrix, come in one copy; otherwise rows are padded
     // 32 bytes apart and copied one at a time (SwiGLU's gate and up rows are not consecutive anyway).
-    const bool packed = !swiglu && row_bytes % 32 == 16;
+    // A staged Q6_K tile (210-byte blocks: rows only 2-byte aligned) is always one copy of its 16
+    // consecutive rows (16 row_bytes is a multiple of 16; the launcher stages only matrices of whole
+    // tiles), read in place at 2-byte alignment as the streamed rows are.
+    const bool packed = !swiglu && (row_bytes % 32 == 16 || q6k);
     const int64_t s_stride = packed ? row_bytes : row_bytes + 32;
     const uint8_t *rows_lo[n_tiles] = {}, *rows_hi[n_tiles] = {};
     auto resolve_rows = [&]() {
@@ -444,6 +448,7 @@ __global__ void __launch_bounds__(n_warps * 32, min_blocks)
                         }
                     }
                 } else if constexpr (q6k) {
+                    if constexpr (staged) mbar_wait_first(&s_bar);
                     // Block c: 16 groups of 16 elements (half h, quarter qq, is: the CPU's loop order,
                     // group index 8 h + 2 qq + is = its scale's index), one k16 step each; lane t holds
                     // elements l = 16 is + 4t .. +3 of the group. The quants (q - 32, exact in bf16) go
@@ -619,6 +624,20 @@ void launch_grouped(const matvec_args &a, dim3 grid, int64_t row_bytes, int bloc
             return;
         }
     }
+    if constexpr (T == ggml_type::q6_k && !swiglu && n_tiles == 1) {
+        // Plain Q6_K (a Q4_K_M file's experts' down): each tile's 16 rows in one bulk copy, in the
+        // block's own shape (warps, register bound, virtual warps); only matrices of whole tiles.
+        const size_t smem = size_t(16) * size_t(row_bytes);
+        const bool whole_tiles = a.n_out % 16 == 0 && reinterpret_cast<uintptr_t>(a.w) % 16 == 0;
+        // Staged at every step size: on the Q4_K_M mix (session 22, call 2) 1 / 4 / 16 sessions
+        // 402-403 / 1,026 / 2,118-2,121 -> 409-413 / 1,033-1,035 / 2,242-2,254 tok/s.
+        const bool wanted = a.stage_weights != 0;
+        if (wanted && whole_tiles && smem <= 40 * 1024 && pdl_supported()) {
+            launch_pdl_smem(matvec_kernel<T, false, W, split_in, false, 1, 1, min_blocks, v_warps, true>, grid, dim3(W * 32), smem,
+                            stream, a, row_bytes, blocks0, blocks1);
+            return;
+        }
+    }
     launch_pdl(matvec_kernel<T, swiglu, W, split_in, false, n_tiles, 1, min_blocks, v_warps>, grid, dim3(W * 32), stream, a,
                row_bytes, blocks0, blocks1);
 }
@@ -679,11 +698,12 @@ void launch_matvec_shape(const matvec_args &a, cudaStream_t stream) {
             // Three K-quant blocks a row (Qwen3-30B's experts' down, K = 768): three warps, none idle.
             if (a.group_off && a.n_in == 3 * 256) {
                 if constexpr (T == ggml_type::q6_k) {
-                    // Q6_K (a Q4_K_M file's down in half its layers): above 64 pairs one-warp blocks
+                    // Q6_K (a Q4_K_M file's down in half its layers): above 8 pairs one-warp blocks
                     // playing the three K warps (16 an SM), else three-warp blocks compiled for at
                     // least 5 an SM; the same arithmetic. On the Q4_K_M mix (session 21, call 14) 1 / 4 / 16
                     // sessions: 393-396 / 961-968 / 1,922-1,923 tok/s -> 400 / 1,016 (bounded
-                    // blocks) and 2,103-2,104 (one-warp blocks; 2,083-2,085 bounded).
+                    // blocks) and 2,103-2,104 (one-warp blocks; 2,083-2,085 bounded). Staged (session 22,
+                    // call 2), one-warp blocks took 4 sessions too: 1,033-1,035 -> 1,049-1,053.
                     const int kind = a.n_pairs > 8 ? stage_plain_large : stage_plain_small;
                     if (a.n_pairs > vw_q6_plain_pairs)
                         launch_grouped<T, false, 1, split_in, 1, 16, 3>(a, grid, row_bytes, blocks0, blocks1, kind, stream);
