@@ -25,12 +25,16 @@
 
 namespace tandem::cuda {
 
-// A further matrix of a fused dense launch (same type and n_in, same x): Q, K and V together.
+// A further matrix of a fused dense launch (same n_in, same x): Q, K and V together. Of the
+// launch's type, or (typed, the last part only) of its own: a Q4_K_M file's Q6_K V beside Q4_K Q
+// and K, for the type pairs matvec_mixed_supported names (decode rows; matvec_mixed.cu).
 struct matvec_part {
     const void *w = nullptr;  // [n_out][row_bytes]
     int32_t n_out = 0;
     float *y = nullptr;       // [*][y_stride]
     int64_t y_stride = 0;
+    bool typed = false;       // its weights are of `type`, not the launch's
+    ggml_type type{};         // (braces: GCC 12 rejects brace-initialising aggregates holding this with "= f32")
 };
 
 struct matvec_args {
@@ -101,6 +105,10 @@ struct matvec_args {
 
 // Bytes of one weight row (n_in elements of type).
 int64_t matvec_row_bytes(ggml_type type, int32_t n_in);
+// Whether a dense launch of `type` may take a last extra matrix of type `part` (matvec_part::typed).
+// Each block runs its own matrix's arithmetic with the launch's warps, so the parts of the launch's
+// type give the bits a launch of them alone of the same width gives.
+bool matvec_mixed_supported(ggml_type type, ggml_type part);
 void matvec(const matvec_args &args, cudaStream_t stream);
 
 }  // namespace tandem::cuda

@@ -191,16 +191,21 @@ int64_t cuda_device::layer_experts(int32_t l, int32_t r0, int32_t n) {
             dense(L.wv, h, d, hs, hm, vb, kv_dim, false);
         }
     } else if (L.wq.type == L.wk.type) {
-        // Q, K and V in one launch: one weight stream over the same normalised rows (Q and K in one,
-        // V on its own, when V's type differs: Q4_K_M's Q6_K V in some layers).
-        const bool v_too = L.wq.type == L.wv.type;
+        // Q, K and V in one launch: one weight stream over the same normalised rows. A V of another
+        // type (Q4_K_M's Q6_K V in half the layers) joins decode rows' launch where the pair is
+        // supported (cuda/matvec_mixed.cu; on the Q4_K_M mix 1 / 4 / 16 sessions 413 / 1,034-1,039
+        // / 2,239-2,253 -> 433 / 1,090 / 2,322-2,335 tok/s, session 22 call 3); otherwise, and for
+        // prompt rows, Q and K share one launch and V runs on its own.
+        const bool v_same = L.wq.type == L.wv.type;
+        const bool v_typed =
+            !v_same && !m.prompt_rows && cuda::matvec_mixed_supported(L.wq.type, L.wv.type) && L.wv.n_in == L.wq.n_in;
         cuda::matvec_args a = dense_args(L.wq, h, d, hs, hm, q, q_dim);
         a.extra[0] = {L.wk.data, L.wk.n_out, kb, kv_dim};
-        a.extra[1] = {L.wv.data, L.wv.n_out, vb, kv_dim};
-        a.n_extra = v_too ? 2 : 1;
+        a.extra[1] = {L.wv.data, L.wv.n_out, vb, kv_dim, v_typed, L.wv.type};
+        a.n_extra = v_same || v_typed ? 2 : 1;
         product(a, n);
         ++launches;
-        if (!v_too) dense(L.wv, h, d, hs, hm, vb, kv_dim, false);
+        if (a.n_extra == 1) dense(L.wv, h, d, hs, hm, vb, kv_dim, false);
     } else {
         dense(L.wq, h, d, hs, hm, q, q_dim, false);
         dense(L.wk, h, d, hs, hm, kb, kv_dim, false);

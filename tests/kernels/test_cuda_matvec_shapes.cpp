@@ -2,6 +2,7 @@
 // count must not change a pair's bits: the grouped Q6_K product of K = 768 (a Q4_K_M file's
 // experts' down) takes three-warp blocks up to 8 pairs and one-warp blocks playing three above.
 // Matrices of whole 16-row tiles may stage each tile in shared memory (one bulk copy) or stream it.
+// A dense Q4_K launch may carry a last matrix of Q6_K (a Q4_K_M file's V beside Q and K).
 #include "gpu_test_util.h"
 #include "quant_test_util.h"
 #include "digit_groups_test_util.h"
@@ -9,6 +10,7 @@
 #include "cuda/matvec.h"
 #include "src/cpu/cpu_ops.h"
 
+#include <array>
 #include <cstring>
 
 using namespace tandem;
@@ -111,6 +113,64 @@ TEST_CASE("grouped Q6_K products of whole tiles: staged and streamed rows give a
                 cuda::matvec(b, nullptr);
                 CHECK(std::memcmp(y1.download().data(), all[0].data() + size_t(r) * k * n_out, size_t(k) * n_out * sizeof(float)) == 0);
             }
+        }
+    }
+}
+
+TEST_CASE("a Q6_K V in the Q4_K Q/K launch: Q and K bitwise a Q/K launch's, V near the CPU, every row bitwise alone and among 12",
+          "[gpu][kernels]") {
+    if (!test::gpu_present()) return;
+    REQUIRE(cuda::matvec_mixed_supported(ggml_type::q4_k, ggml_type::q6_k));
+    REQUIRE_FALSE(cuda::matvec_mixed_supported(ggml_type::q6_k, ggml_type::q4_k));
+    struct shape {
+        int32_t n_in, q_out, kv_out;
+    };
+    // Fewer blocks than two an SM (K split 16 ways) and more (4 ways); V's rows not a multiple of 16.
+    for (const shape sh : {shape{512, 384, 72}, shape{256, 4224, 136}}) {
+        INFO("n_in " << sh.n_in << " q " << sh.q_out << " kv " << sh.kv_out);
+        constexpr int32_t rows = 12;
+        std::mt19937_64 rng(uint64_t(7100 + sh.q_out));
+        const auto wq = random_matrix(rng, ggml_type::q4_k, sh.n_in, sh.q_out, 0.05f);
+        const auto wk = random_matrix(rng, ggml_type::q4_k, sh.n_in, sh.kv_out, 0.05f);
+        const auto wv = random_matrix(rng, ggml_type::q6_k, sh.n_in, sh.kv_out, 0.05f);
+        const auto x = test::random_floats(rng, size_t(rows) * sh.n_in);
+        device_buffer<uint8_t> dq(wq), dk(wk), dv(wv);
+        device_buffer<float> dx(x);
+        // Q, K and V of n rows of x starting at row r0, in one launch (V typed) or Q and K alone.
+        auto run = [&](int32_t r0, int32_t n, bool with_v) {
+            device_buffer<float> yq(size_t(n) * sh.q_out), yk(size_t(n) * sh.kv_out), yv(size_t(n) * sh.kv_out);
+            yq.poison();
+            yk.poison();
+            yv.poison();
+            cuda::matvec_args a;
+            a.w = dq.ptr;
+            a.type = ggml_type::q4_k;
+            a.n_in = sh.n_in;
+            a.n_out = sh.q_out;
+            a.x = dx.ptr + size_t(r0) * sh.n_in;
+            a.x_stride = sh.n_in;
+            a.y = yq.ptr;
+            a.y_stride = sh.q_out;
+            a.n_pairs = n;
+            a.extra[0] = {dk.ptr, sh.kv_out, yk.ptr, sh.kv_out};
+            a.extra[1] = {dv.ptr, sh.kv_out, yv.ptr, sh.kv_out, true, ggml_type::q6_k};
+            a.n_extra = with_v ? 2 : 1;
+            cuda::matvec(a, nullptr);
+            return std::array<std::vector<float>, 3>{yq.download(), yk.download(), yv.download()};
+        };
+        const auto mixed = run(0, rows, true), plain = run(0, rows, false);
+        CHECK(std::memcmp(mixed[0].data(), plain[0].data(), mixed[0].size() * sizeof(float)) == 0);
+        CHECK(std::memcmp(mixed[1].data(), plain[1].data(), mixed[1].size() * sizeof(float)) == 0);
+        cpu::cpu_context ctx{4};
+        std::vector<float> ref(size_t(rows) * sh.kv_out);
+        cpu::matmul(ctx, host_matrix(wv, ggml_type::q6_k, sh.n_in, sh.kv_out), x.data(), ref.data(), rows);
+        CHECK(rel_err(mixed[2].data(), ref.data(), ref.size()) <= test::tolerance::matvec);
+        for (int32_t r = 0; r < rows; r += 5) {
+            INFO("row " << r);
+            const auto one = run(r, 1, true);
+            CHECK(std::memcmp(one[0].data(), mixed[0].data() + size_t(r) * sh.q_out, size_t(sh.q_out) * sizeof(float)) == 0);
+            CHECK(std::memcmp(one[1].data(), mixed[1].data() + size_t(r) * sh.kv_out, size_t(sh.kv_out) * sizeof(float)) == 0);
+            CHECK(std::memcmp(one[2].data(), mixed[2].data() + size_t(r) * sh.kv_out, size_t(sh.kv_out) * sizeof(float)) == 0);
         }
     }
 }
