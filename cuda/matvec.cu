@@ -132,7 +132,8 @@ void launch_matvec_shape(const matvec_args &a, cudaStream_t stream) {
                 if constexpr (T == ggml_type::q6_k) {
                     // Q6_K (a Q4_K_M file's down in half its layers): above 8 pairs one-warp blocks
                     // playing the three K warps (16 an SM), else three-warp blocks compiled for at
-                    // least 5 an SM; the same arithmetic. On the Q4_K_M mix (session 21, call 14) 1 / 4 / 16
+                    // least 5 an SM (8 since staged: one session 431-433 -> 438, session 22 call 4);
+                    // the same arithmetic. On the Q4_K_M mix (session 21, call 14) 1 / 4 / 16
                     // sessions: 393-396 / 961-968 / 1,922-1,923 tok/s -> 400 / 1,016 (bounded
                     // blocks) and 2,103-2,104 (one-warp blocks; 2,083-2,085 bounded). Staged (session 22,
                     // call 2), one-warp blocks took 4 sessions too: 1,033-1,035 -> 1,049-1,053.
@@ -140,7 +141,7 @@ void launch_matvec_shape(const matvec_args &a, cudaStream_t stream) {
                     if (a.n_pairs > vw_q6_plain_pairs)
                         launch_grouped<T, false, 1, split_in, 1, 16, 3>(a, grid, row_bytes, blocks0, blocks1, kind, stream);
                     else
-                        launch_grouped<T, false, 3, split_in, 1, 5>(a, grid, row_bytes, blocks0, blocks1, kind, stream);
+                        launch_grouped<T, false, 3, split_in, 1, 8>(a, grid, row_bytes, blocks0, blocks1, kind, stream);
                     return;
                 }
                 launch_grouped<T, false, 3, split_in, 1>(a, grid, row_bytes, blocks0, blocks1,
@@ -170,6 +171,16 @@ void launch_matvec_shape(const matvec_args &a, cudaStream_t stream) {
         // arithmetic. The head alone 143 -> 125 us at one row, 320 -> 276 at 16 (session 21, call
         // 3); on the Q4_K_M mix +1% at 1 and 4 sessions (call 14).
         if (!a.group_off && grid.x >= head_blocks) {
+            // A head of whole tiles and no extra matrices staged by one bulk copy a tile, in
+            // four-warp blocks (the same arithmetic again): on the Q4_K_M mix 1 / 16 sessions
+            // 431-433 / 2,323-2,324 -> 438 / 2,341 tok/s (session 22, call 4).
+            const size_t smem = size_t(16) * size_t(row_bytes);
+            if (a.stage_weights != 0 && a.n_out % 16 == 0 && a.n_extra == 0 && reinterpret_cast<uintptr_t>(a.w) % 16 == 0 &&
+                smem <= 40 * 1024 && pdl_supported()) {
+                launch_pdl_smem(matvec_kernel<T, false, block_warps, split_in, false, 1, 1, 0, 1, true>, grid, dim3(block_warps * 32),
+                                smem, stream, a, row_bytes, blocks0, blocks1);
+                return;
+            }
             launch_pdl(matvec_kernel<T, false, 2, split_in, false, 1, 1, 8, 2>, grid, dim3(64), stream, a, row_bytes, blocks0, blocks1);
             return;
         }

@@ -3,6 +3,7 @@
 // experts' down) takes three-warp blocks up to 8 pairs and one-warp blocks playing three above.
 // Matrices of whole 16-row tiles may stage each tile in shared memory (one bulk copy) or stream it.
 // A dense Q4_K launch may carry a last matrix of Q6_K (a Q4_K_M file's V beside Q and K).
+// A Q6_K vocabulary head is staged in four-warp blocks or streamed in two-warp ones.
 #include "gpu_test_util.h"
 #include "quant_test_util.h"
 #include "digit_groups_test_util.h"
@@ -172,5 +173,41 @@ TEST_CASE("a Q6_K V in the Q4_K Q/K launch: Q and K bitwise a Q/K launch's, V ne
             CHECK(std::memcmp(one[1].data(), mixed[1].data() + size_t(r) * sh.kv_out, size_t(sh.kv_out) * sizeof(float)) == 0);
             CHECK(std::memcmp(one[2].data(), mixed[2].data() + size_t(r) * sh.kv_out, size_t(sh.kv_out) * sizeof(float)) == 0);
         }
+    }
+}
+
+TEST_CASE("a Q6_K vocabulary head: staged four-warp blocks and streamed two-warp ones give the same bits", "[gpu][kernels]") {
+    if (!test::gpu_present()) return;
+    constexpr int32_t n_in = 512, n_out = 16 * 4097;  // past the head launches' 4,096 blocks, whole tiles
+    std::mt19937_64 rng(8128);
+    const auto w = random_matrix(rng, ggml_type::q6_k, n_in, n_out, 0.05f);
+    device_buffer<uint8_t> dw(w);
+    for (const int32_t rows : {1, 5}) {
+        INFO("rows " << rows);
+        const auto x = test::random_floats(rng, size_t(rows) * n_in);
+        device_buffer<float> dx(x);
+        std::vector<float> got[2];
+        for (int stage = 0; stage < 2; ++stage) {
+            device_buffer<float> dy(size_t(rows) * n_out);
+            dy.poison();
+            cuda::matvec_args a;
+            a.w = dw.ptr;
+            a.type = ggml_type::q6_k;
+            a.n_in = n_in;
+            a.n_out = n_out;
+            a.x = dx.ptr;
+            a.x_stride = n_in;
+            a.y = dy.ptr;
+            a.y_stride = n_out;
+            a.n_pairs = rows;
+            a.stage_weights = stage == 0 ? 0 : -1;
+            cuda::matvec(a, nullptr);
+            got[stage] = dy.download();
+        }
+        CHECK(std::memcmp(got[0].data(), got[1].data(), got[0].size() * sizeof(float)) == 0);
+        cpu::cpu_context ctx{4};
+        std::vector<float> ref(size_t(rows) * n_out);
+        cpu::matmul(ctx, host_matrix(w, ggml_type::q6_k, n_in, n_out), x.data(), ref.data(), rows);
+        CHECK(rel_err(got[1].data(), ref.data(), ref.size()) <= test::tolerance::matvec);
     }
 }
