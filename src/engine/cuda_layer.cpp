@@ -108,14 +108,15 @@ int64_t cuda_device::layer_experts(int32_t l, int32_t r0, int32_t n) {
             cuda::matvec_digits(da, s);
     };
     // Prompt rows: the tiled GEMMs; decode rows: the matrix-vector products (engine_row::prompt).
-    // Prompt rows' grouped plain Q6_K products (a Q4_K_M file's experts' down in half its layers)
-    // take the matrix-vector products too, at every prompt size, so chunking changes no bit: with
-    // their weights staged they beat the bf16 prompt tiles (session 22, call 5, the Q4_K_M mix,
-    // `bench --prompt 2048 --prefill-chunk C`, tok/s: chunks of 128 / 512 / 2,048 rows 4,831 /
-    // 8,768 / 14,130 -> 5,925 / 10,838 / 14,343).
+    // Prompt rows' grouped plain Q6_K products of K 768 (a Q4_K_M Qwen3-30B-A3B file's experts'
+    // down in half its layers) take the matrix-vector products too, at every prompt size, so
+    // chunking changes no bit: with their weights staged they beat the bf16 prompt tiles (session
+    // 22, call 5, the Q4_K_M mix, `bench --prompt 2048 --prefill-chunk C`, tok/s: chunks of 128 /
+    // 512 / 2,048 rows 4,831 / 8,768 / 14,130 -> 5,925 / 10,838 / 14,343). Other shapes, not
+    // measured, keep the tiles.
     // split_rows: rows of a.x its x_rows can name (prompt rows' Q4_K products split them first).
     auto product = [&](const cuda::matvec_args &a, int32_t split_rows) {
-        if (!m.prompt_rows || (a.group_off && a.type == ggml_type::q6_k && !a.w_up)) {
+        if (!m.prompt_rows || (a.group_off && a.type == ggml_type::q6_k && !a.w_up && a.n_in == 3 * 256)) {
             cuda::matvec(a, s);
             return;
         }
