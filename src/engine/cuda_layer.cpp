@@ -26,6 +26,10 @@ namespace {
 // Measured (docs/perf-notes.md, session 9): 16 sessions +2.5%, 4 even; one session's 8 pairs keep
 // the split inside down (-2% with the launch).
 constexpr int32_t split_act_min_pairs = 8;
+// The same for a Q6_K down (a Q4_K_M file's, staged one-warp blocks): on the Q4_K_M mix without the
+// launch 4 sessions 1,090-1,091 -> 1,101 tok/s, 16 sessions 2,341-2,348 -> 2,313-2,320
+// (docs/perf-notes.md, session 22, call 10), so it splits from 65 pairs.
+constexpr int32_t split_act_min_pairs_q6_k = 64;
 // Decode steps of more pairs than this quantise the SwiGLU outputs to digits once for a Q4_K down
 // (digits_quantize, then solo warps, staged); smaller ones let down's blocks make them. Measured
 // (docs/perf-notes.md, session 12, down alone, us at 1 / 2 sessions): made in the kernel 5.3 /
@@ -471,7 +475,8 @@ int64_t cuda_device::layer_experts(int32_t l, int32_t r0, int32_t n) {
     // down: 64 blocks a group read the same rows. Bitwise the same outputs either way.
     dn.x_split = nullptr;
     dn.x_sums = nullptr;
-    if (!m.prompt_rows && n * k > split_act_min_pairs && ff % 32 == 0) {
+    const int32_t split_min = L.down.type == ggml_type::q6_k ? split_act_min_pairs_q6_k : split_act_min_pairs;
+    if (!m.prompt_rows && n * k > split_min && ff % 32 == 0) {
         cuda::split_rows_args sa;
         sa.x = act;
         sa.n_rows = n * k;

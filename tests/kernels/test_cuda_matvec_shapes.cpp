@@ -182,7 +182,7 @@ TEST_CASE("a Q6_K vocabulary head: staged four-warp blocks and streamed two-warp
     std::mt19937_64 rng(8128);
     const auto w = random_matrix(rng, ggml_type::q6_k, n_in, n_out, 0.05f);
     device_buffer<uint8_t> dw(w);
-    for (const int32_t rows : {1, 5}) {
+    for (const int32_t rows : {1, 5, 12}) {
         INFO("rows " << rows);
         const auto x = test::random_floats(rng, size_t(rows) * n_in);
         device_buffer<float> dx(x);
