@@ -194,11 +194,18 @@ __global__ void __launch_bounds__(S::n_threads, S::min_blocks) matmul_prompt_ker
     const float **const x_src = reinterpret_cast<const float **>(w_lo + tile_n * row_elems);
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
 
-    pdl_wait();  // groups, rows and activations come from the kernels before
+    // Groups, rows and activations come from the kernels before. Settled (dense): they were written
+    // two or more launches back, so the blocks compute beside their predecessor and wait on it only
+    // before leaving (their successor then sees both done).
+    const bool settled = a.inputs_settled && !a.group_off;
+    if (!settled) pdl_wait();
     pdl_trigger();
     constexpr int outs_per_block = swiglu ? tile_n / 2 : tile_n;
     block_tile bt;
-    if (!resolve_block_tile<tile_m>(a, outs_per_block, bt)) return;
+    if (!resolve_block_tile<tile_m>(a, outs_per_block, bt)) {
+        if (settled) pdl_wait();
+        return;
+    }
     const int mat = bt.mat, m0 = bt.m0, rows_here = bt.rows_here, j0 = bt.j0;
     // K part blockIdx.z (matvec_args::k_parts): K steps [kt_begin, kt_end), sums at its own y.
     if (blockIdx.z > 0) bt.part.y += int64_t(blockIdx.z) * a.y_part_stride;
@@ -344,6 +351,7 @@ __global__ void __launch_bounds__(S::n_threads, S::min_blocks) matmul_prompt_ker
     }
 
     store_tile<swiglu, m_frags, n_frags>(a, part, acc, wm, wn, j0, m0, rows_here);
+    if (settled) pdl_wait();
 }
 
 template <ggml_type T, bool swiglu, class S>

@@ -61,6 +61,10 @@ struct matvec_args {
     // PDL (launch.cuh): the group arrays were written two or more launches before this one, so
     // the kernel may read them, and start streaming weights, before waiting on its predecessor.
     bool groups_settled = false;
+    // matmul_prompt, dense, its bf16 tiles: everything the launch reads was written two or more
+    // launches before, so its blocks run beside their predecessor and wait on it (PDL) only before
+    // they leave; their successor's wait then covers both. (Other kernels wait as usual.)
+    bool inputs_settled = false;
     // Decode rows pre-split by their producer (x_split.cuh), same geometry as x: the B registers
     // and the 32-element sums Q4_K needs, both or neither (nullptr: computed here from x, to the
     // same bits; also when x_stride is not a multiple of 64 or x_sums not 8-byte aligned: the

@@ -198,7 +198,14 @@ int64_t cuda_device::layer_experts(int32_t l, int32_t r0, int32_t n) {
         } else {
             // A V of more bits (Q4_K_M's Q6_K in some layers): Q and K on the digit tiles, V on its own.
             prompt_dense_digits(L.wq, hd, q, q_dim, false, {{L.wk.data, L.wk.n_out, kb, kv_dim}});
-            dense(L.wv, h, d, hs, hm, vb, kv_dim, false);
+            // h was written before the digits launch, so V's tiles run beside Q and K's and wait on
+            // them only before leaving (matvec_args::inputs_settled): on the Q4_K_M mix, chunks of
+            // 128 / 512 / 2,048 rows 5,691-5,696 / 10,730-10,762 / 14,259 -> 6,067-6,076 /
+            // 10,836-10,853 / 14,283-14,295 tok/s (docs/perf-notes.md, session 22, call 12).
+            cuda::matvec_args va = dense_args(L.wv, h, d, hs, hm, vb, kv_dim);
+            va.inputs_settled = true;
+            cuda::matmul_prompt(va, s);
+            ++launches;
         }
     } else if (L.wq.type == L.wk.type) {
         // Q, K and V in one launch: one weight stream over the same normalised rows. A V of another
