@@ -87,7 +87,7 @@ void launch_matvec_shape(const matvec_args &a, cudaStream_t stream) {
     if constexpr (T == ggml_type::q4_k) {
         // Dense Q4_K over more than 8 rows: two n8 tiles of rows a pass (matvec_args::col_tiles;
         // dense SwiGLU, which no engine path uses, keeps one).
-        const int cols = a.col_tiles > 0 ? a.col_tiles : (!a.group_off && a.k_parts == 1 && a.n_pairs > 8 ? 2 : 1);
+        const int cols = dense_col_tiles(a);
         if (cols == 2 && !swiglu && !a.group_off && a.k_parts == 1) {
             auto go = [&](auto kernel, int warps) {
                 launch_pdl(kernel, grid, dim3(warps * 32), stream, a, row_bytes, blocks0, blocks1);

@@ -115,8 +115,8 @@ __device__ __forceinline__ uint32_t load_u32_a2(const uint8_t *p) {
 // staged (grouped Q4_K; plain Q6_K of whole tiles): the block's weight rows are copied whole into
 // shared memory at its start, one bulk copy a row (or a plain tile's consecutive rows in one, when
 // they pack: s_stride below) on one barrier (bulk_copy.cuh), instead of each warp keeping one
-// chunk in flight. Same arithmetic. (Barriers over K ranges, so the first chunks are computed while the rest arrive,
-// measured slower: four copies a row cost more instructions than the overlap saves.)
+// chunk in flight. Same arithmetic. (Barriers over K ranges, so the first chunks are computed while
+// the rest arrive, measured slower: four copies a row cost more instructions than the overlap saves.)
 // One block's work; matvec_kernel below is a launch of it (min_blocks: its __launch_bounds__).
 template <ggml_type T, bool swiglu, int n_warps, bool split_in, bool parted = false, int n_tiles = 1, int n_cols = 1,
           int v_warps = 1, bool staged = false>
@@ -589,7 +589,14 @@ __global__ void __launch_bounds__(n_warps * 32, min_blocks)
     matvec_body<T, swiglu, n_warps, split_in, parted, n_tiles, n_cols, v_warps, staged>(a, row_bytes, blocks0, blocks1);
 }
 
-// A dense launch whose last extra matrix is typed (matvec_part::typed): matvec_mixed.cu.
+// Dense Q4_K column tiles (n8 tiles of step rows a pass, matvec_args::col_tiles): two above 8 rows.
+// The plain launch and the mixed one take the same, so a mixed launch's Q4_K parts keep their bits.
+inline int dense_col_tiles(const matvec_args &a) {
+    return a.col_tiles > 0 ? a.col_tiles : (!a.group_off && a.k_parts == 1 && a.n_pairs > 8 ? 2 : 1);
+}
+
+// A dense launch whose last extra matrix is typed (matvec_part::typed), as matvec() validated it:
+// matvec_mixed.cu.
 void launch_matvec_mixed(const matvec_args &a, cudaStream_t stream);
 
 }  // namespace tandem::cuda::matvec_detail

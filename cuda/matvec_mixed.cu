@@ -6,7 +6,6 @@
 // its matrix's type, never of the step's rows, so decode rows stay batch invariant.
 #include "matvec.h"
 
-#include "cuda_check.h"
 #include "matvec_kernel.cuh"
 
 namespace tandem::cuda {
@@ -33,9 +32,9 @@ void launch_mixed(const matvec_args &a, cudaStream_t stream) {
     const int blocks2 = a.n_extra > 1 ? (a.extra[1].n_out + block_rows - 1) / block_rows : 0;
     const dim3 grid(blocks0 + blocks1 + blocks2);
     const int64_t row_bytes = matvec_row_bytes(T, a.n_in), row_bytes2 = matvec_row_bytes(T2, a.n_in);
-    // launch_matvec_shape's choice for a dense Q4_K launch: two column tiles above 8 rows; K split
-    // 16 ways when the launch has too few blocks to give every SM two.
-    const int cols = a.col_tiles > 0 ? a.col_tiles : (a.n_pairs > 8 ? 2 : 1);
+    // launch_matvec_shape's choice for a dense Q4_K launch: its column tiles; K split 16 ways when
+    // the launch has too few blocks to give every SM two.
+    const int cols = dense_col_tiles(a);
     const bool narrow = int(grid.x) < narrow_blocks;
     auto go = [&](auto kernel, int warps) {
         launch_pdl(kernel, grid, dim3(warps * 32), stream, a, row_bytes, row_bytes2, blocks0, blocks1);
@@ -55,8 +54,6 @@ bool matvec_mixed_supported(ggml_type type, ggml_type part) { return type == ggm
 namespace matvec_detail {
 
 void launch_matvec_mixed(const matvec_args &a, cudaStream_t stream) {
-    TANDEM_CUDA_REQUIRE(a.n_extra > 0 && a.extra[a.n_extra - 1].typed && matvec_mixed_supported(a.type, a.extra[a.n_extra - 1].type),
-                        "matvec: a typed extra matrix needs a supported pair of types (Q4_K with a Q6_K last part)");
     if (a.x_split)
         launch_mixed<ggml_type::q4_k, ggml_type::q6_k, true>(a, stream);
     else
