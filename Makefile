@@ -1,7 +1,7 @@
 # Thin front door over CMake. `make test` and `make run` work on a fresh Debian 12 machine.
 BUILD      ?= build
 JOBS       ?= $(shell nproc)
-CUDA_ARCHS ?= 89;90
+CUDA_ARCHS ?= 89-real;90a-real;90-virtual
 CMAKE_ARGS ?=
 DEMO_MODEL := $(BUILD)/demo/tiny.gguf
 PORT       ?= 8080

@@ -14,6 +14,11 @@ __device__ __forceinline__ void cp_async_16(void *dst, const void *src, int src_
     const uint32_t d = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(d), "l"(src), "r"(src_bytes) : "memory");
 }
+// 8 bytes (cp.async.ca), src_bytes 0 or 8.
+__device__ __forceinline__ void cp_async_8(void *dst, const void *src, int src_bytes) {
+    const uint32_t d = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;" ::"r"(d), "l"(src), "r"(src_bytes) : "memory");
+}
 // 4 bytes (cp.async.ca: through L1), src_bytes 0 or 4.
 __device__ __forceinline__ void cp_async_4(void *dst, const void *src, int src_bytes) {
     const uint32_t d = static_cast<uint32_t>(__cvta_generic_to_shared(dst));

@@ -1,5 +1,5 @@
 // cuda/launch.cpp - whether the current device takes programmatic dependent launch (launch.cuh),
-// and its multiprocessor count, each asked once per device; kernels' dynamic shared memory limits,
+// whether it runs this build's sm_90a code (wgmma), and its multiprocessor count, each asked once per device; kernels' dynamic shared memory limits,
 // set once per device.
 #include "launch.cuh"
 
@@ -33,6 +33,15 @@ int cached_attribute(cudaDeviceAttr attr, std::array<std::atomic<int>, 64> &know
 bool pdl_supported() {
     static std::array<std::atomic<int>, 64> known{};
     return cached_attribute(cudaDevAttrComputeCapabilityMajor, known) >= 9;
+}
+
+bool wgmma_built() {
+#if defined(TANDEM_WGMMA_BUILT)
+    static std::array<std::atomic<int>, 64> major{}, minor{};
+    return cached_attribute(cudaDevAttrComputeCapabilityMajor, major) == 9 && cached_attribute(cudaDevAttrComputeCapabilityMinor, minor) == 0;
+#else
+    return false;
+#endif
 }
 
 int multiprocessor_count() {

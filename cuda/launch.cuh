@@ -29,6 +29,10 @@ __device__ __forceinline__ void pdl_trigger() {
 // Whether the current device takes PDL (compute capability 9.0+); older GPUs (sm_89) launch the
 // same kernels in plain stream order, where pdl_wait/pdl_trigger compile to nothing.
 bool pdl_supported();
+// Whether the current device runs this build's sm_90a code (warpgroup products, cuda/wgmma.cuh):
+// the library was built with "90a" among TANDEM_CUDA_ARCHS (TANDEM_WGMMA_BUILT) and the device has
+// compute capability 9.0 exactly (sm_90a code runs nowhere else).
+bool wgmma_built();
 // The current device's multiprocessor count (launch shapes that must fill the GPU).
 int multiprocessor_count();
 

@@ -381,6 +381,14 @@ void launch_digit_tiles(const matvec_digits_args &a, cudaStream_t stream) {
         launch_digit_tiles<swiglu, V, 4>(a, m_tiles, stream);
 }
 
+// A one-group plain product small enough for the K split over clusters at 64-row tiles (the
+// warpgroup tiles' width): as launch_digit_tiles decides it.
+bool k_split_wanted_64(const matvec_digits_args &a) {
+    if (a.w_up || a.tile_k_blocks == 0 || !pdl_supported()) return false;
+    const int64_t blocks = int64_t(col_blocks_of<false, 4, 2>(a)) * ((a.n_rows + tile_m - 1) / tile_m);
+    return a.tile_k_blocks > 0 || 4 * blocks <= 3 * int64_t(multiprocessor_count());
+}
+
 }  // namespace
 
 void matmul_digits(const matvec_digits_args &a, cudaStream_t stream) {
@@ -403,6 +411,18 @@ void matmul_digits(const matvec_digits_args &a, cudaStream_t stream) {
     TANDEM_CUDA_REQUIRE(a.tile_weight_rows == 0 || a.tile_weight_rows == 64 || a.tile_weight_rows == 128,
                         "matmul_digits: tile_weight_rows is 0 (by the launch's size), 64 or 128");
     TANDEM_CUDA_REQUIRE(a.tile_k_blocks >= -1 && a.tile_k_blocks <= 1, "matmul_digits: tile_k_blocks is -1 (by the launch's size), 0 or 1");
+    TANDEM_CUDA_REQUIRE(a.tile_pairs == 0 || a.tile_pairs == 32 || a.tile_pairs == 64, "matmul_digits: tile_pairs is 0 (by the groups' size), 32 or 64");
+    // The warpgroup tiles where they measured faster (docs/perf-notes.md, session 23): one-group
+    // products (prompt rows' Q/K/V and wo) of 512 rows or more; the experts' grouped products and
+    // smaller launches stay on the mma.sync tiles.
+    constexpr int wgmma_min_rows = 512;
+    const bool wgmma = a.engine == matvec_digits_args::tile_engine::wgmma ||
+                       (a.engine == matvec_digits_args::tile_engine::automatic && a.one_group && !swiglu && a.n_rows >= wgmma_min_rows &&
+                        wgmma_built() && !k_split_wanted_64(a));
+    if (wgmma) {
+        matmul_digits_wgmma(a, stream);
+        return;
+    }
     const int V = digits_grouped_k_split(swiglu, a.n_in);
     if (swiglu)
         launch_digit_tiles<true, 4>(a, stream);

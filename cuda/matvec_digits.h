@@ -97,6 +97,14 @@ struct matvec_digits_args {
     // Q), each with its own outputs; their column blocks continue the grid.
     matvec_part extra[2] = {};
     int32_t n_extra = 0;
+    // matmul_digits: which tiles. automatic: the warpgroup tiles (sm_90a) for one-group plain
+    // products of 512 rows or more where wgmma_built(), else mma.sync; mma_sync or wgmma
+    // (wgmma_built() required) to choose. The same bits either way.
+    enum class tile_engine : int8_t { automatic, mma_sync, wgmma };
+    tile_engine engine = tile_engine::automatic;
+    // The warpgroup tiles' pairs a tile: 32 or 64 (0: 32 where the groups average fewer than 24
+    // pairs, else 64). The same bits either way.
+    int32_t tile_pairs = 0;
 };
 
 // The digit product of matvec's grouped arguments: its matrices, shape, output rows and groups,
@@ -154,5 +162,9 @@ void matvec_digits(const matvec_digits_args &args, cudaStream_t stream);
 // output's arithmetic is matvec_digits' (digits_grouped_k_split, digit_fold), so its outputs are
 // bitwise matvec_digits' for the same digit rows, whatever the tiles.
 void matmul_digits(const matvec_digits_args &args, cudaStream_t stream);
+// matmul_digits' tiles on sm_90a's warpgroup products (cuda/matmul_prompt_wgmma.cu): 64 (or 32)
+// pairs x 64 weight rows a block, the sub-block scales inside the tensor-core products; bitwise the
+// same outputs. Needs wgmma_built() (cuda/launch.cuh); matmul_digits calls it.
+void matmul_digits_wgmma(const matvec_digits_args &args, cudaStream_t stream);
 
 }  // namespace tandem::cuda

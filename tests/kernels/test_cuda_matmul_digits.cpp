@@ -5,11 +5,13 @@
 // leave some empty); within tolerance of the CPU's fp32 products. The timing beside the bf16 prompt
 // tiles is in test_cuda_matmul_prompt's [.bench] case. Dense products as one group (prompt rows' Q/K/V
 // and wo) likewise, with the residual add, and with each tile's K partials on a cluster of blocks.
+// Each on the mma.sync tiles and, where the build and device have sm_90a, the warpgroup tiles.
 #include "gpu_test_util.h"
 #include "quant_test_util.h"
 #include "digit_groups_test_util.h"
 
 #include "cuda/cuda_check.h"
+#include "cuda/launch.cuh"
 #include "cuda/matvec_digits.h"
 #include "src/cpu/cpu_ops.h"
 #include "tandem/quant.h"
@@ -60,12 +62,16 @@ std::vector<float> tiles_checked_against_decode(cuda::matvec_digits_args a, int3
     cuda::matvec_digits(a, nullptr);
     const auto want = y_decode.download();
     std::vector<float> got;
-    for (const int32_t width : {64, 128}) {  // both tile widths
-        INFO("tile weight rows " << width);
+    // Both mma.sync tile widths, then the warpgroup tiles (sm_90a builds) of 32 and 64 pairs.
+    for (const int32_t width : {64, 128, -32, -64}) {
+        if (width < 0 && !cuda::wgmma_built()) continue;
+        INFO("tile weight rows " << width << (width < 0 ? " (wgmma: pairs a tile)" : ""));
         y_tiles.poison();
         a.y = y_tiles.ptr;
         a.n_pairs = pairs;
-        a.tile_weight_rows = width;
+        a.tile_weight_rows = width > 0 ? width : 0;
+        a.tile_pairs = width < 0 ? -width : 0;
+        a.engine = width < 0 ? cuda::matvec_digits_args::tile_engine::wgmma : cuda::matvec_digits_args::tile_engine::mma_sync;
         cuda::matmul_digits(a, nullptr);
         TANDEM_CUDA_CHECK(cudaDeviceSynchronize());
         got = y_tiles.download();
@@ -184,10 +190,12 @@ TEST_CASE("dense digit products as one group: tiles bitwise the decode kernels, 
         for (const bool acc : {false, true}) {
             INFO("accumulate " << acc);
             a.accumulate = acc;
-            // Decode kernels streamed and staged, then the tiles 64 and 128 weight rows wide, each
-            // with its K partials in one block and on a cluster of blocks: all the same bits.
+            // Decode kernels streamed and staged, then the mma.sync tiles 64 and 128 weight rows wide,
+            // each with its K partials in one block and on a cluster of blocks, then the warpgroup
+            // tiles of 32 and 64 pairs (sm_90a builds): all the same bits.
             std::vector<std::vector<float>> outs;
-            for (int variant = 0; variant < 6; ++variant) {
+            const int n_variants = cuda::wgmma_built() ? 8 : 6;
+            for (int variant = 0; variant < n_variants; ++variant) {
                 device_buffer<float> dy(ref.size());
                 if (acc)
                     dy.upload(base);
@@ -196,7 +204,9 @@ TEST_CASE("dense digit products as one group: tiles bitwise the decode kernels, 
                 a.y = dy.ptr;
                 a.stage = variant == 1;
                 a.tile_weight_rows = variant % 2 == 0 ? 64 : 128;
-                a.tile_k_blocks = variant >= 4 ? 1 : 0;
+                a.tile_k_blocks = variant >= 4 && variant < 6 ? 1 : 0;
+                a.engine = variant >= 6 ? cuda::matvec_digits_args::tile_engine::wgmma : cuda::matvec_digits_args::tile_engine::mma_sync;
+                a.tile_pairs = variant == 6 ? 32 : variant == 7 ? 64 : 0;
                 if (variant < 2)
                     cuda::matvec_digits(a, nullptr);
                 else
@@ -206,7 +216,7 @@ TEST_CASE("dense digit products as one group: tiles bitwise the decode kernels, 
             }
             CHECK(std::memcmp(outs[0].data(), outs[1].data(), ref.size() * sizeof(float)) == 0);
             CHECK(std::memcmp(outs[0].data(), outs[2].data(), ref.size() * sizeof(float)) == 0);
-            for (int variant = 3; variant < 6; ++variant) {
+            for (int variant = 3; variant < n_variants; ++variant) {
                 INFO("variant " << variant);
                 CHECK(std::memcmp(outs[0].data(), outs[size_t(variant)].data(), ref.size() * sizeof(float)) == 0);
             }
@@ -241,12 +251,17 @@ TEST_CASE("dense digit products as one group: tiles bitwise the decode kernels, 
     const auto wk = random_matrix(rng, ggml_type::q4_k, n_in, n_k, 0.05f), wv = random_matrix(rng, ggml_type::q4_k, n_in, n_v, 0.05f);
     device_buffer<uint8_t> dwk(wk), dwv(wv);
     device_buffer<float> yq(size_t(n_out) * rows), yk(size_t(n_k) * rows), yv(size_t(n_v) * rows);
-    for (const int32_t width : {64, 128, -64}) {  // -64: 64 wide, K partials on a cluster of blocks
+    // -64: 64 wide, K partials on a cluster of blocks; 32, 65: the warpgroup tiles of 32, 64 pairs.
+    for (const int32_t width : {64, 128, -64, 32, 65}) {  // 65: 64 pairs a tile
+        const bool wg = width == 32 || width == 65;
+        if (wg && !cuda::wgmma_built()) continue;
         INFO("tile weight rows " << width);
         for (auto *b : {&yq, &yk, &yv}) b->poison();
         cuda::matvec_digits_args f = cuda::one_group_args(dw.ptr, n_in, n_out, dd.view(), rows, yq.ptr, n_out);
-        f.tile_weight_rows = width < 0 ? -width : width;
+        f.tile_weight_rows = wg ? 0 : width < 0 ? -width : width;
         f.tile_k_blocks = width < 0 ? 1 : 0;
+        f.engine = wg ? cuda::matvec_digits_args::tile_engine::wgmma : cuda::matvec_digits_args::tile_engine::mma_sync;
+        f.tile_pairs = wg ? width & ~1 : 0;
         f.extra[0] = {dwk.ptr, n_k, yk.ptr, n_k};
         f.extra[1] = {dwv.ptr, n_v, yv.ptr, n_v};
         f.n_extra = 2;
