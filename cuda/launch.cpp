@@ -1,6 +1,6 @@
 // cuda/launch.cpp - whether the current device takes programmatic dependent launch (launch.cuh),
-// whether it runs this build's sm_90a code (wgmma), and its multiprocessor count, each asked once per device; kernels' dynamic shared memory limits,
-// set once per device.
+// whether it runs this build's sm_90a code (wgmma), and its multiprocessor count, each asked once
+// per device; kernels' dynamic shared memory limits, set once per device.
 #include "launch.cuh"
 
 #include <array>

@@ -99,7 +99,8 @@ struct matvec_digits_args {
     int32_t n_extra = 0;
     // matmul_digits: which tiles. automatic: the warpgroup tiles (sm_90a) for one-group plain
     // products of 512 rows or more where wgmma_built(), else mma.sync; mma_sync or wgmma
-    // (wgmma_built() required) to choose. The same bits either way.
+    // (wgmma_built() required; those tiles ignore tile_weight_rows and tile_k_blocks) to choose.
+    // The same bits either way.
     enum class tile_engine : int8_t { automatic, mma_sync, wgmma };
     tile_engine engine = tile_engine::automatic;
     // The warpgroup tiles' pairs a tile: 32 or 64 (0: 32 where the groups average fewer than 24

@@ -251,17 +251,21 @@ TEST_CASE("dense digit products as one group: tiles bitwise the decode kernels, 
     const auto wk = random_matrix(rng, ggml_type::q4_k, n_in, n_k, 0.05f), wv = random_matrix(rng, ggml_type::q4_k, n_in, n_v, 0.05f);
     device_buffer<uint8_t> dwk(wk), dwv(wv);
     device_buffer<float> yq(size_t(n_out) * rows), yk(size_t(n_k) * rows), yv(size_t(n_v) * rows);
-    // -64: 64 wide, K partials on a cluster of blocks; 32, 65: the warpgroup tiles of 32, 64 pairs.
-    for (const int32_t width : {64, 128, -64, 32, 65}) {  // 65: 64 pairs a tile
-        const bool wg = width == 32 || width == 65;
+    // The mma.sync tiles 64 and 128 wide, 64 wide with K partials on a cluster of blocks; the
+    // warpgroup tiles of 32 and 64 pairs.
+    struct tiles {
+        int32_t weight_rows, k_blocks, pairs;
+    };
+    for (const tiles v : {tiles{64, 0, 0}, tiles{128, 0, 0}, tiles{64, 1, 0}, tiles{0, 0, 32}, tiles{0, 0, 64}}) {
+        const bool wg = v.pairs > 0;
         if (wg && !cuda::wgmma_built()) continue;
-        INFO("tile weight rows " << width);
+        INFO("tile weight rows " << v.weight_rows << ", K on clusters " << v.k_blocks << ", wgmma pairs " << v.pairs);
         for (auto *b : {&yq, &yk, &yv}) b->poison();
         cuda::matvec_digits_args f = cuda::one_group_args(dw.ptr, n_in, n_out, dd.view(), rows, yq.ptr, n_out);
-        f.tile_weight_rows = wg ? 0 : width < 0 ? -width : width;
-        f.tile_k_blocks = width < 0 ? 1 : 0;
+        f.tile_weight_rows = v.weight_rows;
+        f.tile_k_blocks = v.k_blocks;
         f.engine = wg ? cuda::matvec_digits_args::tile_engine::wgmma : cuda::matvec_digits_args::tile_engine::mma_sync;
-        f.tile_pairs = wg ? width & ~1 : 0;
+        f.tile_pairs = v.pairs;
         f.extra[0] = {dwk.ptr, n_k, yk.ptr, n_k};
         f.extra[1] = {dwv.ptr, n_v, yv.ptr, n_v};
         f.n_extra = 2;
