@@ -77,6 +77,10 @@ __global__ void __launch_bounds__(tile_shape<WW>::n_threads, 2) matmul_digits_ke
 
     pdl_wait();  // groups, pairs and digits come from the launches before
     pdl_trigger();
+    // The tile's pairs, matrix and outputs, and the partial order below, are what
+    // prompt_tile::resolve_digit_tile, fill_digit_rows and digit_block_in_order compute for the
+    // warpgroup tiles; written out here because calling them moved ptxas's allocation of the SwiGLU
+    // instance (4 -> 20 bytes of spill stores, session 23) in this register-bound kernel.
     int begin = 0, end = 0, mat = 0, m0 = 0;
     if (a.one_group) {
         end = a.n_rows;

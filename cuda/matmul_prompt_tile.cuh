@@ -1,10 +1,12 @@
 // cuda/matmul_prompt_tile.cuh - what the prompt-row tile products share (matmul_prompt.cu: any
-// type, weights dequantised and split; matmul_prompt_q4k.cu: Q4_K quants exact): which group
-// tile, which fused matrix and which outputs a block computes, and the launch grid.
+// type, weights dequantised and split; matmul_prompt_q4k.cu: Q4_K quants exact; the digit tiles,
+// matmul_prompt_digits.cu and matmul_prompt_wgmma.cu): which group tile, which fused matrix and
+// which outputs a block computes, and the launch grid.
 #pragma once
 
 #include "cuda_check.h"
 #include "matvec.h"
+#include "matvec_digits.h"
 
 #include <cstdint>
 
@@ -90,6 +92,69 @@ inline dim3 prompt_grid(const matvec_args &a, int outs_per_block, int tile_m) {
     const int m_tiles = a.group_off ? a.n_pairs / tile_m + a.max_groups : (a.n_pairs + tile_m - 1) / tile_m;
     TANDEM_CUDA_REQUIRE(m_tiles <= 65535, "matmul_prompt: too many rows for one launch");
     return dim3(col_blocks, m_tiles);
+}
+
+// A digit tile block (matmul_digits' mma.sync and warpgroup tiles): its pairs (from m0, rows_here of
+// them, the group's matrix mat) and its matrix, outputs and first output j0 (an extra matrix of a
+// one-group launch where the grid continues).
+struct digit_tile {
+    int m0 = 0, rows_here = 0, mat = 0, n_out = 0, j0 = 0;
+    const void *w = nullptr;
+    float *y = nullptr;
+    int64_t y_stride = 0;
+};
+// false: no work here (past the rows, or past the groups' tiles). Every warp calls it (uniform).
+template <int tile_m, int outs_per_block>
+__device__ __forceinline__ bool resolve_digit_tile(const matvec_digits_args &a, digit_tile &b) {
+    int begin = 0, end = 0;
+    if (a.one_group) {
+        end = a.n_rows;
+        b.m0 = int(blockIdx.y) * tile_m;
+        if (b.m0 >= end) return false;
+    } else if (!find_group_tile<tile_m>(a, blockIdx.y, begin, end, b.mat, b.m0)) {
+        return false;
+    }
+    b.rows_here = min(tile_m, end - b.m0);
+    b.w = a.w;
+    b.n_out = a.n_out;
+    b.y = a.y;
+    b.y_stride = a.y_stride;
+    int bx = int(blockIdx.x);
+    for (int e = 0, first = (b.n_out + outs_per_block - 1) / outs_per_block; e < a.n_extra && bx >= first; ++e) {
+        bx -= first;
+        b.w = a.extra[e].w;
+        b.n_out = a.extra[e].n_out;
+        b.y = a.extra[e].y;
+        b.y_stride = a.extra[e].y_stride;
+        first = (b.n_out + outs_per_block - 1) / outs_per_block;
+    }
+    b.j0 = bx * outs_per_block;
+    return true;
+}
+// The block's threads fill each pair's digit row (-1: past the tile's pairs) and each tile row's
+// Q4_K weight row (nullptr: past n_out; SwiGLU: runs of 8 gate rows, then their 8 up rows); a
+// barrier must follow.
+template <int tile_m, int tile_n, bool swiglu>
+__device__ __forceinline__ void fill_digit_rows(const matvec_digits_args &a, const digit_tile &b, int32_t *s_xrow, const uint8_t **s_wrow,
+                                                int tid, int n_threads) {
+    const int64_t row_bytes = int64_t(a.n_in / 256) * 144;
+    for (int r = tid; r < tile_m; r += n_threads) s_xrow[r] = r < b.rows_here ? (a.x_rows ? a.x_rows[b.m0 + r] : b.m0 + r) : -1;
+    for (int wr = tid; wr < tile_n; wr += n_threads) {
+        const int j = swiglu ? b.j0 + 8 * (wr >> 4) + (wr & 7) : b.j0 + wr;
+        const void *base = swiglu && (wr & 8) ? a.w_up : b.w;
+        s_wrow[wr] = j < b.n_out ? static_cast<const uint8_t *>(base) + (int64_t(b.mat) * b.n_out + j) * row_bytes : nullptr;
+    }
+}
+// Block i of 256 in the K split's partial order: partial v = 0's blocks (0, V, 2V, ...), then
+// v = 1's, ... (matvec_digits' order, so each output adds the same partials in the same order).
+template <int V>
+__device__ __forceinline__ int digit_block_in_order(int i, int n_blocks) {
+    for (int v = 0; v < V; ++v) {
+        const int cnt = v < n_blocks ? (n_blocks - v + V - 1) / V : 0;
+        if (i < cnt) return v + i * V;
+        i -= cnt;
+    }
+    return 0;
 }
 
 }  // namespace prompt_tile

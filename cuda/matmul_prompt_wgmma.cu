@@ -78,47 +78,15 @@ __global__ void __launch_bounds__(n_threads, tile_shape<TM>::min_blocks) matmul_
 
     pdl_wait();  // groups, pairs and digits come from the launches before
     pdl_trigger();
-    int begin = 0, end = 0, mat = 0, m0 = 0;
-    if (a.one_group) {
-        end = a.n_rows;
-        m0 = int(blockIdx.y) * tile_m;
-        if (m0 >= end) return;
-    } else if (!prompt_tile::find_group_tile<tile_m>(a, blockIdx.y, begin, end, mat, m0)) {
-        return;
-    }
-    const int rows_here = min(tile_m, end - m0);
     constexpr int outs_per_block = swiglu ? tile_n / 2 : tile_n;
-    const void *w_mat = a.w;
-    int n_out = a.n_out, bx = int(blockIdx.x);
-    float *y_mat = a.y;
-    int64_t y_stride = a.y_stride;
-    for (int e = 0, first = (n_out + outs_per_block - 1) / outs_per_block; e < a.n_extra && bx >= first; ++e) {
-        bx -= first;
-        w_mat = a.extra[e].w;
-        n_out = a.extra[e].n_out;
-        y_mat = a.extra[e].y;
-        y_stride = a.extra[e].y_stride;
-        first = (n_out + outs_per_block - 1) / outs_per_block;
-    }
-    const int j0 = bx * outs_per_block, n_blocks = a.n_in / 256;
-    const int64_t row_bytes = int64_t(n_blocks) * 144;
-    for (int r = tid; r < tile_m; r += n_threads) s_xrow[r] = r < rows_here ? (a.x_rows ? a.x_rows[m0 + r] : m0 + r) : -1;
-    for (int wr = tid; wr < tile_n; wr += n_threads) {
-        const int j = swiglu ? j0 + 8 * (wr >> 4) + (wr & 7) : j0 + wr;
-        const void *base = swiglu && (wr & 8) ? a.w_up : w_mat;
-        s_wrow[wr] = j < n_out ? static_cast<const uint8_t *>(base) + (int64_t(mat) * n_out + j) * row_bytes : nullptr;
-    }
+    prompt_tile::digit_tile b;
+    if (!prompt_tile::resolve_digit_tile<tile_m, outs_per_block>(a, b)) return;
+    const int rows_here = b.rows_here, m0 = b.m0, n_out = b.n_out, j0 = b.j0, n_blocks = a.n_in / 256;
+    float *const y_mat = b.y;
+    const int64_t y_stride = b.y_stride;
+    prompt_tile::fill_digit_rows<tile_m, tile_n, swiglu>(a, b, s_xrow, s_wrow, tid, n_threads);
     __syncthreads();
-
-    // The i-th block of 256 in partial order: v = 0's blocks (0, V, 2V, ...), then v = 1's, ...
-    auto block_at = [&](int i) {
-        for (int v = 0; v < V; ++v) {
-            const int cnt = v < n_blocks ? (n_blocks - v + V - 1) / V : 0;
-            if (i < cnt) return v + i * V;
-            i -= cnt;
-        }
-        return 0;
-    };
+    auto block_at = [&](int i) { return prompt_tile::digit_block_in_order<V>(i, n_blocks); };
     // Stage layout: B (digits) [sub-block j][K half][column][16], raw rows, sums, scales. Each
     // thread's copies are fixed for the block (sources by pointer, destinations by constant offsets).
     // - Digits: warp w copies pair octets w, w + 4, ... (TM / 32 of them); for each (sub-block j,
