@@ -335,10 +335,7 @@ __global__ void __launch_bounds__(tile_shape<WW>::n_threads, 2) matmul_digits_ke
 
 template <bool swiglu, int V, int WW>
 int col_blocks_of(const matvec_digits_args &a) {
-    constexpr int outs_per_block = swiglu ? tile_shape<WW>::tile_n / 2 : tile_shape<WW>::tile_n;
-    int col_blocks = (a.n_out + outs_per_block - 1) / outs_per_block;
-    for (int e = 0; e < a.n_extra; ++e) col_blocks += (a.extra[e].n_out + outs_per_block - 1) / outs_per_block;
-    return col_blocks;
+    return prompt_tile::digit_col_blocks(a, swiglu ? tile_shape<WW>::tile_n / 2 : tile_shape<WW>::tile_n);
 }
 
 template <bool swiglu, int V, int WW>
@@ -371,8 +368,7 @@ void launch_digit_tiles(const matvec_digits_args &a, int m_tiles, cudaStream_t s
 template <bool swiglu, int V>
 void launch_digit_tiles(const matvec_digits_args &a, cudaStream_t stream) {
     // Each group: its pairs / tile_m tiles, plus one; one group: its rows' tiles.
-    const int m_tiles = a.one_group ? (a.n_rows + tile_m - 1) / tile_m : a.n_pairs / tile_m + a.max_groups;
-    TANDEM_CUDA_REQUIRE(m_tiles <= 65535, "matmul_digits: too many pairs for one launch");
+    const int m_tiles = prompt_tile::digit_m_tiles(a, tile_m);
     if (m_tiles == 0) return;
     int wide = a.tile_weight_rows;
     if (wide == 0) {

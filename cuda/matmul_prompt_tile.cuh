@@ -157,5 +157,18 @@ __device__ __forceinline__ int digit_block_in_order(int i, int n_blocks) {
     return 0;
 }
 
+// A digit-tile launch's grid (host): column blocks of outs_per_block outputs over every fused
+// matrix, and row tiles of tile_m pairs (grouped: a bound on the groups' tiles together).
+inline int digit_col_blocks(const matvec_digits_args &a, int outs_per_block) {
+    int col_blocks = (a.n_out + outs_per_block - 1) / outs_per_block;
+    for (int e = 0; e < a.n_extra; ++e) col_blocks += (a.extra[e].n_out + outs_per_block - 1) / outs_per_block;
+    return col_blocks;
+}
+inline int digit_m_tiles(const matvec_digits_args &a, int tile_m) {
+    const int m_tiles = a.one_group ? (a.n_rows + tile_m - 1) / tile_m : a.n_pairs / tile_m + a.max_groups;
+    TANDEM_CUDA_REQUIRE(m_tiles <= 65535, "matmul_digits: too many pairs for one launch");
+    return m_tiles;
+}
+
 }  // namespace prompt_tile
 }  // namespace tandem::cuda

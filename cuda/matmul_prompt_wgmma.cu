@@ -267,11 +267,7 @@ __global__ void __launch_bounds__(n_threads, tile_shape<TM>::min_blocks) matmul_
 
 template <bool swiglu, int V, int TM>
 void launch_wgmma_tiles(const matvec_digits_args &a, cudaStream_t stream) {
-    constexpr int outs_per_block = swiglu ? tile_n / 2 : tile_n;
-    int col_blocks = (a.n_out + outs_per_block - 1) / outs_per_block;
-    for (int e = 0; e < a.n_extra; ++e) col_blocks += (a.extra[e].n_out + outs_per_block - 1) / outs_per_block;
-    const int m_tiles = a.one_group ? (a.n_rows + TM - 1) / TM : a.n_pairs / TM + a.max_groups;
-    TANDEM_CUDA_REQUIRE(m_tiles <= 65535, "matmul_digits: too many pairs for one launch");
+    const int col_blocks = prompt_tile::digit_col_blocks(a, swiglu ? tile_n / 2 : tile_n), m_tiles = prompt_tile::digit_m_tiles(a, TM);
     if (m_tiles == 0) return;
     auto kernel = matmul_digits_wgmma_kernel<swiglu, V, TM>;
     allow_dynamic_smem(kernel, tile_shape<TM>::smem_bytes);

@@ -2,7 +2,7 @@
 // threads) compute a 64 x N tile together, A from registers, B from shared memory through a matrix
 // descriptor, asynchronously until wgmma_wait. Only a build for sm_90a (TANDEM_CUDA_ARCHS "90a")
 // has them: elsewhere TANDEM_HAVE_WGMMA is 0 and these trap; callers launch their kernels only
-// where wgmma_built() (matvec_digits.h) says the running device got the sm_90a code.
+// where wgmma_built() (launch.cuh) says the running device got the sm_90a code.
 //
 // Layouts (int8, K = 32 an instruction), thread (warp w of the group, g = lane / 4, t = lane % 4):
 // - A (64 x 32, registers a[0..3]): the m16n8k32 fragment of rows 16 w + g (a[0], a[2]) and
@@ -10,8 +10,8 @@
 // - B (32 x N, "K-major": each of the N columns' 32 bytes contiguous in 16-byte halves): core
 //   matrices of 8 columns x 16 bytes (128 contiguous bytes); `k_half_bytes` apart along K (the
 //   descriptor's leading byte offset), `col8_bytes` apart along N (its stride byte offset); no swizzle.
-// - D (64 x N int32, d[N / 2]; N 32 or 64 here): element 4i + e of n-tile i is row 16 w + g + 8 (e >> 1), column
-//   8 i + 2 t + (e & 1).
+// - D (64 x N int32, d[N / 2]; N 64 or 128 here): element 4i + e of n-tile i is row
+//   16 w + g + 8 (e >> 1), column 8 i + 2 t + (e & 1).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -53,8 +53,8 @@ __device__ __forceinline__ void wgmma_wait() {
     asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(n) : "memory");
 #endif
 }
-// Shared memory written by this thread's ordinary stores, made visible to the wgmma (async) proxy;
-// then a barrier before the wgmma reads it.
+// Shared memory this thread wrote (stores, or cp.async copies it has waited for), made visible to
+// the wgmma (async) proxy; then a barrier before the wgmma reads it.
 __device__ __forceinline__ void fence_proxy_async_shared() {
 #if TANDEM_HAVE_WGMMA
     asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
@@ -82,23 +82,6 @@ __device__ __forceinline__ void wgmma_u8s8_m64n64k32(int (&d)[32], const uint32_
 #endif
 }
 
-// d (64 x 32 int32) = a (u8, registers) x b (s8, descriptor) + (accumulate ? d : 0), exact.
-__device__ __forceinline__ void wgmma_u8s8_m64n32k32(int (&d)[16], const uint32_t (&a)[4], uint64_t b, int accumulate) {
-#if TANDEM_HAVE_WGMMA
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n32k32.s32.u8.s8 "
-        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, "
-        "{%16, %17, %18, %19}, %20, p;\n}\n"
-        : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3]), "+r"(d[4]), "+r"(d[5]), "+r"(d[6]), "+r"(d[7]), "+r"(d[8]), "+r"(d[9]),
-          "+r"(d[10]), "+r"(d[11]), "+r"(d[12]), "+r"(d[13]), "+r"(d[14]), "+r"(d[15])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(accumulate)
-        : "memory");
-#else
-    (void)d, (void)a, (void)b, (void)accumulate;
-    __trap();
-#endif
-}
 // d (64 x 128 int32) = a (u8, registers) x b (s8, descriptor) + (accumulate ? d : 0), exact.
 __device__ __forceinline__ void wgmma_u8s8_m64n128k32(int (&d)[64], const uint32_t (&a)[4], uint64_t b, int accumulate) {
 #if TANDEM_HAVE_WGMMA
@@ -129,9 +112,6 @@ __device__ __forceinline__ void wgmma_u8s8(int (&d)[64], const uint32_t (&a)[4],
 }
 __device__ __forceinline__ void wgmma_u8s8(int (&d)[32], const uint32_t (&a)[4], uint64_t b, int accumulate) {
     wgmma_u8s8_m64n64k32(d, a, b, accumulate);
-}
-__device__ __forceinline__ void wgmma_u8s8(int (&d)[16], const uint32_t (&a)[4], uint64_t b, int accumulate) {
-    wgmma_u8s8_m64n32k32(d, a, b, accumulate);
 }
 // Registers an asynchronous product reads stay allocated until here (after its wgmma_wait): the
 // compiler may not hand them to other instructions meanwhile, which would make it wait early.
