@@ -29,6 +29,8 @@
 #include <cooperative_groups.h>
 #include <cuda_bf16.h>
 
+#include <algorithm>
+
 namespace tandem::cuda {
 namespace {
 
@@ -412,13 +414,16 @@ void matmul_digits(const matvec_digits_args &a, cudaStream_t stream) {
                         "matmul_digits: tile_weight_rows is 0 (by the launch's size), 64 or 128");
     TANDEM_CUDA_REQUIRE(a.tile_k_blocks >= -1 && a.tile_k_blocks <= 1, "matmul_digits: tile_k_blocks is -1 (by the launch's size), 0 or 1");
     TANDEM_CUDA_REQUIRE(a.tile_pairs == 0 || a.tile_pairs == 32 || a.tile_pairs == 64, "matmul_digits: tile_pairs is 0 (by the groups' size), 32 or 64");
-    // The warpgroup tiles where they measured faster (docs/perf-notes.md, session 23): one-group
-    // products (prompt rows' Q/K/V and wo) of 512 rows or more; the experts' grouped products and
-    // smaller launches stay on the mma.sync tiles.
-    constexpr int wgmma_min_rows = 512;
+    // The warpgroup tiles where they measured faster (docs/perf-notes.md, sessions 23-24): one-group
+    // products (prompt rows' Q/K/V and wo) of 512 rows or more, and grouped products (the experts)
+    // whose groups average 96 pairs or more (a 2,048-row prompt's 128: +2.6%; 64: -1.5%); smaller
+    // launches stay on the mma.sync tiles. Either gives the same bits.
+    constexpr int wgmma_min_rows = 512, wgmma_min_group_pairs = 96;
+    const bool wgmma_fits =
+        a.one_group ? !swiglu && a.n_rows >= wgmma_min_rows && !k_split_wanted_64(a)
+                    : int64_t(a.n_pairs) >= int64_t(wgmma_min_group_pairs) * std::max(1, std::min(a.max_groups, a.n_pairs));
     const bool wgmma = a.engine == matvec_digits_args::tile_engine::wgmma ||
-                       (a.engine == matvec_digits_args::tile_engine::automatic && a.one_group && !swiglu && a.n_rows >= wgmma_min_rows &&
-                        wgmma_built() && !k_split_wanted_64(a));
+                       (a.engine == matvec_digits_args::tile_engine::automatic && wgmma_fits && wgmma_built());
     if (wgmma) {
         matmul_digits_wgmma(a, stream);
         return;

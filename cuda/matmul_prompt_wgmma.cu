@@ -20,10 +20,13 @@
 //   pairs' digit sums: the same products in the same K slots, the pairs' columns permuted), and
 //   digit_fold, in matvec_digits' partial order.
 // Grouped products (SwiGLU or plain) and one-group plain products with extras; the K split of
-// small one-group launches over clusters stays with the mma.sync tiles. Measured on one H200
-// (docs/perf-notes.md, session 23): for one-group products of 512 rows or more (prompt rows' Q/K/V
-// and wo) faster than the mma.sync tiles (a 2,048-token prefill +2.3%, in 512-row chunks +3.0%);
-// for the experts' grouped products not (even to 8% slower), so matmul_digits takes them only there.
+// small one-group launches over clusters stays with the mma.sync tiles. A grouped block takes a
+// chunk of up to 128 pairs of its group, tile after tile: the block's setup once, and the next
+// tile's first copies in flight while a tile finishes and stores. Measured on one H200
+// (docs/perf-notes.md, sessions 23-24), against the mma.sync tiles: one-group products of 512 rows
+// or more (prompt rows' Q/K/V and wo) faster (a 2,048-token prefill +2.3%, in 512-row chunks
+// +3.0%); the experts' products in chunks faster where the groups average 128 pairs (a 2,048-row
+// prompt +2.6%), slower at 64 (-1.5%) and 32 (-11%); matmul_digits takes them accordingly.
 #include "matvec_digits.h"
 
 #include "cp_async.cuh"
@@ -64,15 +67,18 @@ struct tile_shape {
     static_assert(min_blocks * (smem_bytes + 1024) <= 227 * 1024, "the blocks an SM fit in shared memory");
 };
 
-template <bool swiglu, int V, int TM>
+// R: the block's pair tiles (a chunk of R TM pairs of one group, or of the one group's rows), one
+// after another, the copies of each tile's first steps issued while the tile before is computed.
+template <bool swiglu, int V, int TM, int R>
 __global__ void __launch_bounds__(n_threads, tile_shape<TM>::min_blocks) matmul_digits_wgmma_kernel(const matvec_digits_args a) {
 #if TANDEM_HAVE_WGMMA
     using shape = tile_shape<TM>;
-    constexpr int tile_m = TM, n_tiles8 = shape::n_tiles8, n_part = shape::n_part;
+    constexpr int tile_m = TM, chunk = TM * R, n_tiles8 = shape::n_tiles8, n_part = shape::n_part;
     constexpr int b_half_bytes = shape::b_half_bytes, b_sub_bytes = shape::b_sub_bytes, x_bytes = shape::x_bytes;
     constexpr int sum_bytes = shape::sum_bytes, stage_bytes = shape::stage_bytes;
     extern __shared__ __align__(128) uint8_t smem[];
-    __shared__ int32_t s_xrow[tile_m];         // each pair's digit row (-1: past the tile's pairs)
+    __shared__ int32_t s_xrow[chunk];          // each pair's digit row (-1: past the chunk's pairs)
+    __shared__ int32_t s_yrow[chunk];          // each pair's output row
     __shared__ const uint8_t *s_wrow[tile_n];  // each A row's weight row (nullptr: past n_out)
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
 
@@ -80,12 +86,14 @@ __global__ void __launch_bounds__(n_threads, tile_shape<TM>::min_blocks) matmul_
     pdl_trigger();
     constexpr int outs_per_block = swiglu ? tile_n / 2 : tile_n;
     prompt_tile::digit_tile b;
-    if (!prompt_tile::resolve_digit_tile<tile_m, outs_per_block>(a, b)) return;
+    if (!prompt_tile::resolve_digit_tile<chunk, outs_per_block>(a, b)) return;
     const int rows_here = b.rows_here, m0 = b.m0, n_out = b.n_out, j0 = b.j0, n_blocks = a.n_in / 256;
     float *const y_mat = b.y;
     const int64_t y_stride = b.y_stride;
-    prompt_tile::fill_digit_rows<tile_m, tile_n, swiglu>(a, b, s_xrow, s_wrow, tid, n_threads);
+    prompt_tile::fill_digit_rows<chunk, tile_n, swiglu>(a, b, s_xrow, s_wrow, tid, n_threads);
+    for (int r = tid; r < rows_here; r += n_threads) s_yrow[r] = a.y_rows ? a.y_rows[m0 + r] : m0 + r;
     __syncthreads();
+    const int n_tiles = (rows_here + tile_m - 1) / tile_m, n_steps = n_tiles * n_blocks;
     auto block_at = [&](int i) { return prompt_tile::digit_block_in_order<V>(i, n_blocks); };
     // Stage layout: B (digits) [sub-block j][K half][column][16], raw rows, sums, scales. Each
     // thread's copies are fixed for the block (sources by pointer, destinations by constant offsets).
@@ -96,25 +104,38 @@ __global__ void __launch_bounds__(n_threads, tile_shape<TM>::min_blocks) matmul_
     //   writes 256 contiguous bytes.
     // - Raw rows: row tid / 2, pieces tid % 2, + 2, ...
     // - Sums: threads 0 .. 2 TM - 1, two copies a pair; scales: the next TM threads (TM 64: 0 .. 63).
+    // The pairs' sources are set per tile (at its first step's copies: one shared-memory read each).
     constexpr int x_oct = TM / 32;
     const int x_d = (lane >> 1) & 1, x_e = lane & 1;
     const int8_t *x_src[x_oct];
     int x_dst[x_oct], x_bytes_mine[x_oct];
+    const int c_pair = 2 * tile_m < n_threads ? tid - 2 * tile_m : tid;
+    const bool c_mine = c_pair >= 0 && c_pair < tile_m;
+    int s_row = -1, c_row = -1;
+    auto set_tile_sources = [&](int r) {
+        const int8_t *const digits = a.x.digits + 16 * x_e + 8 * x_d;
 #pragma unroll
-    for (int o = 0; o < x_oct; ++o) {
-        const int x_pair = 8 * (warp + 4 * o) + (lane >> 2), xr = s_xrow[x_pair];
-        x_src[o] = a.x.digits + (xr >= 0 ? int64_t(xr) * 2 * a.n_in + 16 * x_e + 8 * x_d : 0);
-        x_bytes_mine[o] = xr >= 0 ? 8 : 0;
-        x_dst[o] = (2 * x_pair + x_d) * 16 + 8 * x_e;
-    }
+        for (int o = 0; o < x_oct; ++o) {
+            const int x_pair = 8 * (warp + 4 * o) + (lane >> 2), xr = s_xrow[r * tile_m + x_pair];
+            x_src[o] = xr >= 0 ? digits + int64_t(xr) * 2 * a.n_in : a.x.digits;
+            x_bytes_mine[o] = xr >= 0 ? 8 : 0;
+            x_dst[o] = (2 * x_pair + x_d) * 16 + 8 * x_e;
+        }
+        s_row = tid < 2 * tile_m ? s_xrow[r * tile_m + (tid >> 1)] : -1;
+        c_row = c_mine ? s_xrow[r * tile_m + c_pair] : -1;
+    };
     const uint8_t *const w_src = s_wrow[tid >> 1] ? s_wrow[tid >> 1] : s_wrow[0];
     const int w_bytes_mine = s_wrow[tid >> 1] ? 16 : 0, w_part0 = tid & 1;
-    const int s_row = tid < 2 * tile_m ? s_xrow[tid >> 1] : -1;
-    const int c_pair = 2 * tile_m < n_threads ? tid - 2 * tile_m : tid, c_row = c_pair >= 0 && c_pair < tile_m ? s_xrow[c_pair] : -1;
-    const bool c_mine = c_pair >= 0 && c_pair < tile_m;
+    // Step i (tile i / n_blocks, its block i % n_blocks in partial order) into stage i % n_stages.
+    int issue_tile = 0, issue_k = 0;  // the next step issue() is called for, counted incrementally
+    set_tile_sources(0);
     auto issue = [&](int i) {
-        if (i < n_blocks) {
-            const int c = block_at(i);
+        if (i < n_steps) {
+            if (issue_k == n_blocks) {
+                issue_k = 0;
+                set_tile_sources(++issue_tile);
+            }
+            const int c = block_at(issue_k++);
             uint8_t *st = smem + (i % n_stages) * stage_bytes;
 #pragma unroll
             for (int o = 0; o < x_oct; ++o) {
@@ -226,50 +247,53 @@ __global__ void __launch_bounds__(n_threads, tile_shape<TM>::min_blocks) matmul_
     for (int st = 0; st + 1 < n_stages; ++st) issue(st);
     int i = 0;
 #pragma unroll 1
-    for (int v = 0; v < V; ++v) {
-#pragma unroll
-        for (int e = 0; e < n_part; ++e) part[e] = 0.0f;
+    for (int tile = 0; tile < n_tiles; ++tile) {
 #pragma unroll 1
-        for (int c = v; c < n_blocks; c += V, ++i) {
-            cp_async_wait_pending<n_stages - 2>();  // step i's copies (this thread's) are in
-            fence_proxy_async_shared();             // ... and visible to the tensor cores' reads
-            __syncthreads();                        // everyone's are; the other stage is free
-            compute(smem + (i % n_stages) * stage_bytes, i + n_stages - 1);
+        for (int v = 0; v < V; ++v) {
+#pragma unroll
+            for (int e = 0; e < n_part; ++e) part[e] = 0.0f;
+#pragma unroll 1
+            for (int c = v; c < n_blocks; c += V, ++i) {
+                cp_async_wait_pending<n_stages - 2>();  // step i's copies (this thread's) are in
+                fence_proxy_async_shared();             // ... and visible to the tensor cores' reads
+                __syncthreads();                        // everyone's are; the other stage is free
+                compute(smem + (i % n_stages) * stage_bytes, i + n_stages - 1);
+            }
+#pragma unroll
+            for (int e = 0; e < n_part; ++e) total[e * n_threads] = v == 0 ? part[e] : __fadd_rn(total[e * n_threads], part[e]);
         }
+        // The tile's outputs (the next tile's first copies are in flight).
+        const int t0 = tile * tile_m, tile_rows = min(tile_m, rows_here - t0);
 #pragma unroll
-        for (int e = 0; e < n_part; ++e) total[e * n_threads] = v == 0 ? part[e] : __fadd_rn(total[e * n_threads], part[e]);
-    }
-    cp_async_wait_pending<0>();  // no copy outlives the block
-
+        for (int k = 0; k < n_tiles8; ++k) {
+            const int pl = 4 * k + t;
+            if (pl >= tile_rows) continue;
+            float *y = y_mat + int64_t(s_yrow[t0 + pl]) * y_stride;
+            if constexpr (swiglu) {
+                const int jo = j0 + 8 * warp + g;  // the warp's gate row g and its up row g + 8
+                if (jo < n_out) y[jo] = digit_swiglu(total[k * n_threads], total[(n_tiles8 + k) * n_threads]);
+            } else {
 #pragma unroll
-    for (int i = 0; i < n_tiles8; ++i) {
-        const int pl = 4 * i + t;
-        if (pl >= rows_here) continue;
-        const int p = m0 + pl;
-        float *y = y_mat + int64_t(a.y_rows ? a.y_rows[p] : p) * y_stride;
-        if constexpr (swiglu) {
-            const int jo = j0 + 8 * warp + g;  // the warp's gate row g and its up row g + 8
-            if (jo < n_out) y[jo] = digit_swiglu(total[i * n_threads], total[(n_tiles8 + i) * n_threads]);
-        } else {
-#pragma unroll
-            for (int h = 0; h < 2; ++h) {
-                const int jo = j0 + r_lo + 8 * h;
-                const float v = total[(n_tiles8 * h + i) * n_threads];
-                if (jo < n_out) y[jo] = a.accumulate ? __fadd_rn(y[jo], v) : v;
+                for (int h = 0; h < 2; ++h) {
+                    const int jo = j0 + r_lo + 8 * h;
+                    const float v = total[(n_tiles8 * h + k) * n_threads];
+                    if (jo < n_out) y[jo] = a.accumulate ? __fadd_rn(y[jo], v) : v;
+                }
             }
         }
     }
+    cp_async_wait_pending<0>();  // no copy outlives the block
 #else
     (void)a;
     __trap();  // launched only where wgmma_built(): the device runs the sm_90a code
 #endif
 }
 
-template <bool swiglu, int V, int TM>
+template <bool swiglu, int V, int TM, int R>
 void launch_wgmma_tiles(const matvec_digits_args &a, cudaStream_t stream) {
-    const int col_blocks = prompt_tile::digit_col_blocks(a, swiglu ? tile_n / 2 : tile_n), m_tiles = prompt_tile::digit_m_tiles(a, TM);
+    const int col_blocks = prompt_tile::digit_col_blocks(a, swiglu ? tile_n / 2 : tile_n), m_tiles = prompt_tile::digit_m_tiles(a, TM * R);
     if (m_tiles == 0) return;
-    auto kernel = matmul_digits_wgmma_kernel<swiglu, V, TM>;
+    auto kernel = matmul_digits_wgmma_kernel<swiglu, V, TM, R>;
     allow_dynamic_smem(kernel, tile_shape<TM>::smem_bytes);
     launch_pdl_smem(kernel, dim3(col_blocks, m_tiles), dim3(n_threads), tile_shape<TM>::smem_bytes, stream, a);
     TANDEM_CUDA_CHECK_LAUNCH();
@@ -282,10 +306,21 @@ void launch_wgmma_tiles(const matvec_digits_args &a, cudaStream_t stream) {
     const int groups = a.one_group ? 1 : std::max(1, std::min(a.max_groups, a.n_pairs));
     const int rows = a.one_group ? a.n_rows : a.n_pairs;
     const int tm = a.tile_pairs ? a.tile_pairs : rows < 24 * groups ? 32 : 64;
-    if (tm == 64)
-        launch_wgmma_tiles<swiglu, V, 64>(a, stream);
-    else
-        launch_wgmma_tiles<swiglu, V, 32>(a, stream);
+    // Grouped products: chunks of up to 128 pairs a block, a group's tiles one after another (the
+    // experts of a 2,048-row prompt +2.3% against a block a tile; one-group products in chunks of two
+    // tiles lost 8% at 512 rows: docs/perf-notes.md, session 24).
+    const bool chunks = !a.one_group;
+    if (tm == 64) {
+        if (chunks)
+            launch_wgmma_tiles<swiglu, V, 64, 2>(a, stream);
+        else
+            launch_wgmma_tiles<swiglu, V, 64, 1>(a, stream);
+    } else {
+        if (chunks)
+            launch_wgmma_tiles<swiglu, V, 32, 4>(a, stream);
+        else
+            launch_wgmma_tiles<swiglu, V, 32, 1>(a, stream);
+    }
 }
 
 }  // namespace

@@ -97,8 +97,9 @@ struct matvec_digits_args {
     // Q), each with its own outputs; their column blocks continue the grid.
     matvec_part extra[2] = {};
     int32_t n_extra = 0;
-    // matmul_digits: which tiles. automatic: the warpgroup tiles (sm_90a) for one-group plain
-    // products of 512 rows or more where wgmma_built(), else mma.sync; mma_sync or wgmma
+    // matmul_digits: which tiles. automatic: the warpgroup tiles (sm_90a) where wgmma_built() for
+    // one-group plain products of 512 rows or more and for grouped products whose groups average
+    // 96 pairs or more (n_pairs against max_groups), else mma.sync; mma_sync or wgmma
     // (wgmma_built() required; those tiles ignore tile_weight_rows and tile_k_blocks) to choose.
     // The same bits either way.
     enum class tile_engine : int8_t { automatic, mma_sync, wgmma };

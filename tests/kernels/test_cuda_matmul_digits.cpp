@@ -62,16 +62,19 @@ std::vector<float> tiles_checked_against_decode(cuda::matvec_digits_args a, int3
     cuda::matvec_digits(a, nullptr);
     const auto want = y_decode.download();
     std::vector<float> got;
-    // Both mma.sync tile widths, then the warpgroup tiles (sm_90a builds) of 32 and 64 pairs.
-    for (const int32_t width : {64, 128, -32, -64}) {
+    // Both mma.sync tile widths, the warpgroup tiles (sm_90a builds) of 32 and 64 pairs, then
+    // whatever matmul_digits chooses by itself (0).
+    for (const int32_t width : {64, 128, -32, -64, 0}) {
         if (width < 0 && !cuda::wgmma_built()) continue;
-        INFO("tile weight rows " << width << (width < 0 ? " (wgmma: pairs a tile)" : ""));
+        INFO("tile weight rows " << width << (width < 0 ? " (wgmma: pairs a tile)" : width == 0 ? " (automatic)" : ""));
         y_tiles.poison();
         a.y = y_tiles.ptr;
         a.n_pairs = pairs;
         a.tile_weight_rows = width > 0 ? width : 0;
         a.tile_pairs = width < 0 ? -width : 0;
-        a.engine = width < 0 ? cuda::matvec_digits_args::tile_engine::wgmma : cuda::matvec_digits_args::tile_engine::mma_sync;
+        a.engine = width < 0    ? cuda::matvec_digits_args::tile_engine::wgmma
+                   : width > 0  ? cuda::matvec_digits_args::tile_engine::mma_sync
+                                : cuda::matvec_digits_args::tile_engine::automatic;
         cuda::matmul_digits(a, nullptr);
         TANDEM_CUDA_CHECK(cudaDeviceSynchronize());
         got = y_tiles.download();
@@ -86,9 +89,10 @@ TEST_CASE("prompt digit tiles: grouped SwiGLU bitwise the decode kernels, within
     if (!test::gpu_present()) return;
     cpu::cpu_context ctx{4};
     // 2048: 8 blocks (partials 0,4 | 1,5 | 2,6 | 3,7); 1280: 5 (uneven); 768: 3 (one partial
-    // empty); 256: one block (three empty). Groups of ~9 to ~150 pairs: one to five 32-pair tiles.
+    // empty); 256: one block (three empty). Groups of ~9 to ~150 pairs: one to five 32-pair tiles;
+    // the last shape's ~200-pair groups span two of the warpgroup tiles' 128-pair chunks.
     const grouped_shape shapes[] = {{4, 2, 150, 2048, 200}, {8, 3, 260, 512, 64}, {3, 1, 200, 1280, 72}, {5, 2, 40, 256, 130},
-                                    {16, 4, 37, 768, 96}};
+                                    {16, 4, 37, 768, 96},   {2, 2, 200, 512, 40}};
     uint64_t seed = 5000;
     for (const grouped_shape &sh : shapes) {
         std::mt19937_64 rng(++seed);
@@ -132,7 +136,8 @@ TEST_CASE("prompt digit tiles: grouped plain products bitwise the decode kernels
     cpu::cpu_context ctx{4};
     // 768: three blocks (K split 3, the experts' down); 2048: 8 blocks (split 4); 512: two (two
     // partials empty). Each pair reads its own row (the SwiGLU output of the pair), as down does.
-    const grouped_shape shapes[] = {{5, 2, 100, 768, 200}, {4, 2, 90, 2048, 130}, {6, 2, 70, 512, 40}};
+    // The last shape's ~170-pair groups span two 128-pair chunks.
+    const grouped_shape shapes[] = {{5, 2, 100, 768, 200}, {4, 2, 90, 2048, 130}, {6, 2, 70, 512, 40}, {3, 2, 250, 768, 48}};
     uint64_t seed = 5100;
     for (const grouped_shape &sh : shapes) {
         std::mt19937_64 rng(++seed);
