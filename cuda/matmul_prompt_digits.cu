@@ -416,9 +416,9 @@ void matmul_digits(const matvec_digits_args &a, cudaStream_t stream) {
     TANDEM_CUDA_REQUIRE(a.tile_pairs == 0 || a.tile_pairs == 32 || a.tile_pairs == 64, "matmul_digits: tile_pairs is 0 (by the groups' size), 32 or 64");
     // The warpgroup tiles where they measured faster (docs/perf-notes.md, sessions 23-24): one-group
     // products (prompt rows' Q/K/V and wo) of 512 rows or more, and grouped products (the experts)
-    // whose groups average 96 pairs or more (a 2,048-row prompt's 128: +2.6%; 64: -1.5%); smaller
-    // launches stay on the mma.sync tiles. Either gives the same bits.
-    constexpr int wgmma_min_rows = 512, wgmma_min_group_pairs = 96;
+    // whose groups average 64 pairs or more (a 2,048-row prompt's 128: +7%; 1,024 rows' 64: +1.5%;
+    // 512 rows' 32: -9%); smaller launches stay on the mma.sync tiles. Either gives the same bits.
+    constexpr int wgmma_min_rows = 512, wgmma_min_group_pairs = 64;
     const bool wgmma_fits =
         a.one_group ? !swiglu && a.n_rows >= wgmma_min_rows && !k_split_wanted_64(a)
                     : int64_t(a.n_pairs) >= int64_t(wgmma_min_group_pairs) * std::max(1, std::min(a.max_groups, a.n_pairs));

@@ -3,10 +3,11 @@
 // and the decode kernels, with the sub-block scales inside the tensor-core products instead of
 // integer multiply-adds after each one (those tiles' bound: docs/perf-notes.md, sessions 14-15).
 //
-// A block (one warpgroup, 128 threads) computes 64 weight rows (SwiGLU: each warp's 8 gate rows,
-// then their 8 up rows) x TM pairs of one group (TM 64, or 32 for small groups). Per block of 256
-// elements (one K step):
-// - the 64 rows' raw Q4_K bytes, the pairs' digit sums and scales arrive by cp.async in one of two
+// A block of WG warpgroups (128 threads each) computes 64 WG weight rows (SwiGLU: each warp's 8
+// gate rows, then their 8 up rows; each warpgroup's 64 rows are the A of its own products) x TM
+// pairs of one group (TM 64 with two warpgroups sharing the staged digits, or 32 with one for
+// small groups). Per block of 256 elements (one K step):
+// - the rows' raw Q4_K bytes, the pairs' digit sums and scales arrive by cp.async in one of two
 //   stages while the other is computed (as the mma.sync tiles stage them); the digits arrive as
 //   the B operand: sub-block j, column 2p + d (pair p's digit d), its elements 0-15 then 16-31
 //   (8-byte copies: the digit rows interleave d0 and d1 every 8 elements);
@@ -24,9 +25,9 @@
 // chunk of up to 128 pairs of its group, tile after tile: the block's setup once, and the next
 // tile's first copies in flight while a tile finishes and stores. Measured on one H200
 // (docs/perf-notes.md, sessions 23-24), against the mma.sync tiles: one-group products of 512 rows
-// or more (prompt rows' Q/K/V and wo) faster (a 2,048-token prefill +2.3%, in 512-row chunks
-// +3.0%); the experts' products in chunks faster where the groups average 128 pairs (a 2,048-row
-// prompt +2.6%), slower at 64 (-1.5%) and 32 (-11%); matmul_digits takes them accordingly.
+// or more (prompt rows' Q/K/V and wo) faster; the experts' products faster where the groups
+// average 64 pairs or more (2,048-row prompt +7%, 1,024-row chunks +1.5%), slower at 32 (-9%);
+// matmul_digits takes them accordingly.
 #include "matvec_digits.h"
 
 #include "cp_async.cuh"
@@ -45,15 +46,15 @@
 namespace tandem::cuda {
 namespace {
 
-constexpr int tile_n = 64;      // weight rows a block: the 64 A rows
-constexpr int n_threads = 128;  // one warpgroup
 constexpr int n_stages = 2;
 constexpr int w_pitch = 144;    // a staged raw row: lanes (g, t) read words 36 g + t + ..., distinct banks
-constexpr int w_bytes = tile_n * w_pitch;
 static_assert(digits_per_element == 2, "a pair's two digits are two B columns");
-// A block tile of TM pairs (64, or 32 for small groups): B has 2 TM columns.
-template <int TM>
+// A block tile of TM pairs (64, or 32 for small groups): B has 2 TM columns; WG warpgroups, each 64
+// weight rows (the A rows of its wgmma), sharing the block's B.
+template <int TM, int WG = 1>
 struct tile_shape {
+    static constexpr int tile_n = 64 * WG, n_threads = 128 * WG, n_warps = 4 * WG;
+    static constexpr int w_bytes = tile_n * w_pitch;
     static constexpr int n_cols = 2 * TM, n_tiles8 = TM / 4;  // n-tiles of 8 columns
     static constexpr int b_half_bytes = n_cols * 16;       // one K half of a sub-block's B: the columns x 16 bytes
     static constexpr int b_sub_bytes = 2 * b_half_bytes;   // a sub-block's B operand
@@ -63,16 +64,19 @@ struct tile_shape {
     static constexpr size_t smem_bytes = size_t(n_stages) * stage_bytes + size_t(n_part) * n_threads * sizeof(float);
     static_assert(TM == 32 || TM == 64, "tiles of 32 or 64 pairs");
     static_assert(x_bytes % 128 == 0 && stage_bytes % 128 == 0, "B operands 128-byte aligned");
-    static constexpr int min_blocks = TM == 32 ? 3 : 2;  // an SM, as the registers allow (168, 255 a thread)
+    static constexpr int min_blocks = (TM == 32 ? 3 : 2) / WG;  // an SM, as the registers allow (168, 255 a thread)
+    static_assert(TM % (8 * n_warps) == 0, "each warp copies whole pair octets");
     static_assert(min_blocks * (smem_bytes + 1024) <= 227 * 1024, "the blocks an SM fit in shared memory");
 };
 
 // R: the block's pair tiles (a chunk of R TM pairs of one group, or of the one group's rows), one
 // after another, the copies of each tile's first steps issued while the tile before is computed.
-template <bool swiglu, int V, int TM, int R>
-__global__ void __launch_bounds__(n_threads, tile_shape<TM>::min_blocks) matmul_digits_wgmma_kernel(const matvec_digits_args a) {
+template <bool swiglu, int V, int TM, int R, int WG>
+__global__ void __launch_bounds__(tile_shape<TM, WG>::n_threads, tile_shape<TM, WG>::min_blocks)
+    matmul_digits_wgmma_kernel(const matvec_digits_args a) {
 #if TANDEM_HAVE_WGMMA
-    using shape = tile_shape<TM>;
+    using shape = tile_shape<TM, WG>;
+    constexpr int tile_n = shape::tile_n, n_threads = shape::n_threads, n_warps = shape::n_warps, w_bytes = shape::w_bytes;
     constexpr int tile_m = TM, chunk = TM * R, n_tiles8 = shape::n_tiles8, n_part = shape::n_part;
     constexpr int b_half_bytes = shape::b_half_bytes, b_sub_bytes = shape::b_sub_bytes, x_bytes = shape::x_bytes;
     constexpr int sum_bytes = shape::sum_bytes, stage_bytes = shape::stage_bytes;
@@ -105,7 +109,7 @@ __global__ void __launch_bounds__(n_threads, tile_shape<TM>::min_blocks) matmul_
     // - Raw rows: row tid / 2, pieces tid % 2, + 2, ...
     // - Sums: threads 0 .. 2 TM - 1, two copies a pair; scales: the next TM threads (TM 64: 0 .. 63).
     // The pairs' sources are set per tile (at its first step's copies: one shared-memory read each).
-    constexpr int x_oct = TM / 32;
+    constexpr int x_oct = TM / (8 * n_warps);
     const int x_d = (lane >> 1) & 1, x_e = lane & 1;
     const int8_t *x_src[x_oct];
     int x_dst[x_oct], x_bytes_mine[x_oct];
@@ -116,7 +120,7 @@ __global__ void __launch_bounds__(n_threads, tile_shape<TM>::min_blocks) matmul_
         const int8_t *const digits = a.x.digits + 16 * x_e + 8 * x_d;
 #pragma unroll
         for (int o = 0; o < x_oct; ++o) {
-            const int x_pair = 8 * (warp + 4 * o) + (lane >> 2), xr = s_xrow[r * tile_m + x_pair];
+            const int x_pair = 8 * (warp + n_warps * o) + (lane >> 2), xr = s_xrow[r * tile_m + x_pair];
             x_src[o] = xr >= 0 ? digits + int64_t(xr) * 2 * a.n_in : a.x.digits;
             x_bytes_mine[o] = xr >= 0 ? 8 : 0;
             x_dst[o] = (2 * x_pair + x_d) * 16 + 8 * x_e;
@@ -289,13 +293,15 @@ __global__ void __launch_bounds__(n_threads, tile_shape<TM>::min_blocks) matmul_
 #endif
 }
 
-template <bool swiglu, int V, int TM, int R>
+template <bool swiglu, int V, int TM, int R, int WG = 1>
 void launch_wgmma_tiles(const matvec_digits_args &a, cudaStream_t stream) {
-    const int col_blocks = prompt_tile::digit_col_blocks(a, swiglu ? tile_n / 2 : tile_n), m_tiles = prompt_tile::digit_m_tiles(a, TM * R);
+    using shape = tile_shape<TM, WG>;
+    const int col_blocks = prompt_tile::digit_col_blocks(a, swiglu ? shape::tile_n / 2 : shape::tile_n);
+    const int m_tiles = prompt_tile::digit_m_tiles(a, TM * R);
     if (m_tiles == 0) return;
-    auto kernel = matmul_digits_wgmma_kernel<swiglu, V, TM, R>;
-    allow_dynamic_smem(kernel, tile_shape<TM>::smem_bytes);
-    launch_pdl_smem(kernel, dim3(col_blocks, m_tiles), dim3(n_threads), tile_shape<TM>::smem_bytes, stream, a);
+    auto kernel = matmul_digits_wgmma_kernel<swiglu, V, TM, R, WG>;
+    allow_dynamic_smem(kernel, shape::smem_bytes);
+    launch_pdl_smem(kernel, dim3(col_blocks, m_tiles), dim3(shape::n_threads), shape::smem_bytes, stream, a);
     TANDEM_CUDA_CHECK_LAUNCH();
 }
 
@@ -308,15 +314,16 @@ void launch_wgmma_tiles(const matvec_digits_args &a, cudaStream_t stream) {
     const int tm = a.tile_pairs ? a.tile_pairs : rows < 24 * groups ? 32 : 64;
     // Grouped products: chunks of up to 128 pairs a block, a group's tiles one after another (the
     // experts of a 2,048-row prompt +2.3% against a block a tile; one-group products in chunks of two
-    // tiles lost 8% at 512 rows: docs/perf-notes.md, session 24).
-    const bool chunks = !a.one_group;
+    // tiles lost 8% at 512 rows). 64-pair tiles in blocks of two warpgroups, 128 weight rows sharing
+    // the staged digits (a 2,048-row prompt +4.6% for the experts, +2.5% more for Q/K/V and wo):
+    // docs/perf-notes.md, session 24.
     if (tm == 64) {
-        if (chunks)
-            launch_wgmma_tiles<swiglu, V, 64, 2>(a, stream);
+        if (!a.one_group)
+            launch_wgmma_tiles<swiglu, V, 64, 2, 2>(a, stream);
         else
-            launch_wgmma_tiles<swiglu, V, 64, 1>(a, stream);
+            launch_wgmma_tiles<swiglu, V, 64, 1, 2>(a, stream);
     } else {
-        if (chunks)
+        if (!a.one_group)
             launch_wgmma_tiles<swiglu, V, 32, 4>(a, stream);
         else
             launch_wgmma_tiles<swiglu, V, 32, 1>(a, stream);

@@ -99,7 +99,7 @@ struct matvec_digits_args {
     int32_t n_extra = 0;
     // matmul_digits: which tiles. automatic: the warpgroup tiles (sm_90a) where wgmma_built() for
     // one-group plain products of 512 rows or more and for grouped products whose groups average
-    // 96 pairs or more (n_pairs against max_groups), else mma.sync; mma_sync or wgmma
+    // 64 pairs or more (n_pairs against max_groups), else mma.sync; mma_sync or wgmma
     // (wgmma_built() required; those tiles ignore tile_weight_rows and tile_k_blocks) to choose.
     // The same bits either way.
     enum class tile_engine : int8_t { automatic, mma_sync, wgmma };
@@ -164,9 +164,9 @@ void matvec_digits(const matvec_digits_args &args, cudaStream_t stream);
 // output's arithmetic is matvec_digits' (digits_grouped_k_split, digit_fold), so its outputs are
 // bitwise matvec_digits' for the same digit rows, whatever the tiles.
 void matmul_digits(const matvec_digits_args &args, cudaStream_t stream);
-// matmul_digits' tiles on sm_90a's warpgroup products (cuda/matmul_prompt_wgmma.cu): 64 (or 32)
-// pairs x 64 weight rows a block, the sub-block scales inside the tensor-core products; bitwise the
-// same outputs. Needs wgmma_built() (cuda/launch.cuh); matmul_digits calls it.
+// matmul_digits' tiles on sm_90a's warpgroup products (cuda/matmul_prompt_wgmma.cu): 64 pairs x 128
+// weight rows a block (two warpgroups), or 32 x 64, the sub-block scales inside the tensor-core
+// products; bitwise the same outputs. Needs wgmma_built() (cuda/launch.cuh); matmul_digits calls it.
 void matmul_digits_wgmma(const matvec_digits_args &args, cudaStream_t stream);
 
 }  // namespace tandem::cuda
