@@ -100,14 +100,16 @@ __global__ void __launch_bounds__(tile_shape<TM, WG>::n_threads, tile_shape<TM, 
     const int n_tiles = (rows_here + tile_m - 1) / tile_m, n_steps = n_tiles * n_blocks;
     auto block_at = [&](int i) { return prompt_tile::digit_block_in_order<V>(i, n_blocks); };
     // Stage layout: B (digits) [sub-block j][K half][column][16], raw rows, sums, scales. Each
-    // thread's copies are fixed for the block (sources by pointer, destinations by constant offsets).
-    // - Digits: warp w copies pair octets w, w + 4, ... (TM / 32 of them); for each (sub-block j,
-    //   K half h), copy k = 2j + h: lane (pair r = 8 o + lane / 4, digit d = lane / 2 % 2, 8-byte
-    //   half e = lane % 2) copies bytes 32k + 16e + 8d of the pair's 512 (elements 16h + 8e .. of
-    //   sub-block j, digit d) to column 2r + d, bytes 8e: a warp reads 8 whole 32-byte sectors and
-    //   writes 256 contiguous bytes.
+    // thread's copies are fixed for the tile (sources by pointer, destinations by constant offsets).
+    // - Digits: warp w copies pair octets w, w + n_warps, ... (x_oct of them, one in every shape
+    //   built); for each (sub-block j, K half h), copy k = 2j + h: lane (pair r = 8 o + lane / 4,
+    //   digit d = lane / 2 % 2, 8-byte half e = lane % 2) copies bytes 32k + 16e + 8d of the pair's
+    //   512 (elements 16h + 8e .. of sub-block j, digit d) to column 2r + d, bytes 8e: a warp reads
+    //   8 whole 32-byte sectors and writes 256 contiguous bytes. (Digit rows laid out for 16-byte
+    //   copies measured 0.7% slower end to end: docs/perf-notes.md, session 24.)
     // - Raw rows: row tid / 2, pieces tid % 2, + 2, ...
-    // - Sums: threads 0 .. 2 TM - 1, two copies a pair; scales: the next TM threads (TM 64: 0 .. 63).
+    // - Sums: threads 0 .. 2 TM - 1, two copies a pair; scales: the next TM threads where the block
+    //   has them, else threads 0 .. TM - 1.
     // The pairs' sources are set per tile (at its first step's copies: one shared-memory read each).
     constexpr int x_oct = TM / (8 * n_warps);
     const int x_d = (lane >> 1) & 1, x_e = lane & 1;
