@@ -4,6 +4,7 @@
 // callers use them only where pdl_supported() (launch.cuh: compute capability 9+).
 #pragma once
 
+#include <cuda.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -41,6 +42,29 @@ __device__ __forceinline__ void bulk_copy_to_shared(void *dst, const void *src, 
                  : "memory");
 #else
     __trap();
+#endif
+}
+// One box of a 3-d tensor map (coordinates innermost first) into shared memory, completing on bar;
+// elements past the tensor's extent arrive as zeros. map: a __grid_constant__ kernel parameter.
+__device__ __forceinline__ void tensor_copy_3d_to_shared(void *dst, const CUtensorMap *map, int c0, int c1, int c2, uint64_t *bar) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], [%5];" ::"r"(
+                     shared_addr(dst)),
+                 "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(shared_addr(bar))
+                 : "memory");
+#else
+    __trap();
+#endif
+}
+// Until the barrier's phase of this parity (0, 1, 0, ... for its successive uses) completes.
+__device__ __forceinline__ void mbar_wait_parity(uint64_t *bar, uint32_t parity) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    uint32_t done = 0;
+    while (!done)
+        asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+                     : "=r"(done)
+                     : "r"(shared_addr(bar)), "r"(parity)
+                     : "memory");
 #endif
 }
 // Until the barrier's first phase completes: its copies' bytes are then visible to this thread.

@@ -99,6 +99,7 @@ inline dim3 prompt_grid(const matvec_args &a, int outs_per_block, int tile_m) {
 // one-group launch where the grid continues).
 struct digit_tile {
     int m0 = 0, rows_here = 0, mat = 0, n_out = 0, j0 = 0;
+    int part = 0;  // the matrix: 0 (a.w), or 1 + e for a.extra[e]
     const void *w = nullptr;
     float *y = nullptr;
     int64_t y_stride = 0;
@@ -122,6 +123,7 @@ __device__ __forceinline__ bool resolve_digit_tile(const matvec_digits_args &a, 
     int bx = int(blockIdx.x);
     for (int e = 0, first = (b.n_out + outs_per_block - 1) / outs_per_block; e < a.n_extra && bx >= first; ++e) {
         bx -= first;
+        b.part = e + 1;
         b.w = a.extra[e].w;
         b.n_out = a.extra[e].n_out;
         b.y = a.extra[e].y;

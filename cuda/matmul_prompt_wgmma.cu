@@ -7,10 +7,11 @@
 // gate rows, then their 8 up rows; each warpgroup's 64 rows are the A of its own products) x TM
 // pairs of one group (TM 64 with two warpgroups sharing the staged digits, or 32 with one for
 // small groups). Per block of 256 elements (one K step):
-// - the rows' raw Q4_K bytes, the pairs' digit sums and scales arrive by cp.async in one of two
-//   stages while the other is computed (as the mma.sync tiles stage them); the digits arrive as
-//   the B operand: sub-block j, column 2p + d (pair p's digit d), its elements 0-15 then 16-31
-//   (8-byte copies: the digit rows interleave d0 and d1 every 8 elements);
+// - the rows' raw Q4_K bytes arrive by one tensor copy (TMA; SwiGLU: one for the gate rows, one
+//   for the up rows) on the stage's mbarrier, the pairs' digit sums and scales by cp.async, in one
+//   of two stages while the other is computed; the digits arrive as the B operand: sub-block j,
+//   column 2p + d (pair p's digit d), its elements 0-15 then 16-31 (8-byte copies: the digit rows
+//   interleave d0 and d1 every 8 elements);
 // - the A operand is the weights, made in registers from the staged bytes: warp w's rows 16 w + g
 //   and + 8 (g = lane / 4), k 4t .. 4t + 3 and 16 + 4t ..: one quant word each. The sub-block scale
 //   sc = 16 sc_hi + sc_lo (sc_lo < 16, sc_hi < 4) goes in as two u8 operands q sc_lo (< 226) and
@@ -30,6 +31,7 @@
 // matmul_digits takes them accordingly.
 #include "matvec_digits.h"
 
+#include "bulk_copy.cuh"
 #include "cp_async.cuh"
 #include "cuda_check.h"
 #include "digits.cuh"
@@ -45,6 +47,40 @@
 
 namespace tandem::cuda {
 namespace {
+
+// The tensor maps of a launch's weights (Q4_K raw bytes as a 3-d array of bytes: a row's bytes x
+// the matrix's rows x the matrices): SwiGLU m[0] gate, m[1] up; plain m[0] the matrix, m[1 + e]
+// extra e. A box is one K step's 144 bytes of a tile's rows.
+struct weight_maps {
+    CUtensorMap m[3];
+};
+using tensor_map_encoder = CUresult (*)(CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *, const cuuint64_t *, const cuuint64_t *,
+                                        const cuuint32_t *, const cuuint32_t *, CUtensorMapInterleave, CUtensorMapSwizzle,
+                                        CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+tensor_map_encoder encoder() {
+    static const tensor_map_encoder fn = [] {
+        void *p = nullptr;
+        cudaDriverEntryPointQueryResult found{};
+        TANDEM_CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &found));
+        TANDEM_CUDA_REQUIRE(found == cudaDriverEntryPointSuccess && p, "matmul_digits: the driver has no cuTensorMapEncodeTiled");
+        return reinterpret_cast<tensor_map_encoder>(p);
+    }();
+    return fn;
+}
+// n_mats: the matrices a group may name (a bound: only named ones are read); rows past n_out of a
+// box arrive as zeros.
+CUtensorMap weight_map(const void *w, int32_t n_in, int32_t n_out, int32_t n_mats, int32_t box_rows) {
+    const cuuint64_t row_bytes = cuuint64_t(n_in / 256) * 144;
+    const cuuint64_t dims[3] = {row_bytes, cuuint64_t(n_out), cuuint64_t(n_mats)};
+    const cuuint64_t strides[2] = {row_bytes, row_bytes * cuuint64_t(n_out)};
+    const cuuint32_t box[3] = {144, cuuint32_t(box_rows), 1}, steps[3] = {1, 1, 1};
+    CUtensorMap m;
+    const CUresult r = encoder()(&m, CU_TENSOR_MAP_DATA_TYPE_UINT8, 3, const_cast<void *>(w), dims, strides, box, steps,
+                                 CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                                 CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    TANDEM_CUDA_REQUIRE(r == CUDA_SUCCESS, "matmul_digits: a weight tensor map could not be made");
+    return m;
+}
 
 constexpr int n_stages = 2;
 constexpr int w_pitch = 144;    // a staged raw row: lanes (g, t) read words 36 g + t + ..., distinct banks
@@ -73,7 +109,7 @@ struct tile_shape {
 // after another, the copies of each tile's first steps issued while the tile before is computed.
 template <bool swiglu, int V, int TM, int R, int WG>
 __global__ void __launch_bounds__(tile_shape<TM, WG>::n_threads, tile_shape<TM, WG>::min_blocks)
-    matmul_digits_wgmma_kernel(const matvec_digits_args a) {
+    matmul_digits_wgmma_kernel(const matvec_digits_args a, const __grid_constant__ weight_maps maps) {
 #if TANDEM_HAVE_WGMMA
     using shape = tile_shape<TM, WG>;
     constexpr int tile_n = shape::tile_n, n_threads = shape::n_threads, n_warps = shape::n_warps, w_bytes = shape::w_bytes;
@@ -84,6 +120,7 @@ __global__ void __launch_bounds__(tile_shape<TM, WG>::n_threads, tile_shape<TM, 
     __shared__ int32_t s_xrow[chunk];          // each pair's digit row (-1: past the chunk's pairs)
     __shared__ int32_t s_yrow[chunk];          // each pair's output row
     __shared__ const uint8_t *s_wrow[tile_n];  // each A row's weight row (nullptr: past n_out)
+    __shared__ __align__(8) uint64_t s_wbar[n_stages];  // each stage's weight copies
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
 
     pdl_wait();  // groups, pairs and digits come from the launches before
@@ -96,7 +133,15 @@ __global__ void __launch_bounds__(tile_shape<TM, WG>::n_threads, tile_shape<TM, 
     const int64_t y_stride = b.y_stride;
     prompt_tile::fill_digit_rows<chunk, tile_n, swiglu>(a, b, s_xrow, s_wrow, tid, n_threads);
     for (int r = tid; r < rows_here; r += n_threads) s_yrow[r] = a.y_rows ? a.y_rows[m0 + r] : m0 + r;
+    if (tid == 0) {
+        for (int st = 0; st < n_stages; ++st) mbar_init(&s_wbar[st]);
+        mbar_fence_init();
+    }
     __syncthreads();
+    // The weights of a step: one tensor copy of the tile's rows (SwiGLU: the gate rows, then the up
+    // rows; rows past n_out arrive as zeros), from the block's matrix (maps.m[b.part]; SwiGLU: m[0]
+    // gate, m[1] up) at rows j0 .., matrix b.mat.
+    const CUtensorMap *const w_map = &maps.m[swiglu ? 0 : b.part];
     const int n_tiles = (rows_here + tile_m - 1) / tile_m, n_steps = n_tiles * n_blocks;
     auto block_at = [&](int i) { return prompt_tile::digit_block_in_order<V>(i, n_blocks); };
     // Stage layout: B (digits) [sub-block j][K half][column][16], raw rows, sums, scales. Each
@@ -107,7 +152,8 @@ __global__ void __launch_bounds__(tile_shape<TM, WG>::n_threads, tile_shape<TM, 
     //   512 (elements 16h + 8e .. of sub-block j, digit d) to column 2r + d, bytes 8e: a warp reads
     //   8 whole 32-byte sectors and writes 256 contiguous bytes. (Digit rows laid out for 16-byte
     //   copies measured 0.7% slower end to end: docs/perf-notes.md, session 24.)
-    // - Raw rows: row tid / 2, pieces tid % 2, + 2, ...
+    // - Raw rows: thread 0's tensor copies (the weights' 16-byte copies, 4.5 a thread, kept the copy
+    //   queue full: docs/perf-notes.md, session 24).
     // - Sums: threads 0 .. 2 TM - 1, two copies a pair; scales: the next TM threads where the block
     //   has them, else threads 0 .. TM - 1.
     // The pairs' sources are set per tile (at its first step's copies: one shared-memory read each).
@@ -130,8 +176,6 @@ __global__ void __launch_bounds__(tile_shape<TM, WG>::n_threads, tile_shape<TM, 
         s_row = tid < 2 * tile_m ? s_xrow[r * tile_m + (tid >> 1)] : -1;
         c_row = c_mine ? s_xrow[r * tile_m + c_pair] : -1;
     };
-    const uint8_t *const w_src = s_wrow[tid >> 1] ? s_wrow[tid >> 1] : s_wrow[0];
-    const int w_bytes_mine = s_wrow[tid >> 1] ? 16 : 0, w_part0 = tid & 1;
     // Step i (tile i / n_blocks, its block i % n_blocks in partial order) into stage i % n_stages.
     int issue_tile = 0, issue_k = 0;  // the next step issue() is called for, counted incrementally
     set_tile_sources(0);
@@ -149,11 +193,17 @@ __global__ void __launch_bounds__(tile_shape<TM, WG>::n_threads, tile_shape<TM, 
 #pragma unroll
                 for (int k = 0; k < 16; ++k) cp_async_8(st + x_dst[o] + k * b_half_bytes, xs + 32 * k, x_bytes_mine[o]);
             }
-            uint8_t *ws = st + x_bytes + (tid >> 1) * w_pitch;
-            const uint8_t *wsrc = w_src + int64_t(c) * 144;
-#pragma unroll
-            for (int part = 0; part < 9; part += 2)
-                if (part + w_part0 < 9) cp_async_16(ws + 16 * (part + w_part0), wsrc + 16 * (part + w_part0), w_bytes_mine);
+            if (tid == 0) {
+                uint64_t *bar = &s_wbar[i % n_stages];
+                fence_proxy_async_shared();  // the stage's last readers passed the step's barrier
+                mbar_expect(bar, uint32_t(tile_n * w_pitch));
+                if constexpr (swiglu) {
+                    tensor_copy_3d_to_shared(st + x_bytes, &maps.m[0], c * 144, j0, b.mat, bar);
+                    tensor_copy_3d_to_shared(st + x_bytes + tile_n / 2 * w_pitch, &maps.m[1], c * 144, j0, b.mat, bar);
+                } else {
+                    tensor_copy_3d_to_shared(st + x_bytes, w_map, c * 144, j0, b.mat, bar);
+                }
+            }
             if (tid < 2 * tile_m) {
                 const uint16_t *src = a.x.sums + (s_row >= 0 ? (int64_t(s_row) * n_blocks + c) * 16 + 8 * (tid & 1) : 0);
                 cp_async_16(st + x_bytes + w_bytes + (tid >> 1) * 32 + 16 * (tid & 1), src, s_row >= 0 ? 16 : 0);
@@ -173,7 +223,9 @@ __global__ void __launch_bounds__(tile_shape<TM, WG>::n_threads, tile_shape<TM, 
     // One block of 256 into part.
     auto compute = [&](const uint8_t *st, int i_next) {
         const uint8_t *ws = st + x_bytes;
-        const uint8_t *w0 = ws + r_lo * w_pitch, *w1 = w0 + 8 * w_pitch;
+        // The thread's A rows: plain, staged rows r_lo and r_lo + 8; SwiGLU, its output's gate row
+        // (staged row 8 warp + g) and up row (the same row of the second half).
+        const uint8_t *w0 = ws + (swiglu ? 8 * warp + g : r_lo) * w_pitch, *w1 = w0 + (swiglu ? tile_n / 2 : 8) * w_pitch;
         const uint4 h0 = *reinterpret_cast<const uint4 *>(w0), h1 = *reinterpret_cast<const uint4 *>(w1);
         // Scales of sub-blocks 0-3 and 4-7 (get_scale_min_k4), rows r_lo and r_lo + 8.
         const uint32_t sc0[2] = {h0.y & 0x3F3F3F3Fu, (h0.w & 0x0F0F0F0Fu) | ((h0.y >> 2) & 0x30303030u)};
@@ -261,6 +313,7 @@ __global__ void __launch_bounds__(tile_shape<TM, WG>::n_threads, tile_shape<TM, 
 #pragma unroll 1
             for (int c = v; c < n_blocks; c += V, ++i) {
                 cp_async_wait_pending<n_stages - 2>();  // step i's copies (this thread's) are in
+                mbar_wait_parity(&s_wbar[i % n_stages], uint32_t(i / n_stages) & 1u);  // and its weights
                 fence_proxy_async_shared();             // ... and visible to the tensor cores' reads
                 __syncthreads();                        // everyone's are; the other stage is free
                 compute(smem + (i % n_stages) * stage_bytes, i + n_stages - 1);
@@ -301,9 +354,14 @@ void launch_wgmma_tiles(const matvec_digits_args &a, cudaStream_t stream) {
     const int col_blocks = prompt_tile::digit_col_blocks(a, swiglu ? shape::tile_n / 2 : shape::tile_n);
     const int m_tiles = prompt_tile::digit_m_tiles(a, TM * R);
     if (m_tiles == 0) return;
+    weight_maps maps{};
+    const int32_t box_rows = swiglu ? shape::tile_n / 2 : shape::tile_n, n_mats = a.one_group ? 1 : 1 << 16;
+    maps.m[0] = weight_map(a.w, a.n_in, a.n_out, n_mats, box_rows);
+    if (swiglu) maps.m[1] = weight_map(a.w_up, a.n_in, a.n_out, n_mats, box_rows);
+    for (int e = 0; e < a.n_extra; ++e) maps.m[1 + e] = weight_map(a.extra[e].w, a.n_in, a.extra[e].n_out, 1, box_rows);
     auto kernel = matmul_digits_wgmma_kernel<swiglu, V, TM, R, WG>;
     allow_dynamic_smem(kernel, shape::smem_bytes);
-    launch_pdl_smem(kernel, dim3(col_blocks, m_tiles), dim3(shape::n_threads), shape::smem_bytes, stream, a);
+    launch_pdl_smem(kernel, dim3(col_blocks, m_tiles), dim3(shape::n_threads), shape::smem_bytes, stream, a, maps);
     TANDEM_CUDA_CHECK_LAUNCH();
 }
 
