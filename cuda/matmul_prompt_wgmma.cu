@@ -8,8 +8,9 @@
 // pairs of one group (TM 64 with two warpgroups sharing the staged digits, or 32 with one for
 // small groups). Per block of 256 elements (one K step):
 // - the rows' raw Q4_K bytes arrive by one tensor copy (TMA; SwiGLU: one for the gate rows, one
-//   for the up rows) on the stage's mbarrier, the pairs' digit sums and scales by cp.async, in one
-//   of two stages while the other is computed; the digits arrive as the B operand: sub-block j,
+//   for the up rows) on the stage's mbarrier, the pairs' digit sums and scales by cp.async, into
+//   one of ST stages (3 for the 64-pair tiles, 2 for the 32) while another is computed; the
+//   digits arrive as the B operand: sub-block j,
 //   column 2p + d (pair p's digit d), its elements 0-15 then 16-31 (8-byte copies: the digit rows
 //   interleave d0 and d1 every 8 elements);
 // - the A operand is the weights, made in registers from the staged bytes: warp w's rows 16 w + g
@@ -82,14 +83,13 @@ CUtensorMap weight_map(const void *w, int32_t n_in, int32_t n_out, int32_t n_mat
     return m;
 }
 
-constexpr int n_stages = 2;
 constexpr int w_pitch = 144;    // a staged raw row: lanes (g, t) read words 36 g + t + ..., distinct banks
 static_assert(digits_per_element == 2, "a pair's two digits are two B columns");
 // A block tile of TM pairs (64, or 32 for small groups): B has 2 TM columns; WG warpgroups, each 64
-// weight rows (the A rows of its wgmma), sharing the block's B.
-template <int TM, int WG = 1>
+// weight rows (the A rows of its wgmma), sharing the block's B; ST stages of copies.
+template <int TM, int WG = 1, int ST = 2>
 struct tile_shape {
-    static constexpr int tile_n = 64 * WG, n_threads = 128 * WG, n_warps = 4 * WG;
+    static constexpr int tile_n = 64 * WG, n_threads = 128 * WG, n_warps = 4 * WG, n_stages = ST;
     static constexpr int w_bytes = tile_n * w_pitch;
     static constexpr int n_cols = 2 * TM, n_tiles8 = TM / 4;  // n-tiles of 8 columns
     static constexpr int b_half_bytes = n_cols * 16;       // one K half of a sub-block's B: the columns x 16 bytes
@@ -107,11 +107,12 @@ struct tile_shape {
 
 // R: the block's pair tiles (a chunk of R TM pairs of one group, or of the one group's rows), one
 // after another, the copies of each tile's first steps issued while the tile before is computed.
-template <bool swiglu, int V, int TM, int R, int WG>
-__global__ void __launch_bounds__(tile_shape<TM, WG>::n_threads, tile_shape<TM, WG>::min_blocks)
+template <bool swiglu, int V, int TM, int R, int WG, int ST>
+__global__ void __launch_bounds__(tile_shape<TM, WG, ST>::n_threads, tile_shape<TM, WG, ST>::min_blocks)
     matmul_digits_wgmma_kernel(const matvec_digits_args a, const __grid_constant__ weight_maps maps) {
 #if TANDEM_HAVE_WGMMA
-    using shape = tile_shape<TM, WG>;
+    using shape = tile_shape<TM, WG, ST>;
+    constexpr int n_stages = shape::n_stages;
     constexpr int tile_n = shape::tile_n, n_threads = shape::n_threads, n_warps = shape::n_warps, w_bytes = shape::w_bytes;
     constexpr int tile_m = TM, chunk = TM * R, n_tiles8 = shape::n_tiles8, n_part = shape::n_part;
     constexpr int b_half_bytes = shape::b_half_bytes, b_sub_bytes = shape::b_sub_bytes, x_bytes = shape::x_bytes;
@@ -315,7 +316,7 @@ __global__ void __launch_bounds__(tile_shape<TM, WG>::n_threads, tile_shape<TM, 
                 cp_async_wait_pending<n_stages - 2>();  // step i's copies (this thread's) are in
                 mbar_wait_parity(&s_wbar[i % n_stages], uint32_t(i / n_stages) & 1u);  // and its weights
                 fence_proxy_async_shared();             // ... and visible to the tensor cores' reads
-                __syncthreads();                        // everyone's are; the other stage is free
+                __syncthreads();                        // everyone's are; step i - 1's stage is free
                 compute(smem + (i % n_stages) * stage_bytes, i + n_stages - 1);
             }
 #pragma unroll
@@ -348,9 +349,9 @@ __global__ void __launch_bounds__(tile_shape<TM, WG>::n_threads, tile_shape<TM, 
 #endif
 }
 
-template <bool swiglu, int V, int TM, int R, int WG = 1>
+template <bool swiglu, int V, int TM, int R, int WG = 1, int ST = 2>
 void launch_wgmma_tiles(const matvec_digits_args &a, cudaStream_t stream) {
-    using shape = tile_shape<TM, WG>;
+    using shape = tile_shape<TM, WG, ST>;
     const int col_blocks = prompt_tile::digit_col_blocks(a, swiglu ? shape::tile_n / 2 : shape::tile_n);
     const int m_tiles = prompt_tile::digit_m_tiles(a, TM * R);
     if (m_tiles == 0) return;
@@ -359,7 +360,7 @@ void launch_wgmma_tiles(const matvec_digits_args &a, cudaStream_t stream) {
     maps.m[0] = weight_map(a.w, a.n_in, a.n_out, n_mats, box_rows);
     if (swiglu) maps.m[1] = weight_map(a.w_up, a.n_in, a.n_out, n_mats, box_rows);
     for (int e = 0; e < a.n_extra; ++e) maps.m[1 + e] = weight_map(a.extra[e].w, a.n_in, a.extra[e].n_out, 1, box_rows);
-    auto kernel = matmul_digits_wgmma_kernel<swiglu, V, TM, R, WG>;
+    auto kernel = matmul_digits_wgmma_kernel<swiglu, V, TM, R, WG, ST>;
     allow_dynamic_smem(kernel, shape::smem_bytes);
     launch_pdl_smem(kernel, dim3(col_blocks, m_tiles), dim3(shape::n_threads), shape::smem_bytes, stream, a, maps);
     TANDEM_CUDA_CHECK_LAUNCH();
@@ -378,10 +379,12 @@ void launch_wgmma_tiles(const matvec_digits_args &a, cudaStream_t stream) {
     // the staged digits (a 2,048-row prompt +4.6% for the experts, +2.5% more for Q/K/V and wo):
     // docs/perf-notes.md, session 24.
     if (tm == 64) {
+        // Three stages (one block an SM has the shared memory): +0.3% whole, +0.5% in 1,024-row
+        // chunks against two (session 24, call 16).
         if (!a.one_group)
-            launch_wgmma_tiles<swiglu, V, 64, 2, 2>(a, stream);
+            launch_wgmma_tiles<swiglu, V, 64, 2, 2, 3>(a, stream);
         else
-            launch_wgmma_tiles<swiglu, V, 64, 1, 2>(a, stream);
+            launch_wgmma_tiles<swiglu, V, 64, 1, 2, 3>(a, stream);
     } else {
         if (!a.one_group)
             launch_wgmma_tiles<swiglu, V, 32, 4>(a, stream);
