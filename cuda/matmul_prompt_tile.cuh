@@ -133,19 +133,13 @@ __device__ __forceinline__ bool resolve_digit_tile(const matvec_digits_args &a, 
     b.j0 = bx * outs_per_block;
     return true;
 }
-// The block's threads fill each pair's digit row (-1: past the tile's pairs) and each tile row's
-// Q4_K weight row (nullptr: past n_out; SwiGLU: runs of 8 gate rows, then their 8 up rows); a
-// barrier must follow.
-template <int tile_m, int tile_n, bool swiglu>
-__device__ __forceinline__ void fill_digit_rows(const matvec_digits_args &a, const digit_tile &b, int32_t *s_xrow, const uint8_t **s_wrow,
-                                                int tid, int n_threads) {
-    const int64_t row_bytes = int64_t(a.n_in / 256) * 144;
+// The block's threads fill each pair's digit row (-1: past the tile's pairs) and its output row
+// (for the tile's pairs); a barrier must follow. (The weight rows come by tensor copies.)
+template <int tile_m>
+__device__ __forceinline__ void fill_digit_rows(const matvec_digits_args &a, const digit_tile &b, int32_t *s_xrow, int32_t *s_yrow, int tid,
+                                                int n_threads) {
     for (int r = tid; r < tile_m; r += n_threads) s_xrow[r] = r < b.rows_here ? (a.x_rows ? a.x_rows[b.m0 + r] : b.m0 + r) : -1;
-    for (int wr = tid; wr < tile_n; wr += n_threads) {
-        const int j = swiglu ? b.j0 + 8 * (wr >> 4) + (wr & 7) : b.j0 + wr;
-        const void *base = swiglu && (wr & 8) ? a.w_up : b.w;
-        s_wrow[wr] = j < b.n_out ? static_cast<const uint8_t *>(base) + (int64_t(b.mat) * b.n_out + j) * row_bytes : nullptr;
-    }
+    for (int r = tid; r < b.rows_here; r += n_threads) s_yrow[r] = a.y_rows ? a.y_rows[b.m0 + r] : b.m0 + r;
 }
 // Block i of 256 in the K split's partial order: partial v = 0's blocks (0, V, 2V, ...), then
 // v = 1's, ... (matvec_digits' order, so each output adds the same partials in the same order).

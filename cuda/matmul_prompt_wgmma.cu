@@ -120,7 +120,6 @@ __global__ void __launch_bounds__(tile_shape<TM, WG, ST>::n_threads, tile_shape<
     extern __shared__ __align__(128) uint8_t smem[];
     __shared__ int32_t s_xrow[chunk];          // each pair's digit row (-1: past the chunk's pairs)
     __shared__ int32_t s_yrow[chunk];          // each pair's output row
-    __shared__ const uint8_t *s_wrow[tile_n];  // each A row's weight row (nullptr: past n_out)
     __shared__ __align__(8) uint64_t s_wbar[n_stages];  // each stage's weight copies
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
 
@@ -129,11 +128,10 @@ __global__ void __launch_bounds__(tile_shape<TM, WG, ST>::n_threads, tile_shape<
     constexpr int outs_per_block = swiglu ? tile_n / 2 : tile_n;
     prompt_tile::digit_tile b;
     if (!prompt_tile::resolve_digit_tile<chunk, outs_per_block>(a, b)) return;
-    const int rows_here = b.rows_here, m0 = b.m0, n_out = b.n_out, j0 = b.j0, n_blocks = a.n_in / 256;
+    const int rows_here = b.rows_here, n_out = b.n_out, j0 = b.j0, n_blocks = a.n_in / 256;
     float *const y_mat = b.y;
     const int64_t y_stride = b.y_stride;
-    prompt_tile::fill_digit_rows<chunk, tile_n, swiglu>(a, b, s_xrow, s_wrow, tid, n_threads);
-    for (int r = tid; r < rows_here; r += n_threads) s_yrow[r] = a.y_rows ? a.y_rows[m0 + r] : m0 + r;
+    prompt_tile::fill_digit_rows<chunk>(a, b, s_xrow, s_yrow, tid, n_threads);
     if (tid == 0) {
         for (int st = 0; st < n_stages; ++st) mbar_init(&s_wbar[st]);
         mbar_fence_init();
