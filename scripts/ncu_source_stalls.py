@@ -26,7 +26,10 @@ def main():
     opener = gzip.open if path.endswith('.gz') else open
     with opener(path, 'rt') as f:
         rows = list(csv.reader(f))
-    header = next(i for i, r in enumerate(rows) if r and r[0] == 'Address')
+    header = next((i for i, r in enumerate(rows) if r and r[0] == 'Address'), None)
+    if header is None:
+        sys.exit(f"{path}: no SASS rows (did ncu profile a kernel? Its --kernel-name regex sees template "
+                 "arguments written as (bool)1, (int)4: e.g. \"regex:NAME<.bool.1\")")
     hdr = rows[header]
     ix = {h: i for i, h in enumerate(hdr)}
     data = [r for r in rows[header + 1:] if len(r) >= len(hdr)]
