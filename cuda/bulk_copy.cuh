@@ -1,7 +1,9 @@
 // cuda/bulk_copy.cuh - bulk copies global -> shared by the copy engine (cp.async.bulk, sm_90), each
 // completing on an mbarrier: a block asks for all of its weights at once instead of a warp keeping
-// one chunk in flight (matvec's staged grouped products). On older GPUs these compile to a trap;
-// callers use them only where pdl_supported() (launch.cuh: compute capability 9+).
+// one chunk in flight (matvec's staged grouped products); and tensor copies (TMA) of one box of a
+// tensor map (the warpgroup prompt tiles' weights, cuda/matmul_prompt_wgmma.cu). On older GPUs these
+// compile to a trap; callers use them only where pdl_supported() or wgmma_built() (launch.cuh:
+// compute capability 9+).
 #pragma once
 
 #include <cuda.h>
