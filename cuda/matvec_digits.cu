@@ -123,6 +123,26 @@ __device__ __forceinline__ void digit_chunk(const q4_k_lane &lo, const q4_k_lane
 // Step rows a pass of the digit products covers: one per lane group t.
 constexpr int digits_pass = 4;
 
+// The lane's activation operands of one chunk (block c of 256 elements): its B fragments of the
+// eight sub-blocks (step row xr, column g: that row's digit g % 2), xr's digit sums, and the scale
+// of step row xs (the lane's C columns).
+struct x_chunk {
+    uint2 b[8];
+    uint2 sb;
+    float sx;
+};
+__device__ __forceinline__ x_chunk load_x_chunk(const digit_rows &x, int n_in, int xr, int xs, int c, int g, int t) {
+    constexpr int D = digits_per_element;
+    const int n_blocks = n_in / 256;
+    const int8_t *xd = x.digits + int64_t(xr) * D * n_in + (c * 32 + t) * 8 * D + 8 * (g & 1);
+    x_chunk v;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) v.b[j] = *reinterpret_cast<const uint2 *>(xd + j * 32 * D);
+    v.sb = *reinterpret_cast<const uint2 *>(x.sums + (int64_t(xr) * n_blocks + c) * 16 + t * 4);
+    v.sx = x.scales[int64_t(xs) * n_blocks + c];
+    return v;
+}
+
 // The lane's outputs of a pass: step row p0 + t of weight rows j0 + g and j0 + g + 8, or SwiGLU's
 // silu(gate) * up of output j0 + g; rows past the pass's end and outputs past n_out are not
 // written. Every digit product writes its outputs here.
@@ -232,9 +252,15 @@ __global__ void __launch_bounds__(W * 32, staged ? 8 : 0) matvec_digits_kernel(c
     pdl_trigger();
     if constexpr (grouped)
         if (!early && !start_group()) return;
-    if constexpr (staged) mbar_wait_first(&s_bar);
     auto x_row = [&](int i) { const int r = i < end ? i : begin; return a.x_rows ? a.x_rows[r] : r; };
     auto y_row = [&](int i) { return a.y_rows ? a.y_rows[i] : i; };
+    // Staged, producer digits: the first pass's row indices and the warp's first chunk of
+    // activations are fetched while the weights are still on their way.
+    constexpr bool x_ahead = staged && !quantize;
+    x_chunk xv;
+    if constexpr (x_ahead)
+        if (warp < n_blocks) xv = load_x_chunk(a.x, a.n_in, x_row(begin + (g >> 1)), x_row(begin + t), warp, g, t);
+    if constexpr (staged) mbar_wait_first(&s_bar);
     for (int p0 = begin; p0 < end; p0 += digits_pass) {
         const int xr = x_row(p0 + (g >> 1));  // B column g (past the rows: a real row, unused)
         const int xs = x_row(p0 + t);         // C columns 2t, 2t + 1
@@ -247,7 +273,11 @@ __global__ void __launch_bounds__(W * 32, staged ? 8 : 0) matvec_digits_kernel(c
             const int8_t *xd = nullptr;
             uint2 sb;
             float sx;
-            if constexpr (quantize) {
+            if constexpr (x_ahead) {
+                if (!(p0 == begin && c == warp)) xv = load_x_chunk(a.x, a.n_in, xr, xs, c, g, t);
+                sb = xv.sb;
+                sx = xv.sx;
+            } else if constexpr (quantize) {
                 // The pass's rows' block c (columns past its rows keep stale values: never written out).
                 uint8_t *qd = s_qd[warp];
                 __syncwarp();
@@ -277,6 +307,7 @@ __global__ void __launch_bounds__(W * 32, staged ? 8 : 0) matvec_digits_kernel(c
             digit_chunk(
                 lo, hi,
                 [&](int j) {
+                    if constexpr (x_ahead) return xv.b[j];
                     return quantize ? *reinterpret_cast<const uint2 *>(s_qd[warp] + (j * 32 + lane) * 8)
                                     : *reinterpret_cast<const uint2 *>(xd + j * 32 * D);
                 },
@@ -305,7 +336,6 @@ __global__ void __launch_bounds__(W * 32, staged ? 8 : 0) matvec_digits_kernel(c
 // the next chunk's weights loaded before this one is multiplied.
 template <int V, bool swiglu, int S, bool staged>
 __global__ void __launch_bounds__(S * 32) matvec_digits_solo_kernel(const matvec_digits_args a) {
-    constexpr int D = digits_per_element;
     __shared__ uint64_t s_bar[S];
     extern __shared__ __align__(16) uint8_t s_w[];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
@@ -349,9 +379,15 @@ __global__ void __launch_bounds__(S * 32) matvec_digits_solo_kernel(const matvec
     pdl_wait();
     pdl_trigger();
     if (!early && !start()) return;
-    if constexpr (staged) mbar_wait_first(&s_bar[warp]);
     auto x_row = [&](int i) { const int r = i < end ? i : begin; return a.x_rows ? a.x_rows[r] : r; };
     auto y_row = [&](int i) { return a.y_rows ? a.y_rows[i] : i; };
+    // Staged: the first pass's row indices and first chunk of activations fetched while the
+    // weights are on their way.
+    x_chunk xv;
+    if constexpr (staged) {
+        xv = load_x_chunk(a.x, a.n_in, x_row(begin + (g >> 1)), x_row(begin + t), 0, g, t);
+        mbar_wait_first(&s_bar[warp]);
+    }
     for (int p0 = begin; p0 < end; p0 += digits_pass) {
         const int xr = x_row(p0 + (g >> 1));  // B column g (past the rows: a real row, unused)
         const int xs = x_row(p0 + t);         // C columns 2t, 2t + 1
@@ -373,11 +409,9 @@ __global__ void __launch_bounds__(S * 32) matvec_digits_solo_kernel(const matvec
                     lo_next = load_q4_k_lane(rlo, c + 1, t);
                     hi_next = load_q4_k_lane(rhi, c + 1, t);
                 }
-                const int8_t *xd = a.x.digits + int64_t(xr) * D * a.n_in + (c * 32 + t) * 8 * D + 8 * (g & 1);
-                const uint2 sb = *reinterpret_cast<const uint2 *>(a.x.sums + (int64_t(xr) * n_blocks + c) * 16 + t * 4);
-                const float sx = a.x.scales[int64_t(xs) * n_blocks + c];
+                if (!staged || p0 != begin || c != 0) xv = load_x_chunk(a.x, a.n_in, xr, xs, c, g, t);
                 digit_chunk(
-                    lo, hi, [&](int j) { return *reinterpret_cast<const uint2 *>(xd + j * 32 * D); }, sb, sx, t, part[v]);
+                    lo, hi, [&](int j) { return xv.b[j]; }, xv.sb, xv.sx, t, part[v]);
                 if constexpr (!staged) {
                     lo = lo_next;
                     hi = hi_next;
