@@ -381,11 +381,14 @@ __global__ void __launch_bounds__(S * 32) matvec_digits_solo_kernel(const matvec
     if (!early && !start()) return;
     auto x_row = [&](int i) { const int r = i < end ? i : begin; return a.x_rows ? a.x_rows[r] : r; };
     auto y_row = [&](int i) { return a.y_rows ? a.y_rows[i] : i; };
-    // Staged: the first pass's row indices and first chunk of activations fetched while the
-    // weights are on their way.
-    x_chunk xv;
+    // Staged: the first pass's row indices and its first V chunks of activations fetched while
+    // the weights are on their way; later passes load their V chunks together, then multiply.
+    x_chunk xv, xa[V];
     if constexpr (staged) {
-        xv = load_x_chunk(a.x, a.n_in, x_row(begin + (g >> 1)), x_row(begin + t), 0, g, t);
+        const int xr = x_row(begin + (g >> 1)), xs = x_row(begin + t);
+#pragma unroll
+        for (int v = 0; v < V; ++v)
+            if (v < n_blocks) xa[v] = load_x_chunk(a.x, a.n_in, xr, xs, v, g, t);
         mbar_wait_first(&s_bar[warp]);
     }
     for (int p0 = begin; p0 < end; p0 += digits_pass) {
@@ -397,6 +400,13 @@ __global__ void __launch_bounds__(S * 32) matvec_digits_solo_kernel(const matvec
             hi = load_q4_k_lane(rhi, 0, t);
         }
         for (int c0 = 0; c0 < n_blocks; c0 += V) {
+            if constexpr (staged) {  // the V chunks' activations in flight together
+                if (p0 != begin || c0 != 0) {
+#pragma unroll
+                    for (int v = 0; v < V; ++v)
+                        if (c0 + v < n_blocks) xa[v] = load_x_chunk(a.x, a.n_in, xr, xs, c0 + v, g, t);
+                }
+            }
 #pragma unroll
             for (int v = 0; v < V; ++v) {
                 const int c = c0 + v;
@@ -405,11 +415,14 @@ __global__ void __launch_bounds__(S * 32) matvec_digits_solo_kernel(const matvec
                 if constexpr (staged) {
                     lo = load_q4_k_lane(rlo, c, t);
                     hi = load_q4_k_lane(rhi, c, t);
-                } else if (c + 1 < n_blocks) {
-                    lo_next = load_q4_k_lane(rlo, c + 1, t);
-                    hi_next = load_q4_k_lane(rhi, c + 1, t);
+                    xv = xa[v];
+                } else {
+                    if (c + 1 < n_blocks) {
+                        lo_next = load_q4_k_lane(rlo, c + 1, t);
+                        hi_next = load_q4_k_lane(rhi, c + 1, t);
+                    }
+                    xv = load_x_chunk(a.x, a.n_in, xr, xs, c, g, t);
                 }
-                if (!staged || p0 != begin || c != 0) xv = load_x_chunk(a.x, a.n_in, xr, xs, c, g, t);
                 digit_chunk(
                     lo, hi, [&](int j) { return xv.b[j]; }, xv.sb, xv.sx, t, part[v]);
                 if constexpr (!staged) {
