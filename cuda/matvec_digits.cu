@@ -215,12 +215,9 @@ __global__ void __launch_bounds__(W * 32, staged ? 8 : 0) matvec_digits_kernel(c
         }
         resolve_rows();
         if constexpr (staged) {
-            if (threadIdx.x == 0) {
-                mbar_init(&s_bar);
-                mbar_fence_init();
-                mbar_expect(&s_bar, uint32_t(16 * row_bytes));
-            }
-            __syncthreads();
+            // The barrier was made at the kernel's start: the expected bytes and the copies may
+            // come in either order (its phase waits for this one arrival as well).
+            if (threadIdx.x == 0) mbar_expect(&s_bar, uint32_t(16 * row_bytes));
             // Row r (A row r of the tile: gate rows, then up rows; or the 16 rows) from lane r / W of warp r % W.
             const int r = lane * W + warp;
             if (one_copy) {
@@ -233,6 +230,15 @@ __global__ void __launch_bounds__(W * 32, staged ? 8 : 0) matvec_digits_kernel(c
         }
         return true;
     };
+    // Staged: the copies' barrier made before anything waits (for the first blocks, while the
+    // predecessor finishes), so no block barrier stands between the group's read and its copies.
+    if constexpr (staged) {
+        if (threadIdx.x == 0) {
+            mbar_init(&s_bar);
+            mbar_fence_init();
+        }
+        __syncthreads();
+    }
     // The first chunk's weights loaded before the wait on the predecessor: dense products, and
     // grouped ones whose groups are settled (streamed; staged ones issue their copies).
     const bool early = !grouped || a.groups_settled || one;
