@@ -2,8 +2,8 @@
 // (cuda/attention_prompt.h) against the CPU twin cpu::attention on seeded random caches: prompt
 // chunks of 1, 17, 64 and 300 rows at tile and non-tile starts, several slots in one launch,
 // interleaved slots, padding rows; a row's output bitwise independent of the other rows of the
-// launch; both cache types (floats, and halves on the f16 mma path); and a hidden [.bench] case
-// timing a 2,048-token prompt.
+// launch and of its block shape (four warps, or eight from 512 rows); both cache types (floats,
+// and halves on the f16 mma path); and a hidden [.bench] case timing a 2,048-token prompt.
 #include "gpu_test_util.h"
 
 #include "cuda/attention_prompt.h"
@@ -230,12 +230,17 @@ TEST_CASE("attention_prompt rows are bitwise independent of the other rows of th
             reversed.q.insert(reversed.q.end(), rs.q.begin() + ptrdiff_t(r * q_dim), rs.q.begin() + ptrdiff_t((r + 1) * q_dim));
         }
         const auto backwards = run_gpu(c, reversed);
-        int32_t differ_alone = 0, differ_shift = 0, differ_rev = 0;
+        row_set wide = rs;                        // (e): 420 rows of slot 2 after them: eight-warp blocks
+        add_rows(wide, rng, c, 2, 0, 420);
+        const auto wide_out = run_gpu(c, wide);
+        int32_t differ_alone = 0, differ_shift = 0, differ_rev = 0, differ_wide = 0;
         for (int32_t r = 0; r < n; ++r) {
             differ_alone += !same_row(together, r, alone, r, q_dim);
             differ_shift += !same_row(together, r, after, r + shift, q_dim);
             differ_rev += !same_row(together, r, backwards, n - 1 - r, q_dim);
+            differ_wide += !same_row(together, r, wide_out, r, q_dim);
         }
+        CHECK(differ_wide == 0);
         CHECK(differ_alone == 0);
         CHECK(differ_shift == 0);
         CHECK(differ_rev == 0);
