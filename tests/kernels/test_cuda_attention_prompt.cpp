@@ -230,7 +230,9 @@ TEST_CASE("attention_prompt rows are bitwise independent of the other rows of th
             reversed.q.insert(reversed.q.end(), rs.q.begin() + ptrdiff_t(r * q_dim), rs.q.begin() + ptrdiff_t((r + 1) * q_dim));
         }
         const auto backwards = run_gpu(c, reversed);
-        row_set wide = rs;                        // (e): 420 rows of slot 2 after them: eight-warp blocks
+        // (e): 420 rows of slot 2 after them: 572 rows, past attention_prompt.cu's ap_wide_rows (512), so
+        // eight-warp blocks (keep the total above it if that bound moves)
+        row_set wide = rs;
         add_rows(wide, rng, c, 2, 0, 420);
         const auto wide_out = run_gpu(c, wide);
         int32_t differ_alone = 0, differ_shift = 0, differ_rev = 0, differ_wide = 0;
