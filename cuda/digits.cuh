@@ -118,4 +118,40 @@ __device__ __forceinline__ void digits_quantize_warp(const float (&v)[8], const 
     if (lane == 0) out.scales[row * (n / 256) + c] = ld.scale;
 }
 
+// A block's row held eight contiguous elements a thread (thread T of n / 8: elements 8T .. 8T + 7,
+// so warp w holds digit block w as digits_quantize's lanes do): its RMSNorm in the CPU twin's order
+// (element i's square summed in lane i % 32 of warp 0, ascending, then the butterfly; rmsnorm_kernel's
+// order), y = x inv w written to y_row and as row `row` of `out`. Bitwise rmsnorm's y and
+// digits_quantize's digits of that y. Every thread of the block calls it; s_sq holds n floats.
+__device__ __forceinline__ void rmsnorm_digits_block(const float (&xv)[8], const float (&wv)[8], float *s_sq, float *s_inv, int n,
+                                                     float eps, float *y_row, const digit_rows &out, int64_t row) {
+    const int i0 = 8 * int(threadIdx.x), warp = int(threadIdx.x) >> 5, lane = int(threadIdx.x) & 31;
+    *reinterpret_cast<float4 *>(s_sq + i0) =
+        make_float4(__fmul_rn(xv[0], xv[0]), __fmul_rn(xv[1], xv[1]), __fmul_rn(xv[2], xv[2]), __fmul_rn(xv[3], xv[3]));
+    *reinterpret_cast<float4 *>(s_sq + i0 + 4) =
+        make_float4(__fmul_rn(xv[4], xv[4]), __fmul_rn(xv[5], xv[5]), __fmul_rn(xv[6], xv[6]), __fmul_rn(xv[7], xv[7]));
+    __syncthreads();
+    if (warp == 0) {
+        float acc = 0.0f;
+#pragma unroll 16
+        for (int i = lane; i < n; i += 32) acc = __fadd_rn(acc, s_sq[i]);
+        acc = warp_sum_fixed(acc);
+        if (lane == 0) *s_inv = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(acc, float(n)), eps)));
+    }
+    __syncthreads();
+    const float inv = *s_inv;
+    float v[8];
+#pragma unroll
+    for (int i = 0; i < 8; ++i) v[i] = __fmul_rn(__fmul_rn(xv[i], inv), wv[i]);
+    *reinterpret_cast<float4 *>(y_row + i0) = make_float4(v[0], v[1], v[2], v[3]);
+    *reinterpret_cast<float4 *>(y_row + i0 + 4) = make_float4(v[4], v[5], v[6], v[7]);
+    digits_quantize_warp(v, out, row, n, warp, lane);
+}
+
+// Eight contiguous floats from p (16-byte aligned) into v.
+__device__ __forceinline__ void load8(const float *p, float (&v)[8]) {
+    const float4 a = *reinterpret_cast<const float4 *>(p), b = *reinterpret_cast<const float4 *>(p + 4);
+    v[0] = a.x; v[1] = a.y; v[2] = a.z; v[3] = a.w; v[4] = b.x; v[5] = b.y; v[6] = b.z; v[7] = b.w;
+}
+
 }  // namespace tandem::cuda

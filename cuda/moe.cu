@@ -8,6 +8,7 @@
 #include "moe.h"
 
 #include "cuda_check.h"
+#include "digits.cuh"
 #include "launch.cuh"
 #include "warp_reduce.cuh"
 #include "x_split.cuh"
@@ -418,6 +419,47 @@ __global__ void __launch_bounds__(combine_threads) moe_combine_kernel(const moe_
     }
 }
 
+// The combine + norm with digits (prompt rows): one block of d_model / 8 threads a row, each holding
+// eight contiguous elements (rmsnorm_digits_block) loaded 16 bytes at a time, a few slots' loads in
+// flight before their sums. Each element's sums are moe_combine_kernel's (slot order, no FMA), the
+// norm is its order, and the digits are digits_quantize's of h: one launch instead of two.
+constexpr int combine_digit_batch = 2;  // slots whose outputs a thread loads before adding them
+__global__ void __launch_bounds__(combine_max_d / 8) moe_combine_digits_kernel(const moe_combine_args a) {
+    __shared__ __align__(16) float s_sq[combine_max_d];
+    __shared__ float s_inv;
+    const int r = blockIdx.x, d = a.d_model, i0 = 8 * threadIdx.x;
+    float nw[8];
+    load8(a.norm + i0, nw);
+    pdl_wait();
+    pdl_trigger();
+    float *x = a.x + int64_t(r) * d;
+    float xv[8], acc[8] = {};
+    load8(x + i0, xv);
+    const float *o = a.out + int64_t(r) * a.k * d + i0;
+    const float *w = a.weights + int64_t(r) * a.k;
+    for (int s0 = 0; s0 < a.k; s0 += combine_digit_batch) {
+        float ov[combine_digit_batch][8], ws[combine_digit_batch];
+#pragma unroll
+        for (int b = 0; b < combine_digit_batch; ++b)
+            if (s0 + b < a.k) {
+                ws[b] = w[s0 + b];
+                load8(o + int64_t(s0 + b) * d, ov[b]);
+            }
+#pragma unroll
+        for (int b = 0; b < combine_digit_batch; ++b)
+            if (s0 + b < a.k)
+#pragma unroll
+                for (int i = 0; i < 8; ++i) acc[i] = __fadd_rn(acc[i], __fmul_rn(ws[b], ov[b][i]));
+    }
+    if (a.slots[r] >= 0) {
+#pragma unroll
+        for (int i = 0; i < 8; ++i) xv[i] = __fadd_rn(xv[i], acc[i]);
+        *reinterpret_cast<float4 *>(x + i0) = make_float4(xv[0], xv[1], xv[2], xv[3]);
+        *reinterpret_cast<float4 *>(x + i0 + 4) = make_float4(xv[4], xv[5], xv[6], xv[7]);
+    }
+    rmsnorm_digits_block(xv, nw, s_sq, &s_inv, d, a.eps, a.h + int64_t(r) * d, a.h_digits, r);
+}
+
 __global__ void moe_count_kernel(const moe_count_args a) {
     const int p = int(blockIdx.x * blockDim.x + threadIdx.x);
     if (p >= a.n_rows * a.k || a.slots[p / a.k] < 0) return;
@@ -471,7 +513,18 @@ void moe_combine(const moe_combine_args &a, cudaStream_t stream) {
     TANDEM_CUDA_REQUIRE(!a.h_split || (a.norm && a.d_model % 32 == 0), "moe_combine: a split h needs the norm and d_model a multiple of 32");
     TANDEM_CUDA_REQUIRE(!a.h_sums || a.h_split, "moe_combine: h_sums is written with h_split only");
     if (a.n_rows == 0) return;
+    TANDEM_CUDA_REQUIRE(!a.h_digits.digits ||
+                            (a.norm && !a.h_split && a.d_model % 256 == 0 && a.h_digits.scales && a.h_digits.sums &&
+                             (reinterpret_cast<uintptr_t>(a.x) | reinterpret_cast<uintptr_t>(a.out) |
+                              reinterpret_cast<uintptr_t>(a.norm) | reinterpret_cast<uintptr_t>(a.h)) % 16 == 0),
+                        "moe_combine: digits need the norm, d_model a multiple of 256, scales and sums, 16-byte aligned rows, "
+                        "and no split h");
     static_assert(combine_max_d == 8 * combine_threads, "moe_combine: per-thread variants cover 1, 2, 4 and 8 elements");
+    if (a.h_digits.digits) {
+        launch_pdl(moe_combine_digits_kernel, dim3(a.n_rows), dim3(a.d_model / 8), stream, a);
+        TANDEM_CUDA_CHECK_LAUNCH();
+        return;
+    }
     const dim3 grid(a.n_rows), block(combine_threads);
     switch ((a.d_model + combine_threads - 1) / combine_threads) {
     case 1: launch_pdl(moe_combine_kernel<1>, grid, block, stream, a); break;

@@ -5,6 +5,8 @@
 // products themselves.
 #pragma once
 
+#include "matvec_digits.h"
+
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -56,6 +58,10 @@ struct moe_combine_args {
     float *h = nullptr;              // [n_rows][d_model] normalised x (when norm is set)
     uint4 *h_split = nullptr;        // optional: h split too (x_split.cuh; d_model a multiple of 32)
     float *h_sums = nullptr;         // [n_rows][d_model / 32]
+    // Optional: h also as int8 digits for prompt rows' digit products (matvec_digits.h; with the
+    // norm, d_model a multiple of 256, 16-byte aligned rows, not with h_split): bitwise
+    // digits_quantize of h, without its launch.
+    digit_rows h_digits{};
     int32_t n_rows = 0, k = 0, d_model = 0;
     float eps = 1e-6f;
 };

@@ -73,6 +73,22 @@ __global__ void __launch_bounds__(norm_threads) rmsnorm_kernel(const rmsnorm_arg
     }
 }
 
+// rmsnorm with digits: one block of n / 8 threads a row, each holding eight contiguous elements
+// (rmsnorm_digits_block), so y and its digits leave together: bitwise rmsnorm_kernel's y, and
+// digits_quantize's digits of it, in one launch instead of two.
+__global__ void __launch_bounds__(norm_max_n / 8) rmsnorm_digits_kernel(const rmsnorm_args a) {
+    __shared__ __align__(16) float s_sq[norm_max_n];
+    __shared__ float s_inv;
+    const int r = blockIdx.x, i0 = 8 * threadIdx.x;
+    float wv[8], xv[8];
+    load8(a.w + i0, wv);
+    pdl_wait();
+    pdl_trigger();
+    load8(a.x + int64_t(r) * a.n + i0, xv);
+    // y may alias x: every x element was read (into this thread's registers) before the barriers.
+    rmsnorm_digits_block(xv, wv, s_sq, &s_inv, a.n, a.eps, a.y + int64_t(r) * a.n, a.y_digits, r);
+}
+
 // rmsnorm_router: blocks of `E` warps (E experts) over (experts, rows), 4 n (E + 2) bytes of
 // shared memory: the block's router rows and the norm weights, copied before the PDL wait
 // (immutable weights overlap the predecessor), and the row, normalised in place. E is 4 when that
@@ -184,7 +200,16 @@ void rmsnorm(const rmsnorm_args &a, cudaStream_t stream) {
     TANDEM_CUDA_REQUIRE(a.x && a.w && a.y && a.n > 0 && a.n <= norm_max_n && a.n_rows >= 0, "rmsnorm: bad arguments (n up to 8192)");
     TANDEM_CUDA_REQUIRE(!a.y_split || a.n % 32 == 0, "rmsnorm: a split output needs n a multiple of 32");
     TANDEM_CUDA_REQUIRE(!a.y_sums || a.y_split, "rmsnorm: y_sums is written with y_split only");
+    TANDEM_CUDA_REQUIRE(!a.y_digits.digits || (a.n % 256 == 0 && !a.y_split && a.y_digits.scales && a.y_digits.sums &&
+                                               (reinterpret_cast<uintptr_t>(a.x) | reinterpret_cast<uintptr_t>(a.w) |
+                                                reinterpret_cast<uintptr_t>(a.y)) % 16 == 0),
+                        "rmsnorm: digits need n a multiple of 256, scales and sums, 16-byte aligned rows, and no split output");
     if (a.n_rows == 0) return;
+    if (a.y_digits.digits) {
+        launch_pdl(rmsnorm_digits_kernel, dim3(a.n_rows), dim3(a.n / 8), stream, a);
+        TANDEM_CUDA_CHECK_LAUNCH();
+        return;
+    }
     static_assert(norm_max_n == 8 * norm_threads, "rmsnorm: per-thread variants cover 1, 2, 4 and 8 elements");
     const dim3 grid(a.n_rows), block(norm_threads);
     switch ((a.n + norm_threads - 1) / norm_threads) {

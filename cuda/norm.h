@@ -23,6 +23,10 @@ struct rmsnorm_args {
     // Optional: y also written split for the decode products (x_split.cuh; n a multiple of 32).
     uint4 *y_split = nullptr;  // [n_rows][n] as bf16 hi/lo halves
     float *y_sums = nullptr;   // [n_rows][n / 32]
+    // Optional: y also written as int8 digits for the prompt rows' digit products (matvec_digits.h;
+    // n a multiple of 256, x and y 16-byte aligned, not with y_split): bitwise digits_quantize of y,
+    // without its launch.
+    digit_rows y_digits{};
 };
 void rmsnorm(const rmsnorm_args &args, cudaStream_t stream);
 

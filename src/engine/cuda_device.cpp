@@ -356,7 +356,26 @@ int32_t cuda_device::step_rows_limit(const model_hparams &hp, bool prompt) {
 void cuda_device::set_prompt_rows(bool prompt) { s_->prompt_rows = prompt; }
 void cuda_device::set_distinct_slots(bool distinct) { s_->distinct_slots = distinct; }
 
-void cuda_device::h_received() { s_->h_split_fresh = false; }
+void cuda_device::h_received() {
+    s_->h_split_fresh = false;
+    s_->h_prompt_digits_fresh = false;
+}
+
+cuda::digit_rows cuda_device::state::prompt_digit_rows(int32_t n_rows, int32_t n_el) const {
+    // Each row's 2 n_el digit bytes, n_el / 8 sum bytes and n_el / 64 scale bytes fit in the 4 n_el
+    // bytes a row of the widest input has.
+    uint8_t *base = reinterpret_cast<uint8_t *>(prompt_split);
+    const size_t digit_bytes = size_t(n_rows) * cuda::digits_per_element * size_t(n_el), sum_bytes = size_t(n_rows) * size_t(n_el) / 8;
+    TANDEM_ASSERT(n_el % 256 == 0 && digit_bytes + sum_bytes + size_t(n_rows) * size_t(n_el) / 64 <=
+                                         size_t(max_step_rows) * prompt_split_width(*hp) * 4,
+                  "prompt digit rows exceed the split scratch");
+    return cuda::digit_rows{reinterpret_cast<int8_t *>(base), reinterpret_cast<float *>(base + digit_bytes + sum_bytes),
+                            reinterpret_cast<uint16_t *>(base + digit_bytes)};
+}
+
+bool cuda_device::state::prompt_dense_on_digits(const cuda_matrix &w) const {
+    return prompt_rows && w.type == ggml_type::q4_k && w.n_in % 256 == 0 && reinterpret_cast<uintptr_t>(w.data) % 16 == 0;
+}
 
 int64_t cuda_device::embed(int32_t r0, int32_t n) {
     state &m = *s_;
@@ -370,6 +389,7 @@ int64_t cuda_device::embed(int32_t r0, int32_t n) {
         na.y_sums = m.h_sums + size_t(r0) * hp.d_model / 32;
     }
     m.h_split_fresh = na.y_split != nullptr;
+    m.h_prompt_digits_fresh = false;
     cuda::rmsnorm(na, m.stream);
     return 2;
 }
@@ -410,6 +430,14 @@ int64_t cuda_device::combine(int32_t l, int32_t r0, int32_t n) {
         ca.h_split = m.h_split + size_t(r0) * hp.d_model / 4;
         ca.h_sums = m.h_sums + size_t(r0) * hp.d_model / 32;
     }
+    // Prompt rows whose next layer (here) takes Q/K/V on digits: h's digits written by this launch
+    // (one digits_quantize launch fewer a layer; the same bits).
+    const int32_t d = hp.d_model;
+    m.h_prompt_digits_fresh = l + 1 < m.part.layer_end && m.prompt_dense_on_digits(m.layer(l + 1).wq) &&
+                              m.prompt_dense_on_digits(m.layer(l + 1).wk) && d % 256 == 0 &&
+                              ((reinterpret_cast<uintptr_t>(ca.x) | reinterpret_cast<uintptr_t>(ca.out) |
+                                reinterpret_cast<uintptr_t>(ca.norm) | reinterpret_cast<uintptr_t>(ca.h)) % 16) == 0;
+    if (m.h_prompt_digits_fresh) ca.h_digits = m.prompt_digit_rows(n, d);
     m.h_split_fresh = ca.h_split != nullptr;
     cuda::moe_combine(ca, m.stream);
     return 1;

@@ -3,6 +3,7 @@
 #pragma once
 
 #include "cuda/logits_top.h"
+#include "cuda/matvec_digits.h"
 #include "cuda_device.h"
 #include "tandem/gguf.h"
 
@@ -93,6 +94,9 @@ struct cuda_device::state {
     // max_step_rows rows of the widest input (h, att, or a row's k SwiGLU outputs).
     uint4 *prompt_split = nullptr;
     float *prompt_sums = nullptr;
+    // Prompt rows: the prompt split scratch holds the digits of h's rows for the next layer's
+    // Q/K/V (written by the combine + norm launch before it; any other writer of h clears it).
+    bool h_prompt_digits_fresh = false;
     unsigned long long *traffic = nullptr;  // [layers here][n_expert] routed rows, when recording
 
     const int32_t *tokens() const { return rows; }
@@ -100,6 +104,12 @@ struct cuda_device::state {
     const int32_t *positions() const { return rows + 2 * max_step_rows; }
     const int32_t *head_rows() const { return rows + 3 * max_step_rows; }
     const cuda_layer &layer(int32_t l) const { return layers[size_t(l - part.layer_begin)]; }
+    // Prompt rows' digit rows (rows of n_el elements, n_el a multiple of 256) in the prompt split
+    // scratch: digits, then sums (16-byte aligned), then scales. Every prompt digit product's input.
+    cuda::digit_rows prompt_digit_rows(int32_t rows, int32_t n_el) const;
+    // Whether prompt rows take w's product on digits (a Q4_K matrix of whole 256-element blocks,
+    // 16-byte aligned): Q/K/V and wo one_group products, and the producers that write their digits.
+    bool prompt_dense_on_digits(const cuda_matrix &w) const;
     bool paired() const { return part.partner >= 0; }
 };
 

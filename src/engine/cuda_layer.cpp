@@ -91,17 +91,10 @@ int64_t cuda_device::layer_experts(int32_t l, int32_t r0, int32_t n) {
     void *k_cache = m.kv + (layer_here * 2 + 0) * cache_bytes;
     void *v_cache = m.kv + (layer_here * 2 + 1) * cache_bytes;
 
-    // Prompt rows' digit rows of n elements (n a multiple of 256), in the prompt split scratch
-    // (each row's 2n digit bytes, n / 8 sum bytes and n / 64 scale bytes fit in the 4n it has):
-    // digits, then sums (16-byte aligned), then scales.
-    auto prompt_digit_rows = [&](int32_t rows, int32_t n_el) {
-        uint8_t *base = reinterpret_cast<uint8_t *>(m.prompt_split);
-        const size_t digit_bytes = size_t(rows) * cuda::digits_per_element * size_t(n_el), sum_bytes = size_t(rows) * size_t(n_el) / 8;
-        TANDEM_ASSERT(digit_bytes + sum_bytes + size_t(rows) * size_t(n_el) / 64 <= size_t(max_step_rows) * prompt_split_width(hp) * 4,
-                      "prompt digit rows exceed the split scratch");
-        return cuda::digit_rows{reinterpret_cast<int8_t *>(base), reinterpret_cast<float *>(base + digit_bytes + sum_bytes),
-                                reinterpret_cast<uint16_t *>(base + digit_bytes)};
-    };
+    auto prompt_digit_rows = [&](int32_t rows, int32_t n_el) { return m.prompt_digit_rows(rows, n_el); };
+    // Whether the combine + norm before this layer left h's digits in the scratch (read once).
+    const bool h_digits_ready = m.h_prompt_digits_fresh;
+    m.h_prompt_digits_fresh = false;
     // A grouped Q4_K product of prompt rows on digits: the tiles for large steps, else the decode kernels.
     auto prompt_digit_product = [&](cuda::matvec_digits_args da, int32_t pairs) {
         da.n_pairs = pairs;
@@ -162,10 +155,7 @@ int64_t cuda_device::layer_experts(int32_t l, int32_t r0, int32_t n) {
     const uint4 *hs = m.h_split_fresh ? h_split : nullptr;
     const float *hm = m.h_split_fresh ? h_sums : nullptr;
     // Prompt rows' dense Q4_K products on digits of their input rows (quantised once per input).
-    auto prompt_dense_applies = [&](const cuda_matrix &w) {
-        return m.prompt_rows && w.type == ggml_type::q4_k && w.n_in % 256 == 0 &&
-               reinterpret_cast<uintptr_t>(w.data) % 16 == 0;
-    };
+    auto prompt_dense_applies = [&](const cuda_matrix &w) { return m.prompt_dense_on_digits(w); };
     // Extras: more matrices over the same rows (K and V beside Q), in the tiles' launch.
     auto prompt_dense_digits = [&](const cuda_matrix &w, const cuda::digit_rows &xd, float *out, int64_t out_stride, bool acc,
                                    std::initializer_list<cuda::matvec_part> extras = {}) {
@@ -191,8 +181,10 @@ int64_t cuda_device::layer_experts(int32_t l, int32_t r0, int32_t n) {
     };
     if (prompt_dense_applies(L.wq) && prompt_dense_applies(L.wk)) {
         const cuda::digit_rows hd = prompt_digit_rows(n, d);
-        cuda::digits_quantize({h, n, d, hd}, s);
-        ++launches;
+        if (!h_digits_ready) {  // else the combine + norm before wrote them (cuda_device::combine)
+            cuda::digits_quantize({h, n, d, hd}, s);
+            ++launches;
+        }
         if (prompt_dense_applies(L.wv)) {
             prompt_dense_digits(L.wq, hd, q, q_dim, false, {{L.wk.data, L.wk.n_out, kb, kv_dim}, {L.wv.data, L.wv.n_out, vb, kv_dim}});
         } else {
@@ -316,6 +308,11 @@ int64_t cuda_device::layer_experts(int32_t l, int32_t r0, int32_t n) {
     const bool prompt_digits_gate_up = m.prompt_rows && L.gate.type == ggml_type::q4_k && L.up.type == ggml_type::q4_k &&
                                        L.gate.n_in % 256 == 0;
     const bool prompt_digits_down = m.prompt_rows && L.down.type == ggml_type::q4_k && L.down.n_in % 256 == 0;
+    // Prompt rows: the FFN norm writes h's digits for gate/up itself (one launch fewer), unless the
+    // router's product would use the scratch they sit in (a Q4_K router splits its input there).
+    const bool ffn_digits = prompt_digits_gate_up && !norm_router && d % 256 == 0 && L.router.type != ggml_type::q4_k &&
+                            ((reinterpret_cast<uintptr_t>(x) | reinterpret_cast<uintptr_t>(L.ffn_norm) |
+                              reinterpret_cast<uintptr_t>(h)) % 16) == 0;
     cuda::digit_rows h_dig;
     if (digits)
         h_dig = {m.h_digits + size_t(r0) * cuda::digits_per_element * d, m.h_digit_scales + size_t(r0) * d / 256,
@@ -346,6 +343,7 @@ int64_t cuda_device::layer_experts(int32_t l, int32_t r0, int32_t n) {
         cuda::rmsnorm_args na{x, L.ffn_norm, h, n, d, hp.rms_eps};
         na.y_split = h_split;
         na.y_sums = h_sums;
+        if (ffn_digits) na.y_digits = prompt_digit_rows(n, d);
         cuda::rmsnorm(na, s);
         m.h_split_fresh = split;
         ++launches;
@@ -428,8 +426,10 @@ int64_t cuda_device::layer_experts(int32_t l, int32_t r0, int32_t n) {
         cuda::matvec_digits(da, s);
     } else if (prompt_digits_gate_up) {
         const cuda::matvec_digits_args da = cuda::digit_args_of(g, prompt_digit_rows(n, d));
-        cuda::digits_quantize({h, n, d, da.x}, s);
-        ++launches;
+        if (!ffn_digits) {
+            cuda::digits_quantize({h, n, d, da.x}, s);
+            ++launches;
+        }
         prompt_digit_product(da, n * k);
     } else {
         product(g, n);

@@ -11,6 +11,7 @@
 #include "cuda/cuda_check.h"
 #include "cuda/matvec.h"
 #include "cuda/matvec_digits.h"
+#include "cuda/moe.h"
 #include "cuda/norm.h"
 #include "src/cpu/cpu_ops.h"
 #include "tandem/quant.h"
@@ -283,6 +284,71 @@ TEST_CASE("grouped plain digit products match the CPU, in-kernel digits equal th
         a1.stage = true;  // staged: whole tiles of odd-block rows (768) in one copy
         cuda::matvec_digits(a1, nullptr);
         CHECK(std::memcmp(y1.download().data(), got.data() + size_t(r * k) * sh.n_out, size_t(k) * sh.n_out * sizeof(float)) == 0);
+    }
+}
+
+// The prompt rows' digit producers fused into the launches before them: the FFN norm (rmsnorm with
+// y_digits) and the combine + next norm (moe_combine with h_digits) write the same y / x / h bits as
+// without digits (the CPU's) and the digits the host twin of digits_quantize makes of that h.
+TEST_CASE("the norm and the combine write h's digits bitwise digits_quantize's", "[gpu][kernels]") {
+    if (!test::gpu_present()) return;
+    std::mt19937_64 rng(4100);
+    for (const int32_t n : {256, 768, 2048, 4096, 8192}) {
+        for (const int32_t rows : {1, 7}) {
+            const int32_t k = n == 768 ? 3 : 8;  // 3: a partial batch of slots in the combine
+            INFO("n " << n << " rows " << rows << " k " << k);
+            auto x = test::random_floats(rng, size_t(n) * rows, 3.0f);
+            for (size_t i = 0; i < x.size(); i += 131) x[i] *= 40.0f;  // outliers: the blocks' scales follow them
+            const auto w = test::random_floats(rng, size_t(n));
+            auto check_digits = [&](device_digits &dd, const std::vector<float> &h) {
+                const test::host_digits want = test::quantize_host(h, rows, n);
+                CHECK(dd.digits.download() == want.digits);
+                CHECK(test::same_bits(dd.scales.download(), want.scales));
+                CHECK(dd.sums.download() == want.sums);
+            };
+            {
+                std::vector<float> ref(x.size());
+                cpu::rmsnorm(x.data(), w.data(), ref.data(), rows, n, 1e-6f);
+                device_buffer<float> dx(x), dw(w), dy(x.size());
+                dy.poison();
+                device_digits dd(rows, n);
+                dd.digits.poison();
+                dd.scales.poison();
+                dd.sums.poison();
+                cuda::rmsnorm_args na{dx.ptr, dw.ptr, dy.ptr, rows, n, 1e-6f};
+                na.y_digits = dd.view();
+                cuda::rmsnorm(na, nullptr);
+                const auto got = dy.download();
+                CHECK(std::memcmp(got.data(), ref.data(), ref.size() * sizeof(float)) == 0);
+                check_digits(dd, ref);
+            }
+            {
+                // Row 0 a padding row (slot -1): x stays, h is x's norm, as moe_combine_kernel does.
+                const auto out = test::random_floats(rng, size_t(n) * rows * k);
+                const auto wts = test::random_floats(rng, size_t(rows) * k);
+                std::vector<int32_t> slots(static_cast<size_t>(rows));
+                for (int32_t r = 0; r < rows; ++r) slots[size_t(r)] = r == 0 && rows > 1 ? -1 : r;
+                std::vector<float> x_ref = x, h_ref(x.size());
+                cpu::moe_combine(x_ref.data(), out.data(), wts.data(), rows, k, n);
+                for (int32_t r = 0; r < rows; ++r)
+                    if (slots[size_t(r)] < 0) std::copy_n(x.data() + size_t(r) * n, n, x_ref.data() + size_t(r) * n);
+                cpu::rmsnorm(x_ref.data(), w.data(), h_ref.data(), rows, n, 1e-6f);
+                device_buffer<float> dx(x), dout(out), dwts(wts), dnorm(w), dh(x.size());
+                device_buffer<int32_t> dslots(slots);
+                dh.poison();
+                device_digits dd(rows, n);
+                dd.digits.poison();
+                cuda::moe_combine_args ca;
+                ca.x = dx.ptr; ca.out = dout.ptr; ca.weights = dwts.ptr; ca.slots = dslots.ptr; ca.norm = dnorm.ptr; ca.h = dh.ptr;
+                ca.n_rows = rows; ca.k = k; ca.d_model = n; ca.eps = 1e-6f;
+                ca.h_digits = dd.view();
+                cuda::moe_combine(ca, nullptr);
+                const auto gx = dx.download(), gh = dh.download();
+                CHECK(std::memcmp(gx.data(), x_ref.data(), gx.size() * sizeof(float)) == 0);
+                CHECK(std::memcmp(gh.data(), h_ref.data(), gh.size() * sizeof(float)) == 0);
+                check_digits(dd, h_ref);
+            }
+        }
     }
 }
 
