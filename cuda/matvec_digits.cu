@@ -26,9 +26,8 @@ __global__ void __launch_bounds__(quant_warps * 32) digits_quantize_kernel(const
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int c = blockIdx.x * quant_warps + warp, r = blockIdx.y, n_blocks = a.n / 256;
     if (c >= n_blocks) return;
-    const float *x = a.x + int64_t(a.x_rows ? a.x_rows[r] : r) * a.n + c * 256 + 8 * lane;
-    const float4 f0 = *reinterpret_cast<const float4 *>(x), f1 = *reinterpret_cast<const float4 *>(x + 4);
-    const float v[8] = {f0.x, f0.y, f0.z, f0.w, f1.x, f1.y, f1.z, f1.w};
+    float v[8];
+    load8(a.x + int64_t(a.x_rows ? a.x_rows[r] : r) * a.n + c * 256 + 8 * lane, v);
     digits_quantize_warp(v, a.out, r, a.n, c, lane);
 }
 

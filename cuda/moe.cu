@@ -507,16 +507,19 @@ void moe_route(const moe_route_args &a, cudaStream_t stream) {
         launch_route<max_epl>(a, stream);
 }
 
+bool moe_combine_digits_applies(const moe_combine_args &a) {
+    return a.norm && a.h && !a.h_split && a.d_model % 256 == 0 &&
+           (reinterpret_cast<uintptr_t>(a.x) | reinterpret_cast<uintptr_t>(a.out) | reinterpret_cast<uintptr_t>(a.norm) |
+            reinterpret_cast<uintptr_t>(a.h)) % 16 == 0;
+}
+
 void moe_combine(const moe_combine_args &a, cudaStream_t stream) {
     TANDEM_CUDA_REQUIRE(a.x && a.out && a.weights && a.slots && (!a.norm || a.h), "moe_combine: null pointer");
     TANDEM_CUDA_REQUIRE(a.k >= 1 && a.k <= max_k && a.d_model <= combine_max_d, "moe_combine: k up to 32, d_model up to 8192");
     TANDEM_CUDA_REQUIRE(!a.h_split || (a.norm && a.d_model % 32 == 0), "moe_combine: a split h needs the norm and d_model a multiple of 32");
     TANDEM_CUDA_REQUIRE(!a.h_sums || a.h_split, "moe_combine: h_sums is written with h_split only");
     if (a.n_rows == 0) return;
-    TANDEM_CUDA_REQUIRE(!a.h_digits.digits ||
-                            (a.norm && !a.h_split && a.d_model % 256 == 0 && a.h_digits.scales && a.h_digits.sums &&
-                             (reinterpret_cast<uintptr_t>(a.x) | reinterpret_cast<uintptr_t>(a.out) |
-                              reinterpret_cast<uintptr_t>(a.norm) | reinterpret_cast<uintptr_t>(a.h)) % 16 == 0),
+    TANDEM_CUDA_REQUIRE(!a.h_digits.digits || (moe_combine_digits_applies(a) && a.h_digits.scales && a.h_digits.sums),
                         "moe_combine: digits need the norm, d_model a multiple of 256, scales and sums, 16-byte aligned rows, "
                         "and no split h");
     static_assert(combine_max_d == 8 * combine_threads, "moe_combine: per-thread variants cover 1, 2, 4 and 8 elements");

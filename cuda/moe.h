@@ -66,5 +66,8 @@ struct moe_combine_args {
     float eps = 1e-6f;
 };
 void moe_combine(const moe_combine_args &args, cudaStream_t stream);
+// Whether moe_combine can write these rows' h_digits (set them only then): the norm, d_model a
+// multiple of 256, x, out, norm and h 16-byte aligned, no split h.
+bool moe_combine_digits_applies(const moe_combine_args &args);
 
 }  // namespace tandem::cuda

@@ -196,13 +196,16 @@ __global__ void embed_kernel(const embed_args a, int64_t row_bytes) {
 
 }  // namespace
 
+bool rmsnorm_digits_applies(const rmsnorm_args &a) {
+    return a.n % 256 == 0 && !a.y_split &&
+           (reinterpret_cast<uintptr_t>(a.x) | reinterpret_cast<uintptr_t>(a.w) | reinterpret_cast<uintptr_t>(a.y)) % 16 == 0;
+}
+
 void rmsnorm(const rmsnorm_args &a, cudaStream_t stream) {
     TANDEM_CUDA_REQUIRE(a.x && a.w && a.y && a.n > 0 && a.n <= norm_max_n && a.n_rows >= 0, "rmsnorm: bad arguments (n up to 8192)");
     TANDEM_CUDA_REQUIRE(!a.y_split || a.n % 32 == 0, "rmsnorm: a split output needs n a multiple of 32");
     TANDEM_CUDA_REQUIRE(!a.y_sums || a.y_split, "rmsnorm: y_sums is written with y_split only");
-    TANDEM_CUDA_REQUIRE(!a.y_digits.digits || (a.n % 256 == 0 && !a.y_split && a.y_digits.scales && a.y_digits.sums &&
-                                               (reinterpret_cast<uintptr_t>(a.x) | reinterpret_cast<uintptr_t>(a.w) |
-                                                reinterpret_cast<uintptr_t>(a.y)) % 16 == 0),
+    TANDEM_CUDA_REQUIRE(!a.y_digits.digits || (rmsnorm_digits_applies(a) && a.y_digits.scales && a.y_digits.sums),
                         "rmsnorm: digits need n a multiple of 256, scales and sums, 16-byte aligned rows, and no split output");
     if (a.n_rows == 0) return;
     if (a.y_digits.digits) {

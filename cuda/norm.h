@@ -29,6 +29,9 @@ struct rmsnorm_args {
     digit_rows y_digits{};
 };
 void rmsnorm(const rmsnorm_args &args, cudaStream_t stream);
+// Whether rmsnorm can write these rows' y_digits (set them only then): n a multiple of 256, x, w
+// and y 16-byte aligned, no split output.
+bool rmsnorm_digits_applies(const rmsnorm_args &args);
 
 // The FFN RMSNorm of decode rows and the F32 router in one launch: every block of a row computes
 // the row's norm (rmsnorm's order, so h is bitwise rmsnorm's and the CPU's), writes its share of

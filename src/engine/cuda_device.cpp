@@ -432,12 +432,9 @@ int64_t cuda_device::combine(int32_t l, int32_t r0, int32_t n) {
     }
     // Prompt rows whose next layer (here) takes Q/K/V on digits: h's digits written by this launch
     // (one digits_quantize launch fewer a layer; the same bits).
-    const int32_t d = hp.d_model;
     m.h_prompt_digits_fresh = l + 1 < m.part.layer_end && m.prompt_dense_on_digits(m.layer(l + 1).wq) &&
-                              m.prompt_dense_on_digits(m.layer(l + 1).wk) && d % 256 == 0 &&
-                              ((reinterpret_cast<uintptr_t>(ca.x) | reinterpret_cast<uintptr_t>(ca.out) |
-                                reinterpret_cast<uintptr_t>(ca.norm) | reinterpret_cast<uintptr_t>(ca.h)) % 16) == 0;
-    if (m.h_prompt_digits_fresh) ca.h_digits = m.prompt_digit_rows(n, d);
+                              m.prompt_dense_on_digits(m.layer(l + 1).wk) && cuda::moe_combine_digits_applies(ca);
+    if (m.h_prompt_digits_fresh) ca.h_digits = m.prompt_digit_rows(n, hp.d_model);
     m.h_split_fresh = ca.h_split != nullptr;
     cuda::moe_combine(ca, m.stream);
     return 1;

@@ -310,9 +310,8 @@ int64_t cuda_device::layer_experts(int32_t l, int32_t r0, int32_t n) {
     const bool prompt_digits_down = m.prompt_rows && L.down.type == ggml_type::q4_k && L.down.n_in % 256 == 0;
     // Prompt rows: the FFN norm writes h's digits for gate/up itself (one launch fewer), unless the
     // router's product would use the scratch they sit in (a Q4_K router splits its input there).
-    const bool ffn_digits = prompt_digits_gate_up && !norm_router && d % 256 == 0 && L.router.type != ggml_type::q4_k &&
-                            ((reinterpret_cast<uintptr_t>(x) | reinterpret_cast<uintptr_t>(L.ffn_norm) |
-                              reinterpret_cast<uintptr_t>(h)) % 16) == 0;
+    const bool ffn_digits = prompt_digits_gate_up && !norm_router && L.router.type != ggml_type::q4_k &&
+                            cuda::rmsnorm_digits_applies({x, L.ffn_norm, h, n, d, hp.rms_eps, h_split, h_sums});
     cuda::digit_rows h_dig;
     if (digits)
         h_dig = {m.h_digits + size_t(r0) * cuda::digits_per_element * d, m.h_digit_scales + size_t(r0) * d / 256,

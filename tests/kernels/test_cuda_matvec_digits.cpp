@@ -291,6 +291,28 @@ TEST_CASE("grouped plain digit products match the CPU, in-kernel digits equal th
 // y_digits) and the combine + next norm (moe_combine with h_digits) write the same y / x / h bits as
 // without digits (the CPU's) and the digits the host twin of digits_quantize makes of that h.
 TEST_CASE("the norm and the combine write h's digits bitwise digits_quantize's", "[gpu][kernels]") {
+    {
+        // Which rows take the fused digits (host checks, no GPU needed): whole digit blocks,
+        // 16-byte aligned rows, no split output beside them, and the combine only with its norm.
+        alignas(16) static float buf[64];
+        float *p = buf, *odd = buf + 1;
+        const cuda::rmsnorm_args ok{p, p, p, 1, 512, 1e-6f};
+        CHECK(cuda::rmsnorm_digits_applies(ok));
+        CHECK_FALSE(cuda::rmsnorm_digits_applies({p, p, p, 1, 320, 1e-6f}));
+        CHECK_FALSE(cuda::rmsnorm_digits_applies({p, odd, p, 1, 512, 1e-6f}));
+        CHECK_FALSE(cuda::rmsnorm_digits_applies({p, p, p, 1, 512, 1e-6f, reinterpret_cast<uint4 *>(p), p}));
+        cuda::moe_combine_args ca;
+        ca.x = p; ca.out = p; ca.norm = p; ca.h = p; ca.d_model = 2048;
+        CHECK(cuda::moe_combine_digits_applies(ca));
+        ca.h = odd;
+        CHECK_FALSE(cuda::moe_combine_digits_applies(ca));
+        ca.h = p;
+        ca.d_model = 2080;
+        CHECK_FALSE(cuda::moe_combine_digits_applies(ca));
+        ca.d_model = 2048;
+        ca.norm = nullptr;
+        CHECK_FALSE(cuda::moe_combine_digits_applies(ca));
+    }
     if (!test::gpu_present()) return;
     std::mt19937_64 rng(4100);
     for (const int32_t n : {256, 768, 2048, 4096, 8192}) {
