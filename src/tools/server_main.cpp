@@ -7,6 +7,7 @@
 #include "src/server/http_server.h"
 #include "src/server/memory_plan.h"
 #include "src/server/service.h"
+#include "src/server/signal_waiter.h"
 #include "tandem/chat_template.h"
 #include "tandem/engine.h"
 #include "tandem/error.h"
@@ -16,7 +17,6 @@
 #include "tandem/tokenizer.h"
 
 #include <CLI/CLI.hpp>
-#include <boost/asio/signal_set.hpp>
 
 #include <condition_variable>
 #include <cstdio>
@@ -129,9 +129,9 @@ int serve(server_config cfg) {
     std::condition_variable cv;
     bool stop_requested = false;
     int stop_signal = 0;
-    boost::asio::signal_set signals(http.io(), SIGINT, SIGTERM);
-    signals.async_wait([&](const boost::system::error_code &ec, int sig) {
-        if (ec) return;
+    // Signals wait in sigwait on their own thread (main blocked them before any thread started):
+    // a second SIGTERM, even one that lands while the process exits, cannot kill it mid-shutdown.
+    signal_waiter signals([&](int sig) {
         if (!svc.ready()) {
             // Nothing is in flight while the weights load (every request gets 503): exit now
             // rather than after a load that may take minutes.
@@ -139,6 +139,10 @@ int serve(server_config cfg) {
             std::_Exit(0);
         }
         std::lock_guard lock(mutex);
+        if (stop_requested) {
+            log_info("signal {}: already shutting down (grace {} s)", sig, cfg.shutdown_grace_s);
+            return;
+        }
         stop_requested = true;
         stop_signal = sig;
         cv.notify_all();
@@ -203,6 +207,8 @@ int serve(server_config cfg) {
 }  // namespace
 
 int main(int argc, char **argv) {
+    // Before any thread starts, so every thread inherits it; serve()'s signal_waiter takes them.
+    signal_waiter_block_in_this_thread();
     server_config cfg;
     std::string api_key_file, gpu_devices = "auto";
     double body_limit_mib = static_cast<double>(cfg.body_limit) / (1 << 20);

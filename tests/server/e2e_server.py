@@ -297,6 +297,43 @@ def test_shutdown_in_flight(build_dir):
     check(code == 0, f"SIGTERM with work in flight exits 0 (got {code})")
 
 
+def test_signal_storm(build_dir):
+    """SIGTERM after SIGTERM until the process is gone, starting while a stream generates, so the
+    shutdown lasts (grace 1 s) and later signals land in every phase of it, some while the process
+    exits (CI, 2026-12-01: such a late second SIGTERM from the harness killed the server with -15
+    after it had logged 'stopped'). The exit status must be 0."""
+    srv = h.server(build_dir, ["--ctx", "1024", "--batched-session", "2", "--shutdown-grace", "1"], "e2e-signals.log")
+    srv.wait_ready()
+    streaming = threading.Event()
+
+    def on_data(d, t):
+        streaming.set()
+        return True
+
+    def stream():
+        try:
+            h.stream_events(srv.port, "/v1/completions", {"model": MODEL, "prompt": "long", "max_tokens": 1000,
+                                                           "temperature": 0, "stream": True}, on_data, timeout=60)
+        except Exception:  # noqa: BLE001 - the server may cut the stream at the end of the grace
+            pass
+    reader = threading.Thread(target=stream, daemon=True)
+    reader.start()
+    check(streaming.wait(60), "a stream is generating before the signals")
+    sent = 0
+    deadline = time.time() + 30
+    while srv.proc.poll() is None and time.time() < deadline:
+        try:
+            srv.proc.send_signal(15)
+            sent += 1
+        except ProcessLookupError:
+            break
+        time.sleep(0.0005)
+    code = srv.stop(30)
+    reader.join(60)
+    check(sent >= 2, f"more than one SIGTERM reached the server during its shutdown (sent {sent})")
+    check(code == 0, f"a storm of SIGTERMs still exits 0 (got {code}, {sent} sent)")
+
+
 def test_loading(build_dir):
     """/health is 503 while the model loads, then 200; other routes are 503 in their API's shape.
     TANDEM_TEST_LOAD_DELAY_MS (test-only) holds the loading state: the tiny model loads at once."""
@@ -397,7 +434,8 @@ def main():
         code = srv.stop()
     check(code == 0, f"SIGTERM exits 0 (got {code})")
     for name, fn in [("queue", lambda: test_cancel_queued(a.build_dir)), ("auth", lambda: test_auth(a.build_dir, a.npm_dir)),
-                     ("shutdown", lambda: test_shutdown_in_flight(a.build_dir)), ("plan", lambda: test_memory_plan(a.build_dir)),
+                     ("shutdown", lambda: test_shutdown_in_flight(a.build_dir)),
+                     ("signals", lambda: test_signal_storm(a.build_dir)), ("plan", lambda: test_memory_plan(a.build_dir)),
                      ("loading", lambda: test_loading(a.build_dir))]:
         if a.only and name not in a.only.split(","):
             continue
