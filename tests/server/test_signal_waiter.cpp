@@ -53,11 +53,11 @@ TEST_CASE("the signal waiter hands each SIGTERM and SIGINT to its callback, in o
             seen.push_back(sig);
             cv.notify_all();
         });
-        for (int sig : {SIGTERM, SIGINT, SIGTERM}) {
+        for (size_t want = 1; int sig : {SIGTERM, SIGINT, SIGTERM}) {
             REQUIRE(kill(getpid(), sig) == 0);
             std::unique_lock lock(mutex);
-            size_t want = seen.size() + 1;
             REQUIRE(cv.wait_for(lock, std::chrono::seconds(10), [&] { return seen.size() == want; }));
+            ++want;
         }
     }
     REQUIRE(seen == std::vector<int>{SIGTERM, SIGINT, SIGTERM});
