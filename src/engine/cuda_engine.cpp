@@ -230,8 +230,8 @@ cuda_engine::cuda_engine(std::shared_ptr<const gguf_file> file, const engine_opt
         weights += d->weight_bytes();
         kv += d->kv_bytes();
     }
-    log_info("cuda: {} logical device(s), weights {:.2f} GiB, KV {:.2f} GiB (f32), {}", devices_.size(),
-             double(weights) / gib, double(kv) / gib, links_->describe());
+    log_info("cuda: {} logical device(s), weights {:.2f} GiB, KV {:.2f} GiB ({}), {}", devices_.size(),
+             double(weights) / gib, double(kv) / gib, kv_f16_ ? "f16" : "f32", links_->describe());
 }
 
 cuda_engine::~cuda_engine() {

@@ -76,8 +76,10 @@ def test_curl_and_basics(srv):
     check(status == 200 and models["data"][0]["id"] == MODEL, "/v1/models lists the model")
     status, props = srv.get_json("/props")
     check(status == 200 and props["total_slots"] >= 1, "/props")
-    check(props.get("kv_type") == "f32" and models["data"][0]["meta"].get("kv_type") == "f32",
-          "/props and /v1/models report the KV cache type")
+    # --kv-type auto: f16 on the CUDA backend, f32 on the CPU one (the layout line names the backend).
+    kv_want = "f16" if "| cuda " in props.get("layout", "") else "f32"
+    check(props.get("kv_type") == kv_want and models["data"][0]["meta"].get("kv_type") == kv_want,
+          f"/props and /v1/models report the KV cache type ({props.get('kv_type')}, want {kv_want})")
     status, _, body = srv.request("GET", "/health")
     check(status == 200 and json.loads(body) == {"status": "ok"}, "/health ok")
 
