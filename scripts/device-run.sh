@@ -3,7 +3,10 @@
 # carry-cuda/): the [gpu] tests, compute-sanitizer (memcheck on the kernel tests, racecheck and
 # synccheck on the routing/experts test), the model comparison and
 # `tandem bench` on the qwen3-30b-a3b Q4_K synth model. Logs under $OUT; a short table last.
-#   usage: scripts/device-run.sh [tests|bench|fairness|profile|trace|all] [extra bench flags...]
+#   usage: scripts/device-run.sh [tests|bench|fairness|server|profile|trace|all] [extra bench flags...]
+# server: the HTTP end-to-end suite (tests/server/e2e_server.py) against the CUDA backend (the
+# server's --backend auto picks it here), with the tiny synth model; the npm SDK checks need node
+# and are left to CI's CPU run.
 # fairness: a 4,000-token prompt beside 1 and 15 streaming sessions on the synth model
 # (QA_BEFORE_RELEASES.md item 7), and the prefill of 1,024 tokens in 16- and 64-row chunks.
 # profile: ncu per-kernel durations of one decode step (PROFILE_SESSIONS, default 1), summed by
@@ -16,7 +19,8 @@ shift || true
 carry=${CARRY:-carry-cuda}
 out=${OUT:-/tmp/out}
 mkdir -p "$out"
-export LD_LIBRARY_PATH="$PWD/$carry/lib:${LD_LIBRARY_PATH:-}"
+case "$carry" in /*) ;; *) carry="$PWD/$carry" ;; esac  # CARRY may be absolute or relative to the repo
+export LD_LIBRARY_PATH="$carry/lib:${LD_LIBRARY_PATH:-}"
 # The tests find fixtures under the source dir compiled into them (TANDEM_SOURCE_DIR at build
 # time); set TANDEM_BUILD_SOURCE to that path and this copy of the tree is linked there.
 if [ -n "${TANDEM_BUILD_SOURCE:-}" ] && [ ! -e "$TANDEM_BUILD_SOURCE" ]; then
@@ -71,6 +75,13 @@ if [ "$mode" = fairness ] || [ "$mode" = all ]; then
             --prompt-tokens 4000 --sessions "$n" --max-prefill-seconds 25
         summary+=("  $(tail -1 "$out/fairness_$n.log" | cut -c1-300)")
     done
+fi
+if [ "$mode" = server ] || [ "$mode" = all ]; then
+    scenarios=basic,malformed,cancel,invariance,load,queue,shutdown,signals,plan,loading
+    python3 -c "import prometheus_client" 2>/dev/null && scenarios=$scenarios,metrics
+    run server_e2e timeout 600 python3 tests/server/e2e_server.py --build-dir "$carry/bin" --only "$scenarios"
+    summary+=("  $(grep -E 'FAIL|e2e_server:' "$out/server_e2e.log" | head -6 | tr '\n' ' ')")
+    cp "$carry"/bin/server-tests/*.log "$out/" 2>/dev/null
 fi
 if [ "$mode" = profile ] || [ "$mode" = all ]; then
     [ -f /tmp/m.gguf ] || "$carry/bin/tandem" synth --preset qwen3-30b-a3b --type q4_k --out /tmp/m.gguf > "$out/synth.log" 2>&1
