@@ -129,6 +129,7 @@ int serve(server_config cfg) {
     std::condition_variable cv;
     bool stop_requested = false;
     int stop_signal = 0;
+    bool repeat_logged = false;
     // Signals wait in sigwait on their own thread (main blocked them before any thread started):
     // a second SIGTERM, even one that lands while the process exits, cannot kill it mid-shutdown.
     signal_waiter signals([&](int sig) {
@@ -140,7 +141,11 @@ int serve(server_config cfg) {
         }
         std::lock_guard lock(mutex);
         if (stop_requested) {
-            log_info("signal {}: already shutting down (grace {} s)", sig, cfg.shutdown_grace_s);
+            // Once: a supervisor repeating its signal must not flood the log.
+            if (!repeat_logged)
+                log_info("signal {}: already shutting down (grace {} s); further signals are ignored", sig,
+                         cfg.shutdown_grace_s);
+            repeat_logged = true;
             return;
         }
         stop_requested = true;
