@@ -5,7 +5,9 @@ rows (the embed kernel's grid). For each launch, its increment is end - (previou
 with PDL a launch starts early, so its own duration overstates it, and the increments add up to
 the step. Steps of up to 64 rows whose launches are the model's N layers (default 48, qwen3-30b-a3b)
 plus five (embed, norm, head, two summary launches): the median increment of each launch position
-within a layer; other steps: the median per step of each kernel family's summed increments."""
+within a layer; other steps: the median per step of each kernel family's summed increments, with
+each launch's median head start (how long before its predecessor's end it began: PDL lets its
+blocks start early where the GPU has room) and its own start-to-end time."""
 import collections
 import re
 import statistics as st
@@ -76,14 +78,22 @@ def main():
             print(f"  a layer: {total:.2f} us")
             continue
         fam = collections.defaultdict(list)
+        lead = collections.defaultdict(list)  # per launch: how long before the previous launch's end it started
+        own = collections.defaultdict(list)   # per launch: its own start-to-end duration
         for s in ss:
             acc = collections.Counter()
             for i, r in enumerate(s):
-                acc[f"{short(r[5])} g{r[2]}x{r[3]} b{r[4]}"] += r[1] - (s[i - 1][1] if i else r[0])
+                k = f"{short(r[5])} g{r[2]}x{r[3]} b{r[4]}"
+                acc[k] += r[1] - (s[i - 1][1] if i else r[0])
+                if i:
+                    lead[k].append(s[i - 1][1] - r[0])
+                own[k].append(r[1] - r[0])
             for k, v in acc.items():
                 fam[k].append(v)
+        print("     a step (us)  | a launch: starts early by, lasts (median us)")
         for k, v in sorted(fam.items(), key=lambda kv: -st.median(kv[1]))[:20]:
-            print(f"  {st.median(v) / 1e3:10.1f} us  {k[:110]}")
+            early = f"{st.median(lead[k]) / 1e3:6.2f}" if lead[k] else "     -"
+            print(f"  {st.median(v) / 1e3:10.1f} us  | {early} {st.median(own[k]) / 1e3:7.2f}  {k[:100]}")
 
 
 if __name__ == "__main__":
