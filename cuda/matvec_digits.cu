@@ -8,6 +8,7 @@
 #include "digits.cuh"
 #include "launch.cuh"
 #include "mma_bf16.cuh"
+#include "moe_route.cuh"
 #include "quant_decode.cuh"
 #include "warp_reduce.cuh"
 
@@ -17,6 +18,7 @@ namespace tandem::cuda {
 namespace {
 
 constexpr int quant_warps = 8;  // blocks of 256 elements a block of the producer
+constexpr int route_one_epl = 4;    // in-kernel routing: up to 128 experts (four a lane)
 constexpr int narrow_blocks = 264;  // fewer blocks than this (2 per SM of an H200): K split 16 ways, else 4
 
 // Lane l of a warp holds elements 8l .. 8l + 7 of a block of 256: sub-block j = l / 4, group t = l % 4.
@@ -49,6 +51,42 @@ __device__ __forceinline__ bool read_one_group(const matvec_digits_args &a, int 
     end = a.n_rows;
     mat = 0;
     return gi == 0;
+}
+
+// The one-row step's group gi routed here (matvec_digits_args::route_logits): warp 0 routes the row
+// with moe_route's code (the same experts, bitwise), then group gi is its gi-th expert in ascending
+// id order (moe_route's one-row groups), with one pair: step row 0 into output row y_pair, the
+// expert's slot. false: a padding row (routed nowhere) or gi past k. Every thread of the block calls it.
+__device__ __forceinline__ bool route_one_group(const matvec_digits_args &a, int gi, float *s_prob, uint16_t *s_cand, int *s_sel,
+                                                int *s_group, int &begin, int &end, int &mat, int &y_pair) {
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, k = a.route_k, ne = a.route_n_expert;
+    if (gi >= k) return false;
+    if (warp == 0) {
+        float p[route_one_epl];
+        route_load_logits<route_one_epl>(a.route_logits, 1, 0, ne, p);
+        const bool pad = a.route_slots[0] < 0;
+        if (!pad) {
+            route_softmax<route_one_epl>(p, ne, s_prob);
+            route_select_top_k<route_one_epl>(p, s_prob, s_cand, ne, k, [&](int rank, int e, float) { s_sel[rank] = e; });
+        }
+        if (lane == 0) s_group[0] = -1;
+        __syncwarp();
+        if (!pad && lane < k) {
+            const int e = s_sel[lane];
+            int g = 0;  // the expert's place in ascending order (the k experts are distinct)
+            for (int j = 0; j < k; ++j) g += s_sel[j] < e ? 1 : 0;
+            if (g == gi) {
+                s_group[0] = e;
+                s_group[1] = lane;
+            }
+        }
+    }
+    __syncthreads();
+    mat = s_group[0];
+    y_pair = s_group[1];
+    begin = 0;
+    end = 1;
+    return mat >= 0;
 }
 
 // Row r (0-15) of the 16-row weight tile of outputs j0 ..: SwiGLU's gate rows of j0 + r, then
@@ -182,11 +220,17 @@ __device__ __forceinline__ void store_outputs(const matvec_digits_args &a, const
 // laid out as the B fragments are read: [sub-block j][lane] 8 bytes.
 // Staged blocks are held to 64 registers (8 blocks an SM): left alone, ptxas chose 56 with spills
 // (16 rows' gate/up 54.3 us) or, asked for one block, 80 (52.8); at 64, 50.4 (session 13, call 13).
-template <int W, bool swiglu, bool grouped, bool staged = false, bool quantize = false, bool one = false>
+// route (staged SwiGLU, one-row steps): the block routes the row itself (route_one_group) before the
+// PDL wait instead of reading moe_route's groups after it.
+template <int W, bool swiglu, bool grouped, bool staged = false, bool quantize = false, bool one = false, bool route = false>
 __global__ void __launch_bounds__(W * 32, staged ? 8 : 0) matvec_digits_kernel(const matvec_digits_args a) {
     constexpr int D = digits_per_element;
     static_assert(!staged || grouped, "matvec_digits: staging is for grouped products");
     static_assert(!quantize || (grouped && !swiglu), "matvec_digits: in-kernel digits are for grouped plain products");
+    static_assert(!route || (swiglu && staged && !one), "matvec_digits: in-kernel routing is for staged SwiGLU products");
+    __shared__ float s_rprob[route ? 32 * route_one_epl : 1];
+    __shared__ uint16_t s_rcand[route ? route_cand_cap : 1];
+    __shared__ int s_rsel[route ? 32 : 1], s_rgroup[2];
     __shared__ float s_red[W - 1][2][32];
     __shared__ uint64_t s_bar;
     __shared__ __align__(16) uint8_t s_qd[quantize ? W : 1][quantize ? digits_pass * 256 * D : 1];
@@ -199,7 +243,7 @@ __global__ void __launch_bounds__(W * 32, staged ? 8 : 0) matvec_digits_kernel(c
     const int64_t row_bytes = int64_t(n_blocks) * 144;
     const bool one_copy = staged_in_one_copy(swiglu, n_blocks, j0, a.n_out);
     const int64_t stride = one_copy ? row_bytes : row_bytes + 32;
-    int begin = 0, end = a.n_rows, mat = 0;
+    int begin = 0, end = a.n_rows, mat = 0, y_pair = 0;
     const uint8_t *rlo = nullptr, *rhi = nullptr;
     auto resolve_rows = [&]() {
         rlo = tile_row<swiglu>(a, mat, j0, g, row_bytes);
@@ -207,7 +251,9 @@ __global__ void __launch_bounds__(W * 32, staged ? 8 : 0) matvec_digits_kernel(c
     };
     // Grouped: the block's group, its weight rows, and (staged) their copies issued.
     auto start_group = [&]() {
-        if constexpr (one) {
+        if constexpr (route) {
+            if (!route_one_group(a, blockIdx.y, s_rprob, s_rcand, s_rsel, s_rgroup, begin, end, mat, y_pair)) return false;
+        } else if constexpr (one) {
             if (!read_one_group(a, blockIdx.y, begin, end, mat)) return false;
         } else if (!read_group(a.n_groups, a.group_off, a.group_mat, blockIdx.y, begin, end, mat)) {
             return false;
@@ -240,11 +286,16 @@ __global__ void __launch_bounds__(W * 32, staged ? 8 : 0) matvec_digits_kernel(c
     }
     // The first chunk's weights loaded before the wait on the predecessor: dense products, and
     // grouped ones whose groups are settled (streamed; staged ones issue their copies).
-    const bool early = !grouped || a.groups_settled || one;
+    const bool early = !grouped || a.groups_settled || one || route;
     q4_k_lane lo, hi;
     if (early) {
         if constexpr (grouped) {
-            if (!start_group()) return;
+            if (!start_group()) {
+                // Routed here and nothing to do: still after moe_route, so that this grid never
+                // completes before the launch whose groups the next launches read.
+                if constexpr (route) pdl_wait();
+                return;
+            }
         } else {
             resolve_rows();
         }
@@ -257,8 +308,15 @@ __global__ void __launch_bounds__(W * 32, staged ? 8 : 0) matvec_digits_kernel(c
     pdl_trigger();
     if constexpr (grouped)
         if (!early && !start_group()) return;
-    auto x_row = [&](int i) { const int r = i < end ? i : begin; return a.x_rows ? a.x_rows[r] : r; };
-    auto y_row = [&](int i) { return a.y_rows ? a.y_rows[i] : i; };
+    auto x_row = [&](int i) {
+        if constexpr (route) return 0;  // the step's one row
+        const int r = i < end ? i : begin;
+        return a.x_rows ? a.x_rows[r] : r;
+    };
+    auto y_row = [&](int i) {
+        if constexpr (route) return y_pair;
+        return a.y_rows ? a.y_rows[i] : i;
+    };
     // Staged, producer digits: the first pass's row indices and the warp's first chunk of
     // activations are fetched while the weights are still on their way.
     constexpr bool x_ahead = staged && !quantize;
@@ -472,6 +530,11 @@ void matvec_digits(const matvec_digits_args &a, cudaStream_t stream) {
                                       reinterpret_cast<uintptr_t>(a.x_f32) % 16 == 0),
                         "matvec_digits: fp32 rows are for grouped plain products (stride a multiple of 4, 16-byte aligned)");
     TANDEM_CUDA_REQUIRE(!a.group_off || (a.n_groups && a.group_mat && a.max_groups > 0), "matvec_digits: incomplete groups");
+    TANDEM_CUDA_REQUIRE(!a.route_logits || (swiglu && a.group_off && !quantize && a.solo_warps == 0 && a.route_slots && a.route_k >= 1 &&
+                                            a.route_k <= 32 && a.route_k <= a.route_n_expert && a.route_n_expert <= 32 * route_one_epl &&
+                                            a.max_groups == a.route_k),
+                        "matvec_digits: in-kernel routing is for one-row grouped SwiGLU products (k <= 32, up to 128 experts, "
+                        "max_groups k)");
     if (!a.group_off && a.n_rows == 0) return;  // dense, or one group (which has no group arrays)
     const dim3 grid((a.n_out + (swiglu ? 7 : 15)) / (swiglu ? 8 : 16), grouped && !a.one_group ? a.max_groups : 1);
     const bool narrow = !grouped && int(grid.x) < narrow_blocks;
@@ -506,7 +569,9 @@ void matvec_digits(const matvec_digits_args &a, cudaStream_t stream) {
             go_solo(matvec_digits_solo_kernel<3, false, 4, true>, 4, true);
         else
             go_solo(matvec_digits_solo_kernel<3, false, 4, false>, 4, false);
-    } else if (swiglu && grouped && stage)
+    } else if (swiglu && grouped && stage && a.route_logits)
+        go_staged(matvec_digits_kernel<4, true, true, true, false, false, true>, 4);
+    else if (swiglu && grouped && stage)
         go_staged(matvec_digits_kernel<4, true, true, true>, 4);
     else if (swiglu && grouped)
         go(matvec_digits_kernel<4, true, true>, 4);

@@ -10,6 +10,7 @@
 #include "cuda_check.h"
 #include "digits.cuh"
 #include "launch.cuh"
+#include "moe_route.cuh"
 #include "warp_reduce.cuh"
 #include "x_split.cuh"
 
@@ -23,11 +24,10 @@ constexpr int route_warps = route_threads / 32;
 constexpr int max_epl = 16;          // experts per lane: n_expert up to 512
 constexpr int max_experts = 32 * max_epl;
 constexpr int max_k = 32;
-constexpr int max_logit_parts = 4;  // the router's K parts (matvec_args::k_parts) a row's logits may come in
+constexpr int max_logit_parts = route_max_logit_parts;  // the router's K parts (matvec_args::k_parts)
 constexpr int route_prob_cap = 4096;  // probabilities of one batch of rows in shared memory (16 KiB)
 constexpr int route_unroll = 8;       // the sort's pairs a thread loads before adding them up
 constexpr int route_ids_cap = 4096;   // pair experts kept in shared memory up to this many pairs (16 KiB)
-constexpr int route_cand_cap = 64;    // top-k candidates a row keeps in shared memory (4 KiB for 32 rows)
 static_assert(route_prob_cap >= max_experts, "a batch holds at least one row");
 // Steps up to this many rows route and sort in one block (decode steps: one launch, no gap);
 // larger ones route batches in parallel blocks, then sort in one (a 2,048-row prompt step took
@@ -49,57 +49,18 @@ __host__ __device__ constexpr int route_batch(int n_expert) {
     return route_warps < route_prob_cap / n_expert ? route_warps : route_prob_cap / n_expert;
 }
 
-// Rank of each (row, expert): the experts before it in (probability desc, id asc) order; the k
-// first go to the row's slots. The row's warp ranks only candidates: with T the k-th largest of
-// the 32 lanes' maxima, k distinct experts reach T, so an expert below T has rank >= k; the
-// experts before a candidate are candidates too, so its rank among candidates is its rank.
-// Typically ~k candidates, so a 16-row step no longer ranks 16 x 128 experts against 128 each.
+// The row's top k (route_select_top_k) into its slots: ids, the selected probabilities in slot
+// order, and with `count` the histogram.
 template <int epl>
 __device__ void select_top_k(const moe_route_args &a, const float (&p)[epl], const float *row, uint16_t *cand, int r,
                              int rb, route_shared &sm, bool count, bool ids_shared) {
-    const int lane = threadIdx.x & 31, ne = a.n_expert, k = a.k;
-    float mx = -INFINITY;  // -1 (NaN) and real probabilities compare as floats; -inf: no expert
-#pragma unroll
-    for (int t = 0; t < epl; ++t)
-        if (lane + 32 * t < ne) mx = fmaxf(mx, p[t]);
-    int lane_rank = 0;
-#pragma unroll 8
-    for (int j = 0; j < 32; ++j) {
-        const float mj = __shfl_sync(0xFFFFFFFFu, mx, j);
-        lane_rank += (mj > mx || (mj == mx && j < lane)) ? 1 : 0;
-    }
-    const unsigned at_k = __ballot_sync(0xFFFFFFFFu, lane_rank == k - 1);
-    const float thr = __shfl_sync(0xFFFFFFFFu, mx, __ffs(at_k) - 1);
-    // Candidates in expert order, kept as ids; more than route_cand_cap (ties): rank them all.
-    int n_c = 0;
-#pragma unroll
-    for (int t = 0; t < epl; ++t) {
-        const bool c = lane + 32 * t < ne && p[t] >= thr;
-        const unsigned m = __ballot_sync(0xFFFFFFFFu, c);
-        const int at = n_c + __popc(m & ((1u << lane) - 1u));
-        if (c && at < route_cand_cap) cand[at] = uint16_t(lane + 32 * t);
-        n_c += __popc(m);
-    }
-    __syncwarp();
-    const bool all = n_c > route_cand_cap;
-    const int n_list = all ? ne : n_c;
-    for (int c = lane; c < n_list; c += 32) {
-        const int e = all ? c : cand[c];
-        const float pe = row[e];
-        if (pe < thr) continue;
-        int rank = 0;
-        for (int j = 0; j < n_list; ++j) {
-            const int ej = all ? j : cand[j];
-            const float pj = row[ej];
-            rank += (pj > pe || (pj == pe && ej < e)) ? 1 : 0;
-        }
-        if (rank < k) {
-            a.ids[int64_t(r) * k + rank] = e;
-            if (ids_shared) sm.ids[r * k + rank] = e;
-            sm.w[rb][rank] = pe;
-            if (count) atomicAdd(&sm.count[e], 1);
-        }
-    }
+    const int k = a.k;
+    route_select_top_k<epl>(p, row, cand, a.n_expert, k, [&](int rank, int e, float pe) {
+        a.ids[int64_t(r) * k + rank] = e;
+        if (ids_shared) sm.ids[r * k + rank] = e;
+        sm.w[rb][rank] = pe;
+        if (count) atomicAdd(&sm.count[e], 1);
+    });
 }
 
 // Routes rows [row_begin, row_end): ids and weights; with `count`, the histogram of experts in
@@ -123,23 +84,8 @@ __device__ void route_rows(const moe_route_args &a, int row_begin, int row_end, 
             // the step has router logits, padding rows' are just not used.
             // The router's K parts are all loaded before the first addition (one round trip, not
             // one a part), then added in part order.
-            const float *l = a.logits + int64_t(r) * ne;
             float p[epl];
-#pragma unroll
-            for (int t = 0; t < epl; ++t) {
-                if (lane + 32 * t >= ne) {
-                    p[t] = -INFINITY;
-                    continue;
-                }
-                float v[max_logit_parts];
-#pragma unroll
-                for (int part = 0; part < max_logit_parts; ++part)
-                    v[part] = part < a.n_logit_parts ? l[part * a.logit_part_stride + lane + 32 * t] : 0.0f;
-                p[t] = v[0];
-#pragma unroll
-                for (int part = 1; part < max_logit_parts; ++part)
-                    if (part < a.n_logit_parts) p[t] = __fadd_rn(p[t], v[part]);
-            }
+            route_load_logits<epl>(a.logits + int64_t(r) * ne, a.n_logit_parts, a.logit_part_stride, ne, p);
             const bool pad = a.slots[r] < 0;
             if (lane == 0) s_pad[warp] = pad;
             if (pad) {
@@ -149,27 +95,7 @@ __device__ void route_rows(const moe_route_args &a, int row_begin, int row_end, 
                     if (ids_shared) s_ids[r * k + s] = -1;
                 }
             } else {
-                // Softmax exactly as before this file learnt ranks: lane's experts lane + 32 t.
-                float mx = -INFINITY;
-#pragma unroll
-                for (int t = 0; t < epl; ++t) mx = fmaxf(mx, p[t]);
-                mx = warp_max(mx);
-                float sum = 0.0f;
-#pragma unroll
-                for (int t = 0; t < epl; ++t) {
-                    p[t] = lane + 32 * t < ne ? expf(p[t] - mx) : 0.0f;
-                    sum += p[t];
-                }
-                sum = warp_sum_fixed(sum);
-#pragma unroll
-                for (int t = 0; t < epl; ++t) {
-                    if (lane + 32 * t >= ne) continue;  // p[t] is 0 there and never read
-                    const float pt = p[t] / sum;
-                    // NaN (from NaN or infinite logits) ranks as -1: the ranks stay a permutation,
-                    // so every slot gets exactly one expert and no expert id goes out of range.
-                    p[t] = pt == pt ? pt : -1.0f;
-                    s_prob[warp * ne + lane + 32 * t] = p[t];
-                }
+                route_softmax<epl>(p, ne, s_prob + warp * ne);
                 select_top_k<epl>(a, p, s_prob + warp * ne, sm.cand[warp], r, warp, sm, count, ids_shared);
             }
         }

@@ -2,7 +2,8 @@
 // Owns: softmax over router logits, top-k (ties: lower expert id), renormalisation; the sort of
 // the step's (row, slot) pairs by expert that the grouped matvec (matvec.h) consumes; and
 // x += sum_s w_s * out_s in slot order fused with the next RMSNorm. Does not own the expert
-// products themselves.
+// products themselves. One warp's routing of a row lives in moe_route.cuh, shared with the one-row
+// gate/up that routes its row itself (matvec_digits_args::route_logits).
 #pragma once
 
 #include "matvec_digits.h"

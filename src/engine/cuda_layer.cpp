@@ -422,6 +422,16 @@ int64_t cuda_device::layer_experts(int32_t l, int32_t r0, int32_t n) {
     if (digits) {
         cuda::matvec_digits_args da = cuda::digit_args_of(g, h_dig);
         da.stage = true;
+        // One-row steps: the gate/up blocks route the row themselves beside moe_route (the same
+        // experts, bitwise) instead of waiting for its groups: one session 474.7-476.1 -> 487.0-489.3
+        // tok/s (docs/perf-notes.md, session 29, call 7). Not where the groups are filtered to the
+        // experts held here (a pair's partner) or counted (--expert-balance launches between).
+        if (n == 1 && !L.local && !m.traffic && router_parts == 1 && hp.n_expert <= 128 && k <= 32) {
+            da.route_logits = router_logits;
+            da.route_slots = slots;
+            da.route_n_expert = hp.n_expert;
+            da.route_k = k;
+        }
         cuda::matvec_digits(da, s);
     } else if (prompt_digits_gate_up) {
         const cuda::matvec_digits_args da = cuda::digit_args_of(g, prompt_digit_rows(n, d));

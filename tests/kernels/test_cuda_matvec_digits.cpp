@@ -21,6 +21,7 @@
 #include <cstdio>
 #include <cstring>
 #include <limits>
+#include <random>
 
 using namespace tandem;
 using tandem::test::device_buffer;
@@ -165,6 +166,83 @@ TEST_CASE("grouped SwiGLU digit products match the CPU and are batch invariant",
         cuda::digits_quantize({x1.ptr, 1, n_in, d1.view()}, nullptr);
         run(one, d1, y1.ptr);
         CHECK(std::memcmp(y1.download().data(), got.data() + size_t(2 * k) * n_out, size_t(k) * n_out * sizeof(float)) == 0);
+    }
+}
+
+// A one-row step's gate/up may route the row itself (matvec_digits_args::route_logits) beside
+// moe_route: the same experts, slots and outputs, bitwise, as the product over moe_route's groups;
+// ties in the router (lower id first), a NaN logit, and a padding row (nothing written).
+TEST_CASE("a one-row SwiGLU routing its row itself matches moe_route's groups, bitwise", "[gpu][kernels]") {
+    if (!test::gpu_present()) return;
+    struct shape {
+        int32_t n_expert, k, n_in, n_out;
+    };
+    for (const shape sh : {shape{128, 8, 512, 76}, shape{20, 3, 768, 40}, shape{7, 7, 256, 8}}) {
+        INFO("n_expert " << sh.n_expert << " k " << sh.k);
+        std::mt19937_64 rng(4200 + uint64_t(sh.n_expert));
+        std::vector<uint8_t> all_gate, all_up;
+        for (int32_t e = 0; e < sh.n_expert; ++e) {
+            const auto gm = random_matrix(rng, ggml_type::q4_k, sh.n_in, sh.n_out, 0.05f);
+            const auto um = random_matrix(rng, ggml_type::q4_k, sh.n_in, sh.n_out, 0.05f);
+            all_gate.insert(all_gate.end(), gm.begin(), gm.end());
+            all_up.insert(all_up.end(), um.begin(), um.end());
+        }
+        device_buffer<uint8_t> dg(all_gate), du(all_up);
+        const auto x = test::random_floats(rng, size_t(sh.n_in));
+        device_buffer<float> dx(x);
+        device_digits dd(1, sh.n_in);
+        cuda::digits_quantize({dx.ptr, 1, sh.n_in, dd.view()}, nullptr);
+        for (const int variant : {0, 1, 2, 3}) {  // plain, a tie among the top, a NaN logit, a padding row
+            INFO("variant " << variant);
+            auto logits = test::random_floats(rng, size_t(sh.n_expert));
+            if (variant == 1 && sh.n_expert > 9) logits[5] = logits[9] = 4.0f;
+            if (variant == 2) logits[size_t(sh.n_expert / 2)] = std::numeric_limits<float>::quiet_NaN();
+            device_buffer<float> dl(logits), dw(size_t(sh.k));
+            device_buffer<int32_t> dslot(std::vector<int32_t>{variant == 3 ? -1 : 0}), dids(size_t(sh.k));
+            device_buffer<int32_t> gexp(size_t(sh.k)), goff(size_t(sh.k) + 1), ng(1), px(size_t(sh.k)), py(size_t(sh.k));
+            cuda::moe_route_args ra;
+            ra.logits = dl.ptr;
+            ra.slots = dslot.ptr;
+            ra.ids = dids.ptr;
+            ra.weights = dw.ptr;
+            ra.group_expert = gexp.ptr;
+            ra.group_off = goff.ptr;
+            ra.n_groups = ng.ptr;
+            ra.pair_x = px.ptr;
+            ra.pair_y = py.ptr;
+            ra.n_rows = 1;
+            ra.n_expert = sh.n_expert;
+            ra.k = sh.k;
+            cuda::moe_route(ra, nullptr);
+            cuda::matvec_digits_args a{dg.ptr, sh.n_in, sh.n_out, dd.view(), 0, nullptr, sh.n_out};
+            a.w_up = du.ptr;
+            a.x_rows = px.ptr;
+            a.y_rows = py.ptr;
+            a.group_mat = gexp.ptr;
+            a.group_off = goff.ptr;
+            a.n_groups = ng.ptr;
+            a.max_groups = sh.k;
+            a.stage = true;
+            device_buffer<float> y_ref(size_t(sh.k) * sh.n_out), y(size_t(sh.k) * sh.n_out);
+            y_ref.poison();
+            y.poison();
+            a.y = y_ref.ptr;
+            cuda::matvec_digits(a, nullptr);
+            a.y = y.ptr;
+            a.route_logits = dl.ptr;
+            a.route_slots = dslot.ptr;
+            a.route_n_expert = sh.n_expert;
+            a.route_k = sh.k;
+            cuda::matvec_digits(a, nullptr);
+            TANDEM_CUDA_CHECK(cudaDeviceSynchronize());
+            const auto got = y.download(), want = y_ref.download();
+            CHECK(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)) == 0);
+            if (variant == 3) {
+                CHECK(std::all_of(got.begin(), got.end(), [](float v) { return std::isnan(v); }));  // poison left
+            } else {
+                CHECK(std::none_of(got.begin(), got.end(), [](float v) { return std::isnan(v); }));  // every slot written
+            }
+        }
     }
 }
 

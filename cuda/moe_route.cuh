@@ -1,0 +1,111 @@
+// cuda/moe_route.cuh - one warp's routing of one row: the router logits' softmax in the CPU twin's
+// order and its top k by candidates (ties: lower expert id). moe.cu's routing kernels and the
+// experts' one-row gate/up (matvec_digits.cu, which routes its row itself beside moe_route) call
+// the same code, so both pick the same experts, bitwise.
+#pragma once
+
+#include "warp_reduce.cuh"
+
+#include <cmath>
+#include <cstdint>
+
+namespace tandem::cuda {
+
+constexpr int route_max_logit_parts = 4;  // the router's K parts a row's logits may come in
+constexpr int route_cand_cap = 64;        // top-k candidates a row keeps in shared memory
+
+// The lane's logits of experts lane + 32 t (-inf past ne): the K parts (part s at l + s *
+// part_stride) all loaded before the first addition, then added in part order.
+template <int epl>
+__device__ __forceinline__ void route_load_logits(const float *l, int n_parts, int64_t part_stride, int ne, float (&p)[epl]) {
+    const int lane = threadIdx.x & 31;
+#pragma unroll
+    for (int t = 0; t < epl; ++t) {
+        if (lane + 32 * t >= ne) {
+            p[t] = -INFINITY;
+            continue;
+        }
+        float v[route_max_logit_parts];
+#pragma unroll
+        for (int part = 0; part < route_max_logit_parts; ++part) v[part] = part < n_parts ? l[part * part_stride + lane + 32 * t] : 0.0f;
+        p[t] = v[0];
+#pragma unroll
+        for (int part = 1; part < route_max_logit_parts; ++part)
+            if (part < n_parts) p[t] = __fadd_rn(p[t], v[part]);
+    }
+}
+
+// Softmax of the row in place (p[t] of expert lane + 32 t), also written to row[0 .. ne): a NaN
+// (from NaN or infinite logits) becomes -1, so the ranks stay a permutation and every slot gets
+// exactly one expert.
+template <int epl>
+__device__ __forceinline__ void route_softmax(float (&p)[epl], int ne, float *row) {
+    const int lane = threadIdx.x & 31;
+    float mx = -INFINITY;
+#pragma unroll
+    for (int t = 0; t < epl; ++t) mx = fmaxf(mx, p[t]);
+    mx = warp_max(mx);
+    float sum = 0.0f;
+#pragma unroll
+    for (int t = 0; t < epl; ++t) {
+        p[t] = lane + 32 * t < ne ? expf(p[t] - mx) : 0.0f;
+        sum += p[t];
+    }
+    sum = warp_sum_fixed(sum);
+#pragma unroll
+    for (int t = 0; t < epl; ++t) {
+        if (lane + 32 * t >= ne) continue;  // p[t] is 0 there and never read
+        const float pt = p[t] / sum;
+        p[t] = pt == pt ? pt : -1.0f;
+        row[lane + 32 * t] = p[t];
+    }
+}
+
+// Rank of each expert: the experts before it in (probability desc, id asc) order; take(rank, e,
+// p_e) for each of the k first (each by one lane). The warp ranks only candidates: with T the k-th
+// largest of the 32 lanes' maxima, k distinct experts reach T, so an expert below T has rank >= k;
+// the experts before a candidate are candidates too, so its rank among candidates is its rank.
+// Typically ~k candidates. row: the probabilities (route_softmax's), cand: route_cand_cap ids.
+template <int epl, class Take>
+__device__ __forceinline__ void route_select_top_k(const float (&p)[epl], const float *row, uint16_t *cand, int ne, int k, Take &&take) {
+    const int lane = threadIdx.x & 31;
+    float mx = -INFINITY;  // -1 (NaN) and real probabilities compare as floats; -inf: no expert
+#pragma unroll
+    for (int t = 0; t < epl; ++t)
+        if (lane + 32 * t < ne) mx = fmaxf(mx, p[t]);
+    int lane_rank = 0;
+#pragma unroll 8
+    for (int j = 0; j < 32; ++j) {
+        const float mj = __shfl_sync(0xFFFFFFFFu, mx, j);
+        lane_rank += (mj > mx || (mj == mx && j < lane)) ? 1 : 0;
+    }
+    const unsigned at_k = __ballot_sync(0xFFFFFFFFu, lane_rank == k - 1);
+    const float thr = __shfl_sync(0xFFFFFFFFu, mx, __ffs(at_k) - 1);
+    // Candidates in expert order, kept as ids; more than route_cand_cap (ties): rank them all.
+    int n_c = 0;
+#pragma unroll
+    for (int t = 0; t < epl; ++t) {
+        const bool c = lane + 32 * t < ne && p[t] >= thr;
+        const unsigned m = __ballot_sync(0xFFFFFFFFu, c);
+        const int at = n_c + __popc(m & ((1u << lane) - 1u));
+        if (c && at < route_cand_cap) cand[at] = uint16_t(lane + 32 * t);
+        n_c += __popc(m);
+    }
+    __syncwarp();
+    const bool all = n_c > route_cand_cap;
+    const int n_list = all ? ne : n_c;
+    for (int c = lane; c < n_list; c += 32) {
+        const int e = all ? c : cand[c];
+        const float pe = row[e];
+        if (pe < thr) continue;
+        int rank = 0;
+        for (int j = 0; j < n_list; ++j) {
+            const int ej = all ? j : cand[j];
+            const float pj = row[ej];
+            rank += (pj > pe || (pj == pe && ej < e)) ? 1 : 0;
+        }
+        if (rank < k) take(rank, e, pe);
+    }
+}
+
+}  // namespace tandem::cuda
