@@ -6,6 +6,7 @@
 #include "quant_test_util.h"
 #include "digits_test_util.h"
 #include "digit_groups_test_util.h"
+#include "routing_test_util.h"
 #include "split_test_util.h"
 
 #include "cuda/cuda_check.h"
@@ -197,30 +198,15 @@ TEST_CASE("a one-row SwiGLU routing its row itself matches moe_route's groups, b
             auto logits = test::random_floats(rng, size_t(sh.n_expert));
             if (variant == 1 && sh.n_expert > 9) logits[5] = logits[9] = 4.0f;
             if (variant == 2) logits[size_t(sh.n_expert / 2)] = std::numeric_limits<float>::quiet_NaN();
-            device_buffer<float> dl(logits), dw(size_t(sh.k));
-            device_buffer<int32_t> dslot(std::vector<int32_t>{variant == 3 ? -1 : 0}), dids(size_t(sh.k));
-            device_buffer<int32_t> gexp(size_t(sh.k)), goff(size_t(sh.k) + 1), ng(1), px(size_t(sh.k)), py(size_t(sh.k));
-            cuda::moe_route_args ra;
-            ra.logits = dl.ptr;
-            ra.slots = dslot.ptr;
-            ra.ids = dids.ptr;
-            ra.weights = dw.ptr;
-            ra.group_expert = gexp.ptr;
-            ra.group_off = goff.ptr;
-            ra.n_groups = ng.ptr;
-            ra.pair_x = px.ptr;
-            ra.pair_y = py.ptr;
-            ra.n_rows = 1;
-            ra.n_expert = sh.n_expert;
-            ra.k = sh.k;
-            cuda::moe_route(ra, nullptr);
+            const test::device_routing route(logits, {variant == 3 ? -1 : 0}, sh.n_expert, sh.k);
+            route.run();
             cuda::matvec_digits_args a{dg.ptr, sh.n_in, sh.n_out, dd.view(), 0, nullptr, sh.n_out};
             a.w_up = du.ptr;
-            a.x_rows = px.ptr;
-            a.y_rows = py.ptr;
-            a.group_mat = gexp.ptr;
-            a.group_off = goff.ptr;
-            a.n_groups = ng.ptr;
+            a.x_rows = route.pair_x.ptr;
+            a.y_rows = route.pair_y.ptr;
+            a.group_mat = route.group_expert.ptr;
+            a.group_off = route.group_off.ptr;
+            a.n_groups = route.n_groups.ptr;
             a.max_groups = sh.k;
             a.stage = true;
             device_buffer<float> y_ref(size_t(sh.k) * sh.n_out), y(size_t(sh.k) * sh.n_out);
@@ -229,8 +215,8 @@ TEST_CASE("a one-row SwiGLU routing its row itself matches moe_route's groups, b
             a.y = y_ref.ptr;
             cuda::matvec_digits(a, nullptr);
             a.y = y.ptr;
-            a.route_logits = dl.ptr;
-            a.route_slots = dslot.ptr;
+            a.route_logits = route.logits.ptr;
+            a.route_slots = route.slots.ptr;
             a.route_n_expert = sh.n_expert;
             a.route_k = sh.k;
             cuda::matvec_digits(a, nullptr);

@@ -2,6 +2,7 @@
 // against their CPU twin, written out here: keep the groups of held experts in order with their
 // pairs, remapped to local matrix indices; take the partner's output for every other pair.
 #include "gpu_test_util.h"
+#include "routing_test_util.h"
 
 #include "cuda/moe.h"
 #include "cuda/moe_split.h"
@@ -25,23 +26,10 @@ TEST_CASE("moe_groups_filter keeps the held experts' groups and pairs in order",
         for (float &v : logits) v = float(int(rng() % 7)) * 0.25f;
         std::vector<int32_t> slots(size_t(sh.n));
         for (int32_t r = 0; r < sh.n; ++r) slots[size_t(r)] = (r == sh.n / 2 && sh.n > 1) ? -1 : r;
-        device_buffer<float> d_logits(logits), d_w(pairs);
-        device_buffer<int32_t> d_slots(slots), d_ids(pairs), g_exp(size_t(sh.ne)), g_off(size_t(sh.ne) + 1), g_n(1);
-        device_buffer<int32_t> p_x(pairs), p_y(pairs);
-        cuda::moe_route_args ra;
-        ra.logits = d_logits.ptr;
-        ra.slots = d_slots.ptr;
-        ra.ids = d_ids.ptr;
-        ra.weights = d_w.ptr;
-        ra.group_expert = g_exp.ptr;
-        ra.group_off = g_off.ptr;
-        ra.n_groups = g_n.ptr;
-        ra.pair_x = p_x.ptr;
-        ra.pair_y = p_y.ptr;
-        ra.n_rows = sh.n;
-        ra.n_expert = sh.ne;
-        ra.k = sh.k;
-        cuda::moe_route(ra, nullptr);
+        const device_routing route(logits, slots, sh.ne, sh.k);
+        route.run();
+        const device_buffer<int32_t> &g_exp = route.group_expert, &g_off = route.group_off, &g_n = route.n_groups;
+        const device_buffer<int32_t> &p_x = route.pair_x, &p_y = route.pair_y;
         // A random half of the experts is held here, in a random local order.
         std::vector<int32_t> local(size_t(sh.ne), -1), held;
         for (int32_t e = 0; e < sh.ne; ++e)
