@@ -18,7 +18,7 @@ namespace tandem::cuda {
 namespace {
 
 constexpr int quant_warps = 8;  // blocks of 256 elements a block of the producer
-constexpr int route_one_epl = 4;    // in-kernel routing: up to 128 experts (four a lane)
+constexpr int route_one_epl = route_max_experts / 32;  // in-kernel routing: experts a lane
 constexpr int narrow_blocks = 264;  // fewer blocks than this (2 per SM of an H200): K split 16 ways, else 4
 
 // Lane l of a warp holds elements 8l .. 8l + 7 of a block of 256: sub-block j = l / 4, group t = l % 4.
@@ -71,14 +71,10 @@ __device__ __forceinline__ bool route_one_group(const matvec_digits_args &a, int
         }
         if (lane == 0) s_group[0] = -1;
         __syncwarp();
-        if (!pad && lane < k) {
-            const int e = s_sel[lane];
-            int g = 0;  // the expert's place in ascending order (the k experts are distinct)
-            for (int j = 0; j < k; ++j) g += s_sel[j] < e ? 1 : 0;
-            if (g == gi) {
-                s_group[0] = e;
-                s_group[1] = lane;
-            }
+        const int e = !pad && lane < k ? s_sel[lane] : 0;
+        if (route_one_row_group(e, k) == gi && !pad && lane < k) {
+            s_group[0] = e;
+            s_group[1] = lane;
         }
     }
     __syncthreads();
@@ -530,9 +526,8 @@ void matvec_digits(const matvec_digits_args &a, cudaStream_t stream) {
                                       reinterpret_cast<uintptr_t>(a.x_f32) % 16 == 0),
                         "matvec_digits: fp32 rows are for grouped plain products (stride a multiple of 4, 16-byte aligned)");
     TANDEM_CUDA_REQUIRE(!a.group_off || (a.n_groups && a.group_mat && a.max_groups > 0), "matvec_digits: incomplete groups");
-    TANDEM_CUDA_REQUIRE(!a.route_logits || (swiglu && a.group_off && !quantize && a.solo_warps == 0 && a.route_slots && a.route_k >= 1 &&
-                                            a.route_k <= 32 && a.route_k <= a.route_n_expert && a.route_n_expert <= 32 * route_one_epl &&
-                                            a.max_groups == a.route_k),
+    TANDEM_CUDA_REQUIRE(!a.route_logits || (swiglu && a.group_off && !quantize && a.solo_warps == 0 && a.route_slots &&
+                                            matvec_digits_route_applies(a.route_n_expert, a.route_k) && a.max_groups == a.route_k),
                         "matvec_digits: in-kernel routing is for one-row grouped SwiGLU products (k <= 32, up to 128 experts, "
                         "max_groups k)");
     if (!a.group_off && a.n_rows == 0) return;  // dense, or one group (which has no group arrays)

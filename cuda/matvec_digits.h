@@ -49,6 +49,13 @@ struct digits_quantize_args {
 };
 void digits_quantize(const digits_quantize_args &args, cudaStream_t stream);
 
+// Whether a one-row grouped SwiGLU of this router can route its row itself (matvec_digits_args::
+// route_logits): up to route_max_experts experts, k of them a row, k <= 32 (a lane a slot).
+constexpr int32_t route_max_experts = 128;
+inline bool matvec_digits_route_applies(int32_t n_expert, int32_t k) {
+    return k >= 1 && k <= 32 && k <= n_expert && n_expert <= route_max_experts;
+}
+
 struct matvec_digits_args {
     const void *w = nullptr;  // [n_mat][n_out][n_in / 256 blocks of 144 bytes] Q4_K
     int32_t n_in = 0, n_out = 0;

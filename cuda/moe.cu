@@ -24,7 +24,6 @@ constexpr int route_warps = route_threads / 32;
 constexpr int max_epl = 16;          // experts per lane: n_expert up to 512
 constexpr int max_experts = 32 * max_epl;
 constexpr int max_k = 32;
-constexpr int max_logit_parts = route_max_logit_parts;  // the router's K parts (matvec_args::k_parts)
 constexpr int route_prob_cap = 4096;  // probabilities of one batch of rows in shared memory (16 KiB)
 constexpr int route_unroll = 8;       // the sort's pairs a thread loads before adding them up
 constexpr int route_ids_cap = 4096;   // pair experts kept in shared memory up to this many pairs (16 KiB)
@@ -219,8 +218,7 @@ __global__ void __launch_bounds__(32) moe_route_one_kernel(const moe_route_args 
         return;
     }
     const int e = lane < k ? sm.ids[lane] : 0;
-    int g = 0;  // the expert's place in ascending order (the k experts are distinct)
-    for (int s = 0; s < k; ++s) g += __shfl_sync(0xFFFFFFFFu, e, s) < e ? 1 : 0;
+    const int g = route_one_row_group(e, k);
     if (lane < k) {
         a.group_expert[g] = e;
         a.group_off[g] = g;
@@ -421,7 +419,7 @@ void moe_count(const moe_count_args &a, cudaStream_t stream) {
 void moe_route(const moe_route_args &a, cudaStream_t stream) {
     TANDEM_CUDA_REQUIRE(a.n_expert >= 1 && a.n_expert <= 32 * max_epl, "moe_route: n_expert must be in 1..512");
     TANDEM_CUDA_REQUIRE(a.k >= 1 && a.k <= a.n_expert && a.k <= max_k, "moe_route: k must be in 1..min(n_expert, 32)");
-    TANDEM_CUDA_REQUIRE(a.n_logit_parts >= 1 && a.n_logit_parts <= max_logit_parts &&
+    TANDEM_CUDA_REQUIRE(a.n_logit_parts >= 1 && a.n_logit_parts <= route_max_logit_parts &&
                             (a.n_logit_parts == 1 || a.logit_part_stride >= int64_t(a.n_rows) * a.n_expert),
                         "moe_route: logit parts must be 1..4 and must not overlap");
     if (a.n_rows == 0) return;

@@ -108,4 +108,13 @@ __device__ __forceinline__ void route_select_top_k(const float (&p)[epl], const 
     }
 }
 
+// A one-row step's groups (moe_route's, and the gate/up that routes its row itself): lanes 0 .. k - 1
+// hold the row's k distinct experts (slot order); the group of lane's expert is its place in
+// ascending id order. Every lane of the warp calls it (the others' values are not read).
+__device__ __forceinline__ int route_one_row_group(int e, int k) {
+    int g = 0;
+    for (int s = 0; s < k; ++s) g += __shfl_sync(0xFFFFFFFFu, e, s) < e ? 1 : 0;
+    return g;
+}
+
 }  // namespace tandem::cuda

@@ -426,7 +426,7 @@ int64_t cuda_device::layer_experts(int32_t l, int32_t r0, int32_t n) {
         // experts, bitwise) instead of waiting for its groups: one session 474.7-476.1 -> 487.0-489.3
         // tok/s (docs/perf-notes.md, session 29, call 7). Not where the groups are filtered to the
         // experts held here (a pair's partner) or counted (--expert-balance launches between).
-        if (n == 1 && !L.local && !m.traffic && router_parts == 1 && hp.n_expert <= 128 && k <= 32) {
+        if (n == 1 && !L.local && !m.traffic && router_parts == 1 && cuda::matvec_digits_route_applies(hp.n_expert, k)) {
             da.route_logits = router_logits;
             da.route_slots = slots;
             da.route_n_expert = hp.n_expert;
