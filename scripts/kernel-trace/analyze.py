@@ -4,7 +4,7 @@ output. A step ends at logits_top_merge_kernel; steps are grouped by their kerne
 rows (the embed kernel's grid). For each launch, its increment is end - (previous launch's end):
 with PDL a launch starts early, so its own duration overstates it, and the increments add up to
 the step. Steps of up to 64 rows whose launches are the model's N layers (default 48, qwen3-30b-a3b)
-plus five (embed, norm, head, two summary launches): the median increment of each launch position
+plus five or six (embed, norm, [digits,] head, two summary launches): the median increment of each launch position
 within a layer; other steps: the median per step of each kernel family's summed increments, with
 each launch's median head start (how long before its predecessor's end it began: PDL lets its
 blocks start early where the GPU has room) and its own start-to-end time."""
@@ -63,18 +63,26 @@ def main():
         ss = ss[2:] if len(ss) > 4 else ss  # warm-up steps out
         span = st.median(s[-1][1] - s[0][0] for s in ss) / 1e3
         print(f"== steps of {count} launches, {rows} rows: {len(ss)} steps, median span {span:.1f} us")
-        per = (count - 5) // layers if (count - 5) % layers == 0 else 0
+        # The layers start after the embedding and its norm; the head's launches follow them: three or
+        # four (a head on digits quantises its rows first), the summaries' two among them.
+        per = next(((count - 2 - tail) // layers for tail in (3, 4) if (count - 2 - tail) % layers == 0), 0)
         if per and rows <= 64:
             incs = collections.defaultdict(list)
+            lead = collections.defaultdict(list)
+            own = collections.defaultdict(list)
             for s in ss:
                 for i in range(2, 2 + layers * per):
                     incs[(i - 2) % per].append(s[i][1] - s[i - 1][1])
+                    lead[(i - 2) % per].append(s[i - 1][1] - s[i][0])
+                    own[(i - 2) % per].append(s[i][1] - s[i][0])
             total = 0.0
+            print("  pos  increment | starts early by, lasts (median us)")
             for pos in range(per):
                 r = ss[0][2 + pos]
                 m = st.median(incs[pos]) / 1e3
                 total += m
-                print(f"  {pos:2d}  {m:7.2f} us  {short(r[5])} g{r[2]}x{r[3]} b{r[4]}")
+                print(f"  {pos:2d}  {m:7.2f} us | {st.median(lead[pos]) / 1e3:6.2f} {st.median(own[pos]) / 1e3:6.2f}"
+                      f"  {short(r[5])} g{r[2]}x{r[3]} b{r[4]}")
             print(f"  a layer: {total:.2f} us")
             continue
         fam = collections.defaultdict(list)
