@@ -196,12 +196,15 @@ TANDEM_COMMAND(bench, "Measure prefill and multi-session decode throughput", [](
             nlohmann::json row = {{"sessions", n}, {"ms_per_step", t * 1e3}, {"tok_per_s", n / t},
                                   {"tok_per_s_per_session", 1.0 / t}, {"bytes_per_step", b}, {"gb_per_s", gbps}};
             if (roof > 0) row["pct_of_roof"] = 100.0 * gbps / roof;
-            for (const auto &[k, v] : eng->counters()) row[k] = v;
+            const auto counters = eng->counters();
+            for (const auto &[k, v] : counters) row[k] = v;
             result["decode"].push_back(row);
+            const auto launches = counters.find("launches_per_step");
             fmt::print("decode   {:3} sessions  {:8.2f} ms/step  {:9.1f} tok/s aggregate  {:8.1f} tok/s/session  "
-                       "{:7.3f} GB/step  {:8.1f} GB/s{}\n",
+                       "{:7.3f} GB/step  {:8.1f} GB/s{}{}\n",
                        n, t * 1e3, n / t, 1.0 / t, b / 1e9, gbps,
-                       roof > 0 ? fmt::format("  {:.1f}% of {:.0f} GB/s", 100.0 * gbps / roof, roof) : "");
+                       roof > 0 ? fmt::format("  {:.1f}% of {:.0f} GB/s", 100.0 * gbps / roof, roof) : "",
+                       launches != counters.end() && launches->second > 0 ? fmt::format("  {:.0f} launches/step", launches->second) : "");
         }
         const auto &d = result["decode"];
         if (d.size() >= 2)
