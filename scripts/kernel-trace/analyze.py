@@ -5,7 +5,7 @@ rows (the embed kernel's grid). For each launch, its increment is end - (previou
 with PDL a launch starts early, so its own duration overstates it, and the increments add up to
 the step. Steps of up to 64 rows whose launches are the model's N layers (default 48, qwen3-30b-a3b)
 plus five or six (embed, norm, [digits,] head, two summary launches): the median increment of each launch position
-within a layer; other steps: the median per step of each kernel family's summed increments, with
+within a layer (a row for each kernel a position takes, where layers differ); other steps: the median per step of each kernel family's summed increments, with
 each launch's median head start (how long before its predecessor's end it began: PDL lets its
 blocks start early where the GPU has room) and its own start-to-end time."""
 import collections
@@ -67,22 +67,27 @@ def main():
         # four (a head on digits quantises its rows first), the summaries' two among them.
         per = next(((count - 2 - tail) // layers for tail in (3, 4) if (count - 2 - tail) % layers == 0), 0)
         if per and rows <= 64:
+            # Keyed by position and kernel: layers of two kinds (a Q4_K_M file's Q6_K down in half of
+            # them) get a row each at the positions where they differ, with their count of layers.
             incs = collections.defaultdict(list)
             lead = collections.defaultdict(list)
             own = collections.defaultdict(list)
             for s in ss:
                 for i in range(2, 2 + layers * per):
-                    incs[(i - 2) % per].append(s[i][1] - s[i - 1][1])
-                    lead[(i - 2) % per].append(s[i - 1][1] - s[i][0])
-                    own[(i - 2) % per].append(s[i][1] - s[i][0])
+                    r = s[i]
+                    key = ((i - 2) % per, f"{short(r[5])} g{r[2]}x{r[3]} b{r[4]}")
+                    incs[key].append(r[1] - s[i - 1][1])
+                    lead[key].append(s[i - 1][1] - r[0])
+                    own[key].append(r[1] - r[0])
             total = 0.0
             print("  pos  increment | starts early by, lasts (median us)")
-            for pos in range(per):
-                r = ss[0][2 + pos]
-                m = st.median(incs[pos]) / 1e3
-                total += m
-                print(f"  {pos:2d}  {m:7.2f} us | {st.median(lead[pos]) / 1e3:6.2f} {st.median(own[pos]) / 1e3:6.2f}"
-                      f"  {short(r[5])} g{r[2]}x{r[3]} b{r[4]}")
+            for key in sorted(incs):
+                pos, label = key
+                n_layers = len(incs[key]) // len(ss)
+                m = st.median(incs[key]) / 1e3
+                total += m * n_layers / layers
+                kind = "" if n_layers == layers else f"  ({n_layers} layers)"
+                print(f"  {pos:2d}  {m:7.2f} us | {st.median(lead[key]) / 1e3:6.2f} {st.median(own[key]) / 1e3:6.2f}  {label}{kind}")
             print(f"  a layer: {total:.2f} us")
             continue
         fam = collections.defaultdict(list)
