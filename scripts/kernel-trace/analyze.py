@@ -4,10 +4,11 @@ output. A step ends at logits_top_merge_kernel; steps are grouped by their kerne
 rows (the embed kernel's grid). For each launch, its increment is end - (previous launch's end):
 with PDL a launch starts early, so its own duration overstates it, and the increments add up to
 the step. Steps of up to 64 rows whose launches are the model's N layers (default 48, qwen3-30b-a3b)
-plus five or six (embed, norm, [digits,] head, two summary launches): the median increment of each launch position
-within a layer (a row for each kernel a position takes, where layers differ); other steps: the median per step of each kernel family's summed increments, with
-each launch's median head start (how long before its predecessor's end it began: PDL lets its
-blocks start early where the GPU has room) and its own start-to-end time."""
+plus five or six (embed, norm, [digits,] head, two summary launches): for each launch position
+within a layer (a row for each kernel a position takes, where layers differ), its median increment,
+head start and own time; other steps: the median per step of each kernel family's summed
+increments. A head start is how long before its predecessor's end a launch began (PDL lets its
+blocks start early where the GPU has room); its own time runs from its start to its end."""
 import collections
 import re
 import statistics as st
@@ -87,7 +88,8 @@ def main():
                 m = st.median(incs[key]) / 1e3
                 total += m * n_layers / layers
                 kind = "" if n_layers == layers else f"  ({n_layers} layers)"
-                print(f"  {pos:2d}  {m:7.2f} us | {st.median(lead[key]) / 1e3:6.2f} {st.median(own[key]) / 1e3:6.2f}  {label}{kind}")
+                early, lasts = st.median(lead[key]) / 1e3, st.median(own[key]) / 1e3
+                print(f"  {pos:2d}  {m:7.2f} us | {early:6.2f} {lasts:6.2f}  {label}{kind}")
             print(f"  a layer: {total:.2f} us")
             continue
         fam = collections.defaultdict(list)
