@@ -57,8 +57,41 @@ __device__ __forceinline__ bool read_one_group(const matvec_digits_args &a, int 
 // with moe_route's code (the same experts, bitwise), then group gi is its gi-th expert in ascending
 // id order (moe_route's one-row groups), with one pair: step row 0 into output row y_pair, the
 // expert's slot. false: a padding row (routed nowhere) or gi past k. Every thread of the block calls it.
+// Block (0, 0)'s lane s of warp 0 writes what moe_route writes for the row (moe_route_one_kernel and
+// route_rows: ids, weights renormalised in slot order, the one-row groups), then a fence, so the
+// launch that this one triggers afterwards reads them (matvec_digits_args::route_out).
+__device__ __forceinline__ void publish_route(const route_outputs &o, bool pad, int e, int grp, const float *s_w, int k, int lane) {
+    if (pad) {
+        for (int s = lane; s < k; s += 32) {
+            o.ids[s] = -1;
+            o.weights[s] = 0.0f;
+        }
+        if (lane == 0) {
+            o.group_off[0] = 0;
+            *o.n_groups = 0;
+        }
+    } else {
+        if (lane < k) {
+            float top = 0.0f;
+            for (int j = 0; j < k; ++j) top += s_w[j];
+            o.ids[lane] = e;
+            o.weights[lane] = o.renormalise ? s_w[lane] / top : s_w[lane];
+            o.group_expert[grp] = e;
+            o.group_off[grp] = grp;
+            o.pair_x[grp] = 0;
+            o.pair_y[grp] = lane;
+        }
+        if (lane == 0) {
+            o.group_off[k] = k;
+            *o.n_groups = k;
+            if (o.groups_total) atomicAdd(o.groups_total, k);
+        }
+    }
+    __threadfence();
+}
+
 __device__ __forceinline__ bool route_one_group(const matvec_digits_args &a, int gi, float *s_prob, uint16_t *s_cand, int *s_sel,
-                                                int *s_group, int &begin, int &end, int &mat, int &y_pair) {
+                                                float *s_w, int *s_group, int &begin, int &end, int &mat, int &y_pair) {
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, k = a.route_k, ne = a.route_n_expert;
     if (gi >= k) return false;
     if (warp == 0) {
@@ -67,12 +100,17 @@ __device__ __forceinline__ bool route_one_group(const matvec_digits_args &a, int
         const bool pad = a.route_slots[0] < 0;
         if (!pad) {
             route_softmax<route_one_epl>(p, ne, s_prob);
-            route_select_top_k<route_one_epl>(p, s_prob, s_cand, ne, k, [&](int rank, int e, float) { s_sel[rank] = e; });
+            route_select_top_k<route_one_epl>(p, s_prob, s_cand, ne, k, [&](int rank, int e, float pe) {
+                s_sel[rank] = e;
+                s_w[rank] = pe;
+            });
         }
         if (lane == 0) s_group[0] = -1;
         __syncwarp();
         const int e = !pad && lane < k ? s_sel[lane] : 0;
-        if (route_one_row_group(e, k) == gi && !pad && lane < k) {
+        const int grp = route_one_row_group(e, k);
+        if (a.route_out.ids && gi == 0 && blockIdx.x == 0) publish_route(a.route_out, pad, e, grp, s_w, k, lane);
+        if (grp == gi && !pad && lane < k) {
             s_group[0] = e;
             s_group[1] = lane;
         }
@@ -227,6 +265,7 @@ __global__ void __launch_bounds__(W * 32, staged ? 8 : 0) matvec_digits_kernel(c
     __shared__ float s_rprob[route ? 32 * route_one_epl : 1];
     __shared__ uint16_t s_rcand[route ? route_cand_cap : 1];
     __shared__ int s_rsel[route ? 32 : 1], s_rgroup[2];
+    __shared__ float s_rw[route ? 32 : 1];
     __shared__ float s_red[W - 1][2][32];
     __shared__ uint64_t s_bar;
     __shared__ __align__(16) uint8_t s_qd[quantize ? W : 1][quantize ? digits_pass * 256 * D : 1];
@@ -248,7 +287,7 @@ __global__ void __launch_bounds__(W * 32, staged ? 8 : 0) matvec_digits_kernel(c
     // Grouped: the block's group, its weight rows, and (staged) their copies issued.
     auto start_group = [&]() {
         if constexpr (route) {
-            if (!route_one_group(a, blockIdx.y, s_rprob, s_rcand, s_rsel, s_rgroup, begin, end, mat, y_pair)) return false;
+            if (!route_one_group(a, blockIdx.y, s_rprob, s_rcand, s_rsel, s_rw, s_rgroup, begin, end, mat, y_pair)) return false;
         } else if constexpr (one) {
             if (!read_one_group(a, blockIdx.y, begin, end, mat)) return false;
         } else if (!read_group(a.n_groups, a.group_off, a.group_mat, blockIdx.y, begin, end, mat)) {
@@ -282,7 +321,10 @@ __global__ void __launch_bounds__(W * 32, staged ? 8 : 0) matvec_digits_kernel(c
     }
     // The first chunk's weights loaded before the wait on the predecessor: dense products, and
     // grouped ones whose groups are settled (streamed; staged ones issue their copies).
-    const bool early = !grouped || a.groups_settled || one || route;
+    // Routing that publishes moe_route's outputs (route_out) reads logits of the launch just before:
+    // after the wait, and the next launch triggered only after it.
+    const bool publish = route && a.route_out.ids != nullptr;
+    const bool early = (!grouped || a.groups_settled || one || route) && !publish;
     q4_k_lane lo, hi;
     if (early) {
         if constexpr (grouped) {
@@ -301,9 +343,14 @@ __global__ void __launch_bounds__(W * 32, staged ? 8 : 0) matvec_digits_kernel(c
         }
     }
     pdl_wait();
-    pdl_trigger();
-    if constexpr (grouped)
-        if (!early && !start_group()) return;
+    if (!publish) pdl_trigger();
+    if constexpr (grouped) {
+        if (!early) {
+            const bool live = start_group();
+            if (publish) pdl_trigger();
+            if (!live) return;
+        }
+    }
     auto x_row = [&](int i) {
         if constexpr (route) return 0;  // the step's one row
         const int r = i < end ? i : begin;
@@ -530,6 +577,9 @@ void matvec_digits(const matvec_digits_args &a, cudaStream_t stream) {
                                             matvec_digits_route_applies(a.route_n_expert, a.route_k) && a.max_groups == a.route_k),
                         "matvec_digits: in-kernel routing is for one-row grouped SwiGLU products (k <= 32, up to 128 experts, "
                         "max_groups k)");
+    TANDEM_CUDA_REQUIRE(!a.route_out.ids || (a.route_logits && a.route_out.weights && a.route_out.group_expert &&
+                                             a.route_out.group_off && a.route_out.n_groups && a.route_out.pair_x && a.route_out.pair_y),
+                        "matvec_digits: published routing needs in-kernel routing and every moe_route output");
     if (!a.group_off && a.n_rows == 0) return;  // dense, or one group (which has no group arrays)
     const dim3 grid((a.n_out + (swiglu ? 7 : 15)) / (swiglu ? 8 : 16), grouped && !a.one_group ? a.max_groups : 1);
     const bool narrow = !grouped && int(grid.x) < narrow_blocks;

@@ -56,6 +56,16 @@ inline bool matvec_digits_route_applies(int32_t n_expert, int32_t k) {
     return k >= 1 && k <= 32 && k <= n_expert && n_expert <= route_max_experts;
 }
 
+// What moe_route writes for a one-row step (moe_route_args's outputs of the same names), when the
+// one-row gate/up publishes its routing instead (matvec_digits_args::route_out).
+struct route_outputs {
+    int32_t *ids = nullptr;  // [k]
+    float *weights = nullptr;  // [k]
+    int32_t *group_expert = nullptr, *group_off = nullptr, *n_groups = nullptr, *pair_x = nullptr, *pair_y = nullptr;
+    int32_t *groups_total = nullptr;  // optional: += the step's groups
+    bool renormalise = false;
+};
+
 struct matvec_digits_args {
     const void *w = nullptr;  // [n_mat][n_out][n_in / 256 blocks of 144 bytes] Q4_K
     int32_t n_in = 0, n_out = 0;
@@ -90,6 +100,12 @@ struct matvec_digits_args {
     const float *route_logits = nullptr;
     const int32_t *route_slots = nullptr;
     int32_t route_n_expert = 0, route_k = 0;
+    // With route_logits, route_out.ids set: no moe_route launch before this one; block (0, 0) writes
+    // moe_route's outputs for the row (the same bits, route_out) and the launch after this one may
+    // read them before its PDL wait (groups_settled), because every block triggers it only after
+    // routing, block (0, 0) after writing them and a fence. The logits then come from the launch just
+    // before this one, so the blocks route after their PDL wait.
+    route_outputs route_out = {};
     // Grouped plain products (the experts' down): x as fp32 rows instead of digit rows; each block
     // quantises the rows it multiplies itself, to the bits digits_quantize would write (x unused).
     const float *x_f32 = nullptr;  // [*][x_f32_stride], 16-byte aligned

@@ -369,8 +369,16 @@ int64_t cuda_device::layer_experts(int32_t l, int32_t r0, int32_t n) {
     ra.n_expert = hp.n_expert;
     ra.k = k;
     ra.renormalise = hp.norm_topk;
-    cuda::moe_route(ra, s);
-    ++launches;
+    // One-row steps whose gate/up routes the row itself: its blocks route it (the same experts,
+    // bitwise) and the launch's first block publishes moe_route's outputs for down and the combine,
+    // so moe_route is not launched. Not where the groups are filtered to the experts held here (a
+    // pair's partner) or counted (--expert-balance launches between).
+    const bool route_in_gate_up = digits && n == 1 && !L.local && !m.traffic && router_parts == 1 &&
+                                  cuda::matvec_digits_route_applies(hp.n_expert, k);
+    if (!route_in_gate_up) {
+        cuda::moe_route(ra, s);
+        ++launches;
+    }
     if (m.traffic) {
         cuda::moe_count({ids, slots, m.traffic + layer_here * size_t(hp.n_expert), n, k}, s);
         ++launches;
@@ -422,15 +430,16 @@ int64_t cuda_device::layer_experts(int32_t l, int32_t r0, int32_t n) {
     if (digits) {
         cuda::matvec_digits_args da = cuda::digit_args_of(g, h_dig);
         da.stage = true;
-        // One-row steps: the gate/up blocks route the row themselves beside moe_route (the same
-        // experts, bitwise) instead of waiting for its groups: one session 474.7-476.1 -> 487.0-489.3
-        // tok/s (docs/perf-notes.md, session 29, call 7). Not where the groups are filtered to the
-        // experts held here (a pair's partner) or counted (--expert-balance launches between).
-        if (n == 1 && !L.local && !m.traffic && router_parts == 1 && cuda::matvec_digits_route_applies(hp.n_expert, k)) {
+        // One-row steps: the gate/up blocks route the row themselves instead of waiting for
+        // moe_route's groups (one session 474.7-476.1 -> 487.0-489.3 tok/s, docs/perf-notes.md,
+        // session 29, call 7), and publish its outputs in its place (session 31).
+        if (route_in_gate_up) {
             da.route_logits = router_logits;
             da.route_slots = slots;
             da.route_n_expert = hp.n_expert;
             da.route_k = k;
+            da.route_out = {ra.ids, ra.weights, ra.group_expert, ra.group_off, ra.n_groups, ra.pair_x, ra.pair_y, ra.groups_total,
+                            ra.renormalise};
         }
         cuda::matvec_digits(da, s);
     } else if (prompt_digits_gate_up) {
@@ -467,7 +476,7 @@ int64_t cuda_device::layer_experts(int32_t l, int32_t r0, int32_t n) {
         // from act up to down_quantize_min_pairs pairs, by one digits_quantize launch above (the
         // same bits either way; batch invariant).
         cuda::matvec_digits_args da = cuda::digit_args_of(dn, {});
-        da.groups_settled = true;  // written by the launch before the gate/up launch
+        da.groups_settled = true;  // written before the gate/up launch, or by its first block before it triggers this one
         // Weights staged by the copy engine before the PDL wait (down alone at one row 5.10 ->
         // 4.62 us, one session +1%: docs/perf-notes.md, session 13, call 16).
         da.stage = true;
@@ -505,7 +514,7 @@ int64_t cuda_device::layer_experts(int32_t l, int32_t r0, int32_t n) {
         dn.x_split = sa.split;
         dn.x_sums = sa.sums;
     }
-    dn.groups_settled = true;  // written by the launch before the gate/up launch
+    dn.groups_settled = true;  // written before the gate/up launch, or by its first block before it triggers this one
     product(dn, n * k);
     launches += 2;
     return launches;

@@ -228,6 +228,38 @@ TEST_CASE("a one-row SwiGLU routing its row itself matches moe_route's groups, b
             } else {
                 CHECK(std::none_of(got.begin(), got.end(), [](float v) { return std::isnan(v); }));  // every slot written
             }
+            // Published in moe_route's place (route_out): the same outputs and bits as moe_route's,
+            // with and without renormalised weights, and the same count of groups.
+            for (const bool renormalise : {false, true}) {
+                INFO("renormalise " << renormalise);
+                cuda::moe_route_args ra = route.args();
+                ra.renormalise = renormalise;
+                device_buffer<int32_t> total_ref(std::vector<int32_t>{5}), total(std::vector<int32_t>{5});
+                ra.groups_total = total_ref.ptr;
+                cuda::moe_route(ra, nullptr);
+                test::device_routing pub(logits, {variant == 3 ? -1 : 0}, sh.n_expert, sh.k);
+                for (auto *b : {&pub.ids, &pub.group_expert, &pub.group_off, &pub.n_groups, &pub.pair_x, &pub.pair_y}) b->poison();
+                pub.weights.poison();
+                y.poison();
+                a.route_out = {pub.ids.ptr, pub.weights.ptr, pub.group_expert.ptr, pub.group_off.ptr, pub.n_groups.ptr,
+                               pub.pair_x.ptr, pub.pair_y.ptr, total.ptr, renormalise};
+                cuda::matvec_digits(a, nullptr);
+                a.route_out = {};
+                TANDEM_CUDA_CHECK(cudaDeviceSynchronize());
+                const auto got_pub = y.download();
+                CHECK(std::memcmp(got_pub.data(), want.data(), got_pub.size() * sizeof(float)) == 0);
+                CHECK(pub.ids.download() == route.ids.download());
+                CHECK(test::same_bits(pub.weights.download(), route.weights.download()));
+                const int32_t n_g = route.n_groups.download()[0];
+                CHECK(pub.n_groups.download()[0] == n_g);
+                CHECK(n_g == (variant == 3 ? 0 : sh.k));
+                auto head = [](const std::vector<int32_t> &v, int32_t n) { return std::vector<int32_t>(v.begin(), v.begin() + n); };
+                CHECK(head(pub.group_off.download(), n_g + 1) == head(route.group_off.download(), n_g + 1));
+                CHECK(head(pub.group_expert.download(), n_g) == head(route.group_expert.download(), n_g));
+                CHECK(head(pub.pair_x.download(), n_g) == head(route.pair_x.download(), n_g));
+                CHECK(head(pub.pair_y.download(), n_g) == head(route.pair_y.download(), n_g));
+                CHECK(total.download()[0] == total_ref.download()[0]);
+            }
         }
     }
 }
