@@ -10,8 +10,9 @@
 // digits written by the FFN norm + router launch) and the grouped plain product for their Q4_K
 // down (digits made by its own blocks, or by digits_quantize for large steps): 1.1-1.5x faster
 // than the bf16-split kernels, each product ~6x less precise (relative L2 ~4e-5 against the CPU's
-// fp32, within tolerance::moe); a one-row step's gate/up routes its row itself beside moe_route
-// (route_logits below; session 29: one session +2.6%). Prompt rows' Q4_K Q, K, V and wo take the grouped arithmetic as one
+// fp32, within tolerance::moe); a one-row step's gate/up routes its row itself and
+// publishes the routing in moe_route's place (route_logits, route_out below; sessions 29 and 31: one
+// session +2.6%, +1.4%). Prompt rows' Q4_K Q, K, V and wo take the grouped arithmetic as one
 // group (one_group; the tiles from 32 rows): 1.1-1.3x faster than the bf16 exact-quant prompt
 // products (session 18). A Q4_K vocabulary head takes them too, as one group for every step size
 // (session 21: twice as fast as the bf16 split at 1-4 rows); Q/K/V on digits lost at one session and
@@ -91,11 +92,11 @@ struct matvec_digits_args {
     int32_t solo_warps = 0;
     // One-row grouped SwiGLU (a decode step of one session): each block routes the row itself from
     // its router logits (route_logits [route_n_expert], route_slots [1]; cuda/moe_route.cuh, the
-    // experts moe_route picks, bitwise) before the PDL wait, instead of reading moe_route's groups
-    // after it; group g is the row's g-th expert by id and its one pair writes y row = that expert's
-    // slot (moe_route's one-row groups). x is step row 0; x_rows, y_rows and the group arrays are not
-    // read (moe_route, launched before, still writes them for the launches after). The logits must
-    // be complete when this launch starts: written by the launch before moe_route's (PDL), with
+    // experts moe_route picks, bitwise) instead of reading moe_route's groups; group g is the row's
+    // g-th expert by id and its one pair writes y row = that expert's slot (moe_route's one-row
+    // groups). x is step row 0; x_rows, y_rows and the group arrays are not read. Without route_out
+    // (tests), moe_route runs before this launch and the blocks route before their PDL wait (the
+    // logits, written by the launch before moe_route's, are complete when this one starts).
     // max_groups = route_k. Staged only.
     const float *route_logits = nullptr;
     const int32_t *route_slots = nullptr;

@@ -1,6 +1,6 @@
 // cuda/moe_route.cuh - one warp's routing of one row: the router logits' softmax in the CPU twin's
 // order and its top k by candidates (ties: lower expert id). moe.cu's routing kernels and the
-// experts' one-row gate/up (matvec_digits.cu, which routes its row itself beside moe_route) call
+// experts' one-row gate/up (matvec_digits.cu, which routes its row itself in moe_route's place) call
 // the same code, so both pick the same experts, bitwise.
 #pragma once
 

@@ -1,8 +1,9 @@
 // src/engine/cuda_layer.cpp - one layer's launches on a cuda_device (cuda_device::layer_experts):
-// attention norm, Q/K/V, QK norm + RoPE + cache write, attention, wo; FFN norm and router, routing,
-// the experts' gate/up and down (prompt rows through the tiled GEMMs and the digit tiles, every Q4_K
-// product of theirs on digits; decode rows through the matrix-vector and digit products). The rest
-// of the device (uploads, scratch, embedding, head, transfers) is in cuda_device.cpp.
+// attention norm, Q/K/V, QK norm + RoPE + cache write, attention, wo; FFN norm and router, routing
+// (for one-row steps inside the gate/up launch), the experts' gate/up and down (prompt rows through
+// the tiled GEMMs and the digit tiles, every Q4_K product of theirs on digits; decode rows through
+// the matrix-vector and digit products). The rest of the device (uploads, scratch, embedding, head,
+// transfers) is in cuda_device.cpp.
 #include "cuda_device_state.h"
 
 #include "cuda/attention.h"
