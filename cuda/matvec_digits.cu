@@ -53,10 +53,6 @@ __device__ __forceinline__ bool read_one_group(const matvec_digits_args &a, int 
     return gi == 0;
 }
 
-// The one-row step's group gi routed here (matvec_digits_args::route_logits): warp 0 routes the row
-// with moe_route's code (the same experts, bitwise), then group gi is its gi-th expert in ascending
-// id order (moe_route's one-row groups), with one pair: step row 0 into output row y_pair, the
-// expert's slot. false: a padding row (routed nowhere) or gi past k. Every thread of the block calls it.
 // Block (0, 0)'s lane s of warp 0 writes what moe_route writes for the row (moe_route_one_kernel and
 // route_rows: ids, weights renormalised in slot order, the one-row groups), then a fence, so the
 // launch that this one triggers afterwards reads them (matvec_digits_args::route_out).
@@ -90,6 +86,11 @@ __device__ __forceinline__ void publish_route(const route_outputs &o, bool pad, 
     __threadfence();
 }
 
+// The one-row step's group gi routed here (matvec_digits_args::route_logits): warp 0 routes the row
+// with moe_route's code (the same experts, bitwise), then group gi is its gi-th expert in ascending
+// id order (moe_route's one-row groups), with one pair: step row 0 into output row y_pair, the
+// expert's slot. false: a padding row (routed nowhere) or gi past k. Every thread of the block calls it;
+// with route_out, block (0, 0) also publishes the routing (publish_route).
 __device__ __forceinline__ bool route_one_group(const matvec_digits_args &a, int gi, float *s_prob, uint16_t *s_cand, int *s_sel,
                                                 float *s_w, int *s_group, int &begin, int &end, int &mat, int &y_pair) {
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, k = a.route_k, ne = a.route_n_expert;
