@@ -175,10 +175,17 @@ void launch_matvec_shape(const matvec_args &a, cudaStream_t stream) {
             // four-warp blocks (the same arithmetic again): on the Q4_K_M mix 1 / 16 sessions
             // 431-433 / 2,323-2,324 -> 438 / 2,341 tok/s (session 22, call 4).
             const size_t smem = size_t(16) * size_t(row_bytes);
+            // Above 8 rows two n8 tiles of rows a pass share each unpacked weight (matvec_args::
+            // col_tiles; the same bits): on the Q4_K_M mix 16 sessions 2,424-2,440 -> 2,444-2,451 tok/s
+            // (docs/perf-notes.md, session 31).
             if (a.stage_weights != 0 && a.n_out % 16 == 0 && a.n_extra == 0 && reinterpret_cast<uintptr_t>(a.w) % 16 == 0 &&
                 smem <= 40 * 1024 && pdl_supported()) {
-                launch_pdl_smem(matvec_kernel<T, false, block_warps, split_in, false, 1, 1, 0, 1, true>, grid, dim3(block_warps * 32),
-                                smem, stream, a, row_bytes, blocks0, blocks1);
+                if (dense_col_tiles(a) == 2)
+                    launch_pdl_smem(matvec_kernel<T, false, block_warps, split_in, false, 1, 2, 0, 1, true>, grid,
+                                    dim3(block_warps * 32), smem, stream, a, row_bytes, blocks0, blocks1);
+                else
+                    launch_pdl_smem(matvec_kernel<T, false, block_warps, split_in, false, 1, 1, 0, 1, true>, grid,
+                                    dim3(block_warps * 32), smem, stream, a, row_bytes, blocks0, blocks1);
                 return;
             }
             launch_pdl(matvec_kernel<T, false, 2, split_in, false, 1, 1, 8, 2>, grid, dim3(64), stream, a, row_bytes, blocks0, blocks1);

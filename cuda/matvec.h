@@ -86,7 +86,7 @@ struct matvec_args {
     // matrix and the step's size). Every output's arithmetic is the same whatever the tiling, so the
     // choice may depend on the rows without breaking batch invariance (tests pin it).
     int32_t row_tiles = 0;
-    // Dense Q4_K: n8 tiles of step rows a pass (1 or 2; 0: two when the step has more than 8
+    // Dense Q4_K and a staged Q6_K head: n8 tiles of step rows a pass (1 or 2; 0: two when the step has more than 8
     // rows), the weights unpacked once for both. Same outputs, bitwise, either way.
     int32_t col_tiles = 0;
     // Grouped Q4_K, grouped plain Q6_K and a dense Q6_K head (of whole 16-row tiles), on sm_90: each

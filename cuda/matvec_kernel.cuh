@@ -106,7 +106,7 @@ __device__ __forceinline__ uint32_t load_u32_a2(const uint8_t *p) {
 // parted: K in a.k_parts parts on blocks of their own (an instance of its own: the part
 // arithmetic would cost the other instances registers).
 // n_tiles: m16 tiles of weight rows per block (Q4_K only), sharing the block's activation
-// registers; n_cols: n8 tiles of step rows per pass (Q4_K only), sharing the unpacked weights.
+// registers; n_cols: n8 tiles of step rows per pass (Q4_K; plain Q6_K too), sharing the unpacked weights.
 // Every output's arithmetic is the same whatever the tiling. min_blocks: __launch_bounds__'s
 // minimum blocks per multiprocessor (0: the compiler's choice).
 // v_warps: K-split warps each physical warp plays (virtual warp w * v_warps + v takes the chunks a
@@ -121,7 +121,8 @@ __device__ __forceinline__ uint32_t load_u32_a2(const uint8_t *p) {
 template <ggml_type T, bool swiglu, int n_warps, bool split_in, bool parted = false, int n_tiles = 1, int n_cols = 1,
           int v_warps = 1, bool staged = false>
 __device__ __forceinline__ void matvec_body(const matvec_args &a, int64_t row_bytes, int blocks0, int blocks1) {
-    static_assert((n_tiles == 1 && n_cols == 1) || T == ggml_type::q4_k, "matvec: several tiles a block are for Q4_K only");
+    static_assert((n_tiles == 1 && n_cols == 1) || T == ggml_type::q4_k || (T == ggml_type::q6_k && n_tiles == 1 && !swiglu),
+                  "matvec: several tiles a block are for Q4_K only (Q6_K: two column tiles, plain products)");
     static_assert(!staged || ((T == ggml_type::q4_k || (T == ggml_type::q6_k && !swiglu && n_tiles == 1)) && !parted),
                   "matvec: staging is for grouped Q4_K products and plain Q6_K ones");
     constexpr int n_virtual = n_warps * v_warps;
@@ -479,8 +480,11 @@ __device__ __forceinline__ void matvec_body(const matvec_args &a, int64_t row_by
                         for (int qq = 0; qq < 4; ++qq)
 #pragma unroll
                             for (int is = 0; is < 2; ++is) {
-                                // B of elements 128 h + 32 qq + 16 is + 4t .. +3
-                                const uint4 xq = b_frag<split_in>(sr, xr, 256 * c + 128 * h + 32 * qq + 16 * is + 4 * t);
+                                // B of elements 128 h + 32 qq + 16 is + 4t .. +3, of each column tile's rows
+                                uint4 xq[n_cols];
+#pragma unroll
+                                for (int u = 0; u < n_cols; ++u)
+                                    xq[u] = b_frag<split_in>(srs[u], xrs[u], 256 * c + 128 * h + 32 * qq + 16 * is + 4 * t);
                                 uint32_t qb[2];  // the four quants of each row, one per byte
 #pragma unroll
                                 for (int r = 0; r < 2; ++r) {
@@ -488,12 +492,15 @@ __device__ __forceinline__ void matvec_body(const matvec_args &a, int64_t row_by
                                     qb[r] = low | (((qh[r][h][is] >> (2 * qq)) & 0x03030303u) << 4);
                                 }
                                 const uint32_t av[4] = {q6_pair(qb[0], 0), q6_pair(qb[1], 0), q6_pair(qb[0], 1), q6_pair(qb[1], 1)};
-                                float part[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-                                mma_bf16(part, av, xq.x, xq.y);
-                                mma_bf16(part, av, xq.z, xq.w);
                                 const int grp = 8 * h + 2 * qq + is;
 #pragma unroll
-                                for (int e = 0; e < 4; ++e) acc[0][e] = fmaf(dsc[e >> 1][grp], part[e], acc[0][e]);
+                                for (int u = 0; u < n_cols; ++u) {
+                                    float part[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+                                    mma_bf16(part, av, xq[u].x, xq[u].y);
+                                    mma_bf16(part, av, xq[u].z, xq[u].w);
+#pragma unroll
+                                    for (int e = 0; e < 4; ++e) acc[u][e] = fmaf(dsc[e >> 1][grp], part[e], acc[u][e]);
+                                }
                             }
                     }
                 } else {

@@ -176,18 +176,18 @@ TEST_CASE("a Q6_K V in the Q4_K Q/K launch: Q and K bitwise a Q/K launch's, V ne
     }
 }
 
-TEST_CASE("a Q6_K vocabulary head: staged four-warp blocks and streamed two-warp ones give the same bits", "[gpu][kernels]") {
+TEST_CASE("a Q6_K vocabulary head: staged four-warp blocks (one or two column tiles) and streamed two-warp ones give the same bits", "[gpu][kernels]") {
     if (!test::gpu_present()) return;
     constexpr int32_t n_in = 512, n_out = 16 * 4097;  // past the head launches' 4,096 blocks, whole tiles
     std::mt19937_64 rng(8128);
     const auto w = random_matrix(rng, ggml_type::q6_k, n_in, n_out, 0.05f);
     device_buffer<uint8_t> dw(w);
-    for (const int32_t rows : {1, 5, 12}) {
+    for (const int32_t rows : {1, 5, 12, 16}) {
         INFO("rows " << rows);
         const auto x = test::random_floats(rng, size_t(rows) * n_in);
         device_buffer<float> dx(x);
-        std::vector<float> got[2];
-        for (int stage = 0; stage < 2; ++stage) {
+        std::vector<float> got[3];
+        for (int stage = 0; stage < 3; ++stage) {  // streamed; staged (above 8 rows two column tiles); staged, one
             device_buffer<float> dy(size_t(rows) * n_out);
             dy.poison();
             cuda::matvec_args a;
@@ -201,10 +201,12 @@ TEST_CASE("a Q6_K vocabulary head: staged four-warp blocks and streamed two-warp
             a.y_stride = n_out;
             a.n_pairs = rows;
             a.stage_weights = stage == 0 ? 0 : -1;
+            a.col_tiles = stage == 2 ? 1 : 0;
             cuda::matvec(a, nullptr);
             got[stage] = dy.download();
         }
         CHECK(std::memcmp(got[0].data(), got[1].data(), got[0].size() * sizeof(float)) == 0);
+        CHECK(std::memcmp(got[2].data(), got[1].data(), got[0].size() * sizeof(float)) == 0);
         cpu::cpu_context ctx{4};
         std::vector<float> ref(size_t(rows) * n_out);
         cpu::matmul(ctx, host_matrix(w, ggml_type::q6_k, n_in, n_out), x.data(), ref.data(), rows);
