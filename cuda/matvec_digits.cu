@@ -57,32 +57,13 @@ __device__ __forceinline__ bool read_one_group(const matvec_digits_args &a, int 
 // route_rows: ids, weights renormalised in slot order, the one-row groups), then a fence, so the
 // launch that this one triggers afterwards reads them (matvec_digits_args::route_out).
 __device__ __forceinline__ void publish_route(const route_outputs &o, bool pad, int e, int grp, const float *s_w, int k, int lane) {
-    if (pad) {
-        for (int s = lane; s < k; s += 32) {
-            o.ids[s] = -1;
-            o.weights[s] = 0.0f;
-        }
-        if (lane == 0) {
-            o.group_off[0] = 0;
-            *o.n_groups = 0;
-        }
-    } else {
-        if (lane < k) {
-            float top = 0.0f;
-            for (int j = 0; j < k; ++j) top += s_w[j];
-            o.ids[lane] = e;
-            o.weights[lane] = o.renormalise ? s_w[lane] / top : s_w[lane];
-            o.group_expert[grp] = e;
-            o.group_off[grp] = grp;
-            o.pair_x[grp] = 0;
-            o.pair_y[grp] = lane;
-        }
-        if (lane == 0) {
-            o.group_off[k] = k;
-            *o.n_groups = k;
-            if (o.groups_total) atomicAdd(o.groups_total, k);
-        }
+    if (lane < k) {  // k <= 32
+        float top = 0.0f;
+        for (int j = 0; j < k && !pad; ++j) top += s_w[j];
+        o.ids[lane] = pad ? -1 : e;
+        o.weights[lane] = pad ? 0.0f : o.renormalise ? s_w[lane] / top : s_w[lane];
     }
+    route_one_row_write_groups(pad, e, grp, k, o.group_expert, o.group_off, o.n_groups, o.pair_x, o.pair_y, o.groups_total);
     __threadfence();
 }
 

@@ -210,26 +210,10 @@ __global__ void __launch_bounds__(32) moe_route_one_kernel(const moe_route_args 
     route_rows<epl>(a, 0, 1, sm, false, true);
     __syncwarp();
     const int lane = threadIdx.x, k = a.k;
-    if (sm.pad[0]) {
-        if (lane == 0) {
-            a.group_off[0] = 0;
-            *a.n_groups = 0;
-        }
-        return;
-    }
-    const int e = lane < k ? sm.ids[lane] : 0;
+    const bool pad = sm.pad[0];
+    const int e = !pad && lane < k ? sm.ids[lane] : 0;
     const int g = route_one_row_group(e, k);
-    if (lane < k) {
-        a.group_expert[g] = e;
-        a.group_off[g] = g;
-        a.pair_x[g] = 0;
-        a.pair_y[g] = lane;
-    }
-    if (lane == 0) {
-        a.group_off[k] = k;
-        *a.n_groups = k;
-        if (a.groups_total) atomicAdd(a.groups_total, k);
-    }
+    route_one_row_write_groups(pad, e, g, k, a.group_expert, a.group_off, a.n_groups, a.pair_x, a.pair_y, a.groups_total);
 }
 
 // Large steps (prompt steps of thousands of rows): blocks route a batch of rows each ...

@@ -117,4 +117,25 @@ __device__ __forceinline__ int route_one_row_group(int e, int k) {
     return g;
 }
 
+// A one-row step's groups as moe_route writes them: lane s < k holds the row's slot-s expert e, its
+// group g = route_one_row_group(e, k), with one pair (step row 0 into output row s); a padding row
+// has no groups. groups_total (optional) counts them. moe_route's one-row kernel and the gate/up that
+// publishes its routing (matvec_digits.cu) both write them here.
+__device__ __forceinline__ void route_one_row_write_groups(bool pad, int e, int g, int k, int32_t *group_expert, int32_t *group_off,
+                                                           int32_t *n_groups, int32_t *pair_x, int32_t *pair_y,
+                                                           int32_t *groups_total) {
+    const int lane = threadIdx.x & 31;
+    if (!pad && lane < k) {
+        group_expert[g] = e;
+        group_off[g] = g;
+        pair_x[g] = 0;
+        pair_y[g] = lane;
+    }
+    if (lane == 0) {
+        group_off[pad ? 0 : k] = pad ? 0 : k;
+        *n_groups = pad ? 0 : k;
+        if (groups_total && !pad) atomicAdd(groups_total, k);
+    }
+}
+
 }  // namespace tandem::cuda
