@@ -77,9 +77,10 @@ __device__ __forceinline__ bool route_one_group(const matvec_digits_args &a, int
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, k = a.route_k, ne = a.route_n_expert;
     if (gi >= k) return false;
     if (warp == 0) {
+        const int32_t slot = a.route_slots[0];  // with the logits: one round trip
         float p[route_one_epl];
         route_load_logits<route_one_epl>(a.route_logits, 1, 0, ne, p);
-        const bool pad = a.route_slots[0] < 0;
+        const bool pad = slot < 0;
         if (!pad) {
             route_softmax<route_one_epl>(p, ne, s_prob);
             route_select_top_k<route_one_epl>(p, s_prob, s_cand, ne, k, [&](int rank, int e, float pe) {

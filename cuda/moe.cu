@@ -79,13 +79,13 @@ __device__ void route_rows(const moe_route_args &a, int row_begin, int row_end, 
         const int nb = min(batch, row_end - r0);
         if (warp < nb) {
             const int r = r0 + warp;
-            // The logits are loaded with the slot, not after it (one round trip): every row of
-            // the step has router logits, padding rows' are just not used.
-            // The router's K parts are all loaded before the first addition (one round trip, not
-            // one a part), then added in part order.
+            // One round trip for the row: its slot is asked for first, then every K part of the
+            // lane's experts' logits before any is added (route_load_logits). Every row of the step
+            // has router logits; padding rows' are just not used.
+            const int32_t slot = a.slots[r];
             float p[epl];
             route_load_logits<epl>(a.logits + int64_t(r) * ne, a.n_logit_parts, a.logit_part_stride, ne, p);
-            const bool pad = a.slots[r] < 0;
+            const bool pad = slot < 0;
             if (lane == 0) s_pad[warp] = pad;
             if (pad) {
                 for (int s = lane; s < k; s += 32) {

@@ -15,23 +15,34 @@ constexpr int route_max_logit_parts = 4;  // the router's K parts a row's logits
 constexpr int route_cand_cap = 64;        // top-k candidates a row keeps in shared memory
 
 // The lane's logits of experts lane + 32 t (-inf past ne): the K parts (part s at l + s *
-// part_stride) all loaded before the first addition, then added in part order.
+// part_stride) of every expert loaded before the first addition, then added in part order. The
+// loads come in batches of route_load_batch experts (all of them for up to 128 experts): with an
+// addition between two experts' loads, each expert's loads would wait in issue order for the
+// previous expert's round trip (four round trips instead of one for 128 experts).
+constexpr int route_load_batch = 4;  // experts a lane loads at once (x route_max_logit_parts registers)
 template <int epl>
 __device__ __forceinline__ void route_load_logits(const float *l, int n_parts, int64_t part_stride, int ne, float (&p)[epl]) {
     const int lane = threadIdx.x & 31;
 #pragma unroll
-    for (int t = 0; t < epl; ++t) {
-        if (lane + 32 * t >= ne) {
-            p[t] = -INFINITY;
-            continue;
+    for (int t0 = 0; t0 < epl; t0 += route_load_batch) {
+        float v[route_load_batch][route_max_logit_parts];
+#pragma unroll
+        for (int b = 0; b < route_load_batch; ++b) {
+            const bool live = t0 + b < epl && lane + 32 * (t0 + b) < ne;
+#pragma unroll
+            for (int part = 0; part < route_max_logit_parts; ++part)
+                v[b][part] = live && part < n_parts ? l[part * part_stride + lane + 32 * (t0 + b)] : 0.0f;
         }
-        float v[route_max_logit_parts];
 #pragma unroll
-        for (int part = 0; part < route_max_logit_parts; ++part) v[part] = part < n_parts ? l[part * part_stride + lane + 32 * t] : 0.0f;
-        p[t] = v[0];
+        for (int b = 0; b < route_load_batch; ++b) {
+            const int t = t0 + b;
+            if (t >= epl) break;
+            float sum = v[b][0];
 #pragma unroll
-        for (int part = 1; part < route_max_logit_parts; ++part)
-            if (part < n_parts) p[t] = __fadd_rn(p[t], v[part]);
+            for (int part = 1; part < route_max_logit_parts; ++part)
+                if (part < n_parts) sum = __fadd_rn(sum, v[b][part]);
+            p[t] = lane + 32 * t < ne ? sum : -INFINITY;
+        }
     }
 }
 
