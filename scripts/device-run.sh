@@ -3,7 +3,7 @@
 # carry-cuda/): the [gpu] tests, compute-sanitizer (memcheck on the kernel tests, racecheck and
 # synccheck on the routing/experts test), the model comparison and
 # `tandem bench` on the qwen3-30b-a3b Q4_K synth model. Logs under $OUT; a short table last.
-#   usage: scripts/device-run.sh [tests|bench|fairness|server|profile|trace|all] [extra bench flags...]
+#   usage: scripts/device-run.sh [tests|bench|fairness|server|profile|trace|sass|all] [extra bench flags...]
 # server: the HTTP end-to-end suite (tests/server/e2e_server.py) against the CUDA backend (the
 # server's --backend auto picks it here), with the tiny synth model; the npm SDK checks need node
 # and are left to CI's CPU run.
@@ -13,6 +13,7 @@
 # kernel name and grid (so Q/K/V, wo, the experts and the head stand apart).
 # trace: every launch of decode steps at 1 and 16 sessions timed inside the replayed graph
 # (scripts/kernel-trace): each launch's share of a layer's critical path (not in `all`).
+# sass: each kernel's wait points on global loads, from its SASS (scripts/sass_round_trips.py; not in `all`).
 set -u
 mode=${1:-all}
 shift || true
@@ -129,6 +130,19 @@ if [ "$mode" = trace ]; then
         python3 scripts/kernel-trace/gaps.py "$out/trace.txt" >> "$out/trace-steps.txt" 2>&1  # time the GPU waited on the host
         gzip -f "$out/trace.txt"
         summary+=("trace: $(grep -c '' "$out/trace-steps.txt") lines in trace-steps.txt")
+    fi
+fi
+if [ "$mode" = sass ]; then
+    # Where the kernels' warps wait on global loads one after another (scripts/sass_round_trips.py
+    # on cuobjdump's SASS of the carried tandem binary; cuobjdump is on this machine, not on the
+    # Debian build box). SASS_MATCH narrows the kernels (a regex of the mangled names).
+    cuobjdump=$(command -v cuobjdump || echo /usr/local/cuda/bin/cuobjdump)
+    if "$cuobjdump" -sass "$carry/bin/tandem" > "$out/tandem.sass" 2> "$out/sass.err"; then
+        python3 scripts/sass_round_trips.py "$out/tandem.sass" "${SASS_MATCH:-.}" --list > "$out/sass-waits.txt" 2>&1
+        gzip -f "$out/tandem.sass"
+        summary+=("sass: $(grep -c 'wait points' "$out/sass-waits.txt") kernels in sass-waits.txt")
+    else
+        summary+=("sass: cuobjdump failed; see sass.err")
     fi
 fi
 for f in kernels engine sanitizer; do
