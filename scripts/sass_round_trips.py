@@ -29,7 +29,8 @@ INSTR = re.compile(r'^\s*/\*([0-9a-f]{4,})\*/\s+(@!?U?P[T0-9]+\s+)?([A-Z][A-Z0-9
 FUNC = re.compile(r'^\s*Function\s*:\s*(\S+)')
 REG = re.compile(r'(?<![A-Z_])R(\d+)(\.64|\.128)?')
 
-GLOBAL_LOADS = ('LDG', 'LD.', 'LD ', 'ATOMG', 'LDGSTS')
+GLOBAL_LOADS = ('LDG', 'LD.', 'ATOMG')
+NOT_LOADS = ('LDGSTS', 'LDGDEPBAR')  # cp.async into shared memory and its commit: no register written
 NO_DEST = ('ST', 'RED', 'BRA', 'BAR', 'EXIT', 'BSSY', 'BSYNC', 'WARPSYNC', 'CALL', 'RET', 'NOP', 'MEMBAR',
            'BPT', 'YIELD', 'ERRBAR', 'CCTL', 'ARRIVES', 'SYNCS', 'UBLKCP', 'UTMA', 'PREEXIT', 'ACQBULK',
            'DEPBAR', 'ELECT')
@@ -53,7 +54,7 @@ def dest_width(opcode):
 
 
 def is_global_load(opcode):
-    return opcode.startswith(GLOBAL_LOADS) or opcode == 'LD'
+    return (opcode.startswith(GLOBAL_LOADS) or opcode == 'LD') and not opcode.startswith(NOT_LOADS)
 
 
 def scan(lines):

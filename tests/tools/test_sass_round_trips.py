@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
 """tests/tools/test_sass_round_trips.py SCRIPT_PY - scripts/sass_round_trips.py on made-up SASS.
 
-Three functions in cuobjdump's layout: one that adds each group's loads before loading the next
-group (a wait point a group, as the routing kernel did before session 32), one that loads
-everything first (one wait point), and one whose loads are only stored or never read (none). A
-64-bit load's second register, a predicated load, a store reading a loaded value and a register
-written again before it is read (the write waits for the load as a read would) are in there too; the counts and addresses must come out exactly."""
+Four functions in cuobjdump's layout: one that adds each group's loads before loading the next
+group (a wait point a group, as the routing kernel did before session 32; a store of a loaded value
+waits too), one that loads everything first (one wait point; a 64- and a 128-bit load), one whose
+load is never read (none; a copy into shared memory, LDGSTS, is not a register load), and one that
+writes a loaded register again before reading it (the write waits as a read would). The counts,
+the order and the addresses must come out exactly."""
 import subprocess
 import sys
 import tempfile
@@ -37,7 +38,9 @@ SASS = """
         /*0000*/                   LDG.E R13, desc[UR12][R10.64] ;        /* 0x0000000c0a0d0981 */
         /*0010*/                   ISETP.GE.AND P0, PT, R12, 0x1, PT ;    /* 0x000000010c00780c */
         /*0020*/                   BRA 0x40 ;                             /* 0x000000000000794d */
-        /*0030*/                   EXIT ;                                 /* 0x000000000000794d */
+        /*0030*/                   LDGSTS.E.BYPASS.128 [R3], desc[UR12][R10.64] ; /* 0x0000000c0a0d0981 */
+        /*0040*/                   LDGDEPBAR ;                            /* 0x000000000000794d */
+        /*0050*/                   EXIT ;                                 /* 0x000000000000794d */
                 Function : rewrite_kernel
         /*0000*/                   LDG.E R13, desc[UR12][R10.64] ;        /* 0x0000000c0a0d0981 */
         /*0010*/                   MOV R13, 0xff800000 ;                  /* 0xff800000000e7802 */
