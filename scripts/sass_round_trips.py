@@ -80,7 +80,7 @@ def scan(lines):
         sources = [r for o in (ops[1:] if has_dest else ops) for r in regs_of(o)]
         hit = [pending[r] for r in sources + dest if r in pending]
         if hit:
-            waits.append((addr, f'{opcode} {operands}'.strip(), min(hit)))
+            waits.append((addr, f'{opcode} {operands}'.strip(), min(hit, key=lambda a: int(a, 16))))
             pending = {}
         if is_global_load(opcode):
             loads += 1

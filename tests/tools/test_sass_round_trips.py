@@ -1,12 +1,13 @@
 #!/usr/bin/env python3
 """tests/tools/test_sass_round_trips.py SCRIPT_PY - scripts/sass_round_trips.py on made-up SASS.
 
-Four functions in cuobjdump's layout: one that adds each group's loads before loading the next
+Five functions in cuobjdump's layout: one that adds each group's loads before loading the next
 group (a wait point a group, as the routing kernel did before session 32; a store of a loaded value
 waits too), one that loads everything first (one wait point; a 64- and a 128-bit load), one whose
-load is never read (none; a copy into shared memory, LDGSTS, is not a register load), and one that
-writes a loaded register again before reading it (the write waits as a read would). The counts,
-the order and the addresses must come out exactly."""
+load is never read (none; a copy into shared memory, LDGSTS, is not a register load), one that
+writes a loaded register again before reading it (the write waits as a read would), and one past
+address 0xffff (the earliest load found by value). The counts, the order and the addresses must
+come out exactly."""
 import subprocess
 import sys
 import tempfile
@@ -45,6 +46,10 @@ SASS = """
         /*0000*/                   LDG.E R13, desc[UR12][R10.64] ;        /* 0x0000000c0a0d0981 */
         /*0010*/                   MOV R13, 0xff800000 ;                  /* 0xff800000000e7802 */
         /*0020*/                   EXIT ;                                 /* 0x000000000000794d */
+                Function : long_kernel
+        /*9fc0*/                   LDG.E R20, desc[UR12][R10.64] ;        /* 0x0000000c0a0d0981 */
+        /*10a40*/                  LDG.E R21, desc[UR12][R10.64+0x4] ;    /* 0x0000000c0a0d0981 */
+        /*10a50*/                  FADD R22, R21, R20 ;                   /* 0x0000000e0d0d1221 */
 """
 
 
@@ -73,6 +78,9 @@ def main():
     check([w[0] for w in waits][:3] == ['0030', '0060', '0080'], f'wait addresses, got {[w[0] for w in waits]}')
     # Each wait names the earliest load in flight it reads (0040 for R12, not 0050 for R17).
     check([w[-1].rstrip(')') for w in waits][:3] == ['0010', '0040', '0070'], 'the loads waited for')
+    # Addresses past 0xffff: the earliest load is found by value, not by the text of its address.
+    long_wait = [w for w in waits if w[0] == '10a50']
+    check(len(long_wait) == 1 and long_wait[0][-1].rstrip(')') == '9fc0', 'earliest load past 0xffff')
     # A name filter.
     only = subprocess.run([sys.executable, script, path, 'batched'], capture_output=True, text=True, check=True).stdout
     check(only.count('wait points') == 1 and 'batched_kernel' in only, 'NAME_REGEX filter')
