@@ -248,6 +248,9 @@ __global__ void __launch_bounds__(route_threads) moe_route_sort_kernel(const moe
 
 constexpr int combine_threads = 1024;  // latency-bound: few elements (round trips) per thread
 constexpr int combine_max_d = 8192;    // squares held in shared memory for the norm
+// Slots whose loads a thread has in flight before their sums: 16 values at most (the 1,024-thread
+// blocks allow 64 registers a thread).
+__host__ __device__ constexpr int combine_batch(int per) { return per >= 16 ? 1 : 16 / per; }
 
 // One block per row; `per` = ceil(d_model / combine_threads) elements per thread, kept in
 // registers from the loads to the stores. The norm's weights are immutable and read before the
@@ -264,6 +267,7 @@ __global__ void __launch_bounds__(combine_threads) moe_combine_kernel(const moe_
         const int i = threadIdx.x + t * combine_threads;
         nw[t] = a.norm && i < d ? a.norm[i] : 0.0f;
     }
+    const bool live = a.slots[r] >= 0;  // written before the step's first kernel (attention.h)
     pdl_wait();
     pdl_trigger();
     float *x = a.x + int64_t(r) * d;
@@ -274,20 +278,31 @@ __global__ void __launch_bounds__(combine_threads) moe_combine_kernel(const moe_
         xv[t] = i < d ? x[i] : 0.0f;
         acc[t] = 0.0f;
     }
-    // The expert outputs are loaded with the slot, not after it (one round trip); a padding
-    // row's sums (of whatever its buffer holds) are dropped below.
+    // A batch of slots' weights and outputs is asked for before any of their sums (one round trip
+    // a batch, not one a slot: in-order issue stalls at the first use); the sums keep slot order.
+    // A padding row's sums (of whatever its buffer holds) are dropped below.
     const float *o = a.out + int64_t(r) * a.k * d;
     const float *w = a.weights + int64_t(r) * a.k;
-#pragma unroll 8
-    for (int s = 0; s < a.k; ++s) {
-        const float ws = w[s];
+    constexpr int batch = combine_batch(per);
+    for (int s0 = 0; s0 < a.k; s0 += batch) {
+        float ws[batch], ov[batch][per];
 #pragma unroll
-        for (int t = 0; t < per; ++t) {
-            const int i = threadIdx.x + t * combine_threads;
-            if (i < d) acc[t] = __fadd_rn(acc[t], __fmul_rn(ws, o[int64_t(s) * d + i]));
+        for (int b = 0; b < batch; ++b) {
+            const bool in = s0 + b < a.k;
+            ws[b] = in ? w[s0 + b] : 0.0f;
+#pragma unroll
+            for (int t = 0; t < per; ++t) {
+                const int i = threadIdx.x + t * combine_threads;
+                ov[b][t] = in && i < d ? o[int64_t(s0 + b) * d + i] : 0.0f;
+            }
         }
+#pragma unroll
+        for (int b = 0; b < batch; ++b)
+            if (s0 + b < a.k)
+#pragma unroll
+                for (int t = 0; t < per; ++t) acc[t] = __fadd_rn(acc[t], __fmul_rn(ws[b], ov[b][t]));
     }
-    if (a.slots[r] >= 0) {
+    if (live) {
 #pragma unroll
         for (int t = 0; t < per; ++t) {
             const int i = threadIdx.x + t * combine_threads;
