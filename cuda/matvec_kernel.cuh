@@ -554,6 +554,30 @@ __device__ __forceinline__ void matvec_body(const matvec_args &a, int64_t row_by
         const bool last_pass = p0 + 8 * n_cols >= end;
         if (warp > 0 && last_pass) return;
         if (warp == 0) {
+            // Element (i, e) is weight row g + 8 (e >> 1) of tile i / n_cols, step row p0 + 8 (i %
+            // n_cols) + 2t + (e & 1). Every element's output row (y_rows) and, accumulating, its
+            // prior value are asked for before the sums: one round trip for all of them. (Asked for
+            // beside each store, every load waited behind the store before it, which may alias:
+            // wo's residual add took a round trip an element, eight at sixteen rows; perf-notes,
+            // session 33.)
+            constexpr int n_e = swiglu ? 2 : 4;
+            auto out_col = [&](int i, int e) { return j0 + (i / n_cols) * tile_out + g + (swiglu ? 0 : 8 * (e >> 1)); };
+            int y_row_of[n_tiles * n_cols][2];  // element (i, e)'s output row is y_row_of[i][e & 1]; -1: past the group
+            float prior[n_tiles * n_cols][n_e];
+#pragma unroll
+            for (int i = 0; i < n_tiles * n_cols; ++i)
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    const int r = p0 + 8 * (i % n_cols) + 2 * t + h;
+                    y_row_of[i][h] = r < end ? (a.y_rows ? a.y_rows[r] : r) : -1;
+                }
+#pragma unroll
+            for (int i = 0; i < n_tiles * n_cols; ++i)
+#pragma unroll
+                for (int e = 0; e < n_e; ++e) {
+                    const int yr = y_row_of[i][e & 1], j = out_col(i, e);
+                    prior[i][e] = !swiglu && a.accumulate && yr >= 0 && j < n_out ? y_base[int64_t(yr) * y_stride + j] : 0.0f;
+                }
             auto &acc = acc_all[0];
 #pragma unroll
             for (int i = 0; i < n_tiles * n_cols; ++i) {
@@ -564,23 +588,16 @@ __device__ __forceinline__ void matvec_body(const matvec_args &a, int64_t row_by
 #pragma unroll
                     for (int v = 0; v < (n_warps - 1) * v_warps; ++v) acc[i][e] += s_red[v][4 * i + e][lane];
                 }
-                // Element e: weight row g + 8 (e >> 1) of the tile, step row 2t + (e & 1).
-                const int jt = j0 + (i / n_cols) * tile_out;
 #pragma unroll
-                for (int e = 0; e < (swiglu ? 2 : 4); ++e) {
-                    const int r = p0 + 8 * (i % n_cols) + 2 * t + (e & 1);
-                    if (r >= end) continue;
-                    float *y_row = y_base + int64_t(a.y_rows ? a.y_rows[r] : r) * y_stride;
+                for (int e = 0; e < n_e; ++e) {
+                    const int yr = y_row_of[i][e & 1], j = out_col(i, e);
+                    if (yr < 0 || j >= n_out) continue;
+                    float *y = y_base + int64_t(yr) * y_stride + j;
                     if constexpr (swiglu) {
-                        const int j = jt + g;
-                        if (j >= n_out) continue;
                         const float gate = acc[i][e], up = acc[i][e + 2];
-                        const float v = gate / (1.0f + expf(-gate)) * up;  // silu(gate) * up, as the CPU twin writes it
-                        y_row[j] = v;
+                        *y = gate / (1.0f + expf(-gate)) * up;  // silu(gate) * up, as the CPU twin writes it
                     } else {
-                        const int j = jt + g + 8 * (e >> 1);
-                        if (j >= n_out) continue;
-                        y_row[j] = a.accumulate ? y_row[j] + acc[i][e] : acc[i][e];
+                        *y = a.accumulate ? prior[i][e] + acc[i][e] : acc[i][e];
                     }
                 }
             }
