@@ -94,7 +94,7 @@ __global__ void __launch_bounds__(norm_max_n / 8) rmsnorm_digits_kernel(const rm
 // (immutable weights overlap the predecessor), and the row, normalised in place. E is 4 when that
 // fits within 48 KiB (n up to 2,048), else 2 or 1 (n up to 4,096).
 constexpr int router_smem_cap = 48 * 1024;
-constexpr int router_load_batch = 16;  // x loads a thread keeps in flight together
+constexpr int router_load_batch = 8;  // 16-byte x loads a thread keeps in flight together
 int router_block_warps(int32_t n) {
     for (int e = 4; e >= 1; e /= 2)
         if (4 * int64_t(n) * (e + 2) <= router_smem_cap) return e;
@@ -117,19 +117,19 @@ __global__ void __launch_bounds__(128) rmsnorm_router_kernel(const rmsnorm_route
     cp_async_commit();
     pdl_wait();
     pdl_trigger();
-    const float *x = a.x + int64_t(r) * n;
-    for (int i0 = threadIdx.x; i0 < n; i0 += router_load_batch * int(blockDim.x)) {
-        float v[router_load_batch];
+    // The row into shared memory 16 bytes a load, a thread's loads (up to eight; four for n = 2,048) asked
+    // for before any store: with scalar loads under a bounds test the compiler interleaved them
+    // with the stores, five dependent round trips a row (the SASS; docs/perf-notes.md, session 33).
+    const float4 *x4 = reinterpret_cast<const float4 *>(a.x + int64_t(r) * n);
+    float4 *h4 = reinterpret_cast<float4 *>(s_h);
+    const int n4 = n / 4;
+    for (int u0 = threadIdx.x; u0 < n4; u0 += router_load_batch * int(blockDim.x)) {
+        float4 v[router_load_batch];
 #pragma unroll
-        for (int b = 0; b < router_load_batch; ++b) {
-            const int i = i0 + b * int(blockDim.x);
-            v[b] = i < n ? x[i] : 0.0f;
-        }
+        for (int b = 0; b < router_load_batch; ++b) v[b] = x4[min(u0 + b * int(blockDim.x), n4 - 1)];  // in bounds, unguarded
 #pragma unroll
-        for (int b = 0; b < router_load_batch; ++b) {
-            const int i = i0 + b * int(blockDim.x);
-            if (i < n) s_h[i] = v[b];
-        }
+        for (int b = 0; b < router_load_batch; ++b)
+            if (u0 + b * int(blockDim.x) < n4) h4[u0 + b * int(blockDim.x)] = v[b];
     }
     __syncthreads();
     // Every warp sums the squares as rmsnorm_kernel's warp 0 does (lane sums, butterfly): the
@@ -233,7 +233,8 @@ void rmsnorm_router(const rmsnorm_router_args &a, cudaStream_t stream) {
     TANDEM_CUDA_REQUIRE(a.x && a.w_norm && a.router && a.h && a.logits && a.n_rows >= 0 && rmsnorm_router_applies(a.n, a.n_expert),
                         "rmsnorm_router: bad arguments (n a multiple of 32, up to 4,096)");
     TANDEM_CUDA_REQUIRE(a.h != a.x, "rmsnorm_router: h must not alias x (every block of a row reads all of x)");
-    TANDEM_CUDA_REQUIRE(reinterpret_cast<uintptr_t>(a.router) % 16 == 0, "rmsnorm_router: router rows must be 16-byte aligned");
+    TANDEM_CUDA_REQUIRE((reinterpret_cast<uintptr_t>(a.router) | reinterpret_cast<uintptr_t>(a.x)) % 16 == 0,
+                        "rmsnorm_router: router rows and x must be 16-byte aligned");
     TANDEM_CUDA_REQUIRE(!a.h_sums || a.h_split, "rmsnorm_router: h_sums is written with h_split only");
     TANDEM_CUDA_REQUIRE(!a.h_digits.digits || (a.n % 256 == 0 && a.h_digits.scales && a.h_digits.sums),
                         "rmsnorm_router: digits need n a multiple of 256, scales and sums");
