@@ -18,9 +18,12 @@ prints, for each function whose mangled name matches NAME_REGEX (default: all), 
 and wait points, most waits first; --list also prints each wait point (address, the instruction,
 the address of the load it waits for).
 
-A heuristic: branches are not followed (code is read top to bottom), a wait is assumed to cover
-every load issued before it, shared-memory loads are not counted (tens of cycles, not hundreds),
-and predicated-off loads count as issued.
+A heuristic: code is read top to bottom along forward branches only: the loads in flight at an
+address are those of every forward path into it (the fall-through, unless an unconditional BRA or
+EXIT ends it, and each forward BRA to it), so the two sides of a branch diamond do not see each
+other's loads; loops are not followed (a body's wait points repeat each iteration). A wait is
+assumed to cover every load issued before it on its path, shared-memory loads are not counted
+(tens of cycles, not hundreds), and predicated-off loads count as issued.
 """
 import re
 import sys
@@ -57,20 +60,34 @@ def is_global_load(opcode):
     return (opcode.startswith(GLOBAL_LOADS) or opcode == 'LD') and not opcode.startswith(NOT_LOADS)
 
 
+def merge(into, other):
+    """Loads in flight on either path: each register's earliest load."""
+    for r, a in other.items():
+        if r not in into or int(a, 16) < int(into[r], 16):
+            into[r] = a
+
+
 def scan(lines):
     """[(name, loads, [(addr, text, load_addr), ...])] for each function of a cuobjdump listing."""
     funcs, name, loads, waits, pending = [], None, 0, [], {}
+    arriving, live = {}, True  # forward branches' in-flight loads by target; whether the fall-through reaches here
     for line in lines:
         f = FUNC.match(line)
         if f:
             if name:
                 funcs.append((name, loads, waits))
-            name, loads, waits, pending = f.group(1), 0, [], {}
+            name, loads, waits, pending, arriving, live = f.group(1), 0, [], {}, {}, True
             continue
         m = INSTR.match(line)
         if not m or not name:
             continue
-        addr, opcode, operands = m.group(1), m.group(3), m.group(4)
+        addr, pred, opcode, operands = m.group(1), m.group(2), m.group(3), m.group(4)
+        at = int(addr, 16)
+        if not live:
+            pending = {}
+        if at in arriving:
+            merge(pending, arriving.pop(at))
+        live = True
         ops = [o.strip() for o in operands.split(',')] if operands else []
         has_dest = bool(ops) and not opcode.startswith(NO_DEST) and ops[0].startswith('R') and ops[0] != 'RZ'
         dest = []
@@ -86,6 +103,14 @@ def scan(lines):
             loads += 1
             for r in dest:
                 pending[r] = addr
+        if opcode.startswith('BRA') and ops and re.fullmatch(r'0x[0-9a-f]+', ops[-1]):
+            target = int(ops[-1], 16)
+            if target > at:
+                merge(arriving.setdefault(target, {}), pending)
+            if not pred:
+                live = False
+        elif opcode.startswith(('EXIT', 'RET')) and not pred:
+            live = False
     if name:
         funcs.append((name, loads, waits))
     return funcs

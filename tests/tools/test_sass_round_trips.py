@@ -1,12 +1,14 @@
 #!/usr/bin/env python3
 """tests/tools/test_sass_round_trips.py SCRIPT_PY - scripts/sass_round_trips.py on made-up SASS.
 
-Five functions in cuobjdump's layout: one that adds each group's loads before loading the next
+Six functions in cuobjdump's layout: one that adds each group's loads before loading the next
 group (a wait point a group, as the routing kernel did before session 32; a store of a loaded value
 waits too), one that loads everything first (one wait point; a 64- and a 128-bit load), one whose
 load is never read (none; a copy into shared memory, LDGSTS, is not a register load), one that
-writes a loaded register again before reading it (the write waits as a read would), and one past
-address 0xffff (the earliest load found by value). The counts, the order and the addresses must
+writes a loaded register again before reading it (the write waits as a read would), one past
+address 0xffff (the earliest load found by value), and a branch diamond whose one side loads a
+register the other side writes (no wait there: the sides are different paths; the read after the
+join waits). The counts, the order and the addresses must
 come out exactly."""
 import subprocess
 import sys
@@ -50,6 +52,13 @@ SASS = """
         /*9fc0*/                   LDG.E R20, desc[UR12][R10.64] ;        /* 0x0000000c0a0d0981 */
         /*10a40*/                  LDG.E R21, desc[UR12][R10.64+0x4] ;    /* 0x0000000c0a0d0981 */
         /*10a50*/                  FADD R22, R21, R20 ;                   /* 0x0000000e0d0d1221 */
+                Function : diamond_kernel
+        /*0000*/              @!P0 BRA 0x30 ;                             /* 0x0000000000148947 */
+        /*0010*/                   LDG.E R5, desc[UR12][R2.64] ;          /* 0x0000000c02057981 */
+        /*0020*/                   BRA 0x40 ;                             /* 0x0000000000047947 */
+        /*0030*/                   LDS R5, [R4] ;                         /* 0x0000000004057984 */
+        /*0040*/                   FADD R6, R5, R5 ;                      /* 0x0000000505067221 */
+        /*0050*/                   EXIT ;                                 /* 0x000000000000794d */
 """
 
 
@@ -81,6 +90,10 @@ def main():
     # Addresses past 0xffff: the earliest load is found by value, not by the text of its address.
     long_wait = [w for w in waits if w[0] == '10a50']
     check(len(long_wait) == 1 and long_wait[0][-1].rstrip(')') == '9fc0', 'earliest load past 0xffff')
+    # A diamond: the other side's write is no wait; the read after the join waits for the load.
+    check(summary.get('diamond_kernel') == (1, 1), f'diamond_kernel: 1 wait point, 1 load, got {summary.get("diamond_kernel")}')
+    diamond = [w for w in waits if w[0] in ('0030', '0040') and w[1] in ('LDS', 'FADD') and 'R5,' in ' '.join(w)]
+    check([w[0] for w in diamond] == ['0040'] and diamond[0][-1].rstrip(')') == '0010', f'diamond wait at 0040, got {diamond}')
     # A name filter.
     only = subprocess.run([sys.executable, script, path, 'batched'], capture_output=True, text=True, check=True).stdout
     check(only.count('wait points') == 1 and 'batched_kernel' in only, 'NAME_REGEX filter')
