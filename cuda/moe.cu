@@ -3,8 +3,8 @@
 // host round trip), and the fused combine + RMSNorm.
 // Routing: a warp per row computes the softmax, keeps the few experts that can be in the row's
 // top k (select_top_k) and ranks each of those among them (higher probability first, lower id on
-// ties) in one pass, instead of k dependent warp-wide argmax rounds; the histogram, a two-level
-// scan and the scatter follow on shared memory.
+// ties) in one pass, instead of k dependent warp-wide argmax rounds, and renormalises its row's
+// weights itself; the histogram, one warp's scan and the scatter follow on shared memory.
 #include "moe.h"
 
 #include "cuda_check.h"
@@ -19,7 +19,7 @@
 namespace tandem::cuda {
 namespace {
 
-constexpr int route_threads = 1024;  // one block routes and sorts the whole step
+constexpr int route_threads = 1024;  // the routing blocks of large steps (small steps: route_small_warps)
 constexpr int route_warps = route_threads / 32;
 constexpr int max_epl = 16;          // experts per lane: n_expert up to 512
 constexpr int max_experts = 32 * max_epl;
@@ -39,14 +39,18 @@ struct route_shared {
     int32_t ids[route_ids_cap];           // [n_pairs] expert of each pair (when it fits)
     uint16_t cand[route_warps][route_cand_cap];  // each warp's row's top-k candidates (select_top_k)
     int32_t count[max_experts], cursor[max_experts];
-    int32_t wsum[route_warps], gsum[route_warps];
     bool pad[route_warps];
 };
 
-// Rows per block of the routing kernel of large steps: one batch of route_rows.
-__host__ __device__ constexpr int route_batch(int n_expert) {
-    return route_warps < route_prob_cap / n_expert ? route_warps : route_prob_cap / n_expert;
+// Rows a block of `warps` warps routes at once (one a warp, as many as s_prob holds): the large
+// steps' routing blocks take one such batch each.
+__host__ __device__ constexpr int route_batch(int n_expert, int warps = route_warps) {
+    return warps < route_prob_cap / n_expert ? warps : route_prob_cap / n_expert;
 }
+// Warps of the small steps' one routing block: a warp a row (up to 32), and at least enough for
+// the threads' share of the pairs and the histogram (barriers of 32 warps cost a 16-row step's
+// chain more than its work needs).
+constexpr int route_small_warps(int n_rows) { return n_rows < 4 ? 4 : n_rows > route_warps ? route_warps : n_rows; }
 
 // The row's top k (route_select_top_k) into its slots: ids, the selected probabilities in slot
 // order, and with `count` the histogram.
@@ -74,7 +78,7 @@ __device__ void route_rows(const moe_route_args &a, int row_begin, int row_end, 
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int ne = a.n_expert, k = a.k;
     // Rows in batches whose probabilities fit s_prob, at most one row per warp.
-    const int batch = route_batch(ne);
+    const int batch = route_batch(ne, int(blockDim.x) >> 5);
     for (int r0 = row_begin; r0 < row_end; r0 += batch) {
         const int nb = min(batch, row_end - r0);
         if (warp < nb) {
@@ -96,17 +100,15 @@ __device__ void route_rows(const moe_route_args &a, int row_begin, int row_end, 
             } else {
                 route_softmax<epl>(p, ne, s_prob + warp * ne);
                 select_top_k<epl>(a, p, s_prob + warp * ne, sm.cand[warp], r, warp, sm, count, ids_shared);
+                // Weights: renormalised over the slots in slot order, like the CPU twin, by the
+                // row's own warp (a lane a slot, each adding the row's sum in the same order).
+                __syncwarp();
+                for (int s = lane; s < k; s += 32) {
+                    float top = 0.0f;
+                    for (int j = 0; j < k; ++j) top += s_w[warp][j];
+                    a.weights[int64_t(r) * k + s] = a.renormalise ? s_w[warp][s] / top : s_w[warp][s];
+                }
             }
-        }
-        __syncthreads();
-        // Weights: renormalised over the slots in slot order, like the CPU twin; a thread a (row,
-        // slot), each adding its row's sum in the same order (the divisions in parallel).
-        for (int i = threadIdx.x; i < nb * k; i += blockDim.x) {
-            const int rb = i / k, s = i % k, r = r0 + rb;
-            if (s_pad[rb]) continue;
-            float top = 0.0f;
-            for (int j = 0; j < k; ++j) top += s_w[rb][j];
-            a.weights[int64_t(r) * k + s] = a.renormalise ? s_w[rb][s] / top : s_w[rb][s];
         }
         if (r0 + batch < row_end) __syncthreads();  // s_prob, s_w and s_pad are reused by the next batch
     }
@@ -115,49 +117,46 @@ __device__ void route_rows(const moe_route_args &a, int row_begin, int row_end, 
 // From the histogram in sm.count: the groups and the scatter of pairs by expert.
 __device__ void sort_pairs(const moe_route_args &a, route_shared &sm, bool ids_shared) {
     int32_t *const s_ids = sm.ids, *const s_count = sm.count, *const s_cursor = sm.cursor;
-    int32_t *const s_wsum = sm.wsum, *const s_gsum = sm.gsum;
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, n_threads = int(blockDim.x);
     const int ne = a.n_expert, k = a.k, n_pairs = a.n_rows * a.k;
-    // Exclusive scans of the counts and of the non-empty flags: each warp scans 32 experts, then
-    // adds the totals of the warps before it.
-    const int n_scan_warps = (ne + 31) / 32;
-    int c = 0, sc = 0, sg = 0;
-    if (warp < n_scan_warps) {
-        const int e = warp * 32 + lane;
-        c = e < ne ? s_count[e] : 0;
-        sc = c;
-        sg = c > 0 ? 1 : 0;
+    // Exclusive scans of the counts and of the non-empty flags by warp 0 alone (no block barrier
+    // between the warps' scans): lane l takes experts l * per .. l * per + per - 1 in order, then
+    // a warp scan of the lanes' totals.
+    if (warp == 0) {
+        const int per = (ne + 31) / 32, e0 = lane * per;
+        int tc = 0, tg = 0;
+        for (int i = 0; i < per; ++i) {
+            const int e = e0 + i;
+            const int c = e < ne ? s_count[e] : 0;
+            tc += c;
+            tg += c > 0 ? 1 : 0;
+        }
+        int sc = tc, sg = tg;
 #pragma unroll
         for (int o = 1; o < 32; o <<= 1) {
-            const int tc = __shfl_up_sync(0xFFFFFFFFu, sc, o), tg = __shfl_up_sync(0xFFFFFFFFu, sg, o);
+            const int uc = __shfl_up_sync(0xFFFFFFFFu, sc, o), ug = __shfl_up_sync(0xFFFFFFFFu, sg, o);
             if (lane >= o) {
-                sc += tc;
-                sg += tg;
+                sc += uc;
+                sg += ug;
             }
         }
+        int off = sc - tc, g = sg - tg;  // exclusive: the experts before this lane's first
+        for (int i = 0; i < per; ++i) {
+            const int e = e0 + i;
+            if (e >= ne) break;
+            const int c = s_count[e];
+            s_cursor[e] = off;
+            if (c > 0) {
+                a.group_expert[g] = e;
+                a.group_off[g] = off;
+                ++g;
+            }
+            off += c;
+        }
         if (lane == 31) {
-            s_wsum[warp] = sc;
-            s_gsum[warp] = sg;
-        }
-    }
-    __syncthreads();
-    if (warp < n_scan_warps) {
-        int off_base = 0, g_base = 0;
-        for (int w = 0; w < warp; ++w) {
-            off_base += s_wsum[w];
-            g_base += s_gsum[w];
-        }
-        const int e = warp * 32 + lane;
-        const int off = off_base + sc - c, g = g_base + sg - (c > 0 ? 1 : 0);
-        if (e < ne) s_cursor[e] = off;
-        if (c > 0) {
-            a.group_expert[g] = e;
-            a.group_off[g] = off;
-        }
-        if (warp == n_scan_warps - 1 && lane == 31) {
-            a.group_off[g_base + sg] = off_base + sc;
-            *a.n_groups = g_base + sg;
-            if (a.groups_total) atomicAdd(a.groups_total, g_base + sg);  // no round trip: the result is unused
+            a.group_off[sg] = sc;
+            *a.n_groups = sg;
+            if (a.groups_total) atomicAdd(a.groups_total, sg);  // no round trip: the result is unused
         }
     }
     __syncthreads();
@@ -166,17 +165,17 @@ __device__ void sort_pairs(const moe_route_args &a, route_shared &sm, bool ids_s
     // visible after the barrier.
     // A thread's pairs in runs of route_unroll, each run's experts loaded before its atomics (a
     // prompt step's ids come from L2: one round trip a run instead of one a pair).
-    for (int p0 = threadIdx.x; p0 < n_pairs; p0 += route_unroll * route_threads) {
+    for (int p0 = threadIdx.x; p0 < n_pairs; p0 += route_unroll * n_threads) {
         int e[route_unroll];
 #pragma unroll
         for (int i = 0; i < route_unroll; ++i) {
-            const int p = p0 + i * route_threads;
+            const int p = p0 + i * n_threads;
             e[i] = p < n_pairs ? (ids_shared ? s_ids[p] : a.ids[p]) : -1;
         }
 #pragma unroll
         for (int i = 0; i < route_unroll; ++i) {
             if (e[i] < 0) continue;
-            const int p = p0 + i * route_threads, at = atomicAdd(&s_cursor[e[i]], 1);
+            const int p = p0 + i * n_threads, at = atomicAdd(&s_cursor[e[i]], 1);
             a.pair_x[at] = p / k;
             a.pair_y[at] = p;
         }
@@ -188,7 +187,7 @@ template <int epl>
 __global__ void __launch_bounds__(route_threads) moe_route_kernel(const moe_route_args a) {
     __shared__ route_shared sm;
     const bool ids_shared = a.n_rows * a.k <= route_ids_cap;
-    for (int e = threadIdx.x; e < a.n_expert; e += route_threads) sm.count[e] = 0;
+    for (int e = threadIdx.x; e < a.n_expert; e += blockDim.x) sm.count[e] = 0;
     // Every count is zero before any warp adds to it (route_rows counts as it selects; found by
     // compute-sanitizer racecheck, which delays warps enough to lose a row's counts).
     __syncthreads();
@@ -396,7 +395,7 @@ void launch_route(const moe_route_args &a, cudaStream_t stream) {
     if (a.n_rows == 1) {
         launch_pdl(moe_route_one_kernel<epl>, dim3(1), dim3(32), stream, a);
     } else if (a.n_rows <= route_single_block_rows) {
-        launch_pdl(moe_route_kernel<epl>, dim3(1), dim3(route_threads), stream, a);
+        launch_pdl(moe_route_kernel<epl>, dim3(1), dim3(32 * route_small_warps(a.n_rows)), stream, a);
     } else {
         const int batch = route_batch(a.n_expert);
         launch_pdl(moe_route_rows_kernel<epl>, dim3((a.n_rows + batch - 1) / batch), dim3(route_threads), stream, a);
