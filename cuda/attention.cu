@@ -477,7 +477,7 @@ void attention(const attention_args &a, cudaStream_t stream) {
     const int n_chunks = attention_chunks(a.n_ctx);
     TANDEM_CUDA_REQUIRE(a.n_rows <= 65535, "attention: too many rows for one launch");
     if (attention_mma_applies(a))  // halves, d_head 128, 8k query heads a KV head: tensor cores
-        attention_partial_mma(a, n_chunks, attention_chunk_blocks(a.n_head / 8 * a.n_rows, n_chunks), stream);
+        attention_partial_mma(a, n_chunks, stream);
     else
         launch_attention_cuda_cores(a, n_chunks, stream);
     TANDEM_CUDA_CHECK_LAUNCH();

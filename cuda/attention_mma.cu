@@ -49,8 +49,11 @@ struct am_stage {
     __half v[am_sub][am_row];
 };
 // A warp's state at a chunk's end, written into its free stage for the merge.
+// o's rows are padded by 4 floats: lane (g, t) writes o[g][8 n + 2 t + e], so rows 4 banks apart
+// put the warp's 32 stores of a (n, e) in 32 banks (unpadded, the 8 heads' rows share banks).
+constexpr int am_merge_row = am_dh + 4;
 struct am_merge {
-    float m[am_group], l[am_group], o[am_group][am_dh];
+    float m[am_group], l[am_group], o[am_group][am_merge_row];
 };
 static_assert(sizeof(am_merge) <= sizeof(am_stage), "the merge state fits a stage");
 
@@ -224,6 +227,10 @@ __global__ void __launch_bounds__(am_threads, 3) attention_partial_mma_kernel(co
             tmax = fmaxf(tmax, __shfl_xor_sync(full_mask, tmax, 2));
             const float m_new = fmaxf(m_run, tmax);  // finite: the subtile's first position is live
             const float corr = expf(m_run - m_new);  // 0 on the chunk's first subtile
+            // The outputs are rescaled only where a head's maximum moved: on the chunk's first
+            // subtile they are all +0 and its corr 0, and where corr is 1 the products are the
+            // values themselves, so skipping either changes no bit.
+            const bool rescale = __any_sync(full_mask, m_run != -INFINITY && corr != 1.0f);
             float pr[4];
 #pragma unroll
             for (int i = 0; i < 4; ++i) pr[i] = expf(s[i] - m_new);
@@ -232,10 +239,12 @@ __global__ void __launch_bounds__(am_threads, 3) attention_partial_mma_kernel(co
             uint32_t pa[4];
             split_f16(pr[0], pr[1], pa[0], pa[1]);
             split_f16(pr[2], pr[3], pa[2], pa[3]);
+            if (rescale) {
 #pragma unroll
-            for (int n = 0; n < am_dh / 8; ++n)
+                for (int n = 0; n < am_dh / 8; ++n)
 #pragma unroll
-                for (int e = 0; e < 4; ++e) o[n][e] *= corr;
+                    for (int e = 0; e < 4; ++e) o[n][e] *= corr;
+            }
 #pragma unroll
             for (int j = 0; j < am_dh / 16; ++j) {
                 uint32_t b[4];
@@ -299,13 +308,27 @@ __global__ void __launch_bounds__(am_threads, 3) attention_partial_mma_kernel(co
 
 }  // namespace
 
-void attention_partial_mma(const attention_args &a, int n_chunks, int chunk_blocks, cudaStream_t stream) {
+int attention_mma_chunk_blocks(int row_blocks, int n_chunks, int wave) {
+    const int most = std::min(n_chunks, std::max(1, wave / std::max(1, row_blocks)));
+    const int run = (n_chunks + most - 1) / most;  // chunks a block, at the most blocks
+    return (n_chunks + run - 1) / run;
+}
+
+void attention_partial_mma(const attention_args &a, int n_chunks, cudaStream_t stream) {
     TANDEM_CUDA_REQUIRE(attention_mma_applies(a), "attention_partial_mma: needs halves, d_head 128, 8k query heads a KV head");
-    const dim3 grid(a.n_head / am_group, a.n_rows, chunk_blocks);  // chunks slowest, as attention.cu
     constexpr size_t smem = sizeof(am_smem);
     auto go = [&](auto kernel) {
         allow_dynamic_smem(kernel, smem);
-        launch_pdl_smem(kernel, grid, dim3(am_threads), smem, stream, a, n_chunks);
+        // One wave at this kernel's occupancy (an H200: 132 SMs x 3 blocks). Sixteen rows after
+        // 4,000-position prompts take 6 blocks a row and head group instead of the fp32 kernel's
+        // 4 (attn_live_blocks): 16 sessions +1.2% (docs/perf-notes.md, session 34).
+        int device = 0, sms = 0, per_sm = 0;
+        TANDEM_CUDA_CHECK(cudaGetDevice(&device));
+        TANDEM_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+        TANDEM_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, am_threads, smem));
+        const int row_blocks = a.n_head / am_group * a.n_rows;
+        const dim3 grid(a.n_head / am_group, a.n_rows, attention_mma_chunk_blocks(row_blocks, n_chunks, sms * std::max(1, per_sm)));
+        launch_pdl_smem(kernel, grid, dim3(am_threads), smem, stream, a, n_chunks);  // chunks slowest, as attention.cu
     };
     if (a.k_new)
         go(attention_partial_mma_kernel<true>);

@@ -25,7 +25,13 @@ inline bool attention_mma_applies(const attention_args &a) {
 }
 
 // The chunk partials of every row (attention_args::partial, n_chunks per head), launched with
-// chunk_blocks blocks a (row, group of 8 query heads) along z.
-void attention_partial_mma(const attention_args &a, int n_chunks, int chunk_blocks, cudaStream_t stream);
+// attention_mma_chunk_blocks blocks a (row, group of 8 query heads) along z.
+void attention_partial_mma(const attention_args &a, int n_chunks, cudaStream_t stream);
+
+// Blocks along z for row_blocks blocks of (row, query-head group) and n_chunks chunks a row: at
+// most one wave of the GPU (wave = its SMs times this kernel's blocks an SM), each block's run of
+// chunks as short as that allows, and no more blocks than that run needs. Which block takes a
+// chunk changes no bit of its partial.
+int attention_mma_chunk_blocks(int row_blocks, int n_chunks, int wave);
 
 }  // namespace tandem::cuda

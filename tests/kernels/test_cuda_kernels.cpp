@@ -7,6 +7,7 @@
 #include "split_test_util.h"
 
 #include "cuda/attention.h"
+#include "cuda/attention_mma.h"
 #include "cuda/matvec.h"
 #include "cuda/moe.h"
 #include "cuda/norm.h"
@@ -344,6 +345,29 @@ TEST_CASE("decode attention chunks depend on the row's position and fit every sl
     CHECK(cuda::attention_chunks(700) == 11);
     CHECK(cuda::attention_chunks(2049) == 32);
     CHECK(cuda::attention_chunks(32768) == 32);
+}
+
+// Host arithmetic only: the tensor-core partial's blocks along z stay within one wave, give every
+// block the shortest run of chunks that wave allows, and take no more blocks than that run needs.
+TEST_CASE("the tensor-core attention's chunk blocks fill one wave with the shortest runs", "[kernels]") {
+    for (int wave : {1, 8, 132, 396, 528})
+        for (int row_blocks = 1; row_blocks <= 512; row_blocks += row_blocks < 40 ? 1 : 37)
+            for (int n_chunks = 1; n_chunks <= cuda::attention_max_chunks; ++n_chunks) {
+                INFO("wave " << wave << " row blocks " << row_blocks << " chunks " << n_chunks);
+                const int z = cuda::attention_mma_chunk_blocks(row_blocks, n_chunks, wave);
+                REQUIRE(z >= 1);
+                REQUIRE(z <= n_chunks);
+                REQUIRE((z == 1 || z * row_blocks <= wave));  // one wave, unless the rows alone fill it
+                const int run = (n_chunks + z - 1) / z, most = std::max(1, std::min(n_chunks, wave / row_blocks));
+                REQUIRE(run == (n_chunks + most - 1) / most);  // as short as the wave allows
+                REQUIRE((z - 1) * run < n_chunks);             // every block has a chunk
+            }
+    // An H200 (132 SMs x 3 blocks) with Qwen3-30B's 4 head groups a row and 32 chunks: 1 / 4 / 8 /
+    // 16 rows take 32 / 16 / 11 / 6 blocks a group (runs of 1 / 2 / 3 / 6 chunks).
+    CHECK(cuda::attention_mma_chunk_blocks(4, 32, 396) == 32);
+    CHECK(cuda::attention_mma_chunk_blocks(16, 32, 396) == 16);
+    CHECK(cuda::attention_mma_chunk_blocks(32, 32, 396) == 11);
+    CHECK(cuda::attention_mma_chunk_blocks(64, 32, 396) == 6);
 }
 
 // A KV cache on the device as the engine holds it: floats, or halves (attention_args::kv_f16) made
