@@ -29,6 +29,7 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 
@@ -43,6 +44,7 @@ constexpr int am_sub = 16;     // positions a warp's subtile
 constexpr int am_row = am_dh + 8;  // halves a staged row: 272 bytes = 17 x 16 (odd), so the 8 rows
                                    // of an ldmatrix phase hit distinct banks
 constexpr uint32_t full_mask = 0xFFFFFFFFu;
+constexpr int max_devices = 64;  // devices whose wave attention_partial_mma keeps
 
 struct am_stage {
     __half k[am_sub][am_row];
@@ -322,12 +324,20 @@ void attention_partial_mma(const attention_args &a, int n_chunks, cudaStream_t s
         // One wave at this kernel's occupancy (an H200: 132 SMs x 3 blocks). Sixteen rows after
         // 4,000-position prompts take 6 blocks a row and head group instead of the fp32 kernel's
         // 4 (attn_live_blocks): 16 sessions +1.2% (docs/perf-notes.md, session 34).
-        int device = 0, sms = 0, per_sm = 0;
+        // Queried once a device (launches outside a graph would pay the queries every layer).
+        static std::atomic<int> waves[max_devices] = {};
+        int device = 0;
         TANDEM_CUDA_CHECK(cudaGetDevice(&device));
-        TANDEM_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-        TANDEM_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, am_threads, smem));
+        int wave = device < max_devices ? waves[device].load(std::memory_order_relaxed) : 0;
+        if (wave == 0) {
+            int sms = 0, per_sm = 0;
+            TANDEM_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+            TANDEM_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, am_threads, smem));
+            wave = std::max(1, sms * per_sm);
+            if (device < max_devices) waves[device].store(wave, std::memory_order_relaxed);
+        }
         const int row_blocks = a.n_head / am_group * a.n_rows;
-        const dim3 grid(a.n_head / am_group, a.n_rows, attention_mma_chunk_blocks(row_blocks, n_chunks, sms * std::max(1, per_sm)));
+        const dim3 grid(a.n_head / am_group, a.n_rows, attention_mma_chunk_blocks(row_blocks, n_chunks, wave));
         launch_pdl_smem(kernel, grid, dim3(am_threads), smem, stream, a, n_chunks);  // chunks slowest, as attention.cu
     };
     if (a.k_new)

@@ -47,9 +47,9 @@ struct route_shared {
 __host__ __device__ constexpr int route_batch(int n_expert, int warps = route_warps) {
     return warps < route_prob_cap / n_expert ? warps : route_prob_cap / n_expert;
 }
-// Warps of the small steps' one routing block: a warp a row (up to 32), and at least enough for
-// the threads' share of the pairs and the histogram (barriers of 32 warps cost a 16-row step's
-// chain more than its work needs).
+// Warps of the small steps' one routing block: a warp a row (up to 32; barriers of 32 warps cost
+// a 16-row step's chain more than its work needs), at least 4 (128 threads zero the histogram and
+// scatter the pairs in a pass or two).
 constexpr int route_small_warps(int n_rows) { return n_rows < 4 ? 4 : n_rows > route_warps ? route_warps : n_rows; }
 
 // The row's top k (route_select_top_k) into its slots: ids, the selected probabilities in slot
