@@ -276,28 +276,36 @@ __global__ void __launch_bounds__(am_threads, 3) attention_partial_mma_kernel(co
         }
         __syncthreads();
         // Merge in warp order (a warp with no subtile here has max -inf, sum and output 0): thread
-        // e takes dimension e of every head.
+        // e takes dimension e of every head. The 32 factors exp(m[head][w] - max) are made once a
+        // warp (lane 4 head + w) and read by shuffles: the same values, added in the same order.
         {
             static_assert(am_threads == am_dh, "a thread a dimension");
+            static_assert(am_group * am_warps == 32, "a lane a (head, warp) factor");
             const int e = threadIdx.x;
             const am_merge *mg[am_warps];
 #pragma unroll
             for (int w = 0; w < am_warps; ++w) mg[w] = reinterpret_cast<const am_merge *>(&sm.stage[w][sm.merge_stage[w]]);
+            const int hq = lane >> 2, wq = lane & 3;
+            const float m_q = reinterpret_cast<const am_merge *>(&sm.stage[wq][sm.merge_stage[wq]])->m[hq];
+            float mx_q = -INFINITY;
+#pragma unroll
+            for (int w = 0; w < am_warps; ++w) mx_q = fmaxf(mx_q, __shfl_sync(full_mask, m_q, (lane & ~3) | w));
+            const float f_q = expf(m_q - mx_q);
 #pragma unroll
             for (int hg = 0; hg < am_group; ++hg) {
-                float mx = -INFINITY;
+                float f[am_warps];
 #pragma unroll
-                for (int w = 0; w < am_warps; ++w) mx = fmaxf(mx, mg[w]->m[hg]);
-                float out = 0.0f, sum = 0.0f;
+                for (int w = 0; w < am_warps; ++w) f[w] = __shfl_sync(full_mask, f_q, am_warps * hg + w);
+                const float mx = __shfl_sync(full_mask, mx_q, am_warps * hg);
+                float out = 0.0f;
 #pragma unroll
-                for (int w = 0; w < am_warps; ++w) {
-                    const float f = expf(mg[w]->m[hg] - mx);
-                    out += mg[w]->o[hg][e] * f;
-                    sum += mg[w]->l[hg] * f;
-                }
+                for (int w = 0; w < am_warps; ++w) out += mg[w]->o[hg][e] * f[w];
                 float *dst = a.partial + ((int64_t(r) * a.n_head + qb * am_group + hg) * n_chunks + c) * (am_dh + 2);
                 dst[e] = out;
                 if (e == 0) {
+                    float sum = 0.0f;
+#pragma unroll
+                    for (int w = 0; w < am_warps; ++w) sum += mg[w]->l[hg] * f[w];
                     dst[am_dh] = mx;
                     dst[am_dh + 1] = sum;
                 }

@@ -17,7 +17,7 @@ struct logits_cli {
     tandem::engine_options engine;
     std::string model, ids;
     int greedy = 0;
-    bool json = false;
+    bool json = false, decode_logits = false;
 };
 
 std::vector<int32_t> parse_ids(const std::string &text) {
@@ -46,11 +46,14 @@ TANDEM_COMMAND(logits, "Print the last position's logits (and a greedy continuat
     sub.add_option("--ids", cli->ids, "Comma-separated prompt token ids")->required();
     sub.add_option("--greedy", cli->greedy, "Greedy tokens to generate after the prompt");
     sub.add_flag("--json", cli->json, "Print JSON {\"logits\": [...], \"greedy\": [...]}");
+    sub.add_flag("--decode-logits", cli->decode_logits,
+                 "With --json: also each greedy step's logits (\"decode_logits\", the decode path's rows; for bitwise A/B checks)");
     tandem::tools::add_engine_flags(sub, cli->engine);
     return [cli] {
         using namespace tandem;
         const std::vector<int32_t> ids = parse_ids(cli->ids);
         if (cli->greedy < 0) fail(error_kind::config, "--greedy must be >= 0");
+        if (cli->decode_logits && !cli->json) fail(error_kind::config, "--decode-logits needs --json");
         engine_options opt = cli->engine;
         opt.n_slots = 1;
         opt.n_ctx = std::max<int32_t>(opt.n_ctx, int32_t(ids.size()) + cli->greedy);
@@ -63,15 +66,18 @@ TANDEM_COMMAND(logits, "Print the last position's logits (and a greedy continuat
         eng->forward(rows, logits);
         const std::vector<float> last = logits;
         std::vector<int32_t> greedy;
+        std::vector<std::vector<float>> decoded;  // --decode-logits: each decode step's row
         for (int i = 0; i < cli->greedy; ++i) {
             const int32_t next = argmax(logits);
             greedy.push_back(next);
             if (i + 1 == cli->greedy) break;
             const engine_row row{0, int32_t(ids.size() + greedy.size() - 1), next, true};
             eng->forward({&row, 1}, logits);
+            if (cli->decode_logits) decoded.push_back(logits);
         }
         if (cli->json) {
             nlohmann::json out = {{"logits", last}, {"greedy", greedy}};
+            if (cli->decode_logits) out["decode_logits"] = decoded;
             std::cout << out.dump() << "\n";
         } else {
             const int32_t best = argmax(last);
