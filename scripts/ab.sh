@@ -8,6 +8,8 @@
 #   --short S: session counts of `bench --prompt 0 --gen 64` (default 1,16; "" skips)
 #   --long S:  session counts after --long-prompt tokens (default 4000) in 32,768-position slots,
 #              f16 cache, as a server runs (default ""; skipped)
+#   The hashes take `tandem logits` of a 7-token prompt (f32 and f16 caches) and of 4,000 ids up to
+#   5,000 (f16): a model of a smaller vocabulary shows "failed" there; --no-hash skips them.
 # Example: scripts/ab.sh -m /tmp/m.gguf main=/tmp/cr/bin/tandem.base new=/tmp/cr/bin/tandem.new \
 #              switch=/tmp/cr/bin/tandem.new:TANDEM_EXP_X=1
 set -euo pipefail
@@ -15,13 +17,15 @@ model="" runs=3 short="1,16" long="" long_prompt=4000 hash=1
 variants=()
 while [ $# -gt 0 ]; do
     case "$1" in
+    -m | --runs | --short | --long | --long-prompt)
+        [ $# -ge 2 ] || { echo "ab.sh: $1 needs a value" >&2; exit 2; } ;;&
     -m) model=$2; shift 2 ;;
     --runs) runs=$2; shift 2 ;;
     --short) short=$2; shift 2 ;;
     --long) long=$2; shift 2 ;;
     --long-prompt) long_prompt=$2; shift 2 ;;
     --no-hash) hash=0; shift ;;
-    -h | --help) sed -n '2,14p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,/^set /p' "$0" | sed '$d'; exit 0 ;;
     *=*) variants+=("$1"); shift ;;
     *) echo "ab.sh: unknown argument '$1' (variants are NAME=BINARY[:VAR=VALUE,...])" >&2; exit 2 ;;
     esac
@@ -46,20 +50,23 @@ run_variant() {
 # decode_line OUTPUT: "S=tok/s ..." from a bench's decode lines (sessions, aggregate tok/s).
 decode_line() { awk '/^decode/ {printf "%s%s=%s", (n++ ? " " : ""), $2, $6}' <<< "$1"; }
 
+# logits_hash VARIANT ARGS...: the first 12 hex digits of the variant's `logits --json
+# --decode-logits` output, or "failed" where the run fails (not the hash of nothing).
+logits_hash() {
+    local v=$1 o; shift
+    if o=$(run_variant "$v" logits -m "$model" --json --decode-logits "$@" 2>/dev/null) && [ -n "$o" ]; then
+        sha256sum <<< "$o" | cut -c1-12
+    else
+        echo failed
+    fi
+}
+
 if [ "$hash" = 1 ]; then
     long_ids=$(python3 -c "import random; random.seed(7); print(','.join(str(random.randint(1, 5000)) for _ in range(4000)))")
     for v in "${variants[@]}"; do
-        # A run that fails prints "failed" instead of the hash of nothing.
-        h() {
-            local o
-            if o=$(run_variant "$v" logits -m "$model" --json --decode-logits "$@" 2>/dev/null) && [ -n "$o" ]; then
-                sha256sum <<< "$o" | cut -c1-12
-            else
-                echo failed
-            fi
-        }
-        echo "hash ${v%%=*}: f32 $(h --ids 1,2,3,4,5,6,7 --greedy 12) f16 $(h --ids 1,2,3,4,5,6,7 --greedy 12 --kv-type f16)" \
-             "long-f16 $(h --ids "$long_ids" --greedy 8 --kv-type f16)"
+        echo "hash ${v%%=*}: f32 $(logits_hash "$v" --ids 1,2,3,4,5,6,7 --greedy 12)" \
+             "f16 $(logits_hash "$v" --ids 1,2,3,4,5,6,7 --greedy 12 --kv-type f16)" \
+             "long-f16 $(logits_hash "$v" --ids "$long_ids" --greedy 8 --kv-type f16)"
     done
 fi
 results=$(mktemp)

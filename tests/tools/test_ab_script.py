@@ -5,9 +5,8 @@ The fake binary answers `logits` with JSON that depends on an environment variab
 switch shows in its hash) and `bench` with decode lines whose tok/s count the bench calls made so
 far (so the order in which variants ran, and each variant's range over runs, are known exactly).
 Checked: the hashes (equal where the bits are, different where the switch changes them, "failed"
-where the binary fails), the
-variants alternating within each run, the short and long benches' flags, the ranges, and clear
-errors for bad arguments."""
+where the binary fails), the variants alternating within each run, the short and long benches'
+flags, the ranges, the usage text, and clear errors for bad arguments."""
 import os
 import re
 import subprocess
@@ -32,8 +31,8 @@ esac
 '''
 
 
-def run(args, env=None):
-    return subprocess.run(['bash', ab] + args, capture_output=True, text=True, env=env)
+def run(args):
+    return subprocess.run(['bash', ab] + args, capture_output=True, text=True)
 
 
 with tempfile.TemporaryDirectory() as tmp:
@@ -75,7 +74,11 @@ with tempfile.TemporaryDirectory() as tmp:
                         (['-m', model], 'at least one NAME=BINARY'),
                         (['-m', model, f'a={tmp}/none'], 'is not an executable'),
                         (['-m', model, '--runs', '0', f'a={fake}'], '--runs must be a positive integer'),
-                        (['-m', model, 'oops'], "unknown argument 'oops'")]:
+                        (['-m', model, 'oops'], "unknown argument 'oops'"),
+                        (['-m', model, f'a={fake}', '--runs'], '--runs needs a value')]:
         bad = run(args)
         assert bad.returncode == 2 and words in bad.stderr, (args, bad.returncode, bad.stderr)
+    # The usage text: the header comment, without the code after it.
+    usage = run(['--help'])
+    assert usage.returncode == 0 and 'usage: scripts/ab.sh -m MODEL' in usage.stdout and 'set -e' not in usage.stdout, usage.stdout
 print("ab.sh: ok")
