@@ -4,9 +4,10 @@
 // the work is selection, not arithmetic. Each (logit, id) becomes one 64-bit key that orders as
 // the sampler does: the logit's order-preserving bits above, ~id below (a tie goes to the lower
 // id), so every key of a row is distinct and "the 64 best" is exactly defined. Selection is a
-// radix select of the 64th-largest key, 8 bits a pass, over 4,096 keys held 16 per thread: in the
-// first kernel each slice of 4,096 columns keeps its 64 best; the second selects the row's 64 best
-// from the slices' (at most 64 x 64) and sorts them by rank. Sums are double, each thread's in
+// radix select of the 64th-largest key, 8 bits a pass (stopping once the 64th key's bin is needed
+// whole), over 4,096 keys held 16 per thread: in the first kernel each slice of 4,096 columns keeps
+// its 64 best; the second selects the row's 64 best from the slices' (at most 64 x 64) and sorts
+// them by rank. Sums are double, each thread's in
 // column order, then a fixed butterfly and the warps in order, then the slices in order: the
 // result depends on the row alone, never on the step's other rows.
 #include "logits_top.h"
@@ -42,18 +43,30 @@ struct select_smem {
 
 // The logits_top_n largest of the block's 4,096 keys (key 0: an empty place, below every real key)
 // -> s.keys, in no particular order. Every thread of the block must call it.
+// A pass's histogram is counted a warp at a time: the lanes of one bin are found by a match and
+// their leader adds their number, so the first passes, where most keys share a bin (a row's
+// logits share their sign and exponent), make one shared atomic a bin a warp instead of one a key
+// on the same address. The passes stop as soon as the bin of the 64th key holds exactly the keys
+// still needed: then every key from that bin up is taken (typically after 3 of the 8 passes).
+// The set taken is the same either way (the keys are distinct).
 __device__ void select_top(const uint64_t (&key)[per_thread], select_smem &s) {
     const int tid = threadIdx.x, lane = tid & 31;
     uint64_t prefix = 0;  // the digits of the logits_top_n-th key decided so far
     int need = logits_top_n;  // how many keys with that prefix are still to take
+    bool whole_bin = false;   // the passes stopped early: take every key >= prefix
     for (int pass = 0; pass < 8; ++pass) {
         const int shift = 56 - 8 * pass;
         const uint64_t high = pass == 0 ? 0ull : ~0ull << (shift + 8);
         s.hist[tid] = 0;
         __syncthreads();
 #pragma unroll
-        for (int k = 0; k < per_thread; ++k)
-            if ((key[k] & high) == prefix) atomicAdd(&s.hist[(key[k] >> shift) & 255u], 1u);
+        for (int k = 0; k < per_thread; ++k) {
+            const bool live = (key[k] & high) == prefix;
+            if (!__any_sync(0xFFFFFFFFu, live)) continue;
+            const unsigned bin = unsigned(key[k] >> shift) & 255u;
+            const unsigned peers = __match_any_sync(0xFFFFFFFFu, live ? bin : 256u);
+            if (live && (peers & ((1u << lane) - 1u)) == 0) atomicAdd(&s.hist[bin], unsigned(__popc(peers)));
+        }
         __syncthreads();
         if (tid < 32) {
             // Lane l holds bins 255 - 8 l down to 248 - 8 l: the bins in descending order across lanes.
@@ -74,6 +87,7 @@ __device__ void select_top(const uint64_t (&key)[per_thread], select_smem &s) {
                     if (run + c[i] >= unsigned(need)) {
                         s.digit = 255 - 8 * lane - i;
                         s.need = need - int(run);
+                        s.count = run + c[i] == unsigned(need) ? 1 : 0;  // the bin is needed whole
                         break;
                     }
                     run += c[i];
@@ -83,15 +97,18 @@ __device__ void select_top(const uint64_t (&key)[per_thread], select_smem &s) {
         __syncthreads();
         prefix |= uint64_t(s.digit) << shift;
         need = s.need;
-        __syncthreads();  // s.digit, s.need and s.hist are rewritten by the next pass
+        whole_bin = s.count != 0;
+        __syncthreads();  // s.digit, s.need, s.count and s.hist are rewritten next
+        if (whole_bin) break;
     }
-    // prefix is now the logits_top_n-th largest key; logits_top_n - need keys are above it.
+    // Either prefix is the logits_top_n-th largest key, with logits_top_n - need keys above it, or
+    // (whole_bin) exactly logits_top_n keys are at least prefix.
     if (tid == 0) s.count = 0;
     __syncthreads();
 #pragma unroll
     for (int k = 0; k < per_thread; ++k)
-        if (key[k] > prefix) s.keys[atomicAdd(&s.count, 1)] = key[k];
-    if (tid >= logits_top_n - need && tid < logits_top_n) s.keys[tid] = prefix;
+        if (whole_bin ? key[k] >= prefix : key[k] > prefix) s.keys[atomicAdd(&s.count, 1)] = key[k];
+    if (!whole_bin && tid >= logits_top_n - need && tid < logits_top_n) s.keys[tid] = prefix;
     __syncthreads();
 }
 

@@ -239,17 +239,18 @@ __device__ __forceinline__ void store_outputs(const matvec_digits_args &a, const
 // (16 rows' gate/up 54.3 us) or, asked for one block, 80 (52.8); at 64, 50.4 (session 13, call 13).
 // route (staged SwiGLU, one-row steps): the block routes the row itself (route_one_group) before the
 // PDL wait instead of reading moe_route's groups after it.
-template <int W, bool swiglu, bool grouped, bool staged = false, bool quantize = false, bool one = false, bool route = false>
+template <int W, bool swiglu, bool grouped, bool staged = false, bool quantize = false, bool one = false, bool route = false, int P = 1>
 __global__ void __launch_bounds__(W * 32, staged ? 8 : 0) matvec_digits_kernel(const matvec_digits_args a) {
     constexpr int D = digits_per_element;
     static_assert(!staged || grouped, "matvec_digits: staging is for grouped products");
     static_assert(!quantize || (grouped && !swiglu), "matvec_digits: in-kernel digits are for grouped plain products");
     static_assert(!route || (swiglu && staged && !one), "matvec_digits: in-kernel routing is for staged SwiGLU products");
+    static_assert(P == 1 || (!swiglu && !quantize && !route), "matvec_digits: passes together are for plain products of producer digits");
     __shared__ float s_rprob[route ? 32 * route_one_epl : 1];
     __shared__ uint16_t s_rcand[route ? route_cand_cap : 1];
     __shared__ int s_rsel[route ? 32 : 1], s_rgroup[2];
     __shared__ float s_rw[route ? 32 : 1];
-    __shared__ float s_red[W - 1][2][32];
+    __shared__ float s_red[W - 1][P][2][32];
     __shared__ uint64_t s_bar;
     __shared__ __align__(16) uint8_t s_qd[quantize ? W : 1][quantize ? digits_pass * 256 * D : 1];
     __shared__ __align__(16) uint16_t s_qsums[quantize ? W : 1][quantize ? digits_pass * 16 : 1];
@@ -345,75 +346,123 @@ __global__ void __launch_bounds__(W * 32, staged ? 8 : 0) matvec_digits_kernel(c
     };
     // Staged, producer digits: the first pass's row indices and the warp's first chunk of
     // activations are fetched while the weights are still on their way.
-    constexpr bool x_ahead = staged && !quantize;
+    constexpr bool x_ahead = staged && !quantize && P == 1;
     x_chunk xv;
     if constexpr (x_ahead)
         if (warp < n_blocks) xv = load_x_chunk(a.x, a.n_in, x_row(begin + (g >> 1)), x_row(begin + t), warp, g, t);
     if constexpr (staged) mbar_wait_first(&s_bar);
-    for (int p0 = begin; p0 < end; p0 += digits_pass) {
-        const int xr = x_row(p0 + (g >> 1));  // B column g (past the rows: a real row, unused)
-        const int xs = x_row(p0 + t);         // C columns 2t, 2t + 1
-        float out[2] = {0.0f, 0.0f};
-        for (int c = warp; c < n_blocks; c += W) {
-            if (!(early && !staged && p0 == begin && c == warp)) {
-                lo = load_q4_k_lane(rlo, c, t);
-                hi = load_q4_k_lane(rhi, c, t);
-            }
-            const int8_t *xd = nullptr;
-            uint2 sb;
-            float sx;
-            if constexpr (x_ahead) {
-                if (!(p0 == begin && c == warp)) xv = load_x_chunk(a.x, a.n_in, xr, xs, c, g, t);
-                sb = xv.sb;
-                sx = xv.sx;
-            } else if constexpr (quantize) {
-                // The pass's rows' block c (columns past its rows keep stale values: never written out).
-                uint8_t *qd = s_qd[warp];
-                __syncwarp();
-                const int n_cols = end - p0 < digits_pass ? end - p0 : digits_pass;
-                for (int i = 0; i < n_cols; ++i) {
-                    const float *xs = a.x_f32 + int64_t(x_row(p0 + i)) * a.x_f32_stride + c * 256 + 8 * lane;
-                    const float4 f0 = *reinterpret_cast<const float4 *>(xs), f1 = *reinterpret_cast<const float4 *>(xs + 4);
-                    const float v[8] = {f0.x, f0.y, f0.z, f0.w, f1.x, f1.y, f1.z, f1.w};
-                    const lane_digits ld = digits_of_lane(v);  // this lane: sub-block g, group t
+    if constexpr (P > 1) {
+        // P passes together (matvec_digits_args::n_rows above digits_pass): each chunk's weights
+        // loaded and unpacked once for the P passes' rows instead of once a pass. Every output
+        // sums the same digit_chunk terms in the same chunk order, then the warps in the same
+        // order, as the pass-at-a-time loop below: the same bits.
+        for (int p0 = begin; p0 < end; p0 += P * digits_pass) {
+            float out[P][2];
+            int xr[P], xs[P];
 #pragma unroll
-                    for (int d = 0; d < D; ++d)  // B column 2i + d: lane (2i + d) * 4 + t of sub-block g
-                        *reinterpret_cast<uint2 *>(qd + (g * 32 + (D * i + d) * 4 + t) * 8) = make_uint2(ld.wd[d][0], ld.wd[d][1]);
-                    if (t == 0) {
-                        uint16_t *sums = s_qsums[warp] + i * 16 + (g >> 1) * 4 + (g & 1);
-                        digit_sum_halves(ld.sum_j, sums[0], sums[2]);
-                    }
-                    if (lane == 0) s_qscale[warp][i] = ld.scale;
+            for (int q = 0; q < P; ++q) {
+                out[q][0] = out[q][1] = 0.0f;
+                xr[q] = x_row(p0 + q * digits_pass + (g >> 1));
+                xs[q] = x_row(p0 + q * digits_pass + t);
+            }
+            for (int c = warp; c < n_blocks; c += W) {
+                if (!(early && !staged && p0 == begin && c == warp)) {
+                    lo = load_q4_k_lane(rlo, c, t);
+                    hi = load_q4_k_lane(rhi, c, t);
                 }
-                __syncwarp();
-                sb = *reinterpret_cast<const uint2 *>(s_qsums[warp] + (g >> 1) * 16 + t * 4);
-                sx = s_qscale[warp][t];
-            } else {
-                xd = a.x.digits + int64_t(xr) * D * a.n_in + (c * 32 + t) * 8 * D + 8 * (g & 1);
-                sb = *reinterpret_cast<const uint2 *>(a.x.sums + (int64_t(xr) * n_blocks + c) * 16 + t * 4);
-                sx = a.x.scales[int64_t(xs) * n_blocks + c];
+#pragma unroll
+                for (int q = 0; q < P; ++q) {
+                    if (p0 + q * digits_pass >= end) break;  // the same for the whole block
+                    const int8_t *xd = a.x.digits + int64_t(xr[q]) * D * a.n_in + (c * 32 + t) * 8 * D + 8 * (g & 1);
+                    const uint2 sb = *reinterpret_cast<const uint2 *>(a.x.sums + (int64_t(xr[q]) * n_blocks + c) * 16 + t * 4);
+                    const float sx = a.x.scales[int64_t(xs[q]) * n_blocks + c];
+                    digit_chunk(lo, hi, [&](int j) { return *reinterpret_cast<const uint2 *>(xd + j * 32 * D); }, sb, sx, t, out[q]);
+                }
             }
-            digit_chunk(
-                lo, hi,
-                [&](int j) {
-                    if constexpr (x_ahead) return xv.b[j];
-                    return quantize ? *reinterpret_cast<const uint2 *>(s_qd[warp] + (j * 32 + lane) * 8)
-                                    : *reinterpret_cast<const uint2 *>(xd + j * 32 * D);
-                },
-                sb, sx, t, out);
+            if (warp > 0)
+#pragma unroll
+                for (int q = 0; q < P; ++q)
+#pragma unroll
+                    for (int e = 0; e < 2; ++e) s_red[warp - 1][q][e][lane] = out[q][e];
+            __syncthreads();
+            if (warp == 0)
+#pragma unroll
+                for (int q = 0; q < P; ++q) {
+                    if (p0 + q * digits_pass >= end) break;
+#pragma unroll
+                    for (int e = 0; e < 2; ++e)
+#pragma unroll
+                        for (int v = 0; v < W - 1; ++v) out[q][e] = __fadd_rn(out[q][e], s_red[v][q][e][lane]);
+                    store_outputs<swiglu, one>(a, out[q], j0, g, t, p0 + q * digits_pass, end, y_row);
+                }
+            __syncthreads();
         }
-        if (warp > 0)
-#pragma unroll
-            for (int e = 0; e < 2; ++e) s_red[warp - 1][e][lane] = out[e];
-        __syncthreads();
-        if (warp == 0) {
-#pragma unroll
-            for (int e = 0; e < 2; ++e)
-#pragma unroll
-                for (int v = 0; v < W - 1; ++v) out[e] = __fadd_rn(out[e], s_red[v][e][lane]);
-            store_outputs<swiglu, one>(a, out, j0, g, t, p0, end, y_row);
+    } else {
+        for (int p0 = begin; p0 < end; p0 += digits_pass) {
+            const int xr = x_row(p0 + (g >> 1));  // B column g (past the rows: a real row, unused)
+            const int xs = x_row(p0 + t);         // C columns 2t, 2t + 1
+            float out[2] = {0.0f, 0.0f};
+            for (int c = warp; c < n_blocks; c += W) {
+                if (!(early && !staged && p0 == begin && c == warp)) {
+                    lo = load_q4_k_lane(rlo, c, t);
+                    hi = load_q4_k_lane(rhi, c, t);
+                }
+                const int8_t *xd = nullptr;
+                uint2 sb;
+                float sx;
+                if constexpr (x_ahead) {
+                    if (!(p0 == begin && c == warp)) xv = load_x_chunk(a.x, a.n_in, xr, xs, c, g, t);
+                    sb = xv.sb;
+                    sx = xv.sx;
+                } else if constexpr (quantize) {
+                    // The pass's rows' block c (columns past its rows keep stale values: never written out).
+                    uint8_t *qd = s_qd[warp];
+                    __syncwarp();
+                    const int n_cols = end - p0 < digits_pass ? end - p0 : digits_pass;
+                    for (int i = 0; i < n_cols; ++i) {
+                        const float *xs = a.x_f32 + int64_t(x_row(p0 + i)) * a.x_f32_stride + c * 256 + 8 * lane;
+                        const float4 f0 = *reinterpret_cast<const float4 *>(xs), f1 = *reinterpret_cast<const float4 *>(xs + 4);
+                        const float v[8] = {f0.x, f0.y, f0.z, f0.w, f1.x, f1.y, f1.z, f1.w};
+                        const lane_digits ld = digits_of_lane(v);  // this lane: sub-block g, group t
+    #pragma unroll
+                        for (int d = 0; d < D; ++d)  // B column 2i + d: lane (2i + d) * 4 + t of sub-block g
+                            *reinterpret_cast<uint2 *>(qd + (g * 32 + (D * i + d) * 4 + t) * 8) = make_uint2(ld.wd[d][0], ld.wd[d][1]);
+                        if (t == 0) {
+                            uint16_t *sums = s_qsums[warp] + i * 16 + (g >> 1) * 4 + (g & 1);
+                            digit_sum_halves(ld.sum_j, sums[0], sums[2]);
+                        }
+                        if (lane == 0) s_qscale[warp][i] = ld.scale;
+                    }
+                    __syncwarp();
+                    sb = *reinterpret_cast<const uint2 *>(s_qsums[warp] + (g >> 1) * 16 + t * 4);
+                    sx = s_qscale[warp][t];
+                } else {
+                    xd = a.x.digits + int64_t(xr) * D * a.n_in + (c * 32 + t) * 8 * D + 8 * (g & 1);
+                    sb = *reinterpret_cast<const uint2 *>(a.x.sums + (int64_t(xr) * n_blocks + c) * 16 + t * 4);
+                    sx = a.x.scales[int64_t(xs) * n_blocks + c];
+                }
+                digit_chunk(
+                    lo, hi,
+                    [&](int j) {
+                        if constexpr (x_ahead) return xv.b[j];
+                        return quantize ? *reinterpret_cast<const uint2 *>(s_qd[warp] + (j * 32 + lane) * 8)
+                                        : *reinterpret_cast<const uint2 *>(xd + j * 32 * D);
+                    },
+                    sb, sx, t, out);
+            }
+            if (warp > 0)
+    #pragma unroll
+                for (int e = 0; e < 2; ++e) s_red[warp - 1][0][e][lane] = out[e];
+            __syncthreads();
+            if (warp == 0) {
+    #pragma unroll
+                for (int e = 0; e < 2; ++e)
+    #pragma unroll
+                    for (int v = 0; v < W - 1; ++v) out[e] = __fadd_rn(out[e], s_red[v][0][e][lane]);
+                store_outputs<swiglu, one>(a, out, j0, g, t, p0, end, y_row);
+            }
+            __syncthreads();
         }
-        __syncthreads();
     }
 }
 
@@ -549,6 +598,9 @@ void matvec_digits(const matvec_digits_args &a, cudaStream_t stream) {
                         "no fp32 rows, no SwiGLU)");
     TANDEM_CUDA_REQUIRE(!a.accumulate || !swiglu, "matvec_digits: SwiGLU and accumulate do not combine");
     TANDEM_CUDA_REQUIRE(a.n_extra == 0, "matvec_digits: extra matrices are matmul_digits' (one launch a matrix here)");
+    TANDEM_CUDA_REQUIRE(a.passes_together == -1 || a.passes_together == 0 || a.passes_together == 1 || a.passes_together == 2 ||
+                            a.passes_together == 4,
+                        "matvec_digits: passes_together is -1, 0, 1, 2 or 4");
     TANDEM_CUDA_REQUIRE(a.w && a.y && a.n_in > 0 && a.n_in % 256 == 0 && a.n_out > 0 && a.n_rows >= 0,
                         "matvec_digits: bad arguments (n_in a multiple of 256)");
     TANDEM_CUDA_REQUIRE(quantize || (a.x.digits && a.x.scales && a.x.sums), "matvec_digits: no digit rows");
@@ -581,12 +633,23 @@ void matvec_digits(const matvec_digits_args &a, cudaStream_t stream) {
     if (a.one_group) {
         // Dense products as one group (prompt rows' Q, K, V and wo): instances of their own, so the
         // decode products' code stays as it was. K split as digits_grouped_k_split (no solo warps).
+        // More rows than a pass: two or four passes at a time (matvec_digits_args::passes_together;
+        // a 151,936 x 2,048 head on one H200 at 8 rows: 94.9 us a pass at a time, 76.2 two, 92.7 four
+        // (159 registers: 3 blocks an SM); at 16 rows 177.5, 140.9, 125.6; docs/perf-notes.md, session 37).
+        const int together = stage || a.n_rows <= digits_pass ? 1
+                             : a.passes_together >= 0        ? a.passes_together
+                             : a.n_rows <= 2 * digits_pass   ? 2
+                                                             : 4;
         if (digits_grouped_k_split(false, a.n_in) == 3)
-            stage ? go_staged(matvec_digits_kernel<3, false, true, true, false, true>, 3)
-                  : go(matvec_digits_kernel<3, false, true, false, false, true>, 3);
+            stage           ? go_staged(matvec_digits_kernel<3, false, true, true, false, true>, 3)
+            : together == 4 ? go(matvec_digits_kernel<3, false, true, false, false, true, false, 4>, 3)
+            : together == 2 ? go(matvec_digits_kernel<3, false, true, false, false, true, false, 2>, 3)
+                            : go(matvec_digits_kernel<3, false, true, false, false, true>, 3);
         else
-            stage ? go_staged(matvec_digits_kernel<4, false, true, true, false, true>, 4)
-                  : go(matvec_digits_kernel<4, false, true, false, false, true>, 4);
+            stage           ? go_staged(matvec_digits_kernel<4, false, true, true, false, true>, 4)
+            : together == 4 ? go(matvec_digits_kernel<4, false, true, false, false, true, false, 4>, 4)
+            : together == 2 ? go(matvec_digits_kernel<4, false, true, false, false, true, false, 2>, 4)
+                            : go(matvec_digits_kernel<4, false, true, false, false, true>, 4);
     } else if (solo && swiglu) {
         if (solo_staged && a.solo_warps == 2)
             go_solo(matvec_digits_solo_kernel<4, true, 2, true>, 2, true);

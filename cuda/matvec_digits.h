@@ -120,6 +120,10 @@ struct matvec_digits_args {
     bool one_group = false;
     // Plain products: y += W x (wo's residual add, one rounding) instead of y = W x.
     bool accumulate = false;
+    // matvec_digits, one_group (unstaged): passes of 4 rows at a time (2 or 4), so each chunk's
+    // weights are loaded and unpacked once for up to 8 or 16 rows instead of once for every 4.
+    // -1: two for 5-8 rows, four above; 0 or 1: a pass at a time. The same bits either way.
+    int32_t passes_together = -1;
     // matmul_digits: weight rows a block tile (64 or 128; 0: 64 when 128-row tiles would give fewer
     // blocks than two an SM). Every width gives the same bits.
     int32_t tile_weight_rows = 0;

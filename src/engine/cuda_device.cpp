@@ -24,7 +24,8 @@ namespace tandem {
 namespace {
 
 // A Q4_K head on digits: the decode kernel up to this many rows, the prompt tiles above (on one H200
-// at 151,936 x 2,048: decode kernel 45 / 53 / 178 us at 1 / 4 / 16 rows, tiles ~110-113 at any).
+// at 151,936 x 2,048: decode kernel 45 / 53 / 76 / 108 / 126 us at 1 / 4 / 8 / 12 / 16 rows, tiles
+// ~112-113 at any; session 37).
 constexpr int32_t head_digit_tile_rows = 8;
 
 template <class T>

@@ -69,14 +69,17 @@ TEST_CASE("logits_top matches its host twin", "[gpu][logits_top]") {
     std::mt19937_64 rng(21);
     const int32_t widths[] = {1, 5, 63, 64, 65, 4095, 4096, 4097, 75968, 151936, 262144};
     for (int32_t n_cols : widths) {
-        const int32_t n_rows = n_cols > 100000 ? 3 : 7;
+        const int32_t n_rows = n_cols > 100000 ? 4 : 7;
         const int32_t first_id = n_cols % 2 ? 0 : 75968;
         std::vector<float> x = random_floats(rng, size_t(n_rows) * size_t(n_cols), 3.0f);
-        // Row 1: exact ties on a coarse grid, across slices; row 2: all equal, with -0 and +0 mixed.
-        std::uniform_int_distribution<int> level(0, 4);
+        // Row 1: exact ties on a coarse grid, across slices; row 2: all equal, with -0 and +0 mixed;
+        // row 3: values a few ulps apart (the keys share their first bytes: the selection's later
+        // passes, where a bin is rarely needed whole).
+        std::uniform_int_distribution<int> level(0, 4), ulps(0, 300);
         for (int32_t c = 0; c < n_cols; ++c) {
             x[size_t(n_cols) + size_t(c)] = float(level(rng)) * 0.5f;
             x[2 * size_t(n_cols) + size_t(c)] = c % 3 ? 0.0f : -0.0f;
+            x[3 * size_t(n_cols) + size_t(c)] = 1.0f + float(ulps(rng)) * 0x1p-23f;
         }
         // Row 0: its best values planted in the last slice and at the first column.
         x[size_t(n_cols) - 1] = 100.0f;

@@ -195,7 +195,7 @@ TEST_CASE("dense digit products as one group: tiles bitwise the decode kernels, 
         for (const bool acc : {false, true}) {
             INFO("accumulate " << acc);
             a.accumulate = acc;
-            // Decode kernels streamed and staged, then the mma.sync tiles 64 and 128 weight rows wide,
+            // Decode kernels streamed (passes together) and staged, then the mma.sync tiles 64 and 128 weight rows wide,
             // each with its K partials in one block and on a cluster of blocks, then the warpgroup
             // tiles of 32 and 64 pairs (sm_90a builds): all the same bits.
             std::vector<std::vector<float>> outs;
@@ -221,6 +221,24 @@ TEST_CASE("dense digit products as one group: tiles bitwise the decode kernels, 
             }
             CHECK(std::memcmp(outs[0].data(), outs[1].data(), ref.size() * sizeof(float)) == 0);
             CHECK(std::memcmp(outs[0].data(), outs[2].data(), ref.size() * sizeof(float)) == 0);
+            {
+                // The streamed decode kernel a pass of 4 rows at a time, and two passes at a time
+                // (variant 0 takes four passes together above 4 rows): the same bits.
+                device_buffer<float> dy(ref.size());
+                for (const int32_t together : {0, 2}) {
+                    INFO("passes together " << together);
+                    if (acc)
+                        dy.upload(base);
+                    else
+                        dy.poison();
+                    cuda::matvec_digits_args p = a;
+                    p.y = dy.ptr;
+                    p.stage = false;
+                    p.passes_together = together;
+                    cuda::matvec_digits(p, nullptr);
+                    CHECK(std::memcmp(outs[0].data(), dy.download().data(), ref.size() * sizeof(float)) == 0);
+                }
+            }
             for (int variant = 3; variant < n_variants; ++variant) {
                 INFO("variant " << variant);
                 CHECK(std::memcmp(outs[0].data(), outs[size_t(variant)].data(), ref.size() * sizeof(float)) == 0);

@@ -521,7 +521,7 @@ TEST_CASE("head product timing", "[.bench][gpu]") {
     std::vector<uint8_t> w(base.size() / n_base * size_t(n_out));
     for (size_t off = 0; off < w.size(); off += base.size()) std::memcpy(w.data() + off, base.data(), std::min(base.size(), w.size() - off));
     device_buffer<uint8_t> dw(w);
-    for (const int32_t rows : {1, 4, 16}) {
+    for (const int32_t rows : {1, 4, 8, 12, 16}) {
         const auto x = test::random_floats(rng, size_t(n_in) * rows);
         device_buffer<float> dx(x), y(size_t(n_out) * rows);
         device_buffer<uint16_t> dsplit(test::host_split(x));
@@ -542,9 +542,16 @@ TEST_CASE("head product timing", "[.bench][gpu]") {
             cuda::digits_quantize({dx.ptr, rows, n_in, dd.view()}, nullptr);
             const cuda::matvec_digits_args b = cuda::one_group_args(dw.ptr, n_in, n_out, dd.view(), rows, y.ptr, n_out);
             const float t_vec = timer.median_us([&] { cuda::matvec_digits(b, nullptr); }, 50);
+            cuda::matvec_digits_args b1 = b, b2 = b;
+            b1.passes_together = 0;
+            b2.passes_together = 2;
+            const float t_vec1 = timer.median_us([&] { cuda::matvec_digits(b1, nullptr); }, 50);
+            const float t_vec2 = timer.median_us([&] { cuda::matvec_digits(b2, nullptr); }, 50);
             const float t_mat = timer.median_us([&] { cuda::matmul_digits(b, nullptr); }, 50);
             const float t_q = timer.median_us([&] { cuda::digits_quantize({dx.ptr, rows, n_in, dd.view()}, nullptr); }, 50);
-            std::printf("head q4_K rows %2d: digits matvec %7.2f us, tiles %7.2f us, quantise %5.2f us\n", rows, t_vec, t_mat, t_q);
+            std::printf("head q4_K rows %2d: digits matvec %7.2f us (a pass at a time %7.2f, two %7.2f), tiles %7.2f us, "
+                        "quantise %5.2f us\n",
+                        rows, t_vec, t_vec1, t_vec2, t_mat, t_q);
         }
     }
     }
