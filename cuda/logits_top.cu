@@ -7,9 +7,9 @@
 // radix select of the 64th-largest key, 8 bits a pass (stopping once the 64th key's bin is needed
 // whole), over 4,096 keys held 16 per thread: in the first kernel each slice of 4,096 columns keeps
 // its 64 best; the second selects the row's 64 best from the slices' (at most 64 x 64) and sorts
-// them by rank. Sums are double, each thread's in
-// column order, then a fixed butterfly and the warps in order, then the slices in order: the
-// result depends on the row alone, never on the step's other rows.
+// them by rank. Sums are double, each thread's in column order, then a fixed butterfly and the
+// warps in order, then the slices in order: the result depends on the row alone, never on the
+// step's other rows.
 #include "logits_top.h"
 
 #include "cuda_check.h"
@@ -38,7 +38,8 @@ __device__ __forceinline__ int32_t key_id(uint64_t key) { return int32_t(0xFFFFF
 struct select_smem {
     unsigned hist[256];
     uint64_t keys[logits_top_n];  // the selected keys, unsorted
-    int digit, need, count;
+    int digit, need;
+    int count;  // in a pass: 1 when the digit's bin is needed whole; after the passes: keys taken
 };
 
 // The logits_top_n largest of the block's 4,096 keys (key 0: an empty place, below every real key)
