@@ -352,7 +352,7 @@ __global__ void __launch_bounds__(W * 32, staged ? 8 : 0) matvec_digits_kernel(c
         if (warp < n_blocks) xv = load_x_chunk(a.x, a.n_in, x_row(begin + (g >> 1)), x_row(begin + t), warp, g, t);
     if constexpr (staged) mbar_wait_first(&s_bar);
     if constexpr (P > 1) {
-        // P passes together (matvec_digits_args::n_rows above digits_pass): each chunk's weights
+        // P passes together (matvec_digits_args::passes_together): each chunk's weights
         // loaded and unpacked once for the P passes' rows instead of once a pass. Every output
         // sums the same digit_chunk terms in the same chunk order, then the warps in the same
         // order, as the pass-at-a-time loop below: the same bits.
