@@ -48,7 +48,8 @@ struct select_smem {
 // their leader adds their number, so the first passes, where most keys share a bin (a row's
 // logits share their sign and exponent), make one shared atomic a bin a warp instead of one a key
 // on the same address. The passes stop as soon as the bin of the 64th key holds exactly the keys
-// still needed: then every key from that bin up is taken (typically after 3 of the 8 passes).
+// still needed: then every key from that bin up is taken (for distinct logits, once the keys'
+// leading bytes tell them apart).
 // The set taken is the same either way (the keys are distinct).
 __device__ void select_top(const uint64_t (&key)[per_thread], select_smem &s) {
     const int tid = threadIdx.x, lane = tid & 31;
