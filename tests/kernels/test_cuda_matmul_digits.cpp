@@ -195,9 +195,9 @@ TEST_CASE("dense digit products as one group: tiles bitwise the decode kernels, 
         for (const bool acc : {false, true}) {
             INFO("accumulate " << acc);
             a.accumulate = acc;
-            // Decode kernels streamed (passes together) and staged, then the mma.sync tiles 64 and 128 weight rows wide,
-            // each with its K partials in one block and on a cluster of blocks, then the warpgroup
-            // tiles of 32 and 64 pairs (sm_90a builds): all the same bits.
+            // Decode kernels streamed (passes together) and staged, then the mma.sync tiles 64 and
+            // 128 weight rows wide, each with its K partials in one block and on a cluster of
+            // blocks, then the warpgroup tiles of 32 and 64 pairs (sm_90a builds): all the same bits.
             std::vector<std::vector<float>> outs;
             const int n_variants = cuda::wgmma_built() ? 8 : 6;
             for (int variant = 0; variant < n_variants; ++variant) {
