@@ -245,7 +245,7 @@ __global__ void __launch_bounds__(W * 32, staged ? 8 : 0) matvec_digits_kernel(c
     static_assert(!staged || grouped, "matvec_digits: staging is for grouped products");
     static_assert(!quantize || (grouped && !swiglu), "matvec_digits: in-kernel digits are for grouped plain products");
     static_assert(!route || (swiglu && staged && !one), "matvec_digits: in-kernel routing is for staged SwiGLU products");
-    static_assert(P == 1 || (!swiglu && !quantize && !route), "matvec_digits: passes together are for plain products of producer digits");
+    static_assert(P == 1 || (!swiglu && !staged && !quantize && !route), "matvec_digits: passes together are for plain products of producer digits");
     __shared__ float s_rprob[route ? 32 * route_one_epl : 1];
     __shared__ uint16_t s_rcand[route ? route_cand_cap : 1];
     __shared__ int s_rsel[route ? 32 : 1], s_rgroup[2];
@@ -351,11 +351,11 @@ __global__ void __launch_bounds__(W * 32, staged ? 8 : 0) matvec_digits_kernel(c
     if constexpr (x_ahead)
         if (warp < n_blocks) xv = load_x_chunk(a.x, a.n_in, x_row(begin + (g >> 1)), x_row(begin + t), warp, g, t);
     if constexpr (staged) mbar_wait_first(&s_bar);
-    if constexpr (P > 1) {
-        // P passes together (matvec_digits_args::passes_together): each chunk's weights
-        // loaded and unpacked once for the P passes' rows instead of once a pass. Every output
-        // sums the same digit_chunk terms in the same chunk order, then the warps in the same
-        // order, as the pass-at-a-time loop below: the same bits.
+    if constexpr (!x_ahead && !quantize) {
+        // Producer digits read in the loop: P passes of rows at a time (1 unless
+        // matvec_digits_args::passes_together asks for more), each chunk's weights loaded and
+        // unpacked once for the P passes' rows. Every output sums the same digit_chunk terms in
+        // the same chunk order, then the warps in the same order, whatever P: the same bits.
         for (int p0 = begin; p0 < end; p0 += P * digits_pass) {
             float out[P][2];
             int xr[P], xs[P];
@@ -398,6 +398,7 @@ __global__ void __launch_bounds__(W * 32, staged ? 8 : 0) matvec_digits_kernel(c
             __syncthreads();
         }
     } else {
+        // Activations fetched ahead (staged) or digits made here (quantize): a pass at a time.
         for (int p0 = begin; p0 < end; p0 += digits_pass) {
             const int xr = x_row(p0 + (g >> 1));  // B column g (past the rows: a real row, unused)
             const int xs = x_row(p0 + t);         // C columns 2t, 2t + 1
@@ -407,14 +408,13 @@ __global__ void __launch_bounds__(W * 32, staged ? 8 : 0) matvec_digits_kernel(c
                     lo = load_q4_k_lane(rlo, c, t);
                     hi = load_q4_k_lane(rhi, c, t);
                 }
-                const int8_t *xd = nullptr;
                 uint2 sb;
                 float sx;
                 if constexpr (x_ahead) {
                     if (!(p0 == begin && c == warp)) xv = load_x_chunk(a.x, a.n_in, xr, xs, c, g, t);
                     sb = xv.sb;
                     sx = xv.sx;
-                } else if constexpr (quantize) {
+                } else {
                     // The pass's rows' block c (columns past its rows keep stale values: never written out).
                     uint8_t *qd = s_qd[warp];
                     __syncwarp();
@@ -424,7 +424,7 @@ __global__ void __launch_bounds__(W * 32, staged ? 8 : 0) matvec_digits_kernel(c
                         const float4 f0 = *reinterpret_cast<const float4 *>(xs), f1 = *reinterpret_cast<const float4 *>(xs + 4);
                         const float v[8] = {f0.x, f0.y, f0.z, f0.w, f1.x, f1.y, f1.z, f1.w};
                         const lane_digits ld = digits_of_lane(v);  // this lane: sub-block g, group t
-    #pragma unroll
+#pragma unroll
                         for (int d = 0; d < D; ++d)  // B column 2i + d: lane (2i + d) * 4 + t of sub-block g
                             *reinterpret_cast<uint2 *>(qd + (g * 32 + (D * i + d) * 4 + t) * 8) = make_uint2(ld.wd[d][0], ld.wd[d][1]);
                         if (t == 0) {
@@ -436,28 +436,23 @@ __global__ void __launch_bounds__(W * 32, staged ? 8 : 0) matvec_digits_kernel(c
                     __syncwarp();
                     sb = *reinterpret_cast<const uint2 *>(s_qsums[warp] + (g >> 1) * 16 + t * 4);
                     sx = s_qscale[warp][t];
-                } else {
-                    xd = a.x.digits + int64_t(xr) * D * a.n_in + (c * 32 + t) * 8 * D + 8 * (g & 1);
-                    sb = *reinterpret_cast<const uint2 *>(a.x.sums + (int64_t(xr) * n_blocks + c) * 16 + t * 4);
-                    sx = a.x.scales[int64_t(xs) * n_blocks + c];
                 }
                 digit_chunk(
                     lo, hi,
                     [&](int j) {
                         if constexpr (x_ahead) return xv.b[j];
-                        return quantize ? *reinterpret_cast<const uint2 *>(s_qd[warp] + (j * 32 + lane) * 8)
-                                        : *reinterpret_cast<const uint2 *>(xd + j * 32 * D);
+                        return *reinterpret_cast<const uint2 *>(s_qd[warp] + (j * 32 + lane) * 8);
                     },
                     sb, sx, t, out);
             }
             if (warp > 0)
-    #pragma unroll
+#pragma unroll
                 for (int e = 0; e < 2; ++e) s_red[warp - 1][0][e][lane] = out[e];
             __syncthreads();
             if (warp == 0) {
-    #pragma unroll
+#pragma unroll
                 for (int e = 0; e < 2; ++e)
-    #pragma unroll
+#pragma unroll
                     for (int v = 0; v < W - 1; ++v) out[e] = __fadd_rn(out[e], s_red[v][0][e][lane]);
                 store_outputs<swiglu, one>(a, out, j0, g, t, p0, end, y_row);
             }
