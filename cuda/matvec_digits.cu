@@ -14,6 +14,8 @@
 
 #include <cuda_bf16.h>
 
+#include <algorithm>
+
 namespace tandem::cuda {
 namespace {
 
@@ -33,15 +35,20 @@ __global__ void __launch_bounds__(quant_warps * 32) digits_quantize_kernel(const
     digits_quantize_warp(v, a.out, r, a.n, c, lane);
 }
 
-// Group gi's pair range [begin, end) and matrix (loaded with the group count: one round trip); false when gi is past the step's groups (the
-// block has nothing to do; what was set is then meaningless).
-__device__ __forceinline__ bool read_group(const int32_t *n_groups, const int32_t *group_off, const int32_t *group_mat, int gi,
-                                           int &begin, int &end, int &mat) {
+// Group gi's pair range [begin, end) and matrix, loaded with the group count (one round trip):
+// read_group_raw returns the count, read_group whether gi is one of the step's groups (false: the
+// block has nothing to do; what was set is then meaningless). gi < max_groups: in bounds either way.
+__device__ __forceinline__ int read_group_raw(const int32_t *n_groups, const int32_t *group_off, const int32_t *group_mat, int gi,
+                                              int &begin, int &end, int &mat) {
     const int n = *n_groups;
     begin = group_off[gi];
     end = group_off[gi + 1];
     mat = group_mat[gi];
-    return gi < n;
+    return n;
+}
+__device__ __forceinline__ bool read_group(const int32_t *n_groups, const int32_t *group_off, const int32_t *group_mat, int gi,
+                                           int &begin, int &end, int &mat) {
+    return gi < read_group_raw(n_groups, group_off, group_mat, gi, begin, end, mat);
 }
 // The one group of a one_group product: rows 0 .. n_rows - 1 of matrix 0. The kernels choose it at
 // compile time, so the decode instances keep their code as it was (runtime tests there cost decode
@@ -239,13 +246,17 @@ __device__ __forceinline__ void store_outputs(const matvec_digits_args &a, const
 // (16 rows' gate/up 54.3 us) or, asked for one block, 80 (52.8); at 64, 50.4 (session 13, call 13).
 // route (staged SwiGLU, one-row steps): the block routes the row itself (route_one_group) before the
 // PDL wait instead of reading moe_route's groups after it.
-template <int W, bool swiglu, bool grouped, bool staged = false, bool quantize = false, bool one = false, bool route = false, int P = 1>
+// stride (staged, producer digits, moe_route's groups): block row y takes groups y, y + gridDim.y, ...
+// (matvec_digits_args::group_rows), the next one's range read while this one is multiplied.
+template <int W, bool swiglu, bool grouped, bool staged = false, bool quantize = false, bool one = false, bool route = false, int P = 1,
+          bool stride = false>
 __global__ void __launch_bounds__(W * 32, staged ? 8 : 0) matvec_digits_kernel(const matvec_digits_args a) {
     constexpr int D = digits_per_element;
     static_assert(!staged || grouped, "matvec_digits: staging is for grouped products");
     static_assert(!quantize || (grouped && !swiglu), "matvec_digits: in-kernel digits are for grouped plain products");
     static_assert(!route || (swiglu && staged && !one), "matvec_digits: in-kernel routing is for staged SwiGLU products");
     static_assert(P == 1 || (!swiglu && !staged && !quantize && !route), "matvec_digits: passes together are for plain products of producer digits");
+    static_assert(!stride || (staged && !quantize && !one && !route), "matvec_digits: striding blocks are for staged products of moe_route's groups");
     __shared__ float s_rprob[route ? 32 * route_one_epl : 1];
     __shared__ uint16_t s_rcand[route ? route_cand_cap : 1];
     __shared__ int s_rsel[route ? 32 : 1], s_rgroup[2];
@@ -261,22 +272,15 @@ __global__ void __launch_bounds__(W * 32, staged ? 8 : 0) matvec_digits_kernel(c
     const int j0 = blockIdx.x * tile_out, n_blocks = a.n_in / 256;
     const int64_t row_bytes = int64_t(n_blocks) * 144;
     const bool one_copy = staged_in_one_copy(swiglu, n_blocks, j0, a.n_out);
-    const int64_t stride = one_copy ? row_bytes : row_bytes + 32;
-    int begin = 0, end = a.n_rows, mat = 0, y_pair = 0;
+    const int64_t s_pitch = one_copy ? row_bytes : row_bytes + 32;
+    int begin = 0, end = a.n_rows, mat = 0, y_pair = 0, gi = blockIdx.y;
     const uint8_t *rlo = nullptr, *rhi = nullptr;
     auto resolve_rows = [&]() {
         rlo = tile_row<swiglu>(a, mat, j0, g, row_bytes);
         rhi = tile_row<swiglu>(a, mat, j0, g + 8, row_bytes);
     };
-    // Grouped: the block's group, its weight rows, and (staged) their copies issued.
-    auto start_group = [&]() {
-        if constexpr (route) {
-            if (!route_one_group(a, blockIdx.y, s_rprob, s_rcand, s_rsel, s_rw, s_rgroup, begin, end, mat, y_pair)) return false;
-        } else if constexpr (one) {
-            if (!read_one_group(a, blockIdx.y, begin, end, mat)) return false;
-        } else if (!read_group(a.n_groups, a.group_off, a.group_mat, blockIdx.y, begin, end, mat)) {
-            return false;
-        }
+    // Grouped: the group's weight rows, and (staged) their copies issued.
+    auto stage_group = [&]() {
         resolve_rows();
         if constexpr (staged) {
             // The barrier was made at the kernel's start: the expected bytes and the copies may
@@ -287,11 +291,22 @@ __global__ void __launch_bounds__(W * 32, staged ? 8 : 0) matvec_digits_kernel(c
             if (one_copy) {
                 if (r == 0) bulk_copy_to_shared(s_w, tile_row<swiglu>(a, mat, j0, 0, row_bytes), uint32_t(16 * row_bytes), &s_bar);
             } else if (r < 16) {
-                bulk_copy_to_shared(s_w + r * stride, tile_row<swiglu>(a, mat, j0, r, row_bytes), uint32_t(row_bytes), &s_bar);
+                bulk_copy_to_shared(s_w + r * s_pitch, tile_row<swiglu>(a, mat, j0, r, row_bytes), uint32_t(row_bytes), &s_bar);
             }
-            rlo = s_w + g * stride;
-            rhi = s_w + (g + 8) * stride;
+            rlo = s_w + g * s_pitch;
+            rhi = s_w + (g + 8) * s_pitch;
         }
+    };
+    // Grouped: the block's (first) group, then stage_group.
+    auto start_group = [&]() {
+        if constexpr (route) {
+            if (!route_one_group(a, gi, s_rprob, s_rcand, s_rsel, s_rw, s_rgroup, begin, end, mat, y_pair)) return false;
+        } else if constexpr (one) {
+            if (!read_one_group(a, gi, begin, end, mat)) return false;
+        } else if (!read_group(a.n_groups, a.group_off, a.group_mat, gi, begin, end, mat)) {
+            return false;
+        }
+        stage_group();
         return true;
     };
     // Staged: the copies' barrier made before anything waits (for the first blocks, while the
@@ -348,115 +363,138 @@ __global__ void __launch_bounds__(W * 32, staged ? 8 : 0) matvec_digits_kernel(c
     // activations are fetched while the weights are still on their way.
     constexpr bool x_ahead = staged && !quantize && P == 1;
     x_chunk xv;
-    if constexpr (x_ahead)
-        if (warp < n_blocks) xv = load_x_chunk(a.x, a.n_in, x_row(begin + (g >> 1)), x_row(begin + t), warp, g, t);
-    if constexpr (staged) mbar_wait_first(&s_bar);
-    if constexpr (!x_ahead && !quantize) {
-        // Producer digits read in the loop: P passes of rows at a time (1 unless
-        // matvec_digits_args::passes_together asks for more), each chunk's weights loaded and
-        // unpacked once for the P passes' rows. Every output sums the same digit_chunk terms in
-        // the same chunk order, then the warps in the same order, whatever P: the same bits.
-        for (int p0 = begin; p0 < end; p0 += P * digits_pass) {
-            float out[P][2];
-            int xr[P], xs[P];
-#pragma unroll
-            for (int q = 0; q < P; ++q) {
-                out[q][0] = out[q][1] = 0.0f;
-                xr[q] = x_row(p0 + q * digits_pass + (g >> 1));
-                xs[q] = x_row(p0 + q * digits_pass + t);
-            }
-            for (int c = warp; c < n_blocks; c += W) {
-                if (!(early && !staged && p0 == begin && c == warp)) {
-                    lo = load_q4_k_lane(rlo, c, t);
-                    hi = load_q4_k_lane(rhi, c, t);
-                }
+    for (int round = 0;; ++round) {  // one round a group (stride), else one
+        // Stride: the next group's range and matrix, read now and used after this group's passes.
+        const int g_next = gi + int(gridDim.y);
+        int n_next = 0, b_next = 0, e_next = 0, m_next = 0;
+        if constexpr (stride)
+            if (g_next < a.max_groups) n_next = read_group_raw(a.n_groups, a.group_off, a.group_mat, g_next, b_next, e_next, m_next);
+        if constexpr (x_ahead)
+            if (warp < n_blocks) xv = load_x_chunk(a.x, a.n_in, x_row(begin + (g >> 1)), x_row(begin + t), warp, g, t);
+        if constexpr (stride)
+            mbar_wait_parity(&s_bar, uint32_t(round & 1));
+        else if constexpr (staged)
+            mbar_wait_first(&s_bar);
+        if constexpr (!x_ahead && !quantize) {
+            // Producer digits read in the loop: P passes of rows at a time (1 unless
+            // matvec_digits_args::passes_together asks for more), each chunk's weights loaded and
+            // unpacked once for the P passes' rows. Every output sums the same digit_chunk terms in
+            // the same chunk order, then the warps in the same order, whatever P: the same bits.
+            for (int p0 = begin; p0 < end; p0 += P * digits_pass) {
+                float out[P][2];
+                int xr[P], xs[P];
 #pragma unroll
                 for (int q = 0; q < P; ++q) {
-                    if (p0 + q * digits_pass >= end) break;  // the same for the whole block
-                    const int8_t *xd = a.x.digits + int64_t(xr[q]) * D * a.n_in + (c * 32 + t) * 8 * D + 8 * (g & 1);
-                    const uint2 sb = *reinterpret_cast<const uint2 *>(a.x.sums + (int64_t(xr[q]) * n_blocks + c) * 16 + t * 4);
-                    const float sx = a.x.scales[int64_t(xs[q]) * n_blocks + c];
-                    digit_chunk(lo, hi, [&](int j) { return *reinterpret_cast<const uint2 *>(xd + j * 32 * D); }, sb, sx, t, out[q]);
+                    out[q][0] = out[q][1] = 0.0f;
+                    xr[q] = x_row(p0 + q * digits_pass + (g >> 1));
+                    xs[q] = x_row(p0 + q * digits_pass + t);
                 }
+                for (int c = warp; c < n_blocks; c += W) {
+                    if (!(early && !staged && p0 == begin && c == warp)) {
+                        lo = load_q4_k_lane(rlo, c, t);
+                        hi = load_q4_k_lane(rhi, c, t);
+                    }
+#pragma unroll
+                    for (int q = 0; q < P; ++q) {
+                        if (p0 + q * digits_pass >= end) break;  // the same for the whole block
+                        const int8_t *xd = a.x.digits + int64_t(xr[q]) * D * a.n_in + (c * 32 + t) * 8 * D + 8 * (g & 1);
+                        const uint2 sb = *reinterpret_cast<const uint2 *>(a.x.sums + (int64_t(xr[q]) * n_blocks + c) * 16 + t * 4);
+                        const float sx = a.x.scales[int64_t(xs[q]) * n_blocks + c];
+                        digit_chunk(lo, hi, [&](int j) { return *reinterpret_cast<const uint2 *>(xd + j * 32 * D); }, sb, sx, t, out[q]);
+                    }
+                }
+                if (warp > 0)
+#pragma unroll
+                    for (int q = 0; q < P; ++q)
+#pragma unroll
+                        for (int e = 0; e < 2; ++e) s_red[warp - 1][q][e][lane] = out[q][e];
+                __syncthreads();
+                if (warp == 0)
+#pragma unroll
+                    for (int q = 0; q < P; ++q) {
+                        if (p0 + q * digits_pass >= end) break;
+#pragma unroll
+                        for (int e = 0; e < 2; ++e)
+#pragma unroll
+                            for (int v = 0; v < W - 1; ++v) out[q][e] = __fadd_rn(out[q][e], s_red[v][q][e][lane]);
+                        store_outputs<swiglu, one>(a, out[q], j0, g, t, p0 + q * digits_pass, end, y_row);
+                    }
+                __syncthreads();
             }
-            if (warp > 0)
+        } else {
+            // Activations fetched ahead (staged) or digits made here (quantize): a pass at a time.
+            for (int p0 = begin; p0 < end; p0 += digits_pass) {
+                const int xr = x_row(p0 + (g >> 1));  // B column g (past the rows: a real row, unused)
+                const int xs = x_row(p0 + t);         // C columns 2t, 2t + 1
+                float out[2] = {0.0f, 0.0f};
+                for (int c = warp; c < n_blocks; c += W) {
+                    if (!(early && !staged && p0 == begin && c == warp)) {
+                        lo = load_q4_k_lane(rlo, c, t);
+                        hi = load_q4_k_lane(rhi, c, t);
+                    }
+                    uint2 sb;
+                    float sx;
+                    if constexpr (x_ahead) {
+                        if (!(p0 == begin && c == warp)) xv = load_x_chunk(a.x, a.n_in, xr, xs, c, g, t);
+                        sb = xv.sb;
+                        sx = xv.sx;
+                    } else {
+                        // The pass's rows' block c (columns past its rows keep stale values: never written out).
+                        uint8_t *qd = s_qd[warp];
+                        __syncwarp();
+                        const int n_cols = end - p0 < digits_pass ? end - p0 : digits_pass;
+                        for (int i = 0; i < n_cols; ++i) {
+                            const float *xs = a.x_f32 + int64_t(x_row(p0 + i)) * a.x_f32_stride + c * 256 + 8 * lane;
+                            const float4 f0 = *reinterpret_cast<const float4 *>(xs), f1 = *reinterpret_cast<const float4 *>(xs + 4);
+                            const float v[8] = {f0.x, f0.y, f0.z, f0.w, f1.x, f1.y, f1.z, f1.w};
+                            const lane_digits ld = digits_of_lane(v);  // this lane: sub-block g, group t
 #pragma unroll
-                for (int q = 0; q < P; ++q)
+                            for (int d = 0; d < D; ++d)  // B column 2i + d: lane (2i + d) * 4 + t of sub-block g
+                                *reinterpret_cast<uint2 *>(qd + (g * 32 + (D * i + d) * 4 + t) * 8) = make_uint2(ld.wd[d][0], ld.wd[d][1]);
+                            if (t == 0) {
+                                uint16_t *sums = s_qsums[warp] + i * 16 + (g >> 1) * 4 + (g & 1);
+                                digit_sum_halves(ld.sum_j, sums[0], sums[2]);
+                            }
+                            if (lane == 0) s_qscale[warp][i] = ld.scale;
+                        }
+                        __syncwarp();
+                        sb = *reinterpret_cast<const uint2 *>(s_qsums[warp] + (g >> 1) * 16 + t * 4);
+                        sx = s_qscale[warp][t];
+                    }
+                    digit_chunk(
+                        lo, hi,
+                        [&](int j) {
+                            if constexpr (x_ahead) return xv.b[j];
+                            return *reinterpret_cast<const uint2 *>(s_qd[warp] + (j * 32 + lane) * 8);
+                        },
+                        sb, sx, t, out);
+                }
+                if (warp > 0)
 #pragma unroll
-                    for (int e = 0; e < 2; ++e) s_red[warp - 1][q][e][lane] = out[q][e];
-            __syncthreads();
-            if (warp == 0)
-#pragma unroll
-                for (int q = 0; q < P; ++q) {
-                    if (p0 + q * digits_pass >= end) break;
+                    for (int e = 0; e < 2; ++e) s_red[warp - 1][0][e][lane] = out[e];
+                __syncthreads();
+                if (warp == 0) {
 #pragma unroll
                     for (int e = 0; e < 2; ++e)
 #pragma unroll
-                        for (int v = 0; v < W - 1; ++v) out[q][e] = __fadd_rn(out[q][e], s_red[v][q][e][lane]);
-                    store_outputs<swiglu, one>(a, out[q], j0, g, t, p0 + q * digits_pass, end, y_row);
+                        for (int v = 0; v < W - 1; ++v) out[e] = __fadd_rn(out[e], s_red[v][0][e][lane]);
+                    store_outputs<swiglu, one>(a, out, j0, g, t, p0, end, y_row);
                 }
-            __syncthreads();
+                __syncthreads();
+            }
         }
-    } else {
-        // Activations fetched ahead (staged) or digits made here (quantize): a pass at a time.
-        for (int p0 = begin; p0 < end; p0 += digits_pass) {
-            const int xr = x_row(p0 + (g >> 1));  // B column g (past the rows: a real row, unused)
-            const int xs = x_row(p0 + t);         // C columns 2t, 2t + 1
-            float out[2] = {0.0f, 0.0f};
-            for (int c = warp; c < n_blocks; c += W) {
-                if (!(early && !staged && p0 == begin && c == warp)) {
-                    lo = load_q4_k_lane(rlo, c, t);
-                    hi = load_q4_k_lane(rhi, c, t);
-                }
-                uint2 sb;
-                float sx;
-                if constexpr (x_ahead) {
-                    if (!(p0 == begin && c == warp)) xv = load_x_chunk(a.x, a.n_in, xr, xs, c, g, t);
-                    sb = xv.sb;
-                    sx = xv.sx;
-                } else {
-                    // The pass's rows' block c (columns past its rows keep stale values: never written out).
-                    uint8_t *qd = s_qd[warp];
-                    __syncwarp();
-                    const int n_cols = end - p0 < digits_pass ? end - p0 : digits_pass;
-                    for (int i = 0; i < n_cols; ++i) {
-                        const float *xs = a.x_f32 + int64_t(x_row(p0 + i)) * a.x_f32_stride + c * 256 + 8 * lane;
-                        const float4 f0 = *reinterpret_cast<const float4 *>(xs), f1 = *reinterpret_cast<const float4 *>(xs + 4);
-                        const float v[8] = {f0.x, f0.y, f0.z, f0.w, f1.x, f1.y, f1.z, f1.w};
-                        const lane_digits ld = digits_of_lane(v);  // this lane: sub-block g, group t
-#pragma unroll
-                        for (int d = 0; d < D; ++d)  // B column 2i + d: lane (2i + d) * 4 + t of sub-block g
-                            *reinterpret_cast<uint2 *>(qd + (g * 32 + (D * i + d) * 4 + t) * 8) = make_uint2(ld.wd[d][0], ld.wd[d][1]);
-                        if (t == 0) {
-                            uint16_t *sums = s_qsums[warp] + i * 16 + (g >> 1) * 4 + (g & 1);
-                            digit_sum_halves(ld.sum_j, sums[0], sums[2]);
-                        }
-                        if (lane == 0) s_qscale[warp][i] = ld.scale;
-                    }
-                    __syncwarp();
-                    sb = *reinterpret_cast<const uint2 *>(s_qsums[warp] + (g >> 1) * 16 + t * 4);
-                    sx = s_qscale[warp][t];
-                }
-                digit_chunk(
-                    lo, hi,
-                    [&](int j) {
-                        if constexpr (x_ahead) return xv.b[j];
-                        return *reinterpret_cast<const uint2 *>(s_qd[warp] + (j * 32 + lane) * 8);
-                    },
-                    sb, sx, t, out);
-            }
-            if (warp > 0)
-#pragma unroll
-                for (int e = 0; e < 2; ++e) s_red[warp - 1][0][e][lane] = out[e];
+        if constexpr (!stride) {
+            break;
+        } else {
+            // Every warp is past this group's passes (their last barrier; this one if it had none):
+            // the stage is free for the next group's copies, the barrier's next phase.
             __syncthreads();
-            if (warp == 0) {
-#pragma unroll
-                for (int e = 0; e < 2; ++e)
-#pragma unroll
-                    for (int v = 0; v < W - 1; ++v) out[e] = __fadd_rn(out[e], s_red[v][0][e][lane]);
-                store_outputs<swiglu, one>(a, out, j0, g, t, p0, end, y_row);
-            }
-            __syncthreads();
+            if (g_next >= a.max_groups || g_next >= n_next) return;
+            gi = g_next;
+            begin = b_next;
+            end = e_next;
+            mat = m_next;
+            stage_group();
         }
     }
 }
@@ -466,9 +504,12 @@ __global__ void __launch_bounds__(W * 32, staged ? 8 : 0) matvec_digits_kernel(c
 // kernel above (its warps' sums, added by warp 0 in warp order), without its barriers and
 // shared-memory sums. For grouped products of producer digits. staged: the warp's 16 weight rows
 // copied into its own shared-memory stage first (its own barrier); streamed: from global memory,
-// the next chunk's weights loaded before this one is multiplied.
-template <int V, bool swiglu, int S, bool staged>
+// the next chunk's weights loaded before this one is multiplied. stride (staged): block row y takes
+// groups y, y + gridDim.y, ... (matvec_digits_args::group_rows), each warp on its own after the
+// first, the next group's range read while this one is multiplied.
+template <int V, bool swiglu, int S, bool staged, bool stride = false>
 __global__ void __launch_bounds__(S * 32) matvec_digits_solo_kernel(const matvec_digits_args a) {
+    static_assert(!stride || staged, "matvec_digits: striding solo warps are staged");
     __shared__ uint64_t s_bar[S];
     extern __shared__ __align__(16) uint8_t s_w[];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
@@ -477,34 +518,40 @@ __global__ void __launch_bounds__(S * 32) matvec_digits_solo_kernel(const matvec
     const int64_t row_bytes = int64_t(n_blocks) * 144;
     const int k = blockIdx.x * S + warp, j0 = k * tile_out;
     const bool one_copy = staged_in_one_copy(swiglu, n_blocks, j0, a.n_out);
-    const int64_t stride = one_copy ? row_bytes : row_bytes + 32;
-    int begin = 0, end = 0, mat = 0;
+    const int64_t s_pitch = one_copy ? row_bytes : row_bytes + 32;
+    int begin = 0, end = 0, mat = 0, gi = blockIdx.y;
     const uint8_t *rlo = nullptr, *rhi = nullptr;
     q4_k_lane lo, hi;
-    auto start = [&]() {
-        if (!read_group(a.n_groups, a.group_off, a.group_mat, blockIdx.y, begin, end, mat) || k >= n_tiles) return false;
+    // The warp's tile of group gi: staged, its copies issued (first: the barrier made first).
+    auto stage_tile = [&](bool first) {
         auto src_row = [&](int r) { return tile_row<swiglu>(a, mat, j0, r, row_bytes); };
         if constexpr (staged) {
-            uint8_t *stage = s_w + int64_t(warp) * 16 * stride;
+            uint8_t *stage = s_w + int64_t(warp) * 16 * s_pitch;
             if (lane == 0) {
-                mbar_init(&s_bar[warp]);
-                mbar_fence_init();
+                if (first) {
+                    mbar_init(&s_bar[warp]);
+                    mbar_fence_init();
+                }
                 mbar_expect(&s_bar[warp], uint32_t(16 * row_bytes));
             }
             __syncwarp();
             if (one_copy) {
                 if (lane == 0) bulk_copy_to_shared(stage, src_row(0), uint32_t(16 * row_bytes), &s_bar[warp]);
             } else if (lane < 16) {
-                bulk_copy_to_shared(stage + lane * stride, src_row(lane), uint32_t(row_bytes), &s_bar[warp]);
+                bulk_copy_to_shared(stage + lane * s_pitch, src_row(lane), uint32_t(row_bytes), &s_bar[warp]);
             }
-            rlo = stage + g * stride;
-            rhi = stage + (g + 8) * stride;
+            rlo = stage + g * s_pitch;
+            rhi = stage + (g + 8) * s_pitch;
         } else {
             rlo = src_row(g);
             rhi = src_row(g + 8);
             lo = load_q4_k_lane(rlo, 0, t);
             hi = load_q4_k_lane(rhi, 0, t);
         }
+    };
+    auto start = [&]() {
+        if (!read_group(a.n_groups, a.group_off, a.group_mat, gi, begin, end, mat) || k >= n_tiles) return false;
+        stage_tile(true);
         return true;
     };
     const bool early = a.groups_settled;
@@ -517,61 +564,78 @@ __global__ void __launch_bounds__(S * 32) matvec_digits_solo_kernel(const matvec
     // Staged: the first pass's row indices and its first V chunks of activations fetched while
     // the weights are on their way; later passes load their V chunks together, then multiply.
     x_chunk xv, xa[V];
-    if constexpr (staged) {
-        const int xr = x_row(begin + (g >> 1)), xs = x_row(begin + t);
+    for (int round = 0;; ++round) {  // one round a group (stride), else one
+        const int g_next = gi + int(gridDim.y);
+        int n_next = 0, b_next = 0, e_next = 0, m_next = 0;
+        if constexpr (stride)
+            if (g_next < a.max_groups) n_next = read_group_raw(a.n_groups, a.group_off, a.group_mat, g_next, b_next, e_next, m_next);
+        if constexpr (staged) {
+            const int xr = x_row(begin + (g >> 1)), xs = x_row(begin + t);
 #pragma unroll
-        for (int v = 0; v < V; ++v)
-            if (v < n_blocks) xa[v] = load_x_chunk(a.x, a.n_in, xr, xs, v, g, t);
-        mbar_wait_first(&s_bar[warp]);
-    }
-    for (int p0 = begin; p0 < end; p0 += digits_pass) {
-        const int xr = x_row(p0 + (g >> 1));  // B column g (past the rows: a real row, unused)
-        const int xs = x_row(p0 + t);         // C columns 2t, 2t + 1
-        float part[V][2] = {};
-        if (!staged && p0 != begin) {
-            lo = load_q4_k_lane(rlo, 0, t);
-            hi = load_q4_k_lane(rhi, 0, t);
+            for (int v = 0; v < V; ++v)
+                if (v < n_blocks) xa[v] = load_x_chunk(a.x, a.n_in, xr, xs, v, g, t);
+            mbar_wait_parity(&s_bar[warp], uint32_t(round & 1));
         }
-        for (int c0 = 0; c0 < n_blocks; c0 += V) {
-            if constexpr (staged) {  // the V chunks' activations in flight together
-                if (p0 != begin || c0 != 0) {
-#pragma unroll
-                    for (int v = 0; v < V; ++v)
-                        if (c0 + v < n_blocks) xa[v] = load_x_chunk(a.x, a.n_in, xr, xs, c0 + v, g, t);
-                }
+        for (int p0 = begin; p0 < end; p0 += digits_pass) {
+            const int xr = x_row(p0 + (g >> 1));  // B column g (past the rows: a real row, unused)
+            const int xs = x_row(p0 + t);         // C columns 2t, 2t + 1
+            float part[V][2] = {};
+            if (!staged && p0 != begin) {
+                lo = load_q4_k_lane(rlo, 0, t);
+                hi = load_q4_k_lane(rhi, 0, t);
             }
+            for (int c0 = 0; c0 < n_blocks; c0 += V) {
+                if constexpr (staged) {  // the V chunks' activations in flight together
+                    if (p0 != begin || c0 != 0) {
 #pragma unroll
-            for (int v = 0; v < V; ++v) {
-                const int c = c0 + v;
-                if (c >= n_blocks) break;
-                q4_k_lane lo_next, hi_next;  // streamed: the next chunk's weights, in flight during this one
-                if constexpr (staged) {
-                    lo = load_q4_k_lane(rlo, c, t);
-                    hi = load_q4_k_lane(rhi, c, t);
-                    xv = xa[v];
-                } else {
-                    if (c + 1 < n_blocks) {
-                        lo_next = load_q4_k_lane(rlo, c + 1, t);
-                        hi_next = load_q4_k_lane(rhi, c + 1, t);
+                        for (int v = 0; v < V; ++v)
+                            if (c0 + v < n_blocks) xa[v] = load_x_chunk(a.x, a.n_in, xr, xs, c0 + v, g, t);
                     }
-                    xv = load_x_chunk(a.x, a.n_in, xr, xs, c, g, t);
                 }
-                digit_chunk(
-                    lo, hi, [&](int j) { return xv.b[j]; }, xv.sb, xv.sx, t, part[v]);
-                if constexpr (!staged) {
-                    lo = lo_next;
-                    hi = hi_next;
+#pragma unroll
+                for (int v = 0; v < V; ++v) {
+                    const int c = c0 + v;
+                    if (c >= n_blocks) break;
+                    q4_k_lane lo_next, hi_next;  // streamed: the next chunk's weights, in flight during this one
+                    if constexpr (staged) {
+                        lo = load_q4_k_lane(rlo, c, t);
+                        hi = load_q4_k_lane(rhi, c, t);
+                        xv = xa[v];
+                    } else {
+                        if (c + 1 < n_blocks) {
+                            lo_next = load_q4_k_lane(rlo, c + 1, t);
+                            hi_next = load_q4_k_lane(rhi, c + 1, t);
+                        }
+                        xv = load_x_chunk(a.x, a.n_in, xr, xs, c, g, t);
+                    }
+                    digit_chunk(
+                        lo, hi, [&](int j) { return xv.b[j]; }, xv.sb, xv.sx, t, part[v]);
+                    if constexpr (!staged) {
+                        lo = lo_next;
+                        hi = hi_next;
+                    }
                 }
             }
-        }
-        float out[2];
+            float out[2];
 #pragma unroll
-        for (int e = 0; e < 2; ++e) {
-            out[e] = part[0][e];
+            for (int e = 0; e < 2; ++e) {
+                out[e] = part[0][e];
 #pragma unroll
-            for (int v = 1; v < V; ++v) out[e] = __fadd_rn(out[e], part[v][e]);
+                for (int v = 1; v < V; ++v) out[e] = __fadd_rn(out[e], part[v][e]);
+            }
+            store_outputs<swiglu>(a, out, j0, g, t, p0, end, y_row);
         }
-        store_outputs<swiglu>(a, out, j0, g, t, p0, end, y_row);
+        if constexpr (!stride) {
+            break;
+        } else {
+            __syncwarp();  // the warp's stage is free for the next group's copies, its barrier's next phase
+            if (g_next >= a.max_groups || g_next >= n_next) return;
+            gi = g_next;
+            begin = b_next;
+            end = e_next;
+            mat = m_next;
+            stage_tile(false);
+        }
     }
 }
 
@@ -586,6 +650,16 @@ void digits_quantize(const digits_quantize_args &a, cudaStream_t stream) {
     TANDEM_CUDA_CHECK_LAUNCH();
 }
 
+int32_t matvec_digits_group_rows(int32_t max_groups) {
+    // Half the groups' rows from 64 groups up: about two groups a row at steps of 8 and 16 sessions
+    // (~52 and ~82 of 64 and 128 groups live with 128 experts, 8 a row), a row a group below.
+    // Measured on one H200 (docs/perf-notes.md, session 38, call 3; the 30b synth, tok/s at 8 / 16
+    // sessions, rows 64 and 128 in all): a row a group 1,977.7-1,979.3 / 2,875.9-2,878.9; 32 rows
+    // 1,987.5-1,995.3 / 2,890.4-2,892.0; 48 rows - / 2,902.7-2,920.3; 64 rows - / 2,915.0-2,928.6;
+    // 96 rows - / 2,882.8-2,884.3.
+    return max_groups >= 64 ? max_groups / 2 : max_groups;
+}
+
 void matvec_digits(const matvec_digits_args &a, cudaStream_t stream) {
     const bool swiglu = a.w_up != nullptr, grouped = a.group_off != nullptr || a.one_group, quantize = a.x_f32 != nullptr;
     TANDEM_CUDA_REQUIRE(!a.one_group || (!a.group_off && !a.x_rows && !a.y_rows && !quantize && !swiglu),
@@ -593,6 +667,7 @@ void matvec_digits(const matvec_digits_args &a, cudaStream_t stream) {
                         "no fp32 rows, no SwiGLU)");
     TANDEM_CUDA_REQUIRE(!a.accumulate || !swiglu, "matvec_digits: SwiGLU and accumulate do not combine");
     TANDEM_CUDA_REQUIRE(a.n_extra == 0, "matvec_digits: extra matrices are matmul_digits' (one launch a matrix here)");
+    TANDEM_CUDA_REQUIRE(a.group_rows >= 0, "matvec_digits: group_rows is 0 (automatic) or positive");
     TANDEM_CUDA_REQUIRE(a.passes_together == -1 || a.passes_together == 0 || a.passes_together == 1 || a.passes_together == 2 ||
                             a.passes_together == 4,
                         "matvec_digits: passes_together is -1, 0, 1, 2 or 4");
@@ -620,10 +695,14 @@ void matvec_digits(const matvec_digits_args &a, cudaStream_t stream) {
     auto go_staged = [&](auto kernel, int warps) { launch_pdl_smem(kernel, grid, dim3(warps * 32), stage_bytes, stream, a); };
     // Solo: warps of whole tiles (solo_warps a block), producer digits only.
     const bool solo = grouped && a.solo_warps > 0 && !quantize;
-    auto go_solo = [&](auto kernel, int warps, bool staged) {
-        const dim3 blocks((grid.x + warps - 1) / warps, grid.y);
+    auto go_solo = [&](auto kernel, int warps, bool staged, unsigned rows = 0) {
+        const dim3 blocks((grid.x + warps - 1) / warps, rows > 0 ? rows : grid.y);
         launch_pdl_smem(kernel, blocks, dim3(warps * 32), staged ? size_t(warps) * stage_bytes : 0, stream, a);
     };
+    // Staged products of moe_route's groups: fewer rows of blocks than groups, each striding over
+    // them (matvec_digits_args::group_rows), or one row a group.
+    const int32_t group_rows = a.group_rows > 0 ? std::min(a.group_rows, a.max_groups) : matvec_digits_group_rows(a.max_groups);
+    const bool strided = grouped && !a.one_group && group_rows < a.max_groups;
     const bool solo_staged = a.stage && aligned && pdl_supported() && size_t(a.solo_warps) * stage_bytes <= 48 * 1024;
     if (a.one_group) {
         // Dense products as one group (prompt rows' Q, K, V and wo): instances of their own, so the
@@ -647,18 +726,22 @@ void matvec_digits(const matvec_digits_args &a, cudaStream_t stream) {
                             : go(matvec_digits_kernel<4, false, true, false, false, true>, 4);
     } else if (solo && swiglu) {
         if (solo_staged && a.solo_warps == 2)
-            go_solo(matvec_digits_solo_kernel<4, true, 2, true>, 2, true);
+            strided ? go_solo(matvec_digits_solo_kernel<4, true, 2, true, true>, 2, true, unsigned(group_rows))
+                    : go_solo(matvec_digits_solo_kernel<4, true, 2, true>, 2, true);
         else
             go_solo(matvec_digits_solo_kernel<4, true, 4, false>, 4, false);
     } else if (solo && digits_grouped_k_split(false, a.n_in) == 3) {
         if (solo_staged)
-            go_solo(matvec_digits_solo_kernel<3, false, 4, true>, 4, true);
+            strided ? go_solo(matvec_digits_solo_kernel<3, false, 4, true, true>, 4, true, unsigned(group_rows))
+                    : go_solo(matvec_digits_solo_kernel<3, false, 4, true>, 4, true);
         else
             go_solo(matvec_digits_solo_kernel<3, false, 4, false>, 4, false);
     } else if (swiglu && grouped && stage && a.route_logits)
         go_staged(matvec_digits_kernel<4, true, true, true, false, false, true>, 4);
     else if (swiglu && grouped && stage)
-        go_staged(matvec_digits_kernel<4, true, true, true>, 4);
+        strided ? launch_pdl_smem(matvec_digits_kernel<4, true, true, true, false, false, false, 1, true>, dim3(grid.x, unsigned(group_rows)),
+                                  dim3(128), stage_bytes, stream, a)
+                : go_staged(matvec_digits_kernel<4, true, true, true>, 4);
     else if (swiglu && grouped)
         go(matvec_digits_kernel<4, true, true>, 4);
     else if (swiglu)

@@ -90,6 +90,11 @@ struct matvec_digits_args {
     // 16-row tiles, all of K, with no barrier (0: off; a block of 4 warps, or 2 staged SwiGLU
     // ones; staged with `stage`). The same arithmetic, bitwise.
     int32_t solo_warps = 0;
+    // Grouped staged products over moe_route's groups (SwiGLU blocks, solo warps): the launch's rows
+    // of blocks. Fewer rows than groups: block row y takes groups y, y + rows, ... in turn, reusing
+    // its stage, so a step of many groups launches fewer blocks (and fewer that find no group).
+    // 0: matvec_digits_group_rows(max_groups). The same bits whatever the rows.
+    int32_t group_rows = 0;
     // One-row grouped SwiGLU (a decode step of one session): each block routes the row itself from
     // its router logits (route_logits [route_n_expert], route_slots [1]; cuda/moe_route.cuh, the
     // experts moe_route picks, bitwise) instead of reading moe_route's groups; group g is the row's
@@ -191,6 +196,9 @@ inline matvec_digits_args one_group_args(const void *w, int32_t n_in, int32_t n_
 // decode kernels (V warps, or V partials of a solo warp) and the prompt tiles share it, so a row
 // gets the same bits from either.
 inline int digits_grouped_k_split(bool swiglu, int32_t n_in) { return !swiglu && n_in == 3 * 256 ? 3 : 4; }
+// The rows of blocks a grouped staged product launches for up to max_groups groups when
+// matvec_digits_args::group_rows is 0: max_groups up to a bound, the bound above it.
+int32_t matvec_digits_group_rows(int32_t max_groups);
 // y = W x for every row or pair (16 weight rows a block, or 8 gate and 8 up rows; K split 4 ways,
 // 3 for a grouped matrix of three blocks a row, or 16 for a dense matrix of fewer than 264 blocks;
 // 4 step rows a pass, each row's two digits in adjacent mma columns).

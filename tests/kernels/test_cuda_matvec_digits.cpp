@@ -135,12 +135,14 @@ TEST_CASE("grouped SwiGLU digit products match the CPU and are batch invariant",
         device_buffer<float> dx(x), dy(ref.size());
         device_digits dd(rows, n_in);
         cuda::digits_quantize({dx.ptr, rows, n_in, dd.view()}, nullptr);
-        auto run = [&](const host_groups &h, device_digits &digits, float *y, bool stage = false, int32_t solo_warps = 0) {
+        auto run = [&](const host_groups &h, device_digits &digits, float *y, bool stage = false, int32_t solo_warps = 0,
+                       int32_t group_rows = 0) {
             device_groups gr(h);
             // max_groups n_expert: more than the step's groups, the rest find none
             cuda::matvec_digits_args a = gr.swiglu_args(dg.ptr, du.ptr, n_in, n_out, digits.view(), y, n_expert);
             a.stage = stage;
             a.solo_warps = solo_warps;
+            a.group_rows = group_rows;
             a.groups_settled = solo_warps == 2;
             cuda::matvec_digits(a, nullptr);
             TANDEM_CUDA_CHECK(cudaDeviceSynchronize());
@@ -160,6 +162,15 @@ TEST_CASE("grouped SwiGLU digit products match the CPU and are batch invariant",
             run(hg, dd, dy.ptr, stage, stage ? 2 : 4);
             CHECK(std::memcmp(dy.download().data(), got.data(), got.size() * sizeof(float)) == 0);
         }
+        // Staged blocks and solo warps over fewer rows of blocks than groups (each row striding over
+        // the groups, its stage reused: up to six groups a row): the same bits.
+        for (const int32_t solo_warps : {0, 2})
+            for (const int32_t group_rows : {1, 2, 4}) {
+                INFO("solo warps " << solo_warps << ", rows of blocks " << group_rows);
+                dy.poison();
+                run(hg, dd, dy.ptr, true, solo_warps, group_rows);
+                CHECK(std::memcmp(dy.download().data(), got.data(), got.size() * sizeof(float)) == 0);
+            }
         // Row 2 alone (its own k groups): its pairs' outputs bitwise those of the whole step.
         const host_groups one = groups_of_row(hg, 2, k);
         device_digits d1(1, n_in);
@@ -330,9 +341,10 @@ TEST_CASE("grouped plain digit products match the CPU, in-kernel digits equal th
         device_digits dd(pairs, sh.n_in);
         cuda::digits_quantize({dx.ptr, pairs, sh.n_in, dd.view()}, nullptr);
         device_groups gr(hg);
-        auto run = [&](bool in_kernel, bool stage, int32_t solo_warps = 0) {
+        auto run = [&](bool in_kernel, bool stage, int32_t solo_warps = 0, int32_t group_rows = 0) {
             cuda::matvec_digits_args a = gr.plain_args(dw.ptr, sh.n_in, sh.n_out, dy.ptr, n_expert);
             a.solo_warps = solo_warps;
+            a.group_rows = group_rows;
             if (in_kernel) {
                 a.x_f32 = dx.ptr;
                 a.x_f32_stride = sh.n_in;
@@ -354,6 +366,10 @@ TEST_CASE("grouped plain digit products match the CPU, in-kernel digits equal th
         for (const bool stage : {true, false}) {  // solo warps, staged or streamed (K = 768; 512 keeps the blocks)
             INFO("solo staged " << stage);
             CHECK(test::same_bits(run(false, stage, 4), got));
+        }
+        for (const int32_t group_rows : {1, 3}) {  // staged solo warps striding over the groups
+            INFO("solo staged, rows of blocks " << group_rows);
+            CHECK(test::same_bits(run(false, true, 4, group_rows), got));
         }
         double num = 0.0, den = 0.0;
         for (int32_t p = 0; p < pairs; ++p)
