@@ -656,7 +656,7 @@ int32_t matvec_digits_group_rows(int32_t max_groups) {
     // Measured on one H200 (docs/perf-notes.md, session 38, call 3; the 30b synth, tok/s at 8 / 16
     // sessions, rows 64 and 128 in all): a row a group 1,977.7-1,979.3 / 2,875.9-2,878.9; 32 rows
     // 1,987.5-1,995.3 / 2,890.4-2,892.0; 48 rows - / 2,902.7-2,920.3; 64 rows - / 2,915.0-2,928.6;
-    // 96 rows - / 2,882.8-2,884.3. Below 64 groups halving lost (call 7, 2 / 4 sessions, 16 / 32
+    // 96 rows - / 2,882.8-2,884.3. Below 64 groups halving lost (call 6, 2 / 4 sessions, 16 / 32
     // groups): 776.2-780.2 / 1,263.2-1,265.8 a row a group, 755.8-762.8 / 1,251.3-1,258.0 halved.
     return max_groups >= 64 ? max_groups / 2 : max_groups;
 }
