@@ -198,14 +198,18 @@ TEST_CASE("dense digit products as one group: tiles bitwise the decode kernels, 
             // Decode kernels streamed (passes together) and staged, then the mma.sync tiles 64 and
             // 128 weight rows wide, each with its K partials in one block and on a cluster of
             // blocks, then the warpgroup tiles of 32 and 64 pairs (sm_90a builds): all the same bits.
-            std::vector<std::vector<float>> outs;
-            const int n_variants = cuda::wgmma_built() ? 8 : 6;
-            for (int variant = 0; variant < n_variants; ++variant) {
-                device_buffer<float> dy(ref.size());
+            // An output buffer as every variant starts: the residual (accumulate) or poison.
+            auto reset = [&](device_buffer<float> &dy) {
                 if (acc)
                     dy.upload(base);
                 else
                     dy.poison();
+            };
+            std::vector<std::vector<float>> outs;
+            const int n_variants = cuda::wgmma_built() ? 8 : 6;
+            for (int variant = 0; variant < n_variants; ++variant) {
+                device_buffer<float> dy(ref.size());
+                reset(dy);
                 a.y = dy.ptr;
                 a.stage = variant == 1;
                 a.tile_weight_rows = variant % 2 == 0 ? 64 : 128;
@@ -227,10 +231,7 @@ TEST_CASE("dense digit products as one group: tiles bitwise the decode kernels, 
                 device_buffer<float> dy(ref.size());
                 for (const int32_t together : {0, 2}) {
                     INFO("passes together " << together);
-                    if (acc)
-                        dy.upload(base);
-                    else
-                        dy.poison();
+                    reset(dy);
                     cuda::matvec_digits_args p = a;
                     p.y = dy.ptr;
                     p.stage = false;
