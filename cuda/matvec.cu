@@ -35,6 +35,18 @@ int grouped_row_tiles(const matvec_args &a, bool swiglu) {
 // instead of four K ranges, +2% / +4% more. One session (up to 8 pairs, either product) measured
 // the same staged or streamed and stays streamed. The shared-memory carve-out at its maximum lost
 // 4-5% (the activations lose L1).
+// A staged block's row pitch in shared memory (matvec_body's s_stride for plain products): packed
+// when a row is an odd number of 16-byte units, else 32 bytes apart.
+int64_t staged_row_stride(int64_t row_bytes) { return row_bytes % 32 == 16 ? row_bytes : row_bytes + 32; }
+
+// Whether a dense Q4_K launch of two column tiles can stage its weight rows: bulk copies (sm_90)
+// from 16-byte aligned matrices, a block's 16 rows within 160 KiB of shared memory (K up to ~18k).
+bool dense_stage_fits(const matvec_args &a, int64_t row_bytes) {
+    bool aligned = row_bytes % 16 == 0 && reinterpret_cast<uintptr_t>(a.w) % 16 == 0;
+    for (int i = 0; i < a.n_extra; ++i) aligned = aligned && reinterpret_cast<uintptr_t>(a.extra[i].w) % 16 == 0;
+    return aligned && 16 * staged_row_stride(row_bytes) <= 160 * 1024 && pdl_supported();
+}
+
 enum stage_kind : int { stage_swiglu_small = 1, stage_swiglu_mid = 2, stage_swiglu_large = 4, stage_plain_small = 8, stage_plain_large = 16 };
 constexpr int staged_kinds = stage_swiglu_mid | stage_swiglu_large | stage_plain_large;
 
@@ -89,6 +101,22 @@ void launch_matvec_shape(const matvec_args &a, cudaStream_t stream) {
         // dense SwiGLU, which no engine path uses, keeps one).
         const int cols = dense_col_tiles(a);
         if (cols == 2 && !swiglu && !a.group_off && a.k_parts == 1) {
+            // Staged by default (stage_weights -1 or 1): the block's 16 weight rows in one bulk copy
+            // each, so the chunk loop waits on shared memory instead of a load chain a chunk (109
+            // registers instead of 128 with 16 bytes of spills). Sixteen sessions +0.6-1.0%
+            // (docs/perf-notes.md, session 39, call 4).
+            if (a.stage_weights != 0 && dense_stage_fits(a, row_bytes)) {
+                const size_t smem = 16 * size_t(staged_row_stride(row_bytes));
+                auto go = [&](auto kernel, int warps) {
+                    allow_dynamic_smem(kernel, smem);
+                    launch_pdl_smem(kernel, grid, dim3(warps * 32), smem, stream, a, row_bytes, blocks0, blocks1);
+                };
+                if (grid.x < narrow_blocks)
+                    go(matvec_kernel<T, false, 4 * block_warps, split_in, false, 1, 2, 0, 1, true>, 4 * block_warps);
+                else
+                    go(matvec_kernel<T, false, block_warps, split_in, false, 1, 2, 0, 1, true>, block_warps);
+                return;
+            }
             auto go = [&](auto kernel, int warps) {
                 launch_pdl(kernel, grid, dim3(warps * 32), stream, a, row_bytes, blocks0, blocks1);
             };

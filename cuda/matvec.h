@@ -89,10 +89,11 @@ struct matvec_args {
     // Dense Q4_K and a staged Q6_K head: n8 tiles of step rows a pass (1 or 2; 0: two when the step has more than 8
     // rows), the weights unpacked once for both. Same outputs, bitwise, either way.
     int32_t col_tiles = 0;
-    // Grouped Q4_K, grouped plain Q6_K and a dense Q6_K head (of whole 16-row tiles), on sm_90: each
-    // block's weight rows copied whole into shared memory by bulk copies at its start (1), or
-    // streamed a chunk a warp at a time (0); -1: the launcher picks (Q4_K by the step's size, Q6_K
-    // always). Same outputs, bitwise, either way (tests pin it).
+    // Grouped Q4_K, grouped plain Q6_K, a dense Q6_K head (of whole 16-row tiles) and dense Q4_K of
+    // two column tiles (9-16 rows), on sm_90: each block's weight rows copied whole into shared
+    // memory by bulk copies at its start (1), or streamed a chunk a warp at a time (0); -1: the
+    // launcher picks (grouped Q4_K by the step's size, the others always). Same outputs, bitwise,
+    // either way (tests pin it).
     int32_t stage_weights = -1;
     // matmul_prompt: rows per block tile, 16 or 128 (0: 16 for steps of few rows, see
     // matmul_prompt.cu). Same outputs, bitwise, either way (tests pin it).

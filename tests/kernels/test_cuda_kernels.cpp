@@ -108,6 +108,17 @@ TEST_CASE("matvec matches the CPU matmul for every weight type, and rows are bat
                 cuda::matvec(p, nullptr);
                 CHECK(std::memcmp(yc.download().data(), got.data(), got.size() * sizeof(float)) == 0);
             }
+            // Weights streamed a chunk a warp at a time instead of staged where the launcher
+            // stages them (dense Q4_K above 8 rows, on sm_90): bitwise the same.
+            {
+                device_buffer<float> yc(ref.size());
+                yc.poison();
+                cuda::matvec_args p = a;
+                p.stage_weights = 0;
+                p.y = yc.ptr;
+                cuda::matvec(p, nullptr);
+                CHECK(std::memcmp(yc.download().data(), got.data(), got.size() * sizeof(float)) == 0);
+            }
 
             // Each row alone: bitwise what it was in the batch.
             for (int32_t r = 0; r < sh.n_rows; r += std::max(1, sh.n_rows / 4)) {
