@@ -103,8 +103,9 @@ void launch_matvec_shape(const matvec_args &a, cudaStream_t stream) {
         if (cols == 2 && !swiglu && !a.group_off && a.k_parts == 1) {
             // Staged by default (stage_weights -1 or 1): the block's 16 weight rows in one bulk copy
             // each, so the chunk loop waits on shared memory instead of a load chain a chunk (109
-            // registers instead of 128 with 16 bytes of spills). Sixteen sessions +0.6-1.0%
-            // (docs/perf-notes.md, session 39, call 4).
+            // registers instead of 128 with 16 bytes of spills). Same bits. Against streamed, 16
+            // sessions +0.6-1.0% in one A/B and a tie in another, 12 sessions +0-1.3%
+            // (docs/perf-notes.md, session 39, calls 3-4).
             if (a.stage_weights != 0 && dense_stage_fits(a, row_bytes)) {
                 const size_t smem = 16 * size_t(staged_row_stride(row_bytes));
                 auto go = [&](auto kernel, int warps) {
