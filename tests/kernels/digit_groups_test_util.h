@@ -52,7 +52,10 @@ inline host_groups route_random(std::mt19937_64 &rng, int32_t rows, int32_t k, i
         }
     }
     h.n_groups = int32_t(h.group_mat.size());
-    h.group_off.push_back(int32_t(h.pair_x.size()));
+    // As moe_route's arrays: room for every expert's group (kernels read their group's entries with
+    // the count, up to max_groups <= n_expert of them), the entries past the count empty groups.
+    h.group_mat.resize(size_t(n_expert), 0);
+    h.group_off.resize(size_t(n_expert) + 1, int32_t(h.pair_x.size()));
     return h;
 }
 
