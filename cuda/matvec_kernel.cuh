@@ -115,8 +115,9 @@ __device__ __forceinline__ uint32_t load_u32_a2(const uint8_t *p) {
 // staged (grouped Q4_K; dense Q4_K of two column tiles; plain Q6_K of whole tiles): the block's
 // weight rows are copied whole into shared memory at its start, one bulk copy a row (or a plain
 // tile's consecutive rows in one, when they pack: s_stride below) on one barrier (bulk_copy.cuh),
-// instead of each warp keeping one chunk in flight. Same arithmetic. (Barriers over K ranges, so the first chunks are computed while
-// the rest arrive, measured slower: four copies a row cost more instructions than the overlap saves.)
+// instead of each warp keeping one chunk in flight. Same arithmetic. (Barriers over K ranges, so
+// the first chunks are computed while the rest arrive, measured slower: four copies a row cost
+// more instructions than the overlap saves.)
 // One block's work; matvec_kernel below is a launch of it (min_blocks: its __launch_bounds__).
 template <ggml_type T, bool swiglu, int n_warps, bool split_in, bool parted = false, int n_tiles = 1, int n_cols = 1,
           int v_warps = 1, bool staged = false>

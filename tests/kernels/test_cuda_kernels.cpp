@@ -97,24 +97,19 @@ TEST_CASE("matvec matches the CPU matmul for every weight type, and rows are bat
                 cuda::matvec(p, nullptr);
                 CHECK(std::memcmp(ys.download().data(), got.data(), got.size() * sizeof(float)) == 0);
             }
-            // Rows one n8 tile a pass (matvec_args::col_tiles; more than 8 rows take two by
-            // default where the type has a two-tile path): bitwise the same.
-            {
+            // Two launch shapes against the default, each bitwise the same: rows one n8 tile a pass
+            // (matvec_args::col_tiles; more than 8 rows take two by default where the type has a
+            // two-tile path), and weights streamed a chunk a warp at a time instead of staged where
+            // the launcher stages them (stage_weights; dense Q4_K above 8 rows, on sm_90).
+            for (const int variant : {0, 1}) {
+                INFO((variant == 0 ? "one column tile a pass" : "weights streamed"));
                 device_buffer<float> yc(ref.size());
                 yc.poison();
                 cuda::matvec_args p = a;
-                p.col_tiles = 1;
-                p.y = yc.ptr;
-                cuda::matvec(p, nullptr);
-                CHECK(std::memcmp(yc.download().data(), got.data(), got.size() * sizeof(float)) == 0);
-            }
-            // Weights streamed a chunk a warp at a time instead of staged where the launcher
-            // stages them (dense Q4_K above 8 rows, on sm_90): bitwise the same.
-            {
-                device_buffer<float> yc(ref.size());
-                yc.poison();
-                cuda::matvec_args p = a;
-                p.stage_weights = 0;
+                if (variant == 0)
+                    p.col_tiles = 1;
+                else
+                    p.stage_weights = 0;
                 p.y = yc.ptr;
                 cuda::matvec(p, nullptr);
                 CHECK(std::memcmp(yc.download().data(), got.data(), got.size() * sizeof(float)) == 0);
