@@ -23,6 +23,10 @@ const std::vector<synth_preset> &presets() {
         // tiny, with Qwen3-MoE's attention geometry (d_head 128, 8 query heads a KV head): the shape
         // the tensor-core decode attention takes (cuda/attention_mma.h), small enough for tests.
         {"tiny-gqa8", 2, 512, 16, 2, 128, 8, 2, 256, 768, 1024, 32768, 1000000.0f, 1e-6f},
+        // tiny-gqa8's attention, Qwen3-30B-A3B's width and routing (d_model 2,048; 64 experts, 8 a
+        // token): decode steps of 8+ rows take the strided grouped expert blocks and their tensor
+        // copies (cuda/matvec_digits.cu), which the smaller presets never reach.
+        {"tiny-moe64", 2, 2048, 16, 2, 128, 64, 8, 256, 768, 1024, 32768, 1000000.0f, 1e-6f},
         {"qwen3-30b-a3b", 48, 2048, 32, 4, 128, 128, 8, 768, 6144, 151936, 40960, 1000000.0f, 1e-6f},
         {"qwen3-235b-a22b", 94, 4096, 64, 4, 128, 128, 8, 1536, 12288, 151936, 40960, 1000000.0f, 1e-6f},
     };

@@ -99,6 +99,8 @@ TEST_CASE("CUDA engine with an f16 KV cache matches the CPU engine rounding the 
     compare_engines(synth_gguf("tiny", ggml_type::q4_k, 2), 80, 10, 91, "f16");
     // Qwen3's attention geometry: the decode rows take the tensor-core attention (attention_mma.h).
     compare_engines(synth_gguf("tiny-gqa8", ggml_type::q4_k, 2), 80, 10, 92, "f16");
+    // Qwen3-30B-A3B's width and routing (64 experts, 8 a token): the 80 prompt rows' grouped experts.
+    compare_engines(synth_gguf("tiny-moe64", ggml_type::q4_k, 2), 80, 10, 94, "f16");
 }
 
 TEST_CASE("CUDA decode rows that share a slot (a prompt fed without engine_row::prompt) match the CPU", "[gpu][model]") {
@@ -135,8 +137,9 @@ TEST_CASE("CUDA decode rows that share a slot (a prompt fed without engine_row::
 
 TEST_CASE("CUDA decode logits are bitwise independent of the other rows of the step", "[gpu][invariance]") {
     if (!gpu_present()) return;
-    // tiny-gqa8 with halves: the tensor-core decode attention (attention_mma.h).
-    const std::string preset = GENERATE(std::string("tiny"), std::string("tiny-gqa8"));
+    // tiny-gqa8 with halves: the tensor-core decode attention (attention_mma.h). tiny-moe64: 16 rows
+    // route to up to 64 groups, which the strided grouped expert blocks take (matvec_digits.cu).
+    const std::string preset = GENERATE(std::string("tiny"), std::string("tiny-gqa8"), std::string("tiny-moe64"));
     const std::string model = synth_gguf(preset, ggml_type::q4_k, 0);
     const uint32_t seed = 4242;
     const std::string kv = GENERATE(std::string("f32"), std::string("f16"));
