@@ -46,6 +46,17 @@ __device__ __forceinline__ void bulk_copy_to_shared(void *dst, const void *src, 
     __trap();
 #endif
 }
+// One box of a 4-d tensor map (coordinates innermost first) into shared memory, completing on bar.
+__device__ __forceinline__ void tensor_copy_4d_to_shared(void *dst, const CUtensorMap *map, int c0, int c1, int c2, int c3, uint64_t *bar) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, %5}], [%6];" ::"r"(
+                     shared_addr(dst)),
+                 "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(shared_addr(bar))
+                 : "memory");
+#else
+    __trap();
+#endif
+}
 // One box of a 3-d tensor map (coordinates innermost first) into shared memory, completing on bar;
 // elements past the tensor's extent arrive as zeros. map: a __grid_constant__ kernel parameter.
 __device__ __forceinline__ void tensor_copy_3d_to_shared(void *dst, const CUtensorMap *map, int c0, int c1, int c2, uint64_t *bar) {

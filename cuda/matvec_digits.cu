@@ -12,6 +12,7 @@
 #include "quant_decode.cuh"
 #include "warp_reduce.cuh"
 
+#include <cuda.h>
 #include <cuda_bf16.h>
 
 #include <algorithm>
@@ -33,6 +34,27 @@ __global__ void __launch_bounds__(quant_warps * 32) digits_quantize_kernel(const
     float v[8];
     load8(a.x + int64_t(a.x_rows ? a.x_rows[r] : r) * a.n + c * 256 + 8 * lane, v);
     digits_quantize_warp(v, a.out, r, a.n, c, lane);
+}
+
+// Tensor copies (matvec_digits_args::tensor_copies): the staged SwiGLU tile's gate rows and up rows
+// each in one tensor copy (8 rows x the row's 128-byte lines, 128-byte swizzle) instead of one bulk
+// copy a row (call 5 of session 39's ncu: 16 copies a tile were ~16% of a block's warp time).
+struct swiglu_maps {
+    CUtensorMap gate, up;
+};
+// Byte o of row r (0-7) of such a box, its base 1024-byte aligned, rows `lines` 128-byte lines long:
+// 16-byte unit u of line L sits at unit u ^ (L & 7) (CU_TENSOR_MAP_SWIZZLE_128B).
+__device__ __forceinline__ const uint8_t *swizzled(const uint8_t *box, int r, int lines, int o) {
+    const int L = r * lines + (o >> 7);
+    return box + L * 128 + ((((o >> 4) & 7) ^ (L & 7)) << 4) + (o & 15);
+}
+__device__ __forceinline__ q4_k_lane load_q4_k_lane_swizzled(const uint8_t *box, int r, int lines, int blk, int t) {
+    const int o = blk * 144;
+    q4_k_lane q;
+    q.head = *reinterpret_cast<const uint4 *>(swizzled(box, r, lines, o));
+#pragma unroll
+    for (int c = 0; c < 4; ++c) q.qs[c] = *reinterpret_cast<const uint2 *>(swizzled(box, r, lines, o + 16 + 32 * c + 8 * t));
+    return q;
 }
 
 // Group gi's pair range [begin, end) and matrix, loaded with the group count (one round trip):
@@ -249,8 +271,9 @@ __device__ __forceinline__ void store_outputs(const matvec_digits_args &a, const
 // stride (staged, producer digits, moe_route's groups): block row y takes groups y, y + gridDim.y, ...
 // (matvec_digits_args::group_rows), the next one's range read while this one is multiplied.
 template <int W, bool swiglu, bool grouped, bool staged = false, bool quantize = false, bool one = false, bool route = false, int P = 1,
-          bool stride = false>
-__global__ void __launch_bounds__(W * 32, staged ? 8 : 0) matvec_digits_kernel(const matvec_digits_args a) {
+          bool stride = false, bool tma = false>
+__global__ void __launch_bounds__(W * 32, staged ? 8 : 0) matvec_digits_kernel(const matvec_digits_args a, const __grid_constant__ swiglu_maps maps) {
+    static_assert(!tma || (swiglu && staged && stride), "matvec_digits: tensor copies are for the strided staged SwiGLU blocks");
     constexpr int D = digits_per_element;
     static_assert(!staged || grouped, "matvec_digits: staging is for grouped products");
     static_assert(!quantize || (grouped && !swiglu), "matvec_digits: in-kernel digits are for grouped plain products");
@@ -275,6 +298,18 @@ __global__ void __launch_bounds__(W * 32, staged ? 8 : 0) matvec_digits_kernel(c
     const int64_t s_pitch = one_copy ? row_bytes : row_bytes + 32;
     int begin = 0, end = a.n_rows, mat = 0, y_pair = 0, gi = blockIdx.y;
     const uint8_t *rlo = nullptr, *rhi = nullptr;
+    // tma: the stage 1024-byte aligned (the launch adds 1 KiB), gate rows then up rows, swizzled.
+    [[maybe_unused]] const int lines = int(row_bytes >> 7);
+    [[maybe_unused]] uint8_t *s_box = s_w;
+    if constexpr (tma) s_box = s_w + ((1024u - (shared_addr(s_w) & 1023u)) & 1023u);
+    auto load_lo = [&](int c) {
+        if constexpr (tma) return load_q4_k_lane_swizzled(s_box, g, lines, c, t);
+        else return load_q4_k_lane(rlo, c, t);
+    };
+    auto load_hi = [&](int c) {
+        if constexpr (tma) return load_q4_k_lane_swizzled(s_box + 8 * row_bytes, g, lines, c, t);
+        else return load_q4_k_lane(rhi, c, t);
+    };
     auto resolve_rows = [&]() {
         rlo = tile_row<swiglu>(a, mat, j0, g, row_bytes);
         rhi = tile_row<swiglu>(a, mat, j0, g + 8, row_bytes);
@@ -286,6 +321,13 @@ __global__ void __launch_bounds__(W * 32, staged ? 8 : 0) matvec_digits_kernel(c
             // The barrier was made at the kernel's start: the expected bytes and the copies may
             // come in either order (its phase waits for this one arrival as well).
             if (threadIdx.x == 0) mbar_expect(&s_bar, uint32_t(16 * row_bytes));
+            if constexpr (tma) {
+                if (threadIdx.x == 0) {
+                    tensor_copy_4d_to_shared(s_box, &maps.gate, 0, 0, j0, mat, &s_bar);
+                    tensor_copy_4d_to_shared(s_box + 8 * row_bytes, &maps.up, 0, 0, j0, mat, &s_bar);
+                }
+                return;
+            }
             // Row r (A row r of the tile: gate rows, then up rows; or the 16 rows) from lane r / W of warp r % W.
             const int r = lane * W + warp;
             if (one_copy) {
@@ -391,8 +433,8 @@ __global__ void __launch_bounds__(W * 32, staged ? 8 : 0) matvec_digits_kernel(c
                 }
                 for (int c = warp; c < n_blocks; c += W) {
                     if (!(early && !staged && p0 == begin && c == warp)) {
-                        lo = load_q4_k_lane(rlo, c, t);
-                        hi = load_q4_k_lane(rhi, c, t);
+                        lo = load_lo(c);
+                        hi = load_hi(c);
                     }
 #pragma unroll
                     for (int q = 0; q < P; ++q) {
@@ -429,8 +471,8 @@ __global__ void __launch_bounds__(W * 32, staged ? 8 : 0) matvec_digits_kernel(c
                 float out[2] = {0.0f, 0.0f};
                 for (int c = warp; c < n_blocks; c += W) {
                     if (!(early && !staged && p0 == begin && c == warp)) {
-                        lo = load_q4_k_lane(rlo, c, t);
-                        hi = load_q4_k_lane(rhi, c, t);
+                        lo = load_lo(c);
+                        hi = load_hi(c);
                     }
                     uint2 sb;
                     float sx;
@@ -650,6 +692,51 @@ void digits_quantize(const digits_quantize_args &a, cudaStream_t stream) {
     TANDEM_CUDA_CHECK_LAUNCH();
 }
 
+namespace {
+// Whether the strided staged SwiGLU blocks take two tensor copies a tile (tensor_copies): rows of
+// whole 128-byte lines (K a multiple of 2,048), at most 256 of them (a box's extent), 16-byte
+// aligned matrices. Measured on one H200 (docs/perf-notes.md, session 39, call 6; the 30b synth,
+// tok/s at 8 / 16 sessions): a bulk copy a row 1,986.6-1,999.4 / 2,939.5-2,945.7, two tensor copies
+// 2,012.2-2,026.5 / 2,983.0.
+bool tma_wanted(const matvec_digits_args &a) {
+    const int64_t row_bytes = int64_t(a.n_in / 256) * 144;
+    return a.tensor_copies != 0 && row_bytes % 128 == 0 && row_bytes / 128 <= 256 &&
+           (reinterpret_cast<uintptr_t>(a.w) | reinterpret_cast<uintptr_t>(a.w_up)) % 16 == 0;
+}
+using tensor_map_encoder = CUresult (*)(CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *, const cuuint64_t *, const cuuint64_t *,
+                                        const cuuint32_t *, const cuuint32_t *, CUtensorMapInterleave, CUtensorMapSwizzle,
+                                        CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+tensor_map_encoder tma_encoder() {
+    static const tensor_map_encoder fn = [] {
+        void *p = nullptr;
+        cudaDriverEntryPointQueryResult found{};
+        TANDEM_CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &found));
+        TANDEM_CUDA_REQUIRE(found == cudaDriverEntryPointSuccess && p, "matvec_digits: the driver has no cuTensorMapEncodeTiled");
+        return reinterpret_cast<tensor_map_encoder>(p);
+    }();
+    return fn;
+}
+// A matrix's rows as (128-byte line bytes, lines, rows, matrices); a box: 8 rows' whole rows.
+CUtensorMap tile_map(const void *w, int32_t n_in, int32_t n_out) {
+    const cuuint64_t row_bytes = cuuint64_t(n_in / 256) * 144, lines = row_bytes / 128;
+    const cuuint64_t dims[4] = {128, lines, cuuint64_t(n_out), cuuint64_t(1) << 16};
+    const cuuint64_t strides[3] = {128, row_bytes, row_bytes * cuuint64_t(n_out)};
+    const cuuint32_t box[4] = {128, cuuint32_t(lines), 8, 1}, steps[4] = {1, 1, 1, 1};
+    CUtensorMap m;
+    const CUresult r = tma_encoder()(&m, CU_TENSOR_MAP_DATA_TYPE_UINT8, 4, const_cast<void *>(w), dims, strides, box, steps,
+                                     CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                                     CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    TANDEM_CUDA_REQUIRE(r == CUDA_SUCCESS, "matvec_digits: a tile tensor map could not be made");
+    return m;
+}
+swiglu_maps tma_maps(const matvec_digits_args &a) {
+    swiglu_maps m;
+    m.gate = tile_map(a.w, a.n_in, a.n_out);
+    m.up = tile_map(a.w_up, a.n_in, a.n_out);
+    return m;
+}
+}  // namespace
+
 int32_t matvec_digits_group_rows(int32_t max_groups) {
     // Half the groups' rows from 64 groups up: about two groups a row at steps of 8 and 16 sessions
     // (~52 and ~82 of 64 and 128 groups live with 128 experts, 8 a row), a row a group below.
@@ -669,6 +756,7 @@ void matvec_digits(const matvec_digits_args &a, cudaStream_t stream) {
     TANDEM_CUDA_REQUIRE(!a.accumulate || !swiglu, "matvec_digits: SwiGLU and accumulate do not combine");
     TANDEM_CUDA_REQUIRE(a.n_extra == 0, "matvec_digits: extra matrices are matmul_digits' (one launch a matrix here)");
     TANDEM_CUDA_REQUIRE(a.group_rows >= 0, "matvec_digits: group_rows is 0 (automatic) or positive");
+    TANDEM_CUDA_REQUIRE(a.tensor_copies >= -1 && a.tensor_copies <= 1, "matvec_digits: tensor_copies is -1 (automatic), 0 or 1");
     TANDEM_CUDA_REQUIRE(a.passes_together == -1 || a.passes_together == 0 || a.passes_together == 1 || a.passes_together == 2 ||
                             a.passes_together == 4,
                         "matvec_digits: passes_together is -1, 0, 1, 2 or 4");
@@ -689,11 +777,12 @@ void matvec_digits(const matvec_digits_args &a, cudaStream_t stream) {
     if (!a.group_off && a.n_rows == 0) return;  // dense, or one group (which has no group arrays)
     const dim3 grid((a.n_out + (swiglu ? 7 : 15)) / (swiglu ? 8 : 16), grouped && !a.one_group ? a.max_groups : 1);
     const bool narrow = !grouped && int(grid.x) < narrow_blocks;
-    auto go = [&](auto kernel, int warps) { launch_pdl(kernel, grid, dim3(warps * 32), stream, a); };
+    const swiglu_maps no_maps{};
+    auto go = [&](auto kernel, int warps) { launch_pdl(kernel, grid, dim3(warps * 32), stream, a, no_maps); };
     const size_t stage_bytes = size_t(16) * (size_t(a.n_in / 256) * 144 + 32);
     const bool aligned = (reinterpret_cast<uintptr_t>(a.w) | reinterpret_cast<uintptr_t>(a.w_up)) % 16 == 0;
     const bool stage = grouped && a.stage && stage_bytes <= 40 * 1024 && aligned && pdl_supported();
-    auto go_staged = [&](auto kernel, int warps) { launch_pdl_smem(kernel, grid, dim3(warps * 32), stage_bytes, stream, a); };
+    auto go_staged = [&](auto kernel, int warps) { launch_pdl_smem(kernel, grid, dim3(warps * 32), stage_bytes, stream, a, no_maps); };
     // Solo: warps of whole tiles (solo_warps a block), producer digits only.
     const bool solo = grouped && a.solo_warps > 0 && !quantize;
     auto go_solo = [&](auto kernel, int warps, bool staged, unsigned rows = 0) {
@@ -739,9 +828,12 @@ void matvec_digits(const matvec_digits_args &a, cudaStream_t stream) {
             go_solo(matvec_digits_solo_kernel<3, false, 4, false>, 4, false);
     } else if (swiglu && grouped && stage && a.route_logits)
         go_staged(matvec_digits_kernel<4, true, true, true, false, false, true>, 4);
+    else if (swiglu && grouped && stage && strided && tma_wanted(a))
+        launch_pdl_smem(matvec_digits_kernel<4, true, true, true, false, false, false, 1, true, true>, dim3(grid.x, unsigned(group_rows)),
+                        dim3(128), size_t(16) * size_t(a.n_in / 256) * 144 + 1024, stream, a, tma_maps(a));
     else if (swiglu && grouped && stage)
         strided ? launch_pdl_smem(matvec_digits_kernel<4, true, true, true, false, false, false, 1, true>, dim3(grid.x, unsigned(group_rows)),
-                                  dim3(128), stage_bytes, stream, a)
+                                  dim3(128), stage_bytes, stream, a, no_maps)
                 : go_staged(matvec_digits_kernel<4, true, true, true>, 4);
     else if (swiglu && grouped)
         go(matvec_digits_kernel<4, true, true>, 4);

@@ -136,13 +136,14 @@ TEST_CASE("grouped SwiGLU digit products match the CPU and are batch invariant",
         device_digits dd(rows, n_in);
         cuda::digits_quantize({dx.ptr, rows, n_in, dd.view()}, nullptr);
         auto run = [&](const host_groups &h, device_digits &digits, float *y, bool stage = false, int32_t solo_warps = 0,
-                       int32_t group_rows = 0) {
+                       int32_t group_rows = 0, int32_t tensor_copies = -1) {
             device_groups gr(h);
             // max_groups n_expert: more than the step's groups, the rest find none
             cuda::matvec_digits_args a = gr.swiglu_args(dg.ptr, du.ptr, n_in, n_out, digits.view(), y, n_expert);
             a.stage = stage;
             a.solo_warps = solo_warps;
             a.group_rows = group_rows;
+            a.tensor_copies = tensor_copies;
             a.groups_settled = solo_warps == 2;
             cuda::matvec_digits(a, nullptr);
             TANDEM_CUDA_CHECK(cudaDeviceSynchronize());
@@ -163,14 +164,17 @@ TEST_CASE("grouped SwiGLU digit products match the CPU and are batch invariant",
             CHECK(std::memcmp(dy.download().data(), got.data(), got.size() * sizeof(float)) == 0);
         }
         // Staged blocks and solo warps over fewer rows of blocks than groups (each row striding over
-        // the groups, its stage reused: up to six groups a row): the same bits.
+        // the groups, its stage reused: up to six groups a row), the blocks' tiles copied a row at a
+        // time and (K = 2,048: rows of whole 128-byte lines) in two swizzled tensor copies: the same bits.
         for (const int32_t solo_warps : {0, 2})
-            for (const int32_t group_rows : {1, 2, 4}) {
-                INFO("solo warps " << solo_warps << ", rows of blocks " << group_rows);
-                dy.poison();
-                run(hg, dd, dy.ptr, true, solo_warps, group_rows);
-                CHECK(std::memcmp(dy.download().data(), got.data(), got.size() * sizeof(float)) == 0);
-            }
+            for (const int32_t group_rows : {1, 2, 4})
+                for (const int32_t tensor_copies : {0, 1}) {
+                    if (solo_warps > 0 && tensor_copies > 0) continue;  // blocks only
+                    INFO("solo warps " << solo_warps << ", rows of blocks " << group_rows << ", tensor copies " << tensor_copies);
+                    dy.poison();
+                    run(hg, dd, dy.ptr, true, solo_warps, group_rows, tensor_copies);
+                    CHECK(std::memcmp(dy.download().data(), got.data(), got.size() * sizeof(float)) == 0);
+                }
         // Row 2 alone (its own k groups): its pairs' outputs bitwise those of the whole step.
         const host_groups one = groups_of_row(hg, 2, k);
         device_digits d1(1, n_in);
