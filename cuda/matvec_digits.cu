@@ -273,7 +273,7 @@ __device__ __forceinline__ void store_outputs(const matvec_digits_args &a, const
 template <int W, bool swiglu, bool grouped, bool staged = false, bool quantize = false, bool one = false, bool route = false, int P = 1,
           bool stride = false, bool tma = false>
 __global__ void __launch_bounds__(W * 32, staged ? 8 : 0) matvec_digits_kernel(const matvec_digits_args a, const __grid_constant__ swiglu_maps maps) {
-    static_assert(!tma || (swiglu && staged && stride), "matvec_digits: tensor copies are for the strided staged SwiGLU blocks");
+    static_assert(!tma || (swiglu && staged), "matvec_digits: tensor copies are for the staged SwiGLU blocks");
     constexpr int D = digits_per_element;
     static_assert(!staged || grouped, "matvec_digits: staging is for grouped products");
     static_assert(!quantize || (grouped && !swiglu), "matvec_digits: in-kernel digits are for grouped plain products");
@@ -693,9 +693,9 @@ void digits_quantize(const digits_quantize_args &a, cudaStream_t stream) {
 }
 
 namespace {
-// Whether the strided staged SwiGLU blocks take two tensor copies a tile (tensor_copies): rows of
-// whole 128-byte lines (K a multiple of 2,048), at most 256 of them (a box's extent), 16-byte
-// aligned matrices. Measured on one H200 (docs/perf-notes.md, session 39, call 6; the 30b synth,
+// Whether the staged SwiGLU blocks (routing, one a group, or strided) take two tensor copies a tile
+// (tensor_copies): rows of whole 128-byte lines (K a multiple of 2,048), at most 256 of them (a box's
+// extent), 16-byte aligned matrices. Measured for the strided blocks on one H200 (docs/perf-notes.md, session 39, call 6; the 30b synth,
 // tok/s at 8 / 16 sessions): a bulk copy a row 1,986.6-1,999.4 / 2,939.5-2,945.7, two tensor copies
 // 2,012.2-2,026.5 / 2,983.0.
 bool tma_wanted(const matvec_digits_args &a) {
@@ -826,11 +826,15 @@ void matvec_digits(const matvec_digits_args &a, cudaStream_t stream) {
                     : go_solo(matvec_digits_solo_kernel<3, false, 4, true>, 4, true);
         else
             go_solo(matvec_digits_solo_kernel<3, false, 4, false>, 4, false);
+    } else if (swiglu && grouped && stage && tma_wanted(a)) {
+        // The stage 1 KiB larger: its start rounded up to the swizzle's 1,024-byte alignment.
+        const size_t tma_bytes = size_t(16) * size_t(a.n_in / 256) * 144 + 1024;
+        auto go_tma = [&](auto kernel, dim3 blocks) { launch_pdl_smem(kernel, blocks, dim3(128), tma_bytes, stream, a, tma_maps(a)); };
+        a.route_logits ? go_tma(matvec_digits_kernel<4, true, true, true, false, false, true, 1, false, true>, grid)
+        : strided      ? go_tma(matvec_digits_kernel<4, true, true, true, false, false, false, 1, true, true>, dim3(grid.x, unsigned(group_rows)))
+                       : go_tma(matvec_digits_kernel<4, true, true, true, false, false, false, 1, false, true>, grid);
     } else if (swiglu && grouped && stage && a.route_logits)
         go_staged(matvec_digits_kernel<4, true, true, true, false, false, true>, 4);
-    else if (swiglu && grouped && stage && strided && tma_wanted(a))
-        launch_pdl_smem(matvec_digits_kernel<4, true, true, true, false, false, false, 1, true, true>, dim3(grid.x, unsigned(group_rows)),
-                        dim3(128), size_t(16) * size_t(a.n_in / 256) * 144 + 1024, stream, a, tma_maps(a));
     else if (swiglu && grouped && stage)
         strided ? launch_pdl_smem(matvec_digits_kernel<4, true, true, true, false, false, false, 1, true>, dim3(grid.x, unsigned(group_rows)),
                                   dim3(128), stage_bytes, stream, a, no_maps)

@@ -95,7 +95,7 @@ struct matvec_digits_args {
     // its stage, so a step of many groups launches fewer blocks (and fewer that find no group).
     // 0: matvec_digits_group_rows(max_groups). The same bits whatever the rows.
     int32_t group_rows = 0;
-    // Strided staged SwiGLU blocks (fewer rows than groups, on sm_90) whose rows are whole 128-byte
+    // Staged SwiGLU blocks (routing, one a group or strided; sm_90) whose rows are whole 128-byte
     // lines (n_in a multiple of 2,048): the tile's 8 gate rows and its 8 up rows each in one tensor
     // copy, swizzled so the reads stay conflict-free (1), or one bulk copy a padded row (0); -1: the
     // launcher picks (tensor copies). The same bits either way. (docs/perf-notes.md, session 39.)

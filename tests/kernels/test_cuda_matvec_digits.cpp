@@ -152,10 +152,14 @@ TEST_CASE("grouped SwiGLU digit products match the CPU and are batch invariant",
         run(hg, dd, dy.ptr);
         const auto got = dy.download();
         CHECK(rel_err(got.data(), ref.data(), ref.size()) <= test::tolerance::moe);
-        // Weights staged in shared memory first: the same arithmetic, bitwise.
-        dy.poison();
-        run(hg, dd, dy.ptr, true);
-        CHECK(std::memcmp(dy.download().data(), got.data(), got.size() * sizeof(float)) == 0);
+        // Weights staged in shared memory first, a row a bulk copy and (K = 2,048: rows of whole
+        // 128-byte lines) in two swizzled tensor copies: the same arithmetic, bitwise.
+        for (const int32_t tensor_copies : {0, 1}) {
+            INFO("staged, tensor copies " << tensor_copies);
+            dy.poison();
+            run(hg, dd, dy.ptr, true, 0, 0, tensor_copies);
+            CHECK(std::memcmp(dy.download().data(), got.data(), got.size() * sizeof(float)) == 0);
+        }
         // Solo warps (whole tiles a warp, no barrier): two staged a block, four streamed: the same bits.
         for (const bool stage : {true, false}) {
             INFO("solo staged " << stage);
@@ -187,13 +191,14 @@ TEST_CASE("grouped SwiGLU digit products match the CPU and are batch invariant",
 
 // A one-row step's gate/up may route the row itself (matvec_digits_args::route_logits) beside
 // moe_route: the same experts, slots and outputs, bitwise, as the product over moe_route's groups;
-// ties in the router (lower id first), a NaN logit, and a padding row (nothing written).
+// ties in the router (lower id first), a NaN logit, and a padding row (nothing written). K = 2,048:
+// the routing blocks take their tile in tensor copies, the groups' product a bulk copy a row.
 TEST_CASE("a one-row SwiGLU routing its row itself matches moe_route's groups, bitwise", "[gpu][kernels]") {
     if (!test::gpu_present()) return;
     struct shape {
         int32_t n_expert, k, n_in, n_out;
     };
-    for (const shape sh : {shape{128, 8, 512, 76}, shape{20, 3, 768, 40}, shape{7, 7, 256, 8}}) {
+    for (const shape sh : {shape{128, 8, 512, 76}, shape{20, 3, 768, 40}, shape{7, 7, 256, 8}, shape{128, 8, 2048, 76}}) {
         INFO("n_expert " << sh.n_expert << " k " << sh.k);
         std::mt19937_64 rng(4200 + uint64_t(sh.n_expert));
         std::vector<uint8_t> all_gate, all_up;
@@ -224,12 +229,14 @@ TEST_CASE("a one-row SwiGLU routing its row itself matches moe_route's groups, b
             a.n_groups = route.n_groups.ptr;
             a.max_groups = sh.k;
             a.stage = true;
+            a.tensor_copies = 0;
             device_buffer<float> y_ref(size_t(sh.k) * sh.n_out), y(size_t(sh.k) * sh.n_out);
             y_ref.poison();
             y.poison();
             a.y = y_ref.ptr;
             cuda::matvec_digits(a, nullptr);
             a.y = y.ptr;
+            a.tensor_copies = -1;
             a.route_logits = route.logits.ptr;
             a.route_slots = route.slots.ptr;
             a.route_n_expert = sh.n_expert;
