@@ -7,6 +7,7 @@
 #include <atomic>
 #include <map>
 #include <mutex>
+#include <string>
 #include <utility>
 
 namespace tandem::cuda {
@@ -29,6 +30,27 @@ int cached_attribute(cudaDeviceAttr attr, std::array<std::atomic<int>, 64> &know
 }
 
 }  // namespace
+
+CUtensorMap byte_tensor_map(const void *base, cuuint32_t rank, const cuuint64_t *dims, const cuuint64_t *strides, const cuuint32_t *box,
+                            CUtensorMapSwizzle swizzle, const char *what) {
+    using encoder = CUresult (*)(CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *, const cuuint64_t *, const cuuint64_t *,
+                                 const cuuint32_t *, const cuuint32_t *, CUtensorMapInterleave, CUtensorMapSwizzle, CUtensorMapL2promotion,
+                                 CUtensorMapFloatOOBfill);
+    static const encoder encode = [] {
+        void *p = nullptr;
+        cudaDriverEntryPointQueryResult found{};
+        TANDEM_CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &found));
+        TANDEM_CUDA_REQUIRE(found == cudaDriverEntryPointSuccess && p, "the driver has no cuTensorMapEncodeTiled");
+        return reinterpret_cast<encoder>(p);
+    }();
+    TANDEM_CUDA_REQUIRE(rank >= 1 && rank <= 5, (std::string(what) + ": a tensor map has 1 to 5 dimensions").c_str());
+    const cuuint32_t steps[5] = {1, 1, 1, 1, 1};
+    CUtensorMap m;
+    const CUresult r = encode(&m, CU_TENSOR_MAP_DATA_TYPE_UINT8, rank, const_cast<void *>(base), dims, strides, box, steps,
+                              CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    TANDEM_CUDA_REQUIRE(r == CUDA_SUCCESS, (std::string(what) + ": a tensor map could not be made").c_str());
+    return m;
+}
 
 bool pdl_supported() {
     static std::array<std::atomic<int>, 64> known{};

@@ -8,6 +8,7 @@
 
 #include "cuda_check.h"
 
+#include <cuda.h>
 #include <cuda_runtime.h>
 
 #include <utility>
@@ -36,6 +37,12 @@ bool wgmma_built();
 // The current device's multiprocessor count (launch shapes that must fill the GPU).
 int multiprocessor_count();
 
+// A tiled tensor map over bytes (innermost dimension first; strides of dimensions 1.. in bytes):
+// the driver's cuTensorMapEncodeTiled, found once through the runtime, with what every caller here
+// uses (no interleave, 256-byte L2 promotion, rows past the extent arriving as zeros). what: the
+// caller, for the error message.
+CUtensorMap byte_tensor_map(const void *base, cuuint32_t rank, const cuuint64_t *dims, const cuuint64_t *strides, const cuuint32_t *box,
+                            CUtensorMapSwizzle swizzle, const char *what);
 // Lets `kernel` take `bytes` of dynamic shared memory on the current device: the driver call the
 // first time (or when more is asked), a table look-up after that (prompt steps are launched
 // from the host, kernel by kernel: docs/perf-notes.md, session 19).

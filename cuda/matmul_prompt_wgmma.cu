@@ -55,32 +55,14 @@ namespace {
 struct weight_maps {
     CUtensorMap m[3];
 };
-using tensor_map_encoder = CUresult (*)(CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *, const cuuint64_t *, const cuuint64_t *,
-                                        const cuuint32_t *, const cuuint32_t *, CUtensorMapInterleave, CUtensorMapSwizzle,
-                                        CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
-tensor_map_encoder encoder() {
-    static const tensor_map_encoder fn = [] {
-        void *p = nullptr;
-        cudaDriverEntryPointQueryResult found{};
-        TANDEM_CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &found));
-        TANDEM_CUDA_REQUIRE(found == cudaDriverEntryPointSuccess && p, "matmul_digits: the driver has no cuTensorMapEncodeTiled");
-        return reinterpret_cast<tensor_map_encoder>(p);
-    }();
-    return fn;
-}
 // n_mats: the matrices a group may name (a bound: only named ones are read); rows past n_out of a
 // box arrive as zeros.
 CUtensorMap weight_map(const void *w, int32_t n_in, int32_t n_out, int32_t n_mats, int32_t box_rows) {
     const cuuint64_t row_bytes = cuuint64_t(n_in / 256) * 144;
     const cuuint64_t dims[3] = {row_bytes, cuuint64_t(n_out), cuuint64_t(n_mats)};
     const cuuint64_t strides[2] = {row_bytes, row_bytes * cuuint64_t(n_out)};
-    const cuuint32_t box[3] = {144, cuuint32_t(box_rows), 1}, steps[3] = {1, 1, 1};
-    CUtensorMap m;
-    const CUresult r = encoder()(&m, CU_TENSOR_MAP_DATA_TYPE_UINT8, 3, const_cast<void *>(w), dims, strides, box, steps,
-                                 CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                                 CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-    TANDEM_CUDA_REQUIRE(r == CUDA_SUCCESS, "matmul_digits: a weight tensor map could not be made");
-    return m;
+    const cuuint32_t box[3] = {144, cuuint32_t(box_rows), 1};
+    return byte_tensor_map(w, 3, dims, strides, box, CU_TENSOR_MAP_SWIZZLE_NONE, "matmul_digits");
 }
 
 constexpr int w_pitch = 144;    // a staged raw row: lanes (g, t) read words 36 g + t + ..., distinct banks

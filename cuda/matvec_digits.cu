@@ -703,31 +703,13 @@ bool tma_wanted(const matvec_digits_args &a) {
     return a.tensor_copies != 0 && row_bytes % 128 == 0 && row_bytes / 128 <= 256 &&
            (reinterpret_cast<uintptr_t>(a.w) | reinterpret_cast<uintptr_t>(a.w_up)) % 16 == 0;
 }
-using tensor_map_encoder = CUresult (*)(CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *, const cuuint64_t *, const cuuint64_t *,
-                                        const cuuint32_t *, const cuuint32_t *, CUtensorMapInterleave, CUtensorMapSwizzle,
-                                        CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
-tensor_map_encoder tma_encoder() {
-    static const tensor_map_encoder fn = [] {
-        void *p = nullptr;
-        cudaDriverEntryPointQueryResult found{};
-        TANDEM_CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &found));
-        TANDEM_CUDA_REQUIRE(found == cudaDriverEntryPointSuccess && p, "matvec_digits: the driver has no cuTensorMapEncodeTiled");
-        return reinterpret_cast<tensor_map_encoder>(p);
-    }();
-    return fn;
-}
 // A matrix's rows as (128-byte line bytes, lines, rows, matrices); a box: 8 rows' whole rows.
 CUtensorMap tile_map(const void *w, int32_t n_in, int32_t n_out) {
     const cuuint64_t row_bytes = cuuint64_t(n_in / 256) * 144, lines = row_bytes / 128;
     const cuuint64_t dims[4] = {128, lines, cuuint64_t(n_out), cuuint64_t(1) << 16};
     const cuuint64_t strides[3] = {128, row_bytes, row_bytes * cuuint64_t(n_out)};
-    const cuuint32_t box[4] = {128, cuuint32_t(lines), 8, 1}, steps[4] = {1, 1, 1, 1};
-    CUtensorMap m;
-    const CUresult r = tma_encoder()(&m, CU_TENSOR_MAP_DATA_TYPE_UINT8, 4, const_cast<void *>(w), dims, strides, box, steps,
-                                     CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                                     CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-    TANDEM_CUDA_REQUIRE(r == CUDA_SUCCESS, "matvec_digits: a tile tensor map could not be made");
-    return m;
+    const cuuint32_t box[4] = {128, cuuint32_t(lines), 8, 1};
+    return byte_tensor_map(w, 4, dims, strides, box, CU_TENSOR_MAP_SWIZZLE_128B, "matvec_digits");
 }
 swiglu_maps tma_maps(const matvec_digits_args &a) {
     swiglu_maps m;
