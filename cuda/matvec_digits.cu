@@ -700,7 +700,7 @@ namespace {
 // 2,012.2-2,026.5 / 2,983.0.
 bool tma_wanted(const matvec_digits_args &a) {
     const int64_t row_bytes = int64_t(a.n_in / 256) * 144;
-    return a.tensor_copies != 0 && row_bytes % 128 == 0 && row_bytes / 128 <= 256 &&
+    return a.tensor_copies && row_bytes % 128 == 0 && row_bytes / 128 <= 256 &&
            (reinterpret_cast<uintptr_t>(a.w) | reinterpret_cast<uintptr_t>(a.w_up)) % 16 == 0;
 }
 // A matrix's rows as (128-byte line bytes, lines, rows, matrices); a box: 8 rows' whole rows.
@@ -738,7 +738,6 @@ void matvec_digits(const matvec_digits_args &a, cudaStream_t stream) {
     TANDEM_CUDA_REQUIRE(!a.accumulate || !swiglu, "matvec_digits: SwiGLU and accumulate do not combine");
     TANDEM_CUDA_REQUIRE(a.n_extra == 0, "matvec_digits: extra matrices are matmul_digits' (one launch a matrix here)");
     TANDEM_CUDA_REQUIRE(a.group_rows >= 0, "matvec_digits: group_rows is 0 (automatic) or positive");
-    TANDEM_CUDA_REQUIRE(a.tensor_copies >= -1 && a.tensor_copies <= 1, "matvec_digits: tensor_copies is -1 (automatic), 0 or 1");
     TANDEM_CUDA_REQUIRE(a.passes_together == -1 || a.passes_together == 0 || a.passes_together == 1 || a.passes_together == 2 ||
                             a.passes_together == 4,
                         "matvec_digits: passes_together is -1, 0, 1, 2 or 4");

@@ -97,9 +97,9 @@ struct matvec_digits_args {
     int32_t group_rows = 0;
     // Staged SwiGLU blocks (routing, one a group or strided; sm_90) whose rows are whole 128-byte
     // lines (n_in a multiple of 2,048): the tile's 8 gate rows and its 8 up rows each in one tensor
-    // copy, swizzled so the reads stay conflict-free (1), or one bulk copy a padded row (0); -1: the
-    // launcher picks (tensor copies). The same bits either way. (docs/perf-notes.md, session 39.)
-    int32_t tensor_copies = -1;
+    // copy, swizzled so the reads stay conflict-free (true), or one bulk copy a padded row (false;
+    // other rows always). The same bits either way. (docs/perf-notes.md, sessions 39-40.)
+    bool tensor_copies = true;
     // One-row grouped SwiGLU (a decode step of one session): each block routes the row itself from
     // its router logits (route_logits [route_n_expert], route_slots [1]; cuda/moe_route.cuh, the
     // experts moe_route picks, bitwise) instead of reading moe_route's groups; group g is the row's

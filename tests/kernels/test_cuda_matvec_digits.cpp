@@ -136,7 +136,7 @@ TEST_CASE("grouped SwiGLU digit products match the CPU and are batch invariant",
         device_digits dd(rows, n_in);
         cuda::digits_quantize({dx.ptr, rows, n_in, dd.view()}, nullptr);
         auto run = [&](const host_groups &h, device_digits &digits, float *y, bool stage = false, int32_t solo_warps = 0,
-                       int32_t group_rows = 0, int32_t tensor_copies = -1) {
+                       int32_t group_rows = 0, bool tensor_copies = true) {
             device_groups gr(h);
             // max_groups n_expert: more than the step's groups, the rest find none
             cuda::matvec_digits_args a = gr.swiglu_args(dg.ptr, du.ptr, n_in, n_out, digits.view(), y, n_expert);
@@ -154,7 +154,7 @@ TEST_CASE("grouped SwiGLU digit products match the CPU and are batch invariant",
         CHECK(rel_err(got.data(), ref.data(), ref.size()) <= test::tolerance::moe);
         // Weights staged in shared memory first, a row a bulk copy and (K = 2,048: rows of whole
         // 128-byte lines) in two swizzled tensor copies: the same arithmetic, bitwise.
-        for (const int32_t tensor_copies : {0, 1}) {
+        for (const bool tensor_copies : {false, true}) {
             INFO("staged, tensor copies " << tensor_copies);
             dy.poison();
             run(hg, dd, dy.ptr, true, 0, 0, tensor_copies);
@@ -172,8 +172,8 @@ TEST_CASE("grouped SwiGLU digit products match the CPU and are batch invariant",
         // time and (K = 2,048: rows of whole 128-byte lines) in two swizzled tensor copies: the same bits.
         for (const int32_t solo_warps : {0, 2})
             for (const int32_t group_rows : {1, 2, 4})
-                for (const int32_t tensor_copies : {0, 1}) {
-                    if (solo_warps > 0 && tensor_copies > 0) continue;  // blocks only
+                for (const bool tensor_copies : {false, true}) {
+                    if (solo_warps > 0 && tensor_copies) continue;  // blocks only
                     INFO("solo warps " << solo_warps << ", rows of blocks " << group_rows << ", tensor copies " << tensor_copies);
                     dy.poison();
                     run(hg, dd, dy.ptr, true, solo_warps, group_rows, tensor_copies);
@@ -229,14 +229,14 @@ TEST_CASE("a one-row SwiGLU routing its row itself matches moe_route's groups, b
             a.n_groups = route.n_groups.ptr;
             a.max_groups = sh.k;
             a.stage = true;
-            a.tensor_copies = 0;
+            a.tensor_copies = false;
             device_buffer<float> y_ref(size_t(sh.k) * sh.n_out), y(size_t(sh.k) * sh.n_out);
             y_ref.poison();
             y.poison();
             a.y = y_ref.ptr;
             cuda::matvec_digits(a, nullptr);
             a.y = y.ptr;
-            a.tensor_copies = -1;
+            a.tensor_copies = true;
             a.route_logits = route.logits.ptr;
             a.route_slots = route.slots.ptr;
             a.route_n_expert = sh.n_expert;
