@@ -2,6 +2,7 @@
 // mma.m16n8k32 u8 x s8 per digit; tested and timed beside matvec.cu by
 // tests/kernels/test_cuda_matvec_digits.cpp.
 #include "matvec_digits.h"
+#include "matvec_digits_tile.cuh"
 
 #include "bulk_copy.cuh"
 #include "cuda_check.h"
@@ -19,6 +20,8 @@
 
 namespace tandem::cuda {
 namespace {
+
+using namespace digit_tile;
 
 constexpr int quant_warps = 8;  // blocks of 256 elements a block of the producer
 constexpr int route_one_epl = route_max_experts / 32;  // in-kernel routing: experts a lane
@@ -57,21 +60,6 @@ __device__ __forceinline__ q4_k_lane load_q4_k_lane_swizzled(const uint8_t *box,
     return q;
 }
 
-// Group gi's pair range [begin, end) and matrix, loaded with the group count (one round trip):
-// read_group_raw returns the count, read_group whether gi is one of the step's groups (false: the
-// block has nothing to do; what was set is then meaningless). gi < max_groups: in bounds either way.
-__device__ __forceinline__ int read_group_raw(const int32_t *n_groups, const int32_t *group_off, const int32_t *group_mat, int gi,
-                                              int &begin, int &end, int &mat) {
-    const int n = *n_groups;
-    begin = group_off[gi];
-    end = group_off[gi + 1];
-    mat = group_mat[gi];
-    return n;
-}
-__device__ __forceinline__ bool read_group(const int32_t *n_groups, const int32_t *group_off, const int32_t *group_mat, int gi,
-                                           int &begin, int &end, int &mat) {
-    return gi < read_group_raw(n_groups, group_off, group_mat, gi, begin, end, mat);
-}
 // The one group of a one_group product: rows 0 .. n_rows - 1 of matrix 0. The kernels choose it at
 // compile time, so the decode instances keep their code as it was (runtime tests there cost decode
 // 1-2%, session 18).
@@ -135,123 +123,6 @@ __device__ __forceinline__ bool route_one_group(const matvec_digits_args &a, int
     return mat >= 0;
 }
 
-// Row r (0-15) of the 16-row weight tile of outputs j0 ..: SwiGLU's gate rows of j0 + r, then
-// (r >= 8) its up rows of j0 + r - 8; otherwise row j0 + r. A row past n_out reads row j0 (its
-// outputs are never written). Matrix `mat` of the grouped products (0 for dense ones).
-template <bool swiglu>
-__device__ __forceinline__ const uint8_t *tile_row(const matvec_digits_args &a, int mat, int j0, int r, int64_t row_bytes) {
-    const int jr = j0 + (swiglu ? (r & 7) : r);
-    const int64_t j = jr < a.n_out ? jr : j0;
-    const void *w = swiglu && r >= 8 ? a.w_up : a.w;
-    return static_cast<const uint8_t *>(w) + (int64_t(mat) * a.n_out + j) * row_bytes;
-}
-
-// Whether a staged tile takes one bulk copy of its 16 rows instead of one a row: a plain tile whose
-// rows are all inside the matrix (contiguous there), with an odd number of blocks a row, so that
-// rows g = 0..7 start in distinct 16-byte bank slots unpadded (144 odd-block rows: 432 bytes, the
-// experts' down). Otherwise rows lie 32 bytes apart beyond their length, one copy a row. Only where
-// the bytes land changes: every value read is the same.
-__device__ __forceinline__ bool staged_in_one_copy(bool swiglu, int n_blocks, int j0, int n_out) {
-    return !swiglu && (n_blocks & 1) != 0 && j0 + 16 <= n_out;
-}
-
-// One chunk (a block of 256) of a tile's weight rows g (lo) and g + 8 (hi) against a pass's four
-// step rows, each row's two digits in adjacent B columns (column 2i + d: row i's digit d), so one
-// mma a sub-block yields both digits' products. bfrag(j) gives the lane's B fragment of sub-block
-// j (column g: row g / 2's digit g % 2), sb the digit sums of that row, s the scale of the lane's
-// row t: out[r] += s (d dots - dm mins) for weight row g + 8 r, the arithmetic of every digit
-// product. The integer products and sums are exact, so placing the digits in columns changes no
-// value.
-template <class BFrag>
-__device__ __forceinline__ void digit_chunk(const q4_k_lane &lo, const q4_k_lane &hi, BFrag &&bfrag, uint2 sb, float s, int t,
-                                            float (&out)[2]) {
-    // Scale bytes (get_scale_min_k4's values): sub-blocks 0-3 and 4-7 of each row.
-    const uint32_t sc_lo[2] = {lo.head.y & 0x3F3F3F3Fu, (lo.head.w & 0x0F0F0F0Fu) | ((lo.head.y >> 2) & 0x30303030u)};
-    const uint32_t sc_hi[2] = {hi.head.y & 0x3F3F3F3Fu, (hi.head.w & 0x0F0F0F0Fu) | ((hi.head.y >> 2) & 0x30303030u)};
-    const uint32_t mn_lo = t < 2 ? lo.head.z & 0x3F3F3F3Fu : ((lo.head.w >> 4) & 0x0F0F0F0Fu) | ((lo.head.z >> 2) & 0x30303030u);
-    const uint32_t mn_hi = t < 2 ? hi.head.z & 0x3F3F3F3Fu : ((hi.head.w >> 4) & 0x0F0F0F0Fu) | ((hi.head.z >> 2) & 0x30303030u);
-    int acc[4] = {};  // weight row g: digit 0, digit 1 of step row t; weight row g + 8: the same
-#pragma unroll
-    for (int cc = 0; cc < 4; ++cc) {
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            const int j = 2 * cc + h;
-            const uint32_t av[4] = {nibbles(lo.qs[cc].x, h), nibbles(hi.qs[cc].x, h), nibbles(lo.qs[cc].y, h),
-                                    nibbles(hi.qs[cc].y, h)};
-            const int sl = byte_of(sc_lo[j >> 2], j & 3), sh = byte_of(sc_hi[j >> 2], j & 3);
-            const uint2 bd = bfrag(j);
-            int p[4];
-            mma_u8s8(p, av, bd.x, bd.y);
-            acc[0] += sl * p[0]; acc[1] += sl * p[1]; acc[2] += sh * p[2]; acc[3] += sh * p[3];
-        }
-    }
-    // Mins: sum_j m_j S_j on one bf16 mma (K slots j and 8 + j: m_j times S_j's hi and lo); both
-    // columns of a step row hold its sums, so cm[2 r] is weight row g + 8 r's for row t.
-    const int sh16 = 16 * (t & 1);
-    const __nv_bfloat162 ml = __floats2bfloat162_rn(float((mn_lo >> sh16) & 0xFFu), float((mn_lo >> (sh16 + 8)) & 0xFFu));
-    const __nv_bfloat162 mh = __floats2bfloat162_rn(float((mn_hi >> sh16) & 0xFFu), float((mn_hi >> (sh16 + 8)) & 0xFFu));
-    const uint32_t ml_u = *reinterpret_cast<const uint32_t *>(&ml), mh_u = *reinterpret_cast<const uint32_t *>(&mh);
-    const uint32_t am[4] = {ml_u, mh_u, ml_u, mh_u};
-    float cm[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    mma_bf16(cm, am, sb.x, sb.y);
-    const float d_lo = half_bits_to_float(lo.head.x), dm_lo = half_bits_to_float(lo.head.x >> 16);
-    const float d_hi = half_bits_to_float(hi.head.x), dm_hi = half_bits_to_float(hi.head.x >> 16);
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-        const float d = r ? d_hi : d_lo, dm = r ? dm_hi : dm_lo;
-        out[r] = digit_fold(acc[2 * r], acc[2 * r + 1], cm[2 * r], d, dm, s, out[r]);
-    }
-}
-
-// Step rows a pass of the digit products covers: one per lane group t.
-constexpr int digits_pass = 4;
-
-// The lane's activation operands of one chunk (block c of 256 elements): its B fragments of the
-// eight sub-blocks (step row xr, column g: that row's digit g % 2), xr's digit sums, and the scale
-// of step row xs (the lane's C columns).
-struct x_chunk {
-    uint2 b[8];
-    uint2 sb;
-    float sx;
-};
-__device__ __forceinline__ x_chunk load_x_chunk(const digit_rows &x, int n_in, int xr, int xs, int c, int g, int t) {
-    constexpr int D = digits_per_element;
-    const int n_blocks = n_in / 256;
-    const int8_t *xd = x.digits + int64_t(xr) * D * n_in + (c * 32 + t) * 8 * D + 8 * (g & 1);
-    x_chunk v;
-#pragma unroll
-    for (int j = 0; j < 8; ++j) v.b[j] = *reinterpret_cast<const uint2 *>(xd + j * 32 * D);
-    v.sb = *reinterpret_cast<const uint2 *>(x.sums + (int64_t(xr) * n_blocks + c) * 16 + t * 4);
-    v.sx = x.scales[int64_t(xs) * n_blocks + c];
-    return v;
-}
-
-// The lane's outputs of a pass: step row p0 + t of weight rows j0 + g and j0 + g + 8, or SwiGLU's
-// silu(gate) * up of output j0 + g; rows past the pass's end and outputs past n_out are not
-// written. Every digit product writes its outputs here.
-template <bool swiglu, bool one = false, class YRow>
-__device__ __forceinline__ void store_outputs(const matvec_digits_args &a, const float (&out)[2], int j0, int g, int t, int p0,
-                                              int end, YRow &&y_row) {
-    const int r = p0 + t;
-    if (r >= end) return;
-    float *y = a.y + int64_t(y_row(r)) * a.y_stride;
-    if constexpr (swiglu) {
-        if (j0 + g >= a.n_out) return;
-        const float gate = out[0], up = out[1];
-        y[j0 + g] = digit_swiglu(gate, up);
-    } else {
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            float *yj = y + j0 + g + 8 * h;
-            if (j0 + g + 8 * h < a.n_out) {
-                if constexpr (one)
-                    *yj = a.accumulate ? __fadd_rn(*yj, out[h]) : out[h];  // wo's residual add
-                else
-                    *yj = out[h];
-            }
-        }
-    }
-}
 
 // Lane (g, t): weight rows g and g + 8 of the block's 16, step row t of a pass of four (C columns
 // 2t, 2t + 1: its two digits; B column g: row g / 2's digit g % 2). K slot 4t + i of a sub-block's
@@ -541,146 +412,6 @@ __global__ void __launch_bounds__(W * 32, staged ? 8 : 0) matvec_digits_kernel(c
     }
 }
 
-// Solo: each warp computes whole tiles of its group (tile blockIdx.x * S + warp), all K chunks
-// itself, chunk c into partial c % V, the partials added in order: the arithmetic of the V-warp
-// kernel above (its warps' sums, added by warp 0 in warp order), without its barriers and
-// shared-memory sums. For grouped products of producer digits. staged: the warp's 16 weight rows
-// copied into its own shared-memory stage first (its own barrier); streamed: from global memory,
-// the next chunk's weights loaded before this one is multiplied. stride (staged): block row y takes
-// groups y, y + gridDim.y, ... (matvec_digits_args::group_rows), each warp on its own after the
-// first, the next group's range read while this one is multiplied.
-template <int V, bool swiglu, int S, bool staged, bool stride = false>
-__global__ void __launch_bounds__(S * 32) matvec_digits_solo_kernel(const matvec_digits_args a) {
-    static_assert(!stride || staged, "matvec_digits: striding solo warps are staged");
-    __shared__ uint64_t s_bar[S];
-    extern __shared__ __align__(16) uint8_t s_w[];
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-    constexpr int tile_out = swiglu ? 8 : 16;
-    const int n_blocks = a.n_in / 256, n_tiles = (a.n_out + tile_out - 1) / tile_out;
-    const int64_t row_bytes = int64_t(n_blocks) * 144;
-    const int k = blockIdx.x * S + warp, j0 = k * tile_out;
-    const bool one_copy = staged_in_one_copy(swiglu, n_blocks, j0, a.n_out);
-    const int64_t s_pitch = one_copy ? row_bytes : row_bytes + 32;
-    int begin = 0, end = 0, mat = 0, gi = blockIdx.y;
-    const uint8_t *rlo = nullptr, *rhi = nullptr;
-    q4_k_lane lo, hi;
-    // The warp's tile of group gi: staged, its copies issued (first: the barrier made first).
-    auto stage_tile = [&](bool first) {
-        auto src_row = [&](int r) { return tile_row<swiglu>(a, mat, j0, r, row_bytes); };
-        if constexpr (staged) {
-            uint8_t *stage = s_w + int64_t(warp) * 16 * s_pitch;
-            if (lane == 0) {
-                if (first) {
-                    mbar_init(&s_bar[warp]);
-                    mbar_fence_init();
-                }
-                mbar_expect(&s_bar[warp], uint32_t(16 * row_bytes));
-            }
-            __syncwarp();
-            if (one_copy) {
-                if (lane == 0) bulk_copy_to_shared(stage, src_row(0), uint32_t(16 * row_bytes), &s_bar[warp]);
-            } else if (lane < 16) {
-                bulk_copy_to_shared(stage + lane * s_pitch, src_row(lane), uint32_t(row_bytes), &s_bar[warp]);
-            }
-            rlo = stage + g * s_pitch;
-            rhi = stage + (g + 8) * s_pitch;
-        } else {
-            rlo = src_row(g);
-            rhi = src_row(g + 8);
-            lo = load_q4_k_lane(rlo, 0, t);
-            hi = load_q4_k_lane(rhi, 0, t);
-        }
-    };
-    auto start = [&]() {
-        if (!read_group(a.n_groups, a.group_off, a.group_mat, gi, begin, end, mat) || k >= n_tiles) return false;
-        stage_tile(true);
-        return true;
-    };
-    const bool early = a.groups_settled;
-    if (early && !start()) return;
-    pdl_wait();
-    pdl_trigger();
-    if (!early && !start()) return;
-    auto x_row = [&](int i) { const int r = i < end ? i : begin; return a.x_rows ? a.x_rows[r] : r; };
-    auto y_row = [&](int i) { return a.y_rows ? a.y_rows[i] : i; };
-    // Staged: the first pass's row indices and its first V chunks of activations fetched while
-    // the weights are on their way; later passes load their V chunks together, then multiply.
-    x_chunk xv, xa[V];
-    for (int round = 0;; ++round) {  // one round a group (stride), else one
-        const int g_next = gi + int(gridDim.y);
-        int n_next = 0, b_next = 0, e_next = 0, m_next = 0;
-        if constexpr (stride)
-            if (g_next < a.max_groups) n_next = read_group_raw(a.n_groups, a.group_off, a.group_mat, g_next, b_next, e_next, m_next);
-        if constexpr (staged) {
-            const int xr = x_row(begin + (g >> 1)), xs = x_row(begin + t);
-#pragma unroll
-            for (int v = 0; v < V; ++v)
-                if (v < n_blocks) xa[v] = load_x_chunk(a.x, a.n_in, xr, xs, v, g, t);
-            mbar_wait_parity(&s_bar[warp], uint32_t(round & 1));
-        }
-        for (int p0 = begin; p0 < end; p0 += digits_pass) {
-            const int xr = x_row(p0 + (g >> 1));  // B column g (past the rows: a real row, unused)
-            const int xs = x_row(p0 + t);         // C columns 2t, 2t + 1
-            float part[V][2] = {};
-            if (!staged && p0 != begin) {
-                lo = load_q4_k_lane(rlo, 0, t);
-                hi = load_q4_k_lane(rhi, 0, t);
-            }
-            for (int c0 = 0; c0 < n_blocks; c0 += V) {
-                if constexpr (staged) {  // the V chunks' activations in flight together
-                    if (p0 != begin || c0 != 0) {
-#pragma unroll
-                        for (int v = 0; v < V; ++v)
-                            if (c0 + v < n_blocks) xa[v] = load_x_chunk(a.x, a.n_in, xr, xs, c0 + v, g, t);
-                    }
-                }
-#pragma unroll
-                for (int v = 0; v < V; ++v) {
-                    const int c = c0 + v;
-                    if (c >= n_blocks) break;
-                    q4_k_lane lo_next, hi_next;  // streamed: the next chunk's weights, in flight during this one
-                    if constexpr (staged) {
-                        lo = load_q4_k_lane(rlo, c, t);
-                        hi = load_q4_k_lane(rhi, c, t);
-                        xv = xa[v];
-                    } else {
-                        if (c + 1 < n_blocks) {
-                            lo_next = load_q4_k_lane(rlo, c + 1, t);
-                            hi_next = load_q4_k_lane(rhi, c + 1, t);
-                        }
-                        xv = load_x_chunk(a.x, a.n_in, xr, xs, c, g, t);
-                    }
-                    digit_chunk(
-                        lo, hi, [&](int j) { return xv.b[j]; }, xv.sb, xv.sx, t, part[v]);
-                    if constexpr (!staged) {
-                        lo = lo_next;
-                        hi = hi_next;
-                    }
-                }
-            }
-            float out[2];
-#pragma unroll
-            for (int e = 0; e < 2; ++e) {
-                out[e] = part[0][e];
-#pragma unroll
-                for (int v = 1; v < V; ++v) out[e] = __fadd_rn(out[e], part[v][e]);
-            }
-            store_outputs<swiglu>(a, out, j0, g, t, p0, end, y_row);
-        }
-        if constexpr (!stride) {
-            break;
-        } else {
-            __syncwarp();  // the warp's stage is free for the next group's copies, its barrier's next phase
-            if (g_next >= a.max_groups || g_next >= n_next) return;
-            gi = g_next;
-            begin = b_next;
-            end = e_next;
-            mat = m_next;
-            stage_tile(false);
-        }
-    }
-}
-
 }  // namespace
 
 void digits_quantize(const digits_quantize_args &a, cudaStream_t stream) {
@@ -766,10 +497,6 @@ void matvec_digits(const matvec_digits_args &a, cudaStream_t stream) {
     auto go_staged = [&](auto kernel, int warps) { launch_pdl_smem(kernel, grid, dim3(warps * 32), stage_bytes, stream, a, no_maps); };
     // Solo: warps of whole tiles (solo_warps a block), producer digits only.
     const bool solo = grouped && a.solo_warps > 0 && !quantize;
-    auto go_solo = [&](auto kernel, int warps, bool staged, unsigned rows = 0) {
-        const dim3 blocks((grid.x + warps - 1) / warps, rows > 0 ? rows : grid.y);
-        launch_pdl_smem(kernel, blocks, dim3(warps * 32), staged ? size_t(warps) * stage_bytes : 0, stream, a);
-    };
     // Staged products of moe_route's groups: fewer rows of blocks than groups, each striding over
     // them (matvec_digits_args::group_rows), or one row a group.
     const int32_t group_rows = a.group_rows > 0 ? std::min(a.group_rows, a.max_groups) : matvec_digits_group_rows(a.max_groups);
@@ -795,18 +522,8 @@ void matvec_digits(const matvec_digits_args &a, cudaStream_t stream) {
             : together == 4 ? go(matvec_digits_kernel<4, false, true, false, false, true, false, 4>, 4)
             : together == 2 ? go(matvec_digits_kernel<4, false, true, false, false, true, false, 2>, 4)
                             : go(matvec_digits_kernel<4, false, true, false, false, true>, 4);
-    } else if (solo && swiglu) {
-        if (solo_staged && a.solo_warps == 2)
-            strided ? go_solo(matvec_digits_solo_kernel<4, true, 2, true, true>, 2, true, unsigned(group_rows))
-                    : go_solo(matvec_digits_solo_kernel<4, true, 2, true>, 2, true);
-        else
-            go_solo(matvec_digits_solo_kernel<4, true, 4, false>, 4, false);
-    } else if (solo && digits_grouped_k_split(false, a.n_in) == 3) {
-        if (solo_staged)
-            strided ? go_solo(matvec_digits_solo_kernel<3, false, 4, true, true>, 4, true, unsigned(group_rows))
-                    : go_solo(matvec_digits_solo_kernel<3, false, 4, true>, 4, true);
-        else
-            go_solo(matvec_digits_solo_kernel<3, false, 4, false>, 4, false);
+    } else if (solo && digit_tile::launch_solo(a, grid, solo_staged, strided ? group_rows : 0, stage_bytes, stream)) {
+        // Solo warps: whole tiles a warp (matvec_digits_solo.cu).
     } else if (swiglu && grouped && stage && tma_wanted(a)) {
         // The stage 1 KiB larger: its start rounded up to the swizzle's 1,024-byte alignment.
         const size_t tma_bytes = size_t(16) * size_t(a.n_in / 256) * 144 + 1024;
