@@ -150,7 +150,6 @@ __global__ void __launch_bounds__(S * 32) matvec_digits_solo_kernel(const matvec
     }
 }
 
-
 }  // namespace
 
 bool launch_solo(const matvec_digits_args &a, dim3 grid, bool staged, int32_t group_rows, size_t stage_bytes, cudaStream_t stream) {
