@@ -1,6 +1,7 @@
 // src/scheduler/scheduler.cpp - the engine loop: FIFO admission, longest-prefix slot choice,
-// decode-first steps with a prefill share sized by step time (prefill_budget.h), sampling, stop
-// conditions, stats for /metrics.
+// decode-first steps with a prefill share sized by step time (prefill_budget.h), prompt-lookup
+// drafts checked by the session's own sampler (draft_lookup.h), sampling, stop conditions, stats
+// for /metrics.
 #include "src/scheduler/scheduler.h"
 
 #include "src/scheduler/stop_matcher.h"
@@ -13,6 +14,10 @@
 namespace tandem {
 
 using clock_type = std::chrono::steady_clock;
+
+// Most drafted tokens a session may feed in one step: 16 slots of 1 + 16 rows stay well inside any
+// backend's decode step.
+constexpr int32_t max_draft = 16;
 
 static double ms_between(clock_type::time_point a, clock_type::time_point b) {
     return std::chrono::duration<double, std::milli>(b - a).count();
@@ -40,6 +45,9 @@ struct scheduler::active {
     bool finished = false;
     int32_t next_token = 0;    // sampled, to be fed by the next decode row
     int32_t n_generated = 0;
+    std::unique_ptr<draft_lookup> drafts;  // --draft > 0: the session's history, for proposals
+    draft_length draft_len{0};
+    std::vector<int32_t> draft;            // this step's drafted tokens (decode rows after next_token)
     std::unique_ptr<text_stream> text;
     std::unique_ptr<token_picker> picker;
     stop_matcher stops{{}};
@@ -51,6 +59,13 @@ scheduler::scheduler(engine &eng, const scheduler_options &options, scheduler_ho
     : engine_(eng), options_(options), hooks_(std::move(hooks)), budget_(options.prefill_yield, options.itl_budget) {
     if (options_.prefill_chunk < 1) fail(error_kind::config, "--prefill-chunk must be >= 1, got {}", options_.prefill_chunk);
     if (options_.max_queue < 0) fail(error_kind::config, "--max-queue must be >= 0, got {}", options_.max_queue);
+    if (options_.draft.n_max < 0 || options_.draft.n_max > max_draft)
+        fail(error_kind::config, "--draft must be between 0 and {}, got {}", max_draft, options_.draft.n_max);
+    if (options_.draft.n_max > 0) {
+        if (options_.draft_step_rows < 2)
+            fail(error_kind::config, "--draft-step-rows must be >= 2 when drafting, got {}", options_.draft_step_rows);
+        draft_lookup check(options_.draft);  // rejects bad n-gram lengths now, not at the first request
+    }
     TANDEM_ASSERT(hooks_.is_eog && hooks_.make_text_stream && hooks_.make_picker);
     slots_.resize(static_cast<size_t>(engine_.n_slots()));
     for (int32_t s = 0; s < engine_.n_slots(); ++s) {
@@ -212,6 +227,11 @@ void scheduler::admit() {
         a->text = hooks_.make_text_stream();
         a->picker = hooks_.make_picker(a->req.sampling);
         a->stops = stop_matcher(a->req.stop);
+        if (options_.draft.n_max > 0) {
+            a->drafts = std::make_unique<draft_lookup>(options_.draft);
+            a->drafts->append(a->req.prompt);
+            a->draft_len = draft_length(options_.draft.n_max);
+        }
         a->t_admit = clock_type::now();
         a->pending.slot = best;
         active_.push_back(std::move(a));
@@ -276,11 +296,22 @@ void scheduler::finish(active &a, finish_reason reason, const std::string &error
     slots_[a.slot].owner = nullptr;
 }
 
+// Drafts session a may feed this step: its draft length, and no more rows than can still be kept
+// (every kept row emits a token; the last row's draw is one more) or than the context holds past
+// the next token's row.
+int32_t scheduler::draft_room(const active &a) const {
+    const int64_t next_pos = static_cast<int64_t>(slots_[a.slot].tokens.size()) - 1;  // next_token's row
+    const int64_t by_ctx = static_cast<int64_t>(engine_.n_ctx()) - 1 - next_pos;
+    const int64_t by_tokens = static_cast<int64_t>(a.req.max_tokens) - a.n_generated - 1;
+    return static_cast<int32_t>(std::max<int64_t>(0, std::min({static_cast<int64_t>(a.draft_len.next()), by_ctx, by_tokens})));
+}
+
 void scheduler::emit_token(active &a, const sample_result &r, bool &done) {
     auto now = clock_type::now();
     if (a.n_generated == 0) a.t_first = now;
     a.t_last = now;
     ++a.n_generated;
+    if (a.drafts) a.drafts->append(r.id);
     if (hooks_.is_eog(r.id)) {
         // Counted in n_generated but not shown: the end-of-generation token is not output.
         finish(a, finish_reason::stop, "");
@@ -314,10 +345,15 @@ bool scheduler::step() {
         return false;
     }
 
-    // Decode rows first: every generating session, one row each, in one call.
+    // Decode rows first: every generating session, one row each, in one call; then, with --draft,
+    // each session's drafted tokens as more decode rows of its slot (in admission order, while the
+    // step's decode rows stay within --draft-step-rows).
     std::vector<engine_row> rows;
     std::vector<active *> logit_owner;  // per row with want_logits
-    int32_t n_decode = 0;
+    int32_t n_decode = 0, n_sessions_decoding = 0;
+    for (auto &a : active_) n_sessions_decoding += a->decoding ? 1 : 0;
+    int32_t spare_rows = options_.draft.n_max > 0 ? std::max(0, options_.draft_step_rows - n_sessions_decoding) : 0;
+    uint64_t n_drafted = 0;
     for (auto &a : active_) {
         if (!a->decoding) continue;
         auto &st = slots_[a->slot];
@@ -325,6 +361,19 @@ bool scheduler::step() {
         st.tokens.push_back(a->next_token);
         logit_owner.push_back(a.get());
         ++n_decode;
+        a->draft.clear();
+        if (a->drafts && spare_rows > 0) {
+            // The history ends with next_token (emit_token appended it).
+            a->draft = a->drafts->propose(std::min(spare_rows, draft_room(*a)));
+            for (int32_t d : a->draft) {
+                rows.push_back({a->slot, static_cast<int32_t>(st.tokens.size()), d, true});
+                st.tokens.push_back(d);
+                logit_owner.push_back(a.get());
+            }
+            spare_rows -= static_cast<int32_t>(a->draft.size());
+            n_decode += static_cast<int32_t>(a->draft.size());
+            n_drafted += a->draft.size();
+        }
     }
     // Then prefill, FIFO, within this step's budget: while anyone decodes, as many prompt tokens
     // as keep the step within --itl-budget x a decode-only step, at most --prefill-yield.
@@ -389,12 +438,37 @@ bool scheduler::step() {
     else
         TANDEM_ASSERT(logits_.size() >= logit_owner.size() * n_vocab, "engine returned {} logits for {} rows",
                       logits_.size(), logit_owner.size());
-    for (size_t i = 0; i < logit_owner.size(); ++i) {
+    // A session's rows come together: its next token's row, then one a draft. The draw from row j
+    // is kept only while every earlier draw equalled the draft fed after it, and draws are made in
+    // row order and stop at the first miss, so the sampler's random stream advances exactly as it
+    // would one token a step: the output does not depend on the drafts.
+    uint64_t n_accepted = 0, n_decode_tokens = 0;
+    for (size_t i = 0; i < logit_owner.size();) {
         active &a = *logit_owner[i];
-        sample_result r = from_top ? a.picker->pick_top(tops_[i])
-                                   : a.picker->pick(std::span<const float>(logits_.data() + i * n_vocab, n_vocab));
-        bool done = false;
-        emit_token(a, r, done);
+        const bool decode = i < static_cast<size_t>(n_decode);
+        const size_t n_rows_a = 1 + a.draft.size();
+        auto &st = slots_[a.slot];
+        const size_t held = st.tokens.size();
+        st.tokens.resize(held - a.draft.size());  // drafts come back as they are kept
+        size_t kept = 0;
+        for (size_t j = 0; j < n_rows_a; ++j) {
+            const size_t row = i + j;
+            sample_result r = from_top ? a.picker->pick_top(tops_[row])
+                                       : a.picker->pick(std::span<const float>(logits_.data() + row * n_vocab, n_vocab));
+            bool done = false;
+            emit_token(a, r, done);
+            n_decode_tokens += decode ? 1 : 0;
+            if (done || j == a.draft.size() || r.id != a.draft[j]) break;
+            st.tokens.push_back(a.draft[j]);
+            ++kept;
+        }
+        if (!a.draft.empty()) {
+            if (st.tokens.size() < held) engine_.slot_truncate(a.slot, static_cast<int32_t>(st.tokens.size()));
+            a.draft_len.record(a.draft.size(), kept);
+            n_accepted += kept;
+            a.draft.clear();
+        }
+        i += n_rows_a;
     }
     for (auto &a : active_) {
         if (a->finished) continue;
@@ -423,7 +497,9 @@ bool scheduler::step() {
         std::sort(in_call.begin(), in_call.end());
         stats_.busy_slot_steps += static_cast<uint64_t>(std::unique(in_call.begin(), in_call.end()) - in_call.begin());
         stats_.prompt_tokens += static_cast<uint64_t>(n_prefill);
-        stats_.predicted_tokens += static_cast<uint64_t>(n_decode);
+        stats_.predicted_tokens += n_decode_tokens;
+        stats_.draft_tokens += n_drafted;
+        stats_.draft_accepted += n_accepted;
         // A mixed call's time is split between prompt and decode by rows.
         stats_.prompt_seconds += n_rows ? dt * n_prefill / static_cast<double>(n_rows) : 0.0;
         stats_.predicted_seconds += n_rows ? dt * n_decode / static_cast<double>(n_rows) : 0.0;

@@ -4,6 +4,7 @@
 // so the policy is testable with a fake engine before any backend exists.
 #pragma once
 
+#include "src/scheduler/draft_lookup.h"
 #include "src/scheduler/prefill_budget.h"
 #include "tandem/engine.h"
 #include "tandem/error.h"
@@ -48,6 +49,9 @@ public:
     }
 };
 
+// The seeded tandem::sampler as a token_picker (the server's, and the tests' real sampling).
+std::unique_ptr<token_picker> make_sampler_picker(const sampling_params &params);
+
 struct scheduler_hooks {
     std::function<bool(int32_t)> is_eog;
     std::function<std::unique_ptr<text_stream>()> make_text_stream;
@@ -60,6 +64,12 @@ struct scheduler_options {
     double itl_budget = 2.0;       // ... and fewer when a step would take longer than this many
                                    // times a decode-only step (prefill_budget.h)
     int32_t max_queue = 64;        // requests waiting for a slot; beyond it submit() throws 503
+    // Speculative decoding by prompt lookup (draft_lookup.h): each decoding session may feed up to
+    // draft.n_max guessed tokens as extra decode rows, while the step's decode rows stay within
+    // draft_step_rows; only draws that the session's sampler makes anyway are kept, so the output
+    // is the same as without drafts. draft.n_max 0: off.
+    draft_options draft;
+    int32_t draft_step_rows = 16;
 };
 
 enum class finish_reason { none, stop, length, cancelled, error };
@@ -138,6 +148,8 @@ struct scheduler_stats {
     int32_t slots_in_use = 0, queue_depth = 0, n_slots = 0;
     int64_t kv_tokens = 0;             // tokens held in all slots' KV
     int32_t max_rows_per_decode = 0;
+    uint64_t draft_tokens = 0;         // drafted tokens fed as decode rows
+    uint64_t draft_accepted = 0;       // of which kept (each saved a step)
 };
 
 class scheduler {
@@ -174,6 +186,7 @@ private:
     void admit();
     void finish(active &a, finish_reason reason, const std::string &error);
     void emit_token(active &a, const sample_result &r, bool &done);
+    int32_t draft_room(const active &a) const;
     void publish();
 
     engine &engine_;

@@ -20,6 +20,10 @@ struct server_config {
     int32_t prefill_yield = 128;
     double itl_budget = 2.0;                 // step time with prompt rows / decode-only, while decoding
     int32_t max_queue = 64;
+    int32_t draft = 0;                       // --draft: prompt-lookup drafts a session a step (0: off)
+    int32_t draft_ngram_min = 2;             // shortest suffix looked up for a draft
+    int32_t draft_ngram_max = 4;             // longest (tried first)
+    int32_t draft_step_rows = 16;            // drafts only while a step's decode rows stay within this
     std::string alias;                       // model id in the APIs (default: file name)
     std::string api_key;                     // empty: no auth
     int32_t n_threads = 0;                   // engine CPU threads (0: all cores)

@@ -218,6 +218,10 @@ std::string service::metrics_text() const {
     family("tandem_rows_per_decode_step", "gauge", "Average decode rows per decode step.",
            s.decode_steps ? static_cast<double>(s.decode_rows) / static_cast<double>(s.decode_steps) : 0.0);
     family("tandem_max_rows_per_decode_step", "gauge", "Most decode rows in one step so far.", s.max_rows_per_decode);
+    family("tandem_draft_tokens_total", "counter", "Prompt-lookup drafted tokens fed as decode rows (--draft).",
+           static_cast<double>(s.draft_tokens));
+    family("tandem_draft_accepted_total", "counter", "Drafted tokens the sessions' samplers kept.",
+           static_cast<double>(s.draft_accepted));
     family("tandem_prefill_yields_total", "counter", "Steps where a prefill was capped while sessions decode.",
            static_cast<double>(s.prefill_yields));
     family("tandem_prefill_budget_tokens", "gauge",
@@ -244,7 +248,7 @@ json service::slots_json() const {
             {"id", s.id},
             {"id_task", s.processing ? json(s.request_id) : json(-1)},
             {"n_ctx", s.n_ctx},
-            {"speculative", false},
+            {"speculative", config_.draft > 0},
             {"is_processing", s.processing},
             {"n_cached", s.n_cached},
             {"n_prompt_tokens", s.n_prompt},
@@ -275,6 +279,10 @@ json service::props_json() const {
         {"prefill_yield", config_.prefill_yield},
         {"itl_budget", config_.itl_budget},
         {"max_queue", config_.max_queue},
+        {"draft", config_.draft},
+        {"draft_ngram_min", config_.draft_ngram_min},
+        {"draft_ngram_max", config_.draft_ngram_max},
+        {"draft_step_rows", config_.draft_step_rows},
     };
 }
 
@@ -290,21 +298,6 @@ private:
     token_streamer streamer_;
 };
 
-class sampler_picker : public token_picker {
-public:
-    explicit sampler_picker(const sampling_params &p) : sampler_(p) {}
-    sample_result pick(std::span<const float> logits) override { return sampler_.sample(logits); }
-    bool picks_from_top() const override { return !sampler_.needs_full_row(); }
-    sample_result pick_top(const logits_top &top) override {
-        std::optional<sample_result> r = sampler_.sample_top(top);
-        TANDEM_ASSERT(r, "the sampler could not decide a draw it said the top decides");
-        return std::move(*r);
-    }
-
-private:
-    sampler sampler_;
-};
-
 }  // namespace
 
 scheduler_hooks make_scheduler_hooks(const tokenizer &tok) {
@@ -312,7 +305,7 @@ scheduler_hooks make_scheduler_hooks(const tokenizer &tok) {
     const tokenizer *t = &tok;
     h.is_eog = [t](int32_t id) { return t->is_eog(id); };
     h.make_text_stream = [t] { return std::make_unique<streamer_text>(*t); };
-    h.make_picker = [](const sampling_params &p) { return std::make_unique<sampler_picker>(p); };
+    h.make_picker = make_sampler_picker;
     return h;
 }
 

@@ -2,6 +2,7 @@
 // decode step must read, achieved bandwidth and share of the roof; optional JSON for the gate.
 #include "commands.h"
 #include "engine_flags.h"
+#include "src/scheduler/draft_lookup.h"
 
 #include "tandem/error.h"
 #include "tandem/gguf.h"
@@ -30,9 +31,9 @@ using clock_type = std::chrono::steady_clock;
 struct bench_cli {
     tandem::engine_options engine;
     std::string model, sessions = "1,4,16", json_path, traffic_path;
-    int prompt = 2048, gen = 128, decode_prompt = 16, prefill_chunk = 2048, repeats = 3;
+    int prompt = 2048, gen = 128, decode_prompt = 16, prefill_chunk = 2048, repeats = 3, draft = 0, draft_step_rows = 16;
     double bandwidth_gbps = 0;
-    bool full_logits = false;
+    bool full_logits = false, draft_oracle = false;
 };
 
 std::vector<int> parse_list(const std::string &text) {
@@ -82,6 +83,105 @@ double step_bytes(const tandem::model_hparams &hp, const tandem::model_bytes &by
 
 }  // namespace
 
+// Greedy decode of n sessions with drafts, fed as the scheduler feeds them: each session's next
+// token, then its drafts while the step's rows stay within step_rows; the drafts each session's
+// greedy draws confirm are kept, the slot truncated past them. Drafts come from prompt lookup
+// (draft_lookup, as tandem-server --draft), or with `oracle` from the session's own greedy
+// continuation, decoded one row a step beforehand: every draft is then right (the engine's rows are
+// batch invariant, bitwise), which measures what a step of 1 + draft rows a session can give.
+// Tokens a second over `gen` steps after two warm-up steps, rows a step and the drafts kept.
+template <class RandomIds>
+nlohmann::json decode_with_drafts(tandem::engine &eng, int n, int decode_prompt, int gen, int draft, int step_rows, bool oracle,
+                                  RandomIds &random_ids) {
+    using namespace tandem;
+    const size_t ns = static_cast<size_t>(n);
+    std::vector<draft_lookup> history;
+    std::vector<draft_length> lengths;
+    std::vector<std::vector<int32_t>> prompts(ns), continuation(ns);
+    std::vector<int32_t> next(ns);
+    std::vector<size_t> emitted_by(ns, 0);  // tokens each session has emitted (its first included)
+    std::vector<logits_top> tops;
+    auto start = [&](int s) {
+        eng.slot_truncate(s, 0);
+        std::vector<engine_row> rows;
+        for (int i = 0; i < decode_prompt; ++i) rows.push_back({s, i, prompts[size_t(s)][size_t(i)], i + 1 == decode_prompt, true});
+        eng.forward_top(rows, tops);
+        return tops[0].top[0].id;
+    };
+    for (int s = 0; s < n; ++s) prompts[size_t(s)] = random_ids(decode_prompt);
+    if (oracle) {
+        // The greedy continuation, one row a step (not timed).
+        const size_t needed = size_t(gen + 2) * size_t(1 + draft) + 1;
+        for (int s = 0; s < n; ++s) continuation[size_t(s)].push_back(start(s));
+        for (size_t i = 1; i < needed && decode_prompt + int(i) < eng.n_ctx(); ++i) {
+            std::vector<engine_row> rows;
+            for (int s = 0; s < n; ++s) rows.push_back({s, decode_prompt + int32_t(i) - 1, continuation[size_t(s)].back(), true});
+            eng.forward_top(rows, tops);
+            for (int s = 0; s < n; ++s) continuation[size_t(s)].push_back(tops[size_t(s)].top[0].id);
+        }
+    }
+    for (int s = 0; s < n; ++s) {
+        history.emplace_back(draft_options{draft, 2, 4});
+        history.back().append(prompts[size_t(s)]);
+        next[size_t(s)] = start(s);
+        history.back().append(next[size_t(s)]);
+        emitted_by[size_t(s)] = 1;
+        lengths.emplace_back(draft);
+    }
+    auto propose = [&](int s, int room) {
+        if (!oracle) return history[size_t(s)].propose(room);
+        const std::vector<int32_t> &c = continuation[size_t(s)];
+        const size_t from = std::min(emitted_by[size_t(s)], c.size());
+        return std::vector<int32_t>(c.begin() + std::ptrdiff_t(from), c.begin() + std::ptrdiff_t(std::min(c.size(), from + size_t(room))));
+    };
+    double seconds = 0;
+    uint64_t emitted = 0, drafted = 0, accepted = 0, rows_total = 0;
+    for (int step = 0; step < gen + 2; ++step) {
+        std::vector<engine_row> rows;
+        std::vector<std::vector<int32_t>> drafts(ns);
+        int spare = step_rows - n;
+        for (int s = 0; s < n; ++s) {
+            const int32_t pos = eng.slot_length(s);
+            rows.push_back({s, pos, next[size_t(s)], true});
+            const int room = std::min({spare, oracle ? draft : lengths[size_t(s)].next(), eng.n_ctx() - 1 - pos});
+            if (room > 0) drafts[size_t(s)] = propose(s, room);
+            for (size_t i = 0; i < drafts[size_t(s)].size(); ++i) rows.push_back({s, pos + 1 + int32_t(i), drafts[size_t(s)][i], true});
+            spare -= int(drafts[size_t(s)].size());
+        }
+        const auto t0 = clock_type::now();
+        eng.forward_top(rows, tops);
+        const double dt = seconds_since(t0);
+        size_t row = 0;
+        uint64_t step_emitted = 0;
+        for (int s = 0; s < n; ++s) {
+            const std::vector<int32_t> &d = drafts[size_t(s)];
+            std::vector<int32_t> sampled;
+            for (size_t j = 0; j <= d.size(); ++j) sampled.push_back(tops[row + j].top[0].id);
+            row += d.size() + 1;
+            const size_t kept = draft_accepted(d, sampled);
+            const int32_t pos = eng.slot_length(s) - int32_t(d.size()) - 1;  // next token's row
+            if (kept < d.size()) eng.slot_truncate(s, pos + 1 + int32_t(kept));
+            history[size_t(s)].append(std::span<const int32_t>(sampled.data(), kept + 1));
+            next[size_t(s)] = sampled[kept];
+            emitted_by[size_t(s)] += kept + 1;
+            lengths[size_t(s)].record(d.size(), kept);
+            step_emitted += kept + 1;
+            if (step >= 2) {
+                drafted += d.size();
+                accepted += kept;
+            }
+        }
+        if (step >= 2) {
+            seconds += dt;
+            emitted += step_emitted;
+            rows_total += rows.size();
+        }
+    }
+    return {{"sessions", n}, {"draft", draft}, {"oracle", oracle}, {"tok_per_s", double(emitted) / seconds},
+            {"ms_per_step", seconds * 1e3 / gen}, {"rows_per_step", double(rows_total) / gen},
+            {"tokens_per_step", double(emitted) / gen}, {"drafted", drafted}, {"accepted", accepted}};
+}
+
 TANDEM_COMMAND(bench, "Measure prefill and multi-session decode throughput", [](CLI::App &sub) {
     auto cli = std::make_shared<bench_cli>();
     sub.add_option("-m,--model", cli->model, "GGUF file")->required();
@@ -94,6 +194,12 @@ TANDEM_COMMAND(bench, "Measure prefill and multi-session decode throughput", [](
     sub.add_option("--bandwidth", cli->bandwidth_gbps, "Memory bandwidth roof in GB/s for % of roof (cuda default 4300 per GPU of the plan)");
     sub.add_flag("--full-logits", cli->full_logits,
                  "Decode steps take whole logits rows (as a temperature draw without top_k does) instead of each row's best tokens");
+    sub.add_option("--draft", cli->draft,
+                   "Also decode with up to this many prompt-lookup drafts a session a step (greedy; as tandem-server --draft)");
+    sub.add_option("--draft-step-rows", cli->draft_step_rows, "Drafts only while a step's decode rows stay within this");
+    sub.add_flag("--draft-oracle", cli->draft_oracle,
+                 "With --draft, also decode with each session's own greedy continuation as its drafts (all kept): "
+                 "what steps of 1 + draft rows a session give at full acceptance");
     sub.add_option("--json", cli->json_path, "Also write the results as JSON to this file");
     sub.add_option("--expert-traffic-out", cli->traffic_path,
                    "Record the rows routed to each expert and write them here (the --expert-balance format)");
@@ -104,6 +210,8 @@ TANDEM_COMMAND(bench, "Measure prefill and multi-session decode throughput", [](
         const std::vector<int> counts = parse_list(cli->sessions);
         if (cli->gen < 2 || cli->prompt < 0 || cli->decode_prompt < 1 || cli->prefill_chunk < 1 || cli->repeats < 1)
             fail(error_kind::config, "--gen must be >= 2; --prompt >= 0; --decode-prompt, --prefill-chunk, --repeats >= 1");
+        if (cli->draft < 0 || cli->draft > 16 || cli->draft_step_rows < 2)
+            fail(error_kind::config, "--draft must be between 0 and 16 and --draft-step-rows >= 2");
         auto file = gguf_file::open(cli->model);
         const model_hparams hp = model_hparams_read(*file);
         const model_bytes bytes = model_bytes_read(*file, hp, 4);
@@ -111,7 +219,7 @@ TANDEM_COMMAND(bench, "Measure prefill and multi-session decode throughput", [](
         opt.n_slots = *std::max_element(counts.begin(), counts.end());
         // Slots of the run's length (+2 warm-up steps), or --ctx when larger: decode as a server with
         // --ctx 32768 runs it (the attention's chunk grid covers the whole slot).
-        const int32_t needed = std::max(cli->prompt, cli->decode_prompt + cli->gen + 2) + 1;
+        const int32_t needed = std::max(cli->prompt, cli->decode_prompt + (cli->gen + 2) * (1 + cli->draft)) + 1;
         opt.n_ctx = std::min(hp.n_ctx_train, ctx_flag->count() > 0 ? std::max(cli->engine.n_ctx, needed) : needed);
         opt.backend = engine_backend_resolve(opt);
         opt.record_expert_traffic = !cli->traffic_path.empty();
@@ -205,6 +313,18 @@ TANDEM_COMMAND(bench, "Measure prefill and multi-session decode throughput", [](
                        n, t * 1e3, n / t, 1.0 / t, b / 1e9, gbps,
                        roof > 0 ? fmt::format("  {:.1f}% of {:.0f} GB/s", 100.0 * gbps / roof, roof) : "",
                        launches != counters.end() && launches->second > 0 ? fmt::format("  {:.0f} launches/step", launches->second) : "");
+            for (const bool oracle : {false, true}) {
+                if (cli->draft == 0 || (oracle && !cli->draft_oracle)) continue;
+                const nlohmann::json dr =
+                    decode_with_drafts(*eng, n, cli->decode_prompt, cli->gen, cli->draft, cli->draft_step_rows, oracle, random_ids);
+                result[oracle ? "decode_draft_oracle" : "decode_draft"].push_back(dr);
+                const double n_drafted = dr["drafted"].get<double>();
+                fmt::print("{} {:3} sessions  {:8.2f} ms/step  {:9.1f} tok/s aggregate  {:8.1f} tok/s/session  "
+                           "{:5.2f} rows/step  {:.1f}% of {} drafts kept\n",
+                           oracle ? "oracle  " : "draft   ", n, dr["ms_per_step"].get<double>(), dr["tok_per_s"].get<double>(),
+                           dr["tok_per_s"].get<double>() / n, dr["rows_per_step"].get<double>(),
+                           n_drafted > 0 ? 100.0 * dr["accepted"].get<double>() / n_drafted : 0.0, dr["drafted"].get<uint64_t>());
+            }
         }
         const auto &d = result["decode"];
         if (d.size() >= 2)
@@ -218,7 +338,7 @@ TANDEM_COMMAND(bench, "Measure prefill and multi-session decode throughput", [](
                            {"file_type", file->get_int("general.file_type", -1)}, {"bytes", bytes.total()}};
         result["flags"] = {{"prompt", cli->prompt}, {"gen", cli->gen}, {"sessions", counts},
                            {"decode_prompt", cli->decode_prompt}, {"prefill_chunk", cli->prefill_chunk}, {"full_logits", cli->full_logits},
-                           {"threads", opt.n_threads}, {"devices", opt.n_devices}, {"n_ctx", opt.n_ctx}};
+                           {"draft", cli->draft}, {"draft_step_rows", cli->draft_step_rows}, {"draft_oracle", cli->draft_oracle}, {"threads", opt.n_threads}, {"devices", opt.n_devices}, {"n_ctx", opt.n_ctx}};
         fmt::print("{}\n", eng->layout());
         if (!cli->traffic_path.empty()) engine_write_expert_traffic(*eng, cli->traffic_path);
         if (!cli->json_path.empty()) {

@@ -77,10 +77,10 @@ void test_load_delay() {
 
 std::string config_line(const server_config &c) {
     return fmt::format("config: model={} host={} port={} ctx={} batched-session={} prefill-chunk={} prefill-yield={} "
-                       "itl-budget={} max-queue={} alias={} api-key={} threads={} http-threads={} body-limit={} timeouts={}s/{}s "
+                       "itl-budget={} max-queue={} draft={} (n-grams {}-{}, step rows {}) alias={} api-key={} threads={} http-threads={} body-limit={} timeouts={}s/{}s "
                        "backend={} devices={} gpu-devices={} gpu-vram={} tensor-parallel={} mem-budget={}",
                        c.model_path, c.host, c.port, c.n_ctx, c.n_slots, c.prefill_chunk, c.prefill_yield, c.itl_budget, c.max_queue,
-                       c.alias, c.api_key.empty() ? "off" : "on", c.n_threads, c.http_threads, c.body_limit,
+                       c.draft, c.draft_ngram_min, c.draft_ngram_max, c.draft_step_rows, c.alias, c.api_key.empty() ? "off" : "on", c.n_threads, c.http_threads, c.body_limit,
                        c.read_timeout_s, c.write_timeout_s, c.backend, c.n_devices,
                        c.gpu_devices.empty() ? std::string("auto") : fmt::format("{}", fmt::join(c.gpu_devices, ",")),
                        c.gpu_vram, c.tensor_parallel, c.mem_budget_gib > 0 ? fmt::format("{}GiB", c.mem_budget_gib) : "auto");
@@ -169,6 +169,8 @@ int serve(server_config cfg) {
     so.prefill_yield = cfg.prefill_yield;
     so.itl_budget = cfg.itl_budget;
     so.max_queue = cfg.max_queue;
+    so.draft = {cfg.draft, cfg.draft_ngram_min, cfg.draft_ngram_max};
+    so.draft_step_rows = cfg.draft_step_rows;
     scheduler sched(*eng, so, make_scheduler_hooks(tok));
     sched.start();
 
@@ -235,6 +237,20 @@ int main(int argc, char **argv) {
                    "step (measured; >= 1.0)")
         ->check(CLI::Range(1.0, 1e6));
     app.add_option("--max-queue", cfg.max_queue, "requests waiting for a slot before 503")->check(CLI::Range(0, 1 << 20));
+    app.add_option("--draft", cfg.draft,
+                   "speculative decoding by prompt lookup: up to this many drafted tokens a session a step, checked by "
+                   "the session's own sampler (the output is unchanged; 0: off)")
+        ->check(CLI::Range(0, 16));
+    app.add_option("--draft-ngram-min", cfg.draft_ngram_min, "shortest suffix of a session's tokens looked up for a draft")
+        ->check(CLI::Range(1, 64))
+        ->capture_default_str();
+    app.add_option("--draft-ngram-max", cfg.draft_ngram_max, "longest suffix looked up for a draft (tried first)")
+        ->check(CLI::Range(1, 64))
+        ->capture_default_str();
+    app.add_option("--draft-step-rows", cfg.draft_step_rows,
+                   "drafts are fed only while a step's decode rows stay within this (busy steps gain little from them)")
+        ->check(CLI::Range(2, 512))
+        ->capture_default_str();
     app.add_option("--alias", cfg.alias, "model id shown by the APIs (default: the file name)");
     auto *key = app.add_option("--api-key", cfg.api_key, "require this key (Bearer; x-api-key on Anthropic routes)");
     app.add_option("--api-key-file", api_key_file, "read the API key from this file")->excludes(key);

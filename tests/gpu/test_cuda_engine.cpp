@@ -193,6 +193,17 @@ TEST_CASE("CUDA decode logits are bitwise independent of the other rows of the s
     }
 }
 
+TEST_CASE("CUDA decode rows of a session fed several a call (speculative drafts) match one a call, bitwise", "[gpu][invariance][draft]") {
+    if (!gpu_present()) return;
+    // Several rows of one slot leave the fused attention (set_distinct_slots) for qk_rope_kv plus
+    // the attention launches; each row must still get the bits a one-row step gives it.
+    const std::string preset = GENERATE(std::string("tiny"), std::string("tiny-gqa8"), std::string("tiny-moe64"));
+    const std::string kv = GENERATE(std::string("f32"), std::string("f16"));
+    INFO(preset << " kv " << kv);
+    const std::string model = synth_gguf(preset, ggml_type::q4_k, 2);
+    check_draft_rows_bitwise([&](int32_t n_slots, int32_t n_ctx) { return open_cuda(model, n_slots, n_ctx, kv); }, 616);
+}
+
 TEST_CASE("CUDA engine rejects malformed rows exactly like the CPU engine and stays usable", "[gpu][engine]") {
     if (!gpu_present()) return;
     const std::string model = synth_gguf("tiny", ggml_type::q4_k, 2);

@@ -2,14 +2,17 @@
 #include "model_test_util.h"
 
 #include "tandem/convert.h"
+#include "tandem/sampler.h"
 #include "tandem/quant.h"
 #include "tandem/synth.h"
 
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <map>
+#include <random>
 #include <unistd.h>
 
 namespace tandem::test {
@@ -104,6 +107,64 @@ std::vector<float> prefill(engine &eng, int32_t slot, const std::vector<int32_t>
     std::vector<float> logits;
     eng.forward(rows, logits);
     return logits;
+}
+
+void check_draft_rows_bitwise(const std::function<std::unique_ptr<engine>(int32_t n_slots, int32_t n_ctx)> &open, uint32_t seed) {
+    constexpr size_t n_sessions = 4, n_tokens = 24;
+    std::mt19937 rng(seed);
+    auto alone_eng = open(int32_t(n_sessions), 128);
+    const size_t nv = size_t(alone_eng->hparams().n_vocab);
+    std::vector<std::vector<int32_t>> prompts(n_sessions), tokens(n_sessions);
+    for (size_t s = 0; s < n_sessions; ++s)
+        for (size_t i = 0; i < 3 + 9 * s; ++i) prompts[s].push_back(int32_t(rng() % nv));
+    // Alone: one decode row a call; alone[s][i] the logits of the row that fed tokens[s][i].
+    std::vector<std::vector<std::vector<float>>> alone(n_sessions);
+    for (size_t s = 0; s < n_sessions; ++s) {
+        std::vector<float> logits = prefill(*alone_eng, int32_t(s), prompts[s]);
+        for (size_t i = 0; i < n_tokens; ++i) {
+            tokens[s].push_back(argmax(logits));
+            const engine_row row{int32_t(s), alone_eng->slot_length(int32_t(s)), tokens[s].back(), true};
+            alone_eng->forward({&row, 1}, logits);
+            alone[s].push_back(logits);
+        }
+    }
+    // Together: each call feeds every unfinished session 1-5 of its next tokens (decode rows), in
+    // alternating session order; then a random number of them is kept (at least the first), the
+    // rest truncated away and fed again by a later call.
+    auto eng = open(int32_t(n_sessions), 128);
+    for (size_t s = 0; s < n_sessions; ++s) prefill(*eng, int32_t(s), prompts[s]);
+    std::vector<size_t> fed(n_sessions, 0);
+    std::vector<float> logits;
+    for (int call = 0; call < 200; ++call) {
+        std::vector<engine_row> rows;
+        std::vector<std::pair<size_t, size_t>> owner;  // (session, token index) per row
+        for (size_t k = 0; k < n_sessions; ++k) {
+            const size_t s = call % 2 ? n_sessions - 1 - k : k;
+            const size_t n = std::min<size_t>(1 + rng() % 5, n_tokens - fed[s]);
+            for (size_t j = 0; j < n; ++j) {
+                rows.push_back({int32_t(s), int32_t(prompts[s].size() + fed[s] + j), tokens[s][fed[s] + j], true});
+                owner.emplace_back(s, fed[s] + j);
+            }
+        }
+        if (rows.empty()) break;
+        eng->forward(rows, logits);
+        REQUIRE(logits.size() == rows.size() * nv);
+        std::vector<size_t> n_fed(n_sessions, 0);
+        for (size_t r = 0; r < rows.size(); ++r) {
+            const auto [s, i] = owner[r];
+            INFO("call " << call << ", session " << s << ", token " << i << ", " << rows.size() << " rows");
+            CHECK(std::memcmp(logits.data() + r * nv, alone[s][i].data(), nv * sizeof(float)) == 0);
+            ++n_fed[s];
+        }
+        for (size_t s = 0; s < n_sessions; ++s) {
+            if (n_fed[s] == 0) continue;
+            const size_t kept = 1 + rng() % n_fed[s];
+            fed[s] += kept;
+            if (kept < n_fed[s]) eng->slot_truncate(int32_t(s), int32_t(prompts[s].size() + fed[s]));
+            CHECK(eng->slot_length(int32_t(s)) == int32_t(prompts[s].size() + fed[s]));
+        }
+    }
+    for (size_t s = 0; s < n_sessions; ++s) CHECK(fed[s] == n_tokens);
 }
 
 }  // namespace tandem::test

@@ -5,6 +5,7 @@
 #include "tandem/gguf.h"
 #include "tandem/types.h"
 
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -31,5 +32,11 @@ double rel_l2(std::span<const float> a, std::span<const float> b);
 
 // Prefills `ids` into `slot` (one call) and returns the logits of every row that asks.
 std::vector<float> prefill(engine &eng, int32_t slot, const std::vector<int32_t> &ids, bool all_logits = false);
+
+// Speculative verification's engine contract: a session's decode rows fed several in one call (its
+// next token and drafts, beside other sessions' rows), then cut back by slot_truncate to the rows
+// kept and fed again, give every row the logits bitwise that decoding one token a call gives.
+// `open` makes an engine of n_slots slots of n_ctx tokens; the check runs 4 sessions for 24 tokens.
+void check_draft_rows_bitwise(const std::function<std::unique_ptr<engine>(int32_t n_slots, int32_t n_ctx)> &open, uint32_t seed);
 
 }  // namespace tandem::test

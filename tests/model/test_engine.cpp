@@ -107,6 +107,14 @@ TEST_CASE("a row's logits do not depend on the other rows of the call", "[engine
     }
 }
 
+TEST_CASE("a session's decode rows fed several a call and truncated back match one a call, bitwise", "[engine][invariance][draft]") {
+    const ggml_type type = GENERATE(ggml_type::q4_k, ggml_type::f32);
+    const std::string kv = GENERATE(std::string("f32"), std::string("f16"));
+    INFO("type " << ggml_type_name(type) << ", kv " << kv);
+    const std::string model = synth_gguf("tiny", type, 2);
+    check_draft_rows_bitwise([&](int32_t n_slots, int32_t n_ctx) { return open_cpu(model, n_slots, n_ctx, kv); }, 515);
+}
+
 TEST_CASE("slot_truncate then re-prefill reproduces the logits", "[engine]") {
     const std::string model = synth_gguf("tiny", ggml_type::q4_k, 2);
     std::mt19937 rng(7);

@@ -235,12 +235,43 @@ def test_metrics(srv):
         "llamacpp:predicted_tokens_seconds": "gauge", "llamacpp:requests_processing": "gauge",
         "llamacpp:requests_deferred": "gauge", "tandem_slots_in_use": "gauge", "tandem_queue_depth": "gauge",
         "tandem_rows_per_decode_step": "gauge", "tandem_prefill_yields": "counter", "tandem_kv_tokens_cached": "gauge",
-        "tandem_prefill_budget_tokens": "gauge",
+        "tandem_prefill_budget_tokens": "gauge", "tandem_draft_tokens": "counter", "tandem_draft_accepted": "counter",
     }
     for name, typ in want.items():
         check(name in families and families[name].type == typ, f"metric {name} ({typ}) present")
     pt = families["llamacpp:prompt_tokens"].samples[0].value
     check(pt > 0, f"prompt tokens counted ({pt})")
+
+
+def test_draft(build_dir):
+    # --draft feeds prompt-lookup guesses as extra decode rows and keeps only what the sampler draws
+    # anyway: greedy and seeded outputs, streamed or not, equal those of a server without drafts.
+    prompts = ["one two three one two three one two three one two", "abc abc abc abc abc", "draft check: x y z x y"]
+    def outputs(args, log):
+        out = []
+        with h.running(build_dir, ["--ctx", "512", "--batched-session", "2"] + args, log) as srv:
+            for i, p in enumerate(prompts):
+                for extra in ({}, {"temperature": 0.7, "seed": 11 + i}):
+                    status, r = completion(srv, p, 40, **extra)
+                    out.append(r["choices"][0]["text"] if status == 200 else None)
+            body = {"model": MODEL, "prompt": prompts[0], "max_tokens": 40, "temperature": 0, "stream": True}
+            status, _, data = srv.request("POST", "/v1/completions", body)
+            chunks = [ln[6:] for ln in data.decode().splitlines() if ln.startswith("data: ") and ln != "data: [DONE]"]
+            out.append("".join(c["text"] for ch in chunks for c in json.loads(ch)["choices"]) if status == 200 else None)
+            status, _, body = srv.request("GET", "/props")
+            props = json.loads(body) if status == 200 else {}
+            metrics = srv.request("GET", "/metrics")[2].decode()
+        return out, props, metrics
+    plain, _, _ = outputs([], "e2e-draft-off.log")
+    drafted, props, metrics = outputs(["--draft", "4"], "e2e-draft-on.log")
+    check(None not in plain and plain == drafted, f"outputs with --draft 4 equal those without ({plain} vs {drafted})")
+    check(props.get("draft") == 4, f"/props reports draft 4 ({props.get('draft')})")
+    fed = [float(ln.split()[1]) for ln in metrics.splitlines() if ln.startswith("tandem_draft_tokens_total ")]
+    kept = [float(ln.split()[1]) for ln in metrics.splitlines() if ln.startswith("tandem_draft_accepted_total ")]
+    print(f"  drafts fed {fed}, kept {kept}", flush=True)
+    check(fed and fed[0] > 0 and kept and kept[0] > 0, f"the repetitive prompts got drafts fed and kept ({fed}, {kept})")
+    out = subprocess.run([os.path.join(build_dir, "tandem-server"), "-m", "x.gguf", "--draft", "17"], capture_output=True, text=True)
+    check(out.returncode != 0 and "--draft" in out.stderr, f"--draft 17 refused ({out.returncode}: {out.stderr.strip()[:200]})")
 
 
 def test_sdks(srv, npm_dir):
@@ -438,7 +469,7 @@ def main():
     for name, fn in [("queue", lambda: test_cancel_queued(a.build_dir)), ("auth", lambda: test_auth(a.build_dir, a.npm_dir)),
                      ("shutdown", lambda: test_shutdown_in_flight(a.build_dir)),
                      ("signals", lambda: test_signal_storm(a.build_dir)), ("plan", lambda: test_memory_plan(a.build_dir)),
-                     ("loading", lambda: test_loading(a.build_dir))]:
+                     ("loading", lambda: test_loading(a.build_dir)), ("draft", lambda: test_draft(a.build_dir))]:
         if a.only and name not in a.only.split(","):
             continue
         print(f"[{name}]", flush=True)

@@ -1,6 +1,7 @@
 // tests/server/fake_engine.h - a deterministic stand-in for tandem::engine in scheduler tests:
-// each row's logits are a pure function of its slot's token history up to that row, so batch
-// invariance, prefix reuse and truncation are checkable without a model. Records every call.
+// each row's logits are a pure function of its slot's token history up to that row (or of its last
+// few tokens: set_context), so batch invariance, prefix reuse and truncation are checkable without a
+// model. Records every call.
 #pragma once
 
 #include "src/scheduler/scheduler.h"
@@ -82,10 +83,15 @@ public:
     }
     std::string layout() const override { return "fake: 1 device"; }
 
+    // Logits from the last n tokens of a history only (0: all of it). With n = 1 greedy output
+    // falls into a cycle within n_vocab tokens, which prompt-lookup drafts then predict.
+    void set_context(size_t n) { context_ = n; }
+
     // Logits for a history: hashed into a seed, expanded by splitmix64 into values in [-4, 4).
     void logits_of(const std::vector<int32_t> &h, float *out) const {
         uint64_t x = 1469598103934665603ull;
-        for (int32_t t : h) x = (x ^ static_cast<uint64_t>(t)) * 1099511628211ull;
+        const size_t from = context_ > 0 && h.size() > context_ ? h.size() - context_ : 0;
+        for (size_t i = from; i < h.size(); ++i) x = (x ^ static_cast<uint64_t>(h[i])) * 1099511628211ull;
         for (int32_t v = 0; v < hp_.n_vocab; ++v) {
             x += 0x9e3779b97f4a7c15ull;
             uint64_t z = x;
@@ -118,6 +124,7 @@ private:
     std::vector<std::vector<engine_row>> calls_;
     bool fail_next_ = false;
     int64_t top_calls_ = 0;
+    size_t context_ = 0;
     std::chrono::milliseconds delay_{0};
 };
 
@@ -175,8 +182,9 @@ inline scheduler_hooks fake_hooks(int32_t eog_id) {
 // The greedy continuation computed directly on a private one-slot fake engine, one token at a
 // time: the reference the scheduler's output must match.
 inline std::vector<int32_t> fake_greedy_reference(int32_t n_vocab, const std::vector<int32_t> &prompt, int32_t n,
-                                                  int32_t eog_id = -1) {
+                                                  int32_t eog_id = -1, size_t context = 0) {
     fake_engine e(1, 1 << 20, n_vocab);
+    e.set_context(context);
     std::vector<int32_t> h = prompt, out;
     std::vector<float> logits(static_cast<size_t>(n_vocab));
     fake_greedy_picker picker(0);

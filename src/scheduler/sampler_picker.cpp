@@ -1,0 +1,35 @@
+// src/scheduler/sampler_picker.cpp - the seeded tandem::sampler behind the token_picker interface:
+// whole rows through sample(), row summaries through sample_top() when the sampler says they decide.
+#include "src/scheduler/scheduler.h"
+
+#include "tandem/error.h"
+
+#include <optional>
+#include <utility>
+
+namespace tandem {
+
+namespace {
+
+class sampler_picker : public token_picker {
+public:
+    explicit sampler_picker(const sampling_params &p) : sampler_(p) {}
+    sample_result pick(std::span<const float> logits) override { return sampler_.sample(logits); }
+    bool picks_from_top() const override { return !sampler_.needs_full_row(); }
+    sample_result pick_top(const logits_top &top) override {
+        std::optional<sample_result> r = sampler_.sample_top(top);
+        TANDEM_ASSERT(r, "the sampler could not decide a draw it said the top decides");
+        return std::move(*r);
+    }
+
+private:
+    sampler sampler_;
+};
+
+}  // namespace
+
+std::unique_ptr<token_picker> make_sampler_picker(const sampling_params &params) {
+    return std::make_unique<sampler_picker>(params);
+}
+
+}  // namespace tandem
