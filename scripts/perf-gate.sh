@@ -22,6 +22,11 @@ if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1 && [ "
     "$tandem" bench -m "$model" --backend cuda --prompt 2048 --prefill-chunk 128 --repeats 3 --gen 2 --sessions 1 \
         --json "$dir/bench-gpu-chunked.json"
     python3 scripts/perf_gate.py --floors perf/floors.json --bench "$dir/bench-gpu-chunked.json" --gpu "$gpu" --plan chunked
+    # Speculative verification: each session's next token and 3 drafts (its own greedy continuation,
+    # so all must be kept) as 4 decode rows of its slot a step: the rows of one slot together.
+    "$tandem" bench -m "$model" --backend cuda --prompt 0 --gen 64 --sessions 1,16 --draft 3 --draft-oracle \
+        --draft-step-rows 64 --json "$dir/bench-gpu-draft.json"
+    python3 scripts/perf_gate.py --floors perf/floors.json --bench "$dir/bench-gpu-draft.json" --gpu "$gpu" --plan draft
     # llama.cpp's Q4_K_M mix (Q6_K head, and Q6_K attn_v and experts' down in half the layers), as
     # published Qwen3-30B-A3B Q4_K_M files are: what a user's real file runs at.
     model_m="$dir/qwen3-30b-a3b-q4_k_m.gguf"

@@ -2,13 +2,14 @@
 """scripts/perf_gate.py - checks `tandem bench --json` results against perf/floors.json.
 
 usage: perf_gate.py --floors perf/floors.json --bench B.json [B2.json ...] [--gpu NAME --preset P
-                    --type T [--gpus N --plan single|tp|pipeline|serve|chunked]] [--fairness F.json]
+                    --type T [--gpus N --plan single|tp|pipeline|serve|chunked|draft]] [--fairness F.json]
 Without --gpu: the CPU gate, a ratio of two session counts within each run (robust to the
 machine's speed), the median over the runs given (robust to its noise).
 With --gpu: the GPU floors of that (gpu, preset, type, gpus, plan) entry (gpus 1 / plan single
 when an entry does not say); an entry checks the floors it lists (plan serve: decode only, in the
 server's slots and KV type after long prompts; plan chunked: prefill only, in the 128-token chunks
-the server interleaves with decoding sessions).
+the server interleaves with decoding sessions; plan draft: the --draft-oracle decode, 4 rows of each
+slot a step, and every draft kept).
 Exit 0: pass (warnings printed for values within 5% of a floor); 1: below a floor; 2: bad input.
 """
 import argparse
@@ -48,6 +49,20 @@ def decode_rate(bench, sessions):
     sys.exit(2)
 
 
+def draft_oracle(bench, sessions, failures):
+    """Tokens a second of the bench's --draft-oracle run at `sessions`; every draft must have been
+    kept (each was the session's own greedy continuation: a miss means a row's logits changed with
+    the rows of its slot beside it)."""
+    for row in bench.get("decode_draft_oracle", []):
+        if row.get("sessions") == sessions:
+            if row["accepted"] != row["drafted"] or row["drafted"] == 0:
+                print(f"  FAIL draft_oracle_{sessions}_kept: {row['accepted']} of {row['drafted']} drafts kept (all must be)")
+                failures.append(f"draft_oracle_{sessions}_kept")
+            return row["tok_per_s"]
+    print(f"perf-gate: bench has no --draft-oracle row for {sessions} sessions", file=sys.stderr)
+    sys.exit(2)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--floors", required=True)
@@ -57,7 +72,7 @@ def main():
     ap.add_argument("--preset", default="qwen3-30b-a3b")
     ap.add_argument("--type", default="q4_K")
     ap.add_argument("--gpus", type=int, default=1, help="GPUs the bench ran on")
-    ap.add_argument("--plan", default="single", choices=["single", "tp", "pipeline", "serve", "chunked"])
+    ap.add_argument("--plan", default="single", choices=["single", "tp", "pipeline", "serve", "chunked", "draft"])
     ap.add_argument("--fairness", help="JSON from the server fairness scenario: {\"ratio\": r, ...}")
     args = ap.parse_args()
     floors = load(args.floors)
@@ -79,6 +94,10 @@ def main():
             name = f"decode_{sessions}_tok_per_s"
             if name in f:
                 check(name, decode_rate(bench, sessions), f[name]["floor"], failures)
+        for sessions in (1, 16):
+            name = f"draft_oracle_{sessions}_tok_per_s"
+            if name in f:
+                check(name, draft_oracle(bench, sessions, failures), f[name]["floor"], failures)
         if "prefill_2048_tok_per_s" in f:
             check("prefill_2048_tok_per_s", bench["prefill"]["tok_per_s"], f["prefill_2048_tok_per_s"]["floor"], failures)
     else:

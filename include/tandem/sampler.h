@@ -62,14 +62,16 @@ public:
     bool needs_full_row() const;
 
 private:
-    // Draws among candidates sorted best first (logit(i) is candidate i's logit; max_logit the
-    // row's), applying top_k, min_p and top_p as sample() does; returns the candidate's index.
-    template <class Logit>
-    size_t draw(size_t n_candidates, Logit logit, float max_logit);
+    // Draws among candidates given in ascending id order (max_logit the row's best), applying
+    // top_k, min_p and top_p; returns the token id. cand is consumed (filtered in place).
+    int32_t draw(std::vector<token_logit> &cand, float max_logit);
 
     sampling_params params_;
     std::mt19937_64 rng_;
     std::vector<int32_t> order_;  // scratch
+    std::vector<token_logit> candidates_;
+    std::vector<double> weights_;
+    std::vector<uint8_t> in_nucleus_;
 };
 
 // Index of the largest value; the lowest index wins ties.

@@ -9,6 +9,8 @@
 #include "tandem/log.h"
 
 #include <algorithm>
+#include <atomic>
+#include <exception>
 #include <utility>
 
 namespace tandem {
@@ -18,6 +20,9 @@ using clock_type = std::chrono::steady_clock;
 // Most drafted tokens a session may feed in one step: 16 slots of 1 + 16 rows stay well inside any
 // backend's decode step.
 constexpr int32_t max_draft = 16;
+
+// Threads that draw from whole logits rows at once (one session each at a time).
+constexpr size_t max_pick_threads = 8;
 
 static double ms_between(clock_type::time_point a, clock_type::time_point b) {
     return std::chrono::duration<double, std::milli>(b - a).count();
@@ -441,25 +446,63 @@ bool scheduler::step() {
     // A session's rows come together: its next token's row, then one a draft. The draw from row j
     // is kept only while every earlier draw equalled the draft fed after it, and draws are made in
     // row order and stop at the first miss, so the sampler's random stream advances exactly as it
-    // would one token a step: the output does not depend on the drafts.
+    // would one token a step: the output does not depend on the drafts. First every session's
+    // draws (on several threads when they take whole rows: ~1 ms each for a 150k vocabulary, and
+    // the sessions' samplers are independent); then, in row order, the tokens they emit. A draw
+    // past a token that ends the session is made and dropped with its sampler.
+    struct session_draws {
+        active *a;
+        size_t first_row;
+        bool decode;
+        std::vector<sample_result> picks;
+    };
+    std::vector<session_draws> draws;
+    for (size_t i = 0; i < logit_owner.size(); i += 1 + logit_owner[i]->draft.size())
+        draws.push_back({logit_owner[i], i, i < static_cast<size_t>(n_decode), {}});
+    auto draw_session = [&](session_draws &d) {
+        active &a = *d.a;
+        for (size_t j = 0; j <= a.draft.size(); ++j) {
+            const size_t row = d.first_row + j;
+            d.picks.push_back(from_top ? a.picker->pick_top(tops_[row])
+                                       : a.picker->pick(std::span<const float>(logits_.data() + row * n_vocab, n_vocab)));
+            if (j == a.draft.size() || d.picks.back().id != a.draft[j]) break;
+        }
+    };
+    const size_t n_workers = from_top ? 1 : std::min<size_t>(draws.size(), max_pick_threads);
+    if (n_workers <= 1) {
+        for (auto &d : draws) draw_session(d);
+    } else {
+        std::vector<std::thread> workers;
+        std::atomic<size_t> next{0};
+        std::exception_ptr failure;
+        std::mutex failure_mutex;
+        for (size_t w = 0; w < n_workers; ++w)
+            workers.emplace_back([&] {
+                for (size_t k; (k = next.fetch_add(1)) < draws.size();) {
+                    try {
+                        draw_session(draws[k]);
+                    } catch (...) {
+                        std::lock_guard lock(failure_mutex);
+                        if (!failure) failure = std::current_exception();
+                    }
+                }
+            });
+        for (auto &t : workers) t.join();
+        if (failure) std::rethrow_exception(failure);
+    }
     uint64_t n_accepted = 0, n_decode_tokens = 0;
-    for (size_t i = 0; i < logit_owner.size();) {
-        active &a = *logit_owner[i];
-        const bool decode = i < static_cast<size_t>(n_decode);
-        const size_t n_rows_a = 1 + a.draft.size();
+    for (session_draws &d : draws) {
+        active &a = *d.a;
         auto &st = slots_[a.slot];
         const size_t held = st.tokens.size();
         st.tokens.resize(held - a.draft.size());  // drafts come back as they are kept
         size_t kept = 0;
-        for (size_t j = 0; j < n_rows_a; ++j) {
-            const size_t row = i + j;
-            sample_result r = from_top ? a.picker->pick_top(tops_[row])
-                                       : a.picker->pick(std::span<const float>(logits_.data() + row * n_vocab, n_vocab));
+        for (size_t j = 0; j < d.picks.size(); ++j) {
             bool done = false;
-            emit_token(a, r, done);
-            n_decode_tokens += decode ? 1 : 0;
-            if (done || j == a.draft.size() || r.id != a.draft[j]) break;
-            st.tokens.push_back(a.draft[j]);
+            emit_token(a, d.picks[j], done);
+            n_decode_tokens += d.decode ? 1 : 0;
+            if (done || j + 1 == d.picks.size()) break;
+            st.tokens.push_back(a.draft[j]);  // picks[j] equalled it: row j + 1 stands
             ++kept;
         }
         if (!a.draft.empty()) {
@@ -468,7 +511,6 @@ bool scheduler::step() {
             n_accepted += kept;
             a.draft.clear();
         }
-        i += n_rows_a;
     }
     for (auto &a : active_) {
         if (a->finished) continue;

@@ -158,3 +158,79 @@ TEST_CASE("sampler basics: greedy, top_k 1, bad parameters", "[sampler]") {
     bad.n_logprobs = 21;
     REQUIRE_THROWS_AS(sampler(bad), error);
 }
+
+namespace {
+
+// What a draw's distribution should be, written plainly: the candidates best first, top_k, then
+// min_p (against the best's weight), then the smallest best-first prefix reaching top_p.
+std::vector<double> expected_distribution(const std::vector<float> &v, const sampling_params &p) {
+    const float max_logit = *std::max_element(v.begin(), v.end());
+    std::vector<int32_t> ids;
+    for (size_t i = 0; i < v.size(); ++i)
+        if (v[i] >= max_logit - 30.0f * p.temperature) ids.push_back(int32_t(i));
+    std::stable_sort(ids.begin(), ids.end(), [&](int32_t a, int32_t b) { return v[size_t(a)] > v[size_t(b)]; });
+    if (p.top_k > 0 && size_t(p.top_k) < ids.size()) ids.resize(size_t(p.top_k));
+    auto w = [&](int32_t id) { return std::exp((double(v[size_t(id)]) - max_logit) / p.temperature); };
+    std::vector<int32_t> kept;
+    for (int32_t id : ids)
+        if (kept.empty() || w(id) >= p.min_p) kept.push_back(id);
+    double total = 0.0;
+    for (int32_t id : kept) total += w(id);
+    if (p.top_p < 1.0f) {
+        double cum = 0.0;
+        size_t n = 0;
+        while (n < kept.size()) {
+            cum += w(kept[n++]) / total;
+            if (cum >= p.top_p) break;
+        }
+        kept.resize(n);
+    }
+    std::vector<double> out(v.size(), 0.0);
+    total = 0.0;
+    for (int32_t id : kept) total += w(id);
+    for (int32_t id : kept) out[size_t(id)] = w(id) / total;
+    return out;
+}
+
+}  // namespace
+
+TEST_CASE("temperature draws follow the filtered softmax", "[sampler]") {
+    // Ties (ids 1 and 4), a token far below the rest, and one inside every filter's edge.
+    const std::vector<float> v = {0.2f, 1.5f, -0.7f, 0.9f, 1.5f, -40.0f, 0.0f};
+    struct case_t {
+        float temp;
+        int32_t top_k;
+        float top_p, min_p;
+    };
+    const std::vector<case_t> cases = {{1.0f, 0, 1.0f, 0.0f}, {0.5f, 0, 1.0f, 0.0f}, {2.0f, 3, 1.0f, 0.0f},
+                                       {1.0f, 0, 0.6f, 0.0f}, {1.0f, 0, 1.0f, 0.3f}, {1.5f, 5, 0.8f, 0.1f}};
+    const int n_draws = 200000;
+    // 300 tokens: the nucleus is found by selection rounds, not only by the final sort.
+    std::mt19937_64 rng(5);
+    std::vector<float> wide = normal_logits(rng, 300, 1.0f);
+    wide[42] = wide[7];  // a tie
+    std::vector<std::pair<std::vector<float>, case_t>> all;
+    for (const case_t &c : cases) all.push_back({v, c});
+    for (const case_t c : {case_t{1.0f, 0, 0.5f, 0.0f}, case_t{0.7f, 0, 0.9f, 0.0f}, case_t{1.0f, 100, 0.7f, 0.0f}})
+        all.push_back({wide, c});
+    for (const auto &[v, c] : all) {
+        sampling_params p;
+        p.temperature = c.temp;
+        p.top_k = c.top_k;
+        p.top_p = c.top_p;
+        p.min_p = c.min_p;
+        p.seed = 99;
+        const std::vector<double> want = expected_distribution(v, p);
+        sampler s(p);
+        std::vector<int> count(v.size(), 0);
+        for (int i = 0; i < n_draws; ++i) ++count[size_t(s.sample(v).id)];
+        for (size_t id = 0; id < v.size(); ++id) {
+            INFO("temp " << c.temp << " top_k " << c.top_k << " top_p " << c.top_p << " min_p " << c.min_p << " id " << id);
+            const double f = double(count[id]) / n_draws;
+            // Five standard deviations of a binomial frequency (a fixed seed: the same counts every run).
+            const double sigma = std::sqrt(want[id] * (1.0 - want[id]) / n_draws);
+            CHECK(std::abs(f - want[id]) <= 5.0 * sigma + 1e-12);
+            if (want[id] == 0.0) CHECK(count[id] == 0);
+        }
+    }
+}
