@@ -90,6 +90,16 @@ public:
         for (size_t i = 0; i < logits.size() / vocab; ++i) top.push_back(logits_top_of({logits.data() + i * vocab, vocab}));
     }
 
+    // forward and forward_top in one call: whole rows and their summaries (a draw from a whole row
+    // takes the row's normaliser and best tokens from its summary instead of computing them). The
+    // CUDA engine reduces on the device beside the rows' download; the default reduces on the host.
+    virtual void forward_rows_top(std::span<const engine_row> rows, std::vector<float> &logits, std::vector<logits_top> &top) {
+        forward(rows, logits);
+        const size_t vocab = size_t(hparams().n_vocab);
+        top.clear();
+        for (size_t i = 0; i < logits.size() / vocab; ++i) top.push_back(logits_top_of({logits.data() + i * vocab, vocab}));
+    }
+
     // Tokens whose K/V the slot holds.
     virtual int32_t slot_length(int32_t slot) const = 0;
     // Keeps the first n_keep cached positions of the slot and forgets the rest.

@@ -53,7 +53,10 @@ logits_top logits_top_of(std::span<const float> logits);
 class sampler {
 public:
     explicit sampler(const sampling_params &params);
-    sample_result sample(std::span<const float> logits);
+    // summary, when given, must be the row's logits_top (engine::forward_rows_top): its maximum, NaN
+    // flag, best tokens and normaliser are taken from it instead of recomputed (the same draw; the
+    // normaliser, and so the logprobs, to within 1e-12 relative when a GPU reduced the row).
+    sample_result sample(std::span<const float> logits, const logits_top *summary = nullptr);
     // The same draw as sample() on the whole row (same id, same random stream), from its top
     // alone; nullopt, with no random number drawn, when the top does not decide it: a temperature
     // draw without a top_k <= logits_top_max whose candidates (logits within 30 x temperature of

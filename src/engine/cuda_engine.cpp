@@ -532,6 +532,14 @@ void cuda_engine::forward_top(std::span<const engine_row> rows, std::vector<logi
     forward_rows(rows, nullptr, &top);
 }
 
+void cuda_engine::forward_rows_top(std::span<const engine_row> rows, std::vector<float> &logits, std::vector<logits_top> &top) {
+    if (!device_top_) {
+        engine::forward_rows_top(rows, logits, top);
+        return;
+    }
+    forward_rows(rows, &logits, &top);
+}
+
 void cuda_engine::forward_rows(std::span<const engine_row> rows, std::vector<float> *logits, std::vector<logits_top> *top) {
     if (logits) logits->clear();
     if (top) top->clear();

@@ -29,6 +29,7 @@ public:
     int32_t n_ctx() const override { return n_ctx_; }
     void forward(std::span<const engine_row> rows, std::vector<float> &logits) override;
     void forward_top(std::span<const engine_row> rows, std::vector<logits_top> &top) override;
+    void forward_rows_top(std::span<const engine_row> rows, std::vector<float> &logits, std::vector<logits_top> &top) override;
     int32_t slot_length(int32_t slot) const override;
     void slot_truncate(int32_t slot, int32_t n_keep) override;
     std::string layout() const override;

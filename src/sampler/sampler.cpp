@@ -132,21 +132,31 @@ int32_t sampler::draw(std::vector<token_logit> &cand, float max_logit) {
     return cand.back().id;
 }
 
-sample_result sampler::sample(std::span<const float> logits) {
+sample_result sampler::sample(std::span<const float> logits, const logits_top *summary) {
     const int32_t n = static_cast<int32_t>(logits.size());
     TANDEM_ASSERT(n > 0);
-    for (float v : logits)
-        if (std::isnan(v)) fail(error_kind::internal, "logits contain NaN");
-
-    // Log-softmax normaliser of the raw logits, in double so large vocabularies stay exact enough.
-    const float max_logit = *std::max_element(logits.begin(), logits.end());
-    double sum = 0.0;
-    for (float v : logits) sum += std::exp(double(v) - max_logit);
-    const double log_norm = double(max_logit) + std::log(sum);
+    TANDEM_ASSERT(!summary || (summary->n_vocab == n && !summary->top.empty()), "sample: a summary of another row");
+    // The row's maximum and log-softmax normaliser (in double, so large vocabularies stay exact
+    // enough): from its summary when given (logits_top_of computes them so; the device's
+    // reduction gives the same maximum and a normaliser within 1e-12).
+    float max_logit = 0.0f;
+    double log_norm = 0.0;
+    if (summary) {
+        if (summary->has_nan) fail(error_kind::internal, "logits contain NaN");
+        max_logit = summary->top[0].logit;
+        log_norm = summary->log_norm;
+    } else {
+        for (float v : logits)
+            if (std::isnan(v)) fail(error_kind::internal, "logits contain NaN");
+        max_logit = *std::max_element(logits.begin(), logits.end());
+        double sum = 0.0;
+        for (float v : logits) sum += std::exp(double(v) - max_logit);
+        log_norm = double(max_logit) + std::log(sum);
+    }
 
     sample_result result;
     if (params_.temperature <= 0.0f) {
-        result.id = argmax(logits);
+        result.id = summary ? summary->top[0].id : argmax(logits);
     } else {
         // Candidates: tokens whose probability is within e^-30 of the best one; the rest would
         // contribute less than 1e-13 each.
@@ -160,11 +170,16 @@ sample_result sampler::sample(std::span<const float> logits) {
 
     if (params_.n_logprobs > 0) {
         const int32_t k = std::min(params_.n_logprobs, n);
-        std::vector<int32_t> top(n);
-        std::iota(top.begin(), top.end(), 0);
-        std::partial_sort(top.begin(), top.begin() + k, top.end(), logit_order(logits));
-        for (int32_t i = 0; i < k; ++i)
-            result.top.push_back({top[i], static_cast<float>(double(logits[top[i]]) - log_norm)});
+        if (summary && size_t(k) <= summary->top.size()) {
+            for (int32_t i = 0; i < k; ++i)
+                result.top.push_back({summary->top[size_t(i)].id, static_cast<float>(double(summary->top[size_t(i)].logit) - log_norm)});
+        } else {
+            std::vector<int32_t> top(n);
+            std::iota(top.begin(), top.end(), 0);
+            std::partial_sort(top.begin(), top.begin() + k, top.end(), logit_order(logits));
+            for (int32_t i = 0; i < k; ++i)
+                result.top.push_back({top[i], static_cast<float>(double(logits[top[i]]) - log_norm)});
+        }
     }
     return result;
 }

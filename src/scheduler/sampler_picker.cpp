@@ -14,7 +14,7 @@ namespace {
 class sampler_picker : public token_picker {
 public:
     explicit sampler_picker(const sampling_params &p) : sampler_(p) {}
-    sample_result pick(std::span<const float> logits) override { return sampler_.sample(logits); }
+    sample_result pick(std::span<const float> logits, const logits_top *summary) override { return sampler_.sample(logits, summary); }
     bool picks_from_top() const override { return !sampler_.needs_full_row(); }
     sample_result pick_top(const logits_top &top) override {
         std::optional<sample_result> r = sampler_.sample_top(top);

@@ -419,7 +419,7 @@ bool scheduler::step() {
         if (from_top)
             engine_.forward_top(rows, tops_);
         else
-            engine_.forward(rows, logits_);
+            engine_.forward_rows_top(rows, logits_, tops_);
     } catch (const std::exception &e) {
         // The KV of the slots in this call is unknown now: forget it and fail their requests.
         log_error("engine forward failed ({} rows): {}", rows.size(), e.what());
@@ -437,10 +437,9 @@ bool scheduler::step() {
     log_debug("step: {} decode rows, {} prompt rows (share {}), {:.3f} ms", n_decode, n_prefill, step_budget, dt * 1e3);
 
     const size_t n_vocab = static_cast<size_t>(engine_.hparams().n_vocab);
-    if (from_top)
-        TANDEM_ASSERT(tops_.size() == logit_owner.size(), "engine returned {} summaries for {} rows", tops_.size(),
-                      logit_owner.size());
-    else
+    TANDEM_ASSERT(tops_.size() == logit_owner.size(), "engine returned {} summaries for {} rows", tops_.size(),
+                  logit_owner.size());
+    if (!from_top)
         TANDEM_ASSERT(logits_.size() >= logit_owner.size() * n_vocab, "engine returned {} logits for {} rows",
                       logits_.size(), logit_owner.size());
     // A session's rows come together: its next token's row, then one a draft. The draw from row j
@@ -464,7 +463,7 @@ bool scheduler::step() {
         for (size_t j = 0; j <= a.draft.size(); ++j) {
             const size_t row = d.first_row + j;
             d.picks.push_back(from_top ? a.picker->pick_top(tops_[row])
-                                       : a.picker->pick(std::span<const float>(logits_.data() + row * n_vocab, n_vocab)));
+                                       : a.picker->pick(std::span<const float>(logits_.data() + row * n_vocab, n_vocab), &tops_[row]));
             if (j == a.draft.size() || d.picks.back().id != a.draft[j]) break;
         }
     };

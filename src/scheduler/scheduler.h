@@ -37,7 +37,8 @@ public:
 class token_picker {
 public:
     virtual ~token_picker() = default;
-    virtual sample_result pick(std::span<const float> logits) = 0;
+    // summary: the row's logits_top, when the engine made one beside the row (else null).
+    virtual sample_result pick(std::span<const float> logits, const logits_top *summary = nullptr) = 0;
     // Whether pick_top can decide this picker's draws (sampler::needs_full_row is the opposite):
     // when every row of a step's pickers can, the step asks the engine for summaries
     // (engine::forward_top) instead of whole rows.

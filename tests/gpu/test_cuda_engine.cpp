@@ -305,7 +305,7 @@ TEST_CASE("CUDA prompt rows are bitwise independent of chunking and of the decod
 TEST_CASE("CUDA forward_top equals the host reduction of forward's rows", "[gpu][engine][logits_top]") {
     if (!gpu_present()) return;
     const std::string model = synth_gguf("tiny", ggml_type::q4_k, 2);
-    auto whole = open_cuda(model, 3, 160), reduced = open_cuda(model, 3, 160);
+    auto whole = open_cuda(model, 3, 160), reduced = open_cuda(model, 3, 160), both = open_cuda(model, 3, 160);
     const int32_t nv = whole->hparams().n_vocab;
     std::mt19937 rng(707);
     auto check = [&](const std::vector<float> &rows_logits, const std::vector<logits_top> &tops) {
@@ -328,16 +328,30 @@ TEST_CASE("CUDA forward_top equals the host reduction of forward's rows", "[gpu]
     for (int32_t s = 0; s < 3; ++s)
         for (int32_t i = 0; i < lengths[s]; ++i)
             rows.push_back({s, i, int32_t(rng() % uint32_t(nv)), s == 2 || i + 1 == lengths[s], true});
-    std::vector<float> a;
-    std::vector<logits_top> tops;
+    std::vector<float> a, b;
+    std::vector<logits_top> tops, tops_b;
+    // forward_rows_top: forward's rows and forward_top's summaries, bitwise, from one call.
+    auto check_both = [&] {
+        both->forward_rows_top(rows, b, tops_b);
+        REQUIRE(b.size() == a.size());
+        REQUIRE(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
+        REQUIRE(tops_b.size() == tops.size());
+        for (size_t j = 0; j < tops.size(); ++j) {
+            REQUIRE(tops_b[j].log_norm == tops[j].log_norm);
+            REQUIRE(tops_b[j].top.size() == tops[j].top.size());
+            for (size_t i = 0; i < tops[j].top.size(); ++i) REQUIRE(tops_b[j].top[i].id == tops[j].top[i].id);
+        }
+    };
     whole->forward(rows, a);
     reduced->forward_top(rows, tops);
     check(a, tops);
+    check_both();
     for (int step = 0; step < 6; ++step) {
         rows.clear();
         for (int32_t s = 0; s < 3; ++s) rows.push_back({s, whole->slot_length(s), tops[size_t(s) < 2 ? s : tops.size() - 1].top[0].id, true});
         whole->forward(rows, a);
         reduced->forward_top(rows, tops);
         check(a, tops);
+        check_both();
     }
 }

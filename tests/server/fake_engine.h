@@ -134,7 +134,7 @@ private:
 class fake_greedy_picker : public token_picker {
 public:
     explicit fake_greedy_picker(int32_t n_top, bool from_top = true) : n_top_(n_top), from_top_(from_top) {}
-    sample_result pick(std::span<const float> logits) override {
+    sample_result pick(std::span<const float> logits, const logits_top * = nullptr) override {
         int32_t best = 0;
         for (size_t i = 1; i < logits.size(); ++i)
             if (logits[i] > logits[static_cast<size_t>(best)]) best = static_cast<int32_t>(i);

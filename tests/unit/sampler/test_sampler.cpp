@@ -112,8 +112,18 @@ TEST_CASE("sampling from the top is the whole-row draw", "[sampler]") {
             REQUIRE(from_top.needs_full_row() == (p.temperature > 0.0f && (p.top_k == 0 || p.top_k > logits_top_max)));
             for (int draw = 0; draw < 4; ++draw) {
                 const std::vector<float> v = sh.ties ? grid_logits(rng, sh.n, sh.scale, 7) : normal_logits(rng, sh.n, sh.scale);
+                sampler with_summary(whole);  // the same random state, given the row's summary
                 const sample_result ref = whole.sample(v);
-                const std::optional<sample_result> got = from_top.sample_top(logits_top_of(v));
+                const logits_top summary = logits_top_of(v);
+                const sample_result ref2 = with_summary.sample(v, &summary);
+                REQUIRE(ref2.id == ref.id);
+                REQUIRE(ref2.logprob == ref.logprob);
+                REQUIRE(ref2.top.size() == ref.top.size());
+                for (size_t i = 0; i < ref.top.size(); ++i) {
+                    REQUIRE(ref2.top[i].id == ref.top[i].id);
+                    REQUIRE(ref2.top[i].logprob == ref.top[i].logprob);
+                }
+                const std::optional<sample_result> got = from_top.sample_top(summary);
                 INFO("n " << sh.n << " scale " << sh.scale << " temp " << p.temperature << " top_k " << p.top_k
                           << " top_p " << p.top_p << " min_p " << p.min_p << " draw " << draw);
                 if (!got) {
