@@ -206,7 +206,7 @@ std::vector<double> expected_distribution(const std::vector<float> &v, const sam
 
 TEST_CASE("temperature draws follow the filtered softmax", "[sampler]") {
     // Ties (ids 1 and 4), a token far below the rest, and one inside every filter's edge.
-    const std::vector<float> v = {0.2f, 1.5f, -0.7f, 0.9f, 1.5f, -40.0f, 0.0f};
+    const std::vector<float> small = {0.2f, 1.5f, -0.7f, 0.9f, 1.5f, -40.0f, 0.0f};
     struct case_t {
         float temp;
         int32_t top_k;
@@ -220,7 +220,7 @@ TEST_CASE("temperature draws follow the filtered softmax", "[sampler]") {
     std::vector<float> wide = normal_logits(rng, 300, 1.0f);
     wide[42] = wide[7];  // a tie
     std::vector<std::pair<std::vector<float>, case_t>> all;
-    for (const case_t &c : cases) all.push_back({v, c});
+    for (const case_t &c : cases) all.push_back({small, c});
     for (const case_t c : {case_t{1.0f, 0, 0.5f, 0.0f}, case_t{0.7f, 0, 0.9f, 0.0f}, case_t{1.0f, 100, 0.7f, 0.0f}})
         all.push_back({wide, c});
     for (const auto &[v, c] : all) {
