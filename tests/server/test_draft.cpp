@@ -33,6 +33,7 @@ struct run_result {
     std::vector<outcome> outcomes;
     scheduler_stats stats;
     size_t n_calls = 0;
+    std::vector<std::vector<engine_row>> calls;
 };
 
 // Runs the requests together on a fake engine whose logits depend on the last `context` tokens,
@@ -57,7 +58,8 @@ run_result run_requests(const std::vector<gen_request> &requests, const schedule
         out.outcomes.push_back({k->tokens(), k->text(), done.finish, done.n_generated});
     }
     out.stats = s.stats();
-    out.n_calls = eng.calls().size();
+    out.calls = eng.calls();
+    out.n_calls = out.calls.size();
     // Every slot's cache holds what the scheduler believes it holds (drafts past the kept ones gone).
     for (const slot_info &si : s.slots()) CHECK(si.n_cached == eng.slot_length(si.id));
     return out;
@@ -231,18 +233,9 @@ TEST_CASE("seeded sampling with drafts draws the same tokens as without", "[draf
 TEST_CASE("drafts stay within --draft-step-rows and leave room for every session's row", "[draft][scheduler]") {
     std::vector<gen_request> reqs;
     for (uint32_t i = 0; i < 6; ++i) reqs.push_back(make_request(make_prompt(600 + i, 7), 50, nullptr));
-    fake_engine eng(8, 512, n_vocab);
-    eng.set_context(1);
-    scheduler s(eng, with_draft(8, 8), fake_hooks(-1));
-    std::vector<std::shared_ptr<collect_sink>> sinks;
-    for (gen_request r : reqs) {
-        sinks.push_back(std::make_shared<collect_sink>());
-        r.sink = sinks.back();
-        s.submit(std::move(r));
-    }
-    run_until_done(s, sinks);
+    const run_result run = run_requests(reqs, with_draft(8, 8), 1);
     size_t widest = 0;
-    for (const auto &call : eng.calls()) {
+    for (const auto &call : run.calls) {
         // Steps without prompt rows are decode steps: at most 8 rows, one per session at least.
         bool prompt = false;
         for (const auto &r : call) prompt = prompt || r.prompt;
@@ -251,5 +244,5 @@ TEST_CASE("drafts stay within --draft-step-rows and leave room for every session
     CHECK(widest <= 8);
     CHECK(widest > 6);  // some step carried drafts beside the six sessions' rows
     for (size_t i = 0; i < reqs.size(); ++i)
-        CHECK(sinks[i]->tokens() == fake_greedy_reference(n_vocab, reqs[i].prompt, 50, -1, 1));
+        CHECK(run.outcomes[i].tokens == fake_greedy_reference(n_vocab, reqs[i].prompt, 50, -1, 1));
 }
