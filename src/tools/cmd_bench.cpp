@@ -83,9 +83,10 @@ double step_bytes(const tandem::model_hparams &hp, const tandem::model_bytes &by
 
 }  // namespace
 
-// Greedy decode of n sessions with drafts, fed as the scheduler feeds them: each session's next
-// token, then its drafts while the step's rows stay within step_rows; the drafts each session's
-// greedy draws confirm are kept, the slot truncated past them. Drafts come from prompt lookup
+// Greedy decode of n sessions with drafts (draft_options' default n-grams, as the server's), fed
+// as the scheduler feeds them: each session's next token, then its drafts while the step's rows
+// stay within step_rows; the drafts each session's greedy draws confirm are kept, the slot
+// truncated past them. Drafts come from prompt lookup
 // (draft_lookup, as tandem-server --draft), or with `oracle` from the session's own greedy
 // continuation, decoded one row a step beforehand: every draft is then right (the engine's rows are
 // batch invariant, bitwise), which measures what a step of 1 + draft rows a session can give.
@@ -129,7 +130,7 @@ nlohmann::json decode_with_drafts(tandem::engine &eng, int n, int decode_prompt,
         history.clear();
         lengths.clear();
         for (int s = 0; s < n; ++s) {
-            history.emplace_back(draft_options{draft, 2, 4});
+            history.emplace_back(draft_options{draft});
             history.back().append(prompts[size_t(s)]);
             next[size_t(s)] = start(s);
             history.back().append(next[size_t(s)]);
