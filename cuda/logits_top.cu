@@ -230,7 +230,7 @@ __global__ void __launch_bounds__(select_threads) logits_top_merge_kernel(const 
         out.max = m;
         out.has_nan = nan;
         out.n = a.n_cols < logits_top_n ? a.n_cols : logits_top_n;
-        out.pad_ = 0;
+        out.drawn = -1;
     }
 }
 

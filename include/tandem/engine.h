@@ -54,6 +54,10 @@ struct engine_options {
     // nearest half and keeps it as f32, so both compute on the same values), or "auto" (f16 on the
     // CUDA backend, f32 on the CPU: the server's default). engine_kv_bytes checks it.
     std::string kv_type = "f32";
+    // CUDA: make forward_draw's draws on the device that holds the whole head (else on the host).
+    // Off by default until its GPU tests have run (test_cuda_logits_draw, "[draw]" in
+    // test_cuda_engine).
+    bool device_draws = false;
 };
 
 // options.kv_type with "auto" resolved by the backend (options.backend, resolved first when
@@ -98,6 +102,21 @@ public:
         const size_t vocab = size_t(hparams().n_vocab);
         top.clear();
         for (size_t i = 0; i < logits.size() / vocab; ++i) top.push_back(logits_top_of({logits.data() + i * vocab, vocab}));
+    }
+
+    // forward_top, and for each want_logits row j with draws[j].temperature > 0 (draws: one a
+    // want_logits row, in row order, or empty) the row's draw by chunks (draw_chunks.h) in
+    // top[j].drawn, drawn_logit and drawn_u. The CUDA engine can draw on the device (engine_options::
+    // device_draws, one device holding the whole head): only the token and the summary leave it.
+    // The default draws on the host from forward_rows_top's rows: the same token either way.
+    virtual void forward_draw(std::span<const engine_row> rows, std::span<const row_draw> draws, std::vector<logits_top> &top) {
+        if (!draws_any(draws)) {
+            forward_top(rows, top);
+            return;
+        }
+        std::vector<float> logits;
+        forward_rows_top(rows, logits, top);
+        draw_rows_by_chunks(logits, draws, top);
     }
 
     // Tokens whose K/V the slot holds.

@@ -2,6 +2,8 @@
 // from the whole row, or from the row's best tokens when those decide the draw (logits_top).
 #pragma once
 
+#include "tandem/draw_chunks.h"
+
 #include <cstdint>
 #include <optional>
 #include <random>
@@ -44,11 +46,25 @@ struct logits_top {
     double log_norm = 0.0;           // log sum_i exp(logit_i) over the whole row
     bool has_nan = false;
     std::vector<token_logit> top;    // min(logits_top_max, n_vocab) best: logit descending, then id ascending
+    // The row's draw by chunks, when the engine was asked for one (engine::forward_draw): the id
+    // (-1: none), its logit and the uniform number it was drawn with.
+    int32_t drawn = -1;
+    float drawn_logit = 0.0f;
+    double drawn_u = 0.0;
 };
 
 // The host twin of the device's reduction (cuda/logits_top.h): exact top, log_norm as sample()
 // computes it.
 logits_top logits_top_of(std::span<const float> logits);
+
+// The host twin of the device's draw by chunks (draw_chunks.h, cuda/logits_draw.h): the token
+// drawn from a whole row whose best logit is max_logit, for d.temperature > 0.
+int32_t draw_by_chunks(std::span<const float> logits, float max_logit, const row_draw &d);
+// Whether any of a step's rows asks for a draw.
+bool draws_any(std::span<const row_draw> draws);
+// engine::forward_draw's host draws: top[j] (the summary of logits row j, n_vocab floats a row)
+// gets row j's draw by chunks when draws[j] asks for one; rows on up to 8 threads.
+void draw_rows_by_chunks(std::span<const float> logits, std::span<const row_draw> draws, std::vector<logits_top> &top);
 
 class sampler {
 public:
@@ -61,8 +77,15 @@ public:
     // alone; nullopt, with no random number drawn, when the top does not decide it: a temperature
     // draw without a top_k <= logits_top_max whose candidates (logits within 30 x temperature of
     // the best) run past the top. needs_full_row() says in advance whether that can happen.
+    // A top that carries the row's draw by chunks (drawn >= 0) decides a draws_by_chunks() draw.
     std::optional<sample_result> sample_top(const logits_top &top);
     bool needs_full_row() const;
+    // Whether this sampler's draws from whole rows are draws by chunks (draw_chunks.h: a
+    // temperature, maybe min_p, no top_k or top_p), which the engine can make beside the row.
+    bool draws_by_chunks() const;
+    // The request for the draw `ahead` draws from now (its uniform number, the random stream
+    // left as it is); temperature 0 when draws_by_chunks() is false.
+    row_draw draw_request(size_t ahead = 0) const;
 
 private:
     // Draws among candidates given in ascending id order (max_logit the row's best), applying

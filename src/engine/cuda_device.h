@@ -5,6 +5,7 @@
 // No CUDA types in this header: the engine front and the tests stay plain C++.
 #pragma once
 
+#include "tandem/draw_chunks.h"
 #include "tandem/model.h"
 #include "tandem/placement.h"
 
@@ -79,6 +80,12 @@ public:
     // more than the reduction takes), and the launches that do it for rows [0, n_out).
     bool has_logits_top() const;
     int64_t logits_top(int32_t n_out);
+    // Whether this device draws from its logits rows (cuda/logits_draw.h: it holds the whole head
+    // and reduces its rows); the requests of rows [0, n_out) -> device, before the step; the
+    // launches that draw, after logits_top, into the rows' summaries.
+    bool can_draw() const;
+    void upload_draws(const row_draw *host_pinned, int32_t n_out);
+    int64_t logits_draw(int32_t n_out);
     // Summaries of rows [0, n_out) -> host (cuda::logits_top_row each, ids of the whole vocabulary).
     void download_logits_top(void *host_pinned, int32_t n_out);
     // Adds the number of expert groups routed so far to `total` once the stream is done.

@@ -64,12 +64,14 @@ struct cuda_engine::host_state {
     int32_t *rows = nullptr;      // pinned [4][cuda_device::max_step_rows]: tokens, slots, positions, head rows
     float *logits = nullptr;      // pinned [cuda_device::max_logit_rows][n_vocab]
     cuda::logits_top_row *tops = nullptr;  // pinned [devices][cuda_device::max_logit_rows]: row summaries
+    row_draw *draws = nullptr;    // pinned [cuda_device::max_logit_rows]: the step's draw requests
     int32_t *groups = nullptr;    // pinned [devices]: each device's routed-group counter
     std::vector<int64_t> groups_seen;
-    // Small steps: (bucket, prompt rows, rows reduced on the device, rows of distinct slots) ->
-    // captured step, and the bytes its transfers move.
-    std::map<std::tuple<int32_t, bool, bool, bool>, cudaGraphExec_t> graphs;
-    std::map<std::tuple<int32_t, bool, bool, bool>, uint64_t> graph_bytes;
+    // Small steps: (bucket, prompt rows, rows reduced on the device, rows of distinct slots, rows
+    // drawn on the device) -> captured step, and the bytes its transfers move.
+    using graph_key = std::tuple<int32_t, bool, bool, bool, bool>;
+    std::map<graph_key, cudaGraphExec_t> graphs;
+    std::map<graph_key, uint64_t> graph_bytes;
     int32_t exchanges = 0;        // pair exchanges so far (their buffer parity)
 
     ~host_state() {
@@ -77,6 +79,7 @@ struct cuda_engine::host_state {
         if (rows) cudaFreeHost(rows);
         if (logits) cudaFreeHost(logits);
         if (tops) cudaFreeHost(tops);
+        if (draws) cudaFreeHost(draws);
         if (groups) cudaFreeHost(groups);
     }
 };
@@ -222,6 +225,17 @@ cuda_engine::cuda_engine(std::shared_ptr<const gguf_file> file, const engine_opt
         if (head) device_top_ = d->has_logits_top();
         if (head && !device_top_) break;
     }
+    // Draws on the device: one device holds the whole head (no pair splits its rows).
+    int32_t n_head = 0;
+    bool head_draws = true;
+    for (const auto &d : devices_)
+        if (d->part().head_end > d->part().head_begin) {
+            ++n_head;
+            head_draws = head_draws && d->can_draw();
+        }
+    device_draw_ = options.device_draws && device_top_ && n_head == 1 && head_draws;
+    TANDEM_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void **>(&h.draws), size_t(cuda_device::max_logit_rows) * sizeof(row_draw),
+                                    cudaHostAllocPortable));
     TANDEM_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void **>(&h.groups), devices_.size() * sizeof(int32_t),
                                     cudaHostAllocPortable));
     h.groups_seen.assign(devices_.size(), 0);
@@ -387,7 +401,8 @@ logits_top merge_logits_top(const std::vector<const cuda::logits_top_row *> &par
 
 }  // namespace
 
-void cuda_engine::run_step(std::span<const engine_row> rows, bool prompt, float *logits_out, logits_top *top_out) {
+void cuda_engine::run_step(std::span<const engine_row> rows, bool prompt, float *logits_out, logits_top *top_out,
+                           const row_draw *draws_in) {
     host_state &h = *host_;
     const int32_t R = cuda_device::max_step_rows;
     const int32_t n_real = int32_t(rows.size());
@@ -395,6 +410,7 @@ void cuda_engine::run_step(std::span<const engine_row> rows, bool prompt, float 
     const bool use_graph = (one_device || multi_graphs_) && n_real <= max_graph_rows;
     const int32_t n = use_graph ? graph_bucket(n_real) : n_real;
     const bool reduce = top_out != nullptr;
+    const bool draw = reduce && draws_in != nullptr;
     // Decode rows of distinct slots take the fused attention (cuda_device::set_distinct_slots);
     // prompt rows never do, so their steps skip the check.
     bool distinct = true;
@@ -405,7 +421,7 @@ void cuda_engine::run_step(std::span<const engine_row> rows, bool prompt, float 
         std::sort(slots.begin(), slots.end());
         distinct = std::adjacent_find(slots.begin(), slots.end()) == slots.end();
     }
-    const std::tuple<int32_t, bool, bool, bool> graph_key{n, prompt, reduce, distinct};
+    const host_state::graph_key graph_key{n, prompt, reduce, distinct, draw};
     for (const auto &d : devices_) {
         d->set_prompt_rows(prompt);
         d->set_distinct_slots(distinct);
@@ -442,6 +458,17 @@ void cuda_engine::run_step(std::span<const engine_row> rows, bool prompt, float 
             if (rows[size_t(i)].want_logits) keep.push_back(i);
         n_download = keep.empty() ? 0 : keep.back() + 1;
     }
+    // The draw requests by logits row: a graph computes every row of its bucket (the rows kept
+    // below), a plain step the wanted rows in order.
+    cuda_device *draw_device = nullptr;
+    if (draw) {
+        std::fill(h.draws, h.draws + cuda_device::max_logit_rows, row_draw{});
+        for (int32_t j = 0; j < n_wanted; ++j) h.draws[use_graph ? keep[size_t(j)] : j] = draws_in[j];
+        for (const auto &d : devices_)
+            if (d->part().head_end > d->part().head_begin) draw_device = d.get();
+        TANDEM_ASSERT(draw_device && draw_device->can_draw(), "no device draws from the logits rows");
+        draw_device->upload_draws(h.draws, use_graph ? n : n_wanted);
+    }
     for (const auto &d : devices_) d->upload_rows(h.rows);
     links_->reset_counters();
     if (use_graph) {
@@ -460,6 +487,7 @@ void cuda_engine::run_step(std::span<const engine_row> rows, bool prompt, float 
                 TANDEM_CUDA_CHECK(cudaStreamWaitEvent(devices_[i]->impl().stream, d0.event, 0));
             launches_per_step_ = enqueue(mb_begin, mb_out, n);
             if (reduce) launches_per_step_ += enqueue_logits_top(n);
+            if (draw) launches_per_step_ += draw_device->logits_draw(n);
             join_streams();
             TANDEM_CUDA_CHECK(cudaStreamEndCapture(d0.stream, &graph));
             cudaGraphExec_t exec = nullptr;
@@ -474,6 +502,7 @@ void cuda_engine::run_step(std::span<const engine_row> rows, bool prompt, float 
     } else {
         launches_per_step_ = enqueue(mb_begin, mb_out, n_wanted);
         if (reduce) launches_per_step_ += enqueue_logits_top(n_wanted);
+        if (draw) launches_per_step_ += draw_device->logits_draw(n_wanted);
     }
     if (use_graph && !h.graph_bytes.count(graph_key)) h.graph_bytes[graph_key] = links_->bytes_moved();
     bytes_moved_ = use_graph ? h.graph_bytes[graph_key] : links_->bytes_moved();
@@ -509,6 +538,12 @@ void cuda_engine::run_step(std::span<const engine_row> rows, bool prompt, float 
                 if (devices_[i]->part().head_end > devices_[i]->part().head_begin)
                     parts.push_back(h.tops + i * size_t(cuda_device::max_logit_rows) + r);
             top_out[j] = merge_logits_top(parts, hp_.n_vocab);
+            if (draw && draws_in[j].temperature > 0.0f) {
+                TANDEM_ASSERT(parts.size() == 1 && parts[0]->drawn >= 0, "logits row {} was not drawn on the device", j);
+                top_out[j].drawn = parts[0]->drawn;
+                top_out[j].drawn_logit = parts[0]->drawn_logit;
+                top_out[j].drawn_u = draws_in[j].u;
+            }
         }
     }
 }
@@ -540,7 +575,16 @@ void cuda_engine::forward_rows_top(std::span<const engine_row> rows, std::vector
     forward_rows(rows, &logits, &top);
 }
 
-void cuda_engine::forward_rows(std::span<const engine_row> rows, std::vector<float> *logits, std::vector<logits_top> *top) {
+void cuda_engine::forward_draw(std::span<const engine_row> rows, std::span<const row_draw> draws, std::vector<logits_top> &top) {
+    if (!device_draw_ || !draws_any(draws)) {
+        engine::forward_draw(rows, draws, top);
+        return;
+    }
+    forward_rows(rows, nullptr, &top, draws);
+}
+
+void cuda_engine::forward_rows(std::span<const engine_row> rows, std::vector<float> *logits, std::vector<logits_top> *top,
+                               std::span<const row_draw> draws) {
     if (logits) logits->clear();
     if (top) top->clear();
     if (rows.empty()) return;
@@ -550,6 +594,7 @@ void cuda_engine::forward_rows(std::span<const engine_row> rows, std::vector<flo
     for (const engine_row &r : rows) n_wanted += r.want_logits ? 1 : 0;
     if (logits) logits->resize(n_wanted * vocab);
     if (top) top->resize(n_wanted);
+    TANDEM_ASSERT(draws.empty() || (top && draws.size() == n_wanted), "{} draw requests for {} logits rows", draws.size(), n_wanted);
 
     // Decode rows and prompt rows run as separate steps (their kernels differ, engine_row::prompt).
     step_limits limits;
@@ -559,6 +604,7 @@ void cuda_engine::forward_rows(std::span<const engine_row> rows, std::vector<flo
     std::vector<engine_row> step_rows;
     std::vector<float> scratch;
     std::vector<logits_top> step_top;
+    std::vector<row_draw> step_draws;
     for (const engine_step &step : engine_steps_split(rows, n_slots_, limits)) {
         step_rows.clear();
         for (size_t i : step.rows) step_rows.push_back(rows[i]);
@@ -574,8 +620,14 @@ void cuda_engine::forward_rows(std::span<const engine_row> rows, std::vector<flo
             }
         }
         step_top.assign(top ? step.out.size() : 0, logits_top{});
-        // A step without logits rows (a prompt chunk) reduces nothing: no summary launches.
-        run_step(step_rows, step.prompt, dst, top && !step.out.empty() ? step_top.data() : nullptr);
+        // A step without logits rows (a prompt chunk) reduces nothing: no summary launches; one
+        // without draw requests launches no draws.
+        step_draws.clear();
+        for (size_t j : step.out)
+            if (!draws.empty()) step_draws.push_back(draws[j]);
+        const bool step_draw = draws_any(step_draws);
+        run_step(step_rows, step.prompt, dst, top && !step.out.empty() ? step_top.data() : nullptr,
+                 step_draw ? step_draws.data() : nullptr);
         if (logits && !direct)
             for (size_t j = 0; j < step.out.size(); ++j)
                 std::memcpy(logits->data() + step.out[j] * vocab, scratch.data() + j * vocab, vocab * sizeof(float));

@@ -30,6 +30,7 @@ public:
     void forward(std::span<const engine_row> rows, std::vector<float> &logits) override;
     void forward_top(std::span<const engine_row> rows, std::vector<logits_top> &top) override;
     void forward_rows_top(std::span<const engine_row> rows, std::vector<float> &logits, std::vector<logits_top> &top) override;
+    void forward_draw(std::span<const engine_row> rows, std::span<const row_draw> draws, std::vector<logits_top> &top) override;
     int32_t slot_length(int32_t slot) const override;
     void slot_truncate(int32_t slot, int32_t n_keep) override;
     std::string layout() const override;
@@ -47,11 +48,14 @@ public:
     struct host_state;  // pinned buffers and graphs (opaque here: no CUDA types in this header)
 
 private:
-    // forward and forward_top: whole rows into *logits and / or summaries into *top (either may be null).
-    void forward_rows(std::span<const engine_row> rows, std::vector<float> *logits, std::vector<logits_top> *top);
+    // forward and forward_top: whole rows into *logits and / or summaries into *top (either may be
+    // null); with draws (one a logits row, or empty) the summaries carry the device's draws.
+    void forward_rows(std::span<const engine_row> rows, std::vector<float> *logits, std::vector<logits_top> *top,
+                      std::span<const row_draw> draws = {});
     // One step of rows of one kind (engine_row::prompt), within cuda_device's row limits; the
-    // logits rows go to logits_out and / or, reduced on the devices, to top_out (either may be null).
-    void run_step(std::span<const engine_row> rows, bool prompt, float *logits_out, logits_top *top_out);
+    // logits rows go to logits_out and / or, reduced on the devices, to top_out (either may be
+    // null); draws_in (null, or one a logits row) are drawn on the head's device into top_out.
+    void run_step(std::span<const engine_row> rows, bool prompt, float *logits_out, logits_top *top_out, const row_draw *draws_in);
     // Device 0's stream waits for everything enqueued so far on the other devices' streams.
     void join_streams();
     // Enqueues the whole step on every device; returns the launches.
@@ -67,6 +71,7 @@ private:
     bool kv_f16_ = false;  // engine_options::kv_type "f16"
     bool multi_graphs_ = false;
     bool device_top_ = false;      // the head's devices reduce logits rows (forward_top)
+    bool device_draw_ = false;     // one device holds the head and draws (engine_options::device_draws)
     bool record_traffic_ = false;  // several devices: decode steps as one multi-device graph
     placement_plan plan_;
     std::vector<std::unique_ptr<cuda_device>> devices_;  // by logical index

@@ -157,6 +157,10 @@ sample_result sampler::sample(std::span<const float> logits, const logits_top *s
     sample_result result;
     if (params_.temperature <= 0.0f) {
         result.id = summary ? summary->top[0].id : argmax(logits);
+    } else if (draws_by_chunks()) {
+        row_draw d = draw_request();
+        rng_.discard(1);  // the uniform number draw_request read
+        result.id = draw_by_chunks(logits, max_logit, d);
     } else {
         // Candidates: tokens whose probability is within e^-30 of the best one; the rest would
         // contribute less than 1e-13 each.
@@ -185,7 +189,23 @@ sample_result sampler::sample(std::span<const float> logits, const logits_top *s
 }
 
 bool sampler::needs_full_row() const {
-    return params_.temperature > 0.0f && (params_.top_k == 0 || params_.top_k > logits_top_max);
+    return params_.temperature > 0.0f && (params_.top_k == 0 || params_.top_k > logits_top_max) && !draws_by_chunks();
+}
+
+bool sampler::draws_by_chunks() const {
+    return params_.temperature > 0.0f && params_.top_k == 0 && params_.top_p >= 1.0f;
+}
+
+row_draw sampler::draw_request(size_t ahead) const {
+    row_draw d;
+    if (!draws_by_chunks()) return d;
+    std::mt19937_64 rng = rng_;
+    rng.discard(ahead);
+    d.temperature = params_.temperature;
+    d.inv_temp = float(1.0 / double(params_.temperature));
+    d.min_p = params_.min_p;
+    d.u = std::generate_canonical<double, 53>(rng);
+    return d;
 }
 
 std::optional<sample_result> sampler::sample_top(const logits_top &t) {
@@ -197,6 +217,21 @@ std::optional<sample_result> sampler::sample_top(const logits_top &t) {
     if (params_.temperature <= 0.0f) {
         result.id = t.top[0].id;
         result.logprob = static_cast<float>(double(t.top[0].logit) - t.log_norm);
+    } else if (draws_by_chunks()) {
+        const row_draw d = draw_request();
+        if (t.drawn >= 0) {
+            if (t.drawn_u != d.u) fail(error_kind::internal, "a logits row drawn with another uniform number than the sampler's next");
+            result.id = t.drawn;
+            result.logprob = static_cast<float>(double(t.drawn_logit) - t.log_norm);
+        } else if (whole_row) {
+            std::vector<float> row(size_t(t.n_vocab));
+            for (const token_logit &c : t.top) row[size_t(c.id)] = c.logit;
+            result.id = draw_by_chunks(row, max_logit, d);
+            result.logprob = static_cast<float>(double(row[size_t(result.id)]) - t.log_norm);
+        } else {
+            return std::nullopt;
+        }
+        rng_.discard(1);
     } else {
         // The candidates of sample(): the top's entries within the cutoff, which are all of them
         // when the top runs past the cutoff (or is the whole row); else only a top_k no larger

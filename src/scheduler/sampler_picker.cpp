@@ -16,6 +16,7 @@ public:
     explicit sampler_picker(const sampling_params &p) : sampler_(p) {}
     sample_result pick(std::span<const float> logits, const logits_top *summary) override { return sampler_.sample(logits, summary); }
     bool picks_from_top() const override { return !sampler_.needs_full_row(); }
+    row_draw draw_request(size_t ahead) const override { return sampler_.draw_request(ahead); }
     sample_result pick_top(const logits_top &top) override {
         std::optional<sample_result> r = sampler_.sample_top(top);
         TANDEM_ASSERT(r, "the sampler could not decide a draw it said the top decides");

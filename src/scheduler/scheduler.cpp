@@ -96,8 +96,26 @@ void scheduler::run() {
             wake_.wait(lock, [&] { return stopping_ || !queue_.empty() || !cancels_.empty() || !active_.empty(); });
             if (stopping_ && queue_.empty() && active_.empty()) return;
         }
-        step();
+        // step() handles the engine's and the samplers' failures itself; anything else escaping
+        // it must not end the thread (and with it the process): the requests in flight fail.
+        try {
+            step();
+        } catch (const std::exception &e) {
+            log_error("scheduler step failed: {}", e.what());
+            abandon_active(std::string("internal error: ") + e.what());
+        }
     }
+}
+
+// The KV of the active slots is unknown after a failed step: forget it and fail their requests.
+void scheduler::abandon_active(const std::string &why) {
+    for (auto &a : active_) {
+        engine_.slot_truncate(a->slot, 0);
+        slots_[a->slot].tokens.clear();
+        finish(*a, finish_reason::error, why);
+    }
+    active_.clear();
+    publish();
 }
 
 uint64_t scheduler::submit(gen_request request) {
@@ -410,26 +428,25 @@ bool scheduler::step() {
         n_prefill += n;
     }
 
-    // Whole rows only when some picker needs one (a temperature draw without a small top_k):
-    // else each row leaves the engine as its best tokens (on CUDA: reduced on the device).
+    // Whole rows only when some picker needs one (a temperature draw with top_p or a large
+    // top_k): else each row leaves the engine as its best tokens (on CUDA: reduced on the device),
+    // with its draw by chunks when the picker asks for one (a session's row j draws with the
+    // uniform number j draws ahead: a draw is made for row j only after the j before it).
     bool from_top = true;
     for (const active *a : logit_owner) from_top = from_top && a->picker->picks_from_top();
+    draws_.clear();
+    if (from_top)
+        for (size_t i = 0; i < logit_owner.size(); i += 1 + logit_owner[i]->draft.size())
+            for (size_t j = 0; j <= logit_owner[i]->draft.size(); ++j) draws_.push_back(logit_owner[i]->picker->draw_request(j));
     auto t0 = clock_type::now();
     try {
         if (from_top)
-            engine_.forward_top(rows, tops_);
+            engine_.forward_draw(rows, draws_, tops_);
         else
             engine_.forward_rows_top(rows, logits_, tops_);
     } catch (const std::exception &e) {
-        // The KV of the slots in this call is unknown now: forget it and fail their requests.
         log_error("engine forward failed ({} rows): {}", rows.size(), e.what());
-        for (auto &a : active_) {
-            engine_.slot_truncate(a->slot, 0);
-            slots_[a->slot].tokens.clear();
-            finish(*a, finish_reason::error, std::string("engine error: ") + e.what());
-        }
-        active_.clear();
-        publish();
+        abandon_active(std::string("engine error: ") + e.what());
         return true;
     }
     double dt = std::chrono::duration<double>(clock_type::now() - t0).count();
@@ -449,22 +466,29 @@ bool scheduler::step() {
     // draws (on several threads when they take whole rows: ~1 ms each for a 150k vocabulary, and
     // the sessions' samplers are independent); then, in row order, the tokens they emit. A draw
     // past a token that ends the session is made and dropped with its sampler.
+    // A draw that throws (NaN logits: a broken model file or kernel) ends its own request with
+    // the error; the step's other sessions go on.
     struct session_draws {
         active *a;
         size_t first_row;
         bool decode;
         std::vector<sample_result> picks;
+        std::string error;
     };
     std::vector<session_draws> draws;
     for (size_t i = 0; i < logit_owner.size(); i += 1 + logit_owner[i]->draft.size())
-        draws.push_back({logit_owner[i], i, i < static_cast<size_t>(n_decode), {}});
+        draws.push_back({logit_owner[i], i, i < static_cast<size_t>(n_decode), {}, {}});
     auto draw_session = [&](session_draws &d) {
         active &a = *d.a;
-        for (size_t j = 0; j <= a.draft.size(); ++j) {
-            const size_t row = d.first_row + j;
-            d.picks.push_back(from_top ? a.picker->pick_top(tops_[row])
-                                       : a.picker->pick(std::span<const float>(logits_.data() + row * n_vocab, n_vocab), &tops_[row]));
-            if (j == a.draft.size() || d.picks.back().id != a.draft[j]) break;
+        try {
+            for (size_t j = 0; j <= a.draft.size(); ++j) {
+                const size_t row = d.first_row + j;
+                d.picks.push_back(from_top ? a.picker->pick_top(tops_[row])
+                                           : a.picker->pick(std::span<const float>(logits_.data() + row * n_vocab, n_vocab), &tops_[row]));
+                if (j == a.draft.size() || d.picks.back().id != a.draft[j]) break;
+            }
+        } catch (const std::exception &e) {
+            d.error = e.what();
         }
     };
     const size_t n_workers = from_top ? 1 : std::min<size_t>(draws.size(), max_pick_threads);
@@ -473,21 +497,11 @@ bool scheduler::step() {
     } else {
         std::vector<std::thread> workers;
         std::atomic<size_t> next{0};
-        std::exception_ptr failure;
-        std::mutex failure_mutex;
         for (size_t w = 0; w < n_workers; ++w)
             workers.emplace_back([&] {
-                for (size_t k; (k = next.fetch_add(1)) < draws.size();) {
-                    try {
-                        draw_session(draws[k]);
-                    } catch (...) {
-                        std::lock_guard lock(failure_mutex);
-                        if (!failure) failure = std::current_exception();
-                    }
-                }
+                for (size_t k; (k = next.fetch_add(1)) < draws.size();) draw_session(draws[k]);
             });
         for (auto &t : workers) t.join();
-        if (failure) std::rethrow_exception(failure);
     }
     uint64_t n_accepted = 0, n_decode_tokens = 0;
     for (session_draws &d : draws) {
@@ -495,6 +509,15 @@ bool scheduler::step() {
         auto &st = slots_[a.slot];
         const size_t held = st.tokens.size();
         st.tokens.resize(held - a.draft.size());  // drafts come back as they are kept
+        if (!d.error.empty()) {
+            // The cache keeps what the slot's tokens say (the drafts' rows go): a later request
+            // may still reuse the prefix.
+            if (st.tokens.size() < held) engine_.slot_truncate(a.slot, static_cast<int32_t>(st.tokens.size()));
+            a.draft.clear();
+            log_error("slot {}: sampling failed: {}", a.slot, d.error);
+            finish(a, finish_reason::error, "sampling failed: " + d.error);
+            continue;
+        }
         size_t kept = 0;
         for (size_t j = 0; j < d.picks.size(); ++j) {
             bool done = false;

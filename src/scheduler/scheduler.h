@@ -43,6 +43,12 @@ public:
     // when every row of a step's pickers can, the step asks the engine for summaries
     // (engine::forward_top) instead of whole rows.
     virtual bool picks_from_top() const { return false; }
+    // The draw by chunks (draw_chunks.h) the engine should make beside the row's top for this
+    // picker's draw `ahead` draws from now; temperature 0 (the default): none.
+    virtual row_draw draw_request(size_t ahead) const {
+        (void)ahead;
+        return {};
+    }
     // The pick from the row's top; called only when picks_from_top().
     virtual sample_result pick_top(const logits_top &top) {
         (void)top;
@@ -189,6 +195,7 @@ private:
     void emit_token(active &a, const sample_result &r, bool &done);
     int32_t draft_room(const active &a) const;
     void publish();
+    void abandon_active(const std::string &why);
 
     engine &engine_;
     scheduler_options options_;
@@ -221,6 +228,7 @@ private:
     std::vector<std::unique_ptr<active>> active_;  // in admission order
     uint64_t use_clock_ = 0;
     std::vector<float> logits_;
+    std::vector<row_draw> draws_;   // the step's draw requests (engine::forward_draw)
     std::vector<logits_top> tops_;  // the step's rows as summaries (engine::forward_top)
     prefill_budget budget_;
     std::thread thread_;

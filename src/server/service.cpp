@@ -279,6 +279,7 @@ json service::props_json() const {
         {"prefill_yield", config_.prefill_yield},
         {"itl_budget", config_.itl_budget},
         {"max_queue", config_.max_queue},
+        {"device_draws", config_.device_draws},
         {"draft", config_.draft},
         {"draft_ngram_min", config_.draft_ngram_min},
         {"draft_ngram_max", config_.draft_ngram_max},

@@ -103,6 +103,7 @@ int serve(server_config cfg) {
     eo.tensor_parallel = cfg.tensor_parallel;
     eo.record_expert_traffic = !cfg.expert_traffic_out.empty();
     eo.kv_type = cfg.kv_type;
+    eo.device_draws = cfg.device_draws;
     eo.backend = cfg.backend = engine_backend_resolve(eo);
     eo.kv_type = cfg.kv_type = engine_kv_type_resolve(eo);  // auto: f16 on CUDA, f32 on the CPU
     // The CPU engine keeps f16 keys and values as f32 (rounded), so only CUDA's KV shrinks.
@@ -237,6 +238,9 @@ int main(int argc, char **argv) {
                    "step (measured; >= 1.0)")
         ->check(CLI::Range(1.0, 1e6));
     app.add_option("--max-queue", cfg.max_queue, "requests waiting for a slot before 503")->check(CLI::Range(0, 1 << 20));
+    app.add_flag("--device-draws", cfg.device_draws,
+                 "CUDA, one GPU holding the head: draw temperature requests without top_k / top_p on the GPU "
+                 "(only the token leaves it; the same tokens as the host's draw). Experimental: off by default");
     app.add_option("--draft", cfg.draft,
                    "speculative decoding by prompt lookup: up to this many drafted tokens a session a step, checked by "
                    "the session's own sampler (the output is unchanged; 0: off)")

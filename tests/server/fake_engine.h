@@ -9,6 +9,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -53,6 +54,7 @@ public:
                 size_t at = logits.size();
                 logits.resize(at + static_cast<size_t>(hp_.n_vocab));
                 logits_of(h, logits.data() + at);
+                if (r.slot == nan_slot_ && h.size() > nan_after_) logits[at + 1] = std::numeric_limits<float>::quiet_NaN();
             }
         }
         calls_.emplace_back(rows.begin(), rows.end());
@@ -111,6 +113,12 @@ public:
         calls_.clear();
     }
     void set_delay(std::chrono::milliseconds d) { delay_ = d; }
+    // Rows of `slot` get a NaN logit once the slot holds more than `after` tokens (a broken model).
+    void set_nan(int32_t slot, size_t after) {
+        std::lock_guard lock(mutex_);
+        nan_slot_ = slot;
+        nan_after_ = after;
+    }
     void fail_next() {
         std::lock_guard lock(mutex_);
         fail_next_ = true;
@@ -125,6 +133,8 @@ private:
     bool fail_next_ = false;
     int64_t top_calls_ = 0;
     size_t context_ = 0;
+    int32_t nan_slot_ = -1;
+    size_t nan_after_ = 0;
     std::chrono::milliseconds delay_{0};
 };
 

@@ -411,6 +411,47 @@ TEST_CASE("an engine failure fails the requests in the call and the next request
     CHECK(ok->tokens() == fake_greedy_reference(n_vocab, prompt, 5));
 }
 
+TEST_CASE("a draw that fails (NaN logits) ends only its own request", "[scheduler]") {
+    // Real samplers: whole rows (temperature, several sessions: the threaded draws) and row
+    // summaries (greedy).
+    for (const bool whole_rows : {true, false}) {
+        CAPTURE(whole_rows);
+        fake_engine eng(3, 128, n_vocab);
+        scheduler_hooks hooks = fake_hooks(-1);
+        hooks.make_picker = make_sampler_picker;
+        scheduler s(eng, {}, hooks);
+        std::vector<std::shared_ptr<collect_sink>> sinks;
+        std::vector<std::vector<int32_t>> prompts;
+        for (uint32_t i = 0; i < 3; ++i) {
+            sinks.push_back(std::make_shared<collect_sink>());
+            prompts.push_back(make_prompt(120 + i, 5));
+            gen_request r = make_request(prompts.back(), 8, sinks.back());
+            if (whole_rows) {
+                r.sampling.temperature = 0.7f;
+                r.sampling.seed = 7 + i;
+            }
+            s.submit(std::move(r));
+        }
+        s.step();  // admits all three to slots 0, 1, 2 and prefills them
+        eng.set_nan(1, 7);  // slot 1 draws 3 tokens (rows at 5, 6, 7 held), then NaN
+        run_until_done(s, sinks);
+        CHECK(sinks[1]->last().finish == finish_reason::error);
+        CHECK(sinks[1]->last().error.find("NaN") != std::string::npos);
+        CHECK(sinks[1]->tokens().size() == 3);
+        for (size_t i : {size_t(0), size_t(2)}) {
+            CHECK(sinks[i]->last().finish == finish_reason::length);
+            CHECK(sinks[i]->tokens().size() == 8);
+        }
+        // The scheduler goes on serving, and the failed slot's cache is what it says it holds.
+        eng.set_nan(-1, 0);
+        auto next = std::make_shared<collect_sink>();
+        s.submit(make_request(prompts[1], 4, next));
+        run_until_done(s, {next});
+        CHECK(next->last().finish == finish_reason::length);
+        if (!whole_rows) CHECK(next->tokens() == fake_greedy_reference(n_vocab, prompts[1], 4));
+    }
+}
+
 TEST_CASE("the engine thread serves concurrent submitters and shuts down cleanly", "[scheduler]") {
     fake_engine eng(4, 256, n_vocab);
     scheduler_options opt;

@@ -9,6 +9,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
+#include <span>
 #include <random>
 #include <vector>
 
@@ -109,7 +111,9 @@ TEST_CASE("sampling from the top is the whole-row draw", "[sampler]") {
     for (const shape &sh : shapes)
         for (const sampling_params &p : params) {
             sampler whole(p), from_top(p);
-            REQUIRE(from_top.needs_full_row() == (p.temperature > 0.0f && (p.top_k == 0 || p.top_k > logits_top_max)));
+            const bool by_chunks = p.temperature > 0.0f && p.top_k == 0 && p.top_p >= 1.0f;
+            REQUIRE(from_top.draws_by_chunks() == by_chunks);
+            REQUIRE(from_top.needs_full_row() == (p.temperature > 0.0f && (p.top_k == 0 || p.top_k > logits_top_max) && !by_chunks));
             for (int draw = 0; draw < 4; ++draw) {
                 const std::vector<float> v = sh.ties ? grid_logits(rng, sh.n, sh.scale, 7) : normal_logits(rng, sh.n, sh.scale);
                 sampler with_summary(whole);  // the same random state, given the row's summary
@@ -123,9 +127,20 @@ TEST_CASE("sampling from the top is the whole-row draw", "[sampler]") {
                     REQUIRE(ref2.top[i].id == ref.top[i].id);
                     REQUIRE(ref2.top[i].logprob == ref.top[i].logprob);
                 }
-                const std::optional<sample_result> got = from_top.sample_top(summary);
                 INFO("n " << sh.n << " scale " << sh.scale << " temp " << p.temperature << " top_k " << p.top_k
                           << " top_p " << p.top_p << " min_p " << p.min_p << " draw " << draw);
+                logits_top drawn = summary;  // with the draw the engine makes beside the row (forward_draw)
+                if (by_chunks) {
+                    const row_draw d = from_top.draw_request();
+                    REQUIRE(d.temperature == p.temperature);
+                    std::vector<logits_top> one = {drawn};
+                    draw_rows_by_chunks(v, std::span<const row_draw>(&d, 1), one);
+                    drawn = one[0];
+                    REQUIRE(drawn.drawn >= 0);
+                    REQUIRE(drawn.drawn_u == d.u);
+                    if (sh.n > size_t(logits_top_max)) REQUIRE_FALSE(from_top.sample_top(summary));  // a top alone cannot decide it
+                }
+                const std::optional<sample_result> got = from_top.sample_top(drawn);
                 if (!got) {
                     // Only where announced; the stream did not move, so the whole row keeps it in step.
                     REQUIRE(from_top.needs_full_row());
@@ -147,6 +162,88 @@ TEST_CASE("sampling from the top is the whole-row draw", "[sampler]") {
     // Both outcomes occurred, so both branches above were exercised.
     REQUIRE(decided > 0);
     REQUIRE(undecided > 0);
+}
+
+TEST_CASE("draw_exp is e^x within 3 ulp on the draw's range", "[sampler][draw]") {
+    double worst = 0.0;
+    for (int i = 0; i <= 870000; ++i) {
+        const float x = -87.0f * float(i) / 870000.0f;
+        const double want = std::exp(double(x));
+        worst = std::max(worst, std::abs(double(draw_exp(x)) - want) / want);
+    }
+    INFO("worst relative error " << worst);
+    REQUIRE(worst < 3.0 * 5.96e-8);
+    REQUIRE(draw_exp(0.0f) == 1.0f);
+    REQUIRE(draw_exp(-88.0f) == 0.0f);
+    REQUIRE(draw_exp(std::numeric_limits<float>::quiet_NaN()) == 0.0f);
+}
+
+TEST_CASE("a draw by chunks is the inverse CDF of its weights in id order", "[sampler][draw]") {
+    // Rows over several groups (8,192 ids) and a partial last chunk; for many u, the drawn id's
+    // interval of the plainly accumulated CDF holds u (to rounding), the draw never takes a token
+    // of weight 0, and it does not decrease as u grows.
+    std::mt19937_64 rng(31);
+    for (const size_t n : {size_t(1), size_t(300), size_t(20001), size_t(151936)})
+        for (const float temp : {0.4f, 1.0f})
+            for (const float min_p : {0.0f, 0.02f}) {
+                std::vector<float> v = normal_logits(rng, n, n > 1000 ? 3.0f : 1.0f);
+                if (n > 1000) v[n - 1] = v[0];  // a tie at the far end
+                const float max_logit = *std::max_element(v.begin(), v.end());
+                row_draw d;
+                d.temperature = temp;
+                d.inv_temp = float(1.0 / double(temp));
+                d.min_p = min_p;
+                const float cutoff = draw_cutoff(max_logit, d);
+                std::vector<double> cdf(n + 1, 0.0);
+                for (size_t i = 0; i < n; ++i) cdf[i + 1] = cdf[i] + double(draw_weight(v[i], max_logit, cutoff, d));
+                const double total = cdf[n];
+                int32_t last = -1;
+                for (int k = 0; k < 200; ++k) {
+                    d.u = k < 199 ? double(k) / 199.0 : std::nextafter(1.0, 0.0);
+                    const int32_t id = draw_by_chunks(v, max_logit, d);
+                    INFO("n " << n << " temp " << temp << " min_p " << min_p << " u " << d.u << " id " << id);
+                    REQUIRE(id >= 0);
+                    REQUIRE(size_t(id) < n);
+                    REQUIRE(draw_weight(v[size_t(id)], max_logit, cutoff, d) > 0.0f);
+                    REQUIRE(id >= last);
+                    last = id;
+                    const double r = d.u * total, slack = 1e-12 * total;
+                    REQUIRE(cdf[size_t(id)] <= r + slack);
+                    REQUIRE(cdf[size_t(id) + 1] >= r - slack);
+                }
+            }
+}
+
+TEST_CASE("draw requests look ahead without moving the random stream", "[sampler][draw]") {
+    sampling_params p;
+    p.temperature = 0.8f;
+    p.seed = 17;
+    sampler s(p), t(p);
+    REQUIRE(s.draws_by_chunks());
+    const row_draw r0 = s.draw_request(0), r1 = s.draw_request(1), r2 = s.draw_request(2);
+    REQUIRE(s.draw_request(0).u == r0.u);  // asking again changes nothing
+    REQUIRE(r0.u != r1.u);
+    REQUIRE(r0.inv_temp == float(1.0 / 0.8));
+    std::mt19937_64 rng(3);
+    const std::vector<float> v = normal_logits(rng, 1000, 2.0f);
+    const float max_logit = *std::max_element(v.begin(), v.end());
+    // Each draw uses the uniform number the request before it announced, one a draw.
+    for (const row_draw &want : {r0, r1, r2}) {
+        REQUIRE(s.draw_request(0).u == want.u);
+        REQUIRE(s.sample(v).id == draw_by_chunks(v, max_logit, want));
+    }
+    // A summary drawn with another number is a caller's mistake, refused.
+    logits_top top = logits_top_of(v);
+    std::vector<logits_top> rows = {top};
+    draw_rows_by_chunks(v, std::span<const row_draw>(&r1, 1), rows);
+    REQUIRE_THROWS(t.sample_top(rows[0]));
+    // Samplers with top_k or top_p make no requests.
+    sampling_params q = p;
+    q.top_p = 0.9f;
+    REQUIRE(sampler(q).draw_request().temperature == 0.0f);
+    q = p;
+    q.top_k = 100;
+    REQUIRE(sampler(q).draw_request().temperature == 0.0f);
 }
 
 TEST_CASE("sampler basics: greedy, top_k 1, bad parameters", "[sampler]") {
