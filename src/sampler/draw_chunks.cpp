@@ -72,7 +72,6 @@ void draw_rows_by_chunks(std::span<const float> logits, std::span<const row_draw
     std::vector<size_t> todo;
     for (size_t j = 0; j < draws.size(); ++j)
         if (draws[j].temperature > 0.0f) todo.push_back(j);
-    // ~1 ms a 150k row: the rows on up to 8 threads (a row's draw depends on it alone).
     auto draw = [&](size_t j) {
         logits_top &t = top[j];
         if (t.has_nan) return;  // the sampler refuses the row
@@ -81,7 +80,8 @@ void draw_rows_by_chunks(std::span<const float> logits, std::span<const row_draw
         t.drawn_logit = row[size_t(t.drawn)];
         t.drawn_u = draws[j].u;
     };
-    const size_t n_threads = std::min<size_t>(todo.size(), 8);
+    // Threads only where a row's draw outweighs starting one (~0.8 ms at 152k ids, 5 us at 1k).
+    const size_t n_threads = vocab >= 16384 ? std::min<size_t>(todo.size(), 8) : 1;
     if (n_threads <= 1) {
         for (size_t j : todo) draw(j);
         return;

@@ -33,6 +33,7 @@ struct bench_cli {
     std::string model, sessions = "1,4,16", json_path, traffic_path;
     int prompt = 2048, gen = 128, decode_prompt = 16, prefill_chunk = 2048, repeats = 3, draft = 0, draft_step_rows = 16;
     double bandwidth_gbps = 0;
+    float temperature = 0.0f;
     bool full_logits = false, draft_oracle = false;
 };
 
@@ -202,6 +203,9 @@ TANDEM_COMMAND(bench, "Measure prefill and multi-session decode throughput", [](
     sub.add_option("--bandwidth", cli->bandwidth_gbps, "Memory bandwidth roof in GB/s for % of roof (cuda default 4300 per GPU of the plan)");
     sub.add_flag("--full-logits", cli->full_logits,
                  "Decode steps take whole logits rows (as a temperature draw without top_k does) instead of each row's best tokens");
+    sub.add_option("--temperature", cli->temperature,
+                   "Decode steps draw each session's token at this temperature (no top_k / top_p: engine::forward_draw, "
+                   "on the GPU with --device-draws, else from whole rows on the host) instead of taking the best");
     sub.add_option("--draft", cli->draft,
                    "Also decode with up to this many prompt-lookup drafts a session a step (greedy; as tandem-server --draft)");
     sub.add_option("--draft-step-rows", cli->draft_step_rows, "Drafts only while a step's decode rows stay within this");
@@ -245,6 +249,13 @@ TANDEM_COMMAND(bench, "Measure prefill and multi-session decode throughput", [](
         };
         std::vector<logits_top> tops;  // the logits rows as the server takes them (engine::forward_top)
         std::vector<float> logits;     // --full-logits
+        // --temperature: each decode row's draw request (engine::forward_draw), a fixed stream.
+        std::vector<row_draw> draws;
+        row_draw draw;
+        draw.temperature = cli->temperature;
+        draw.inv_temp = cli->temperature > 0.0f ? float(1.0 / double(cli->temperature)) : 0.0f;
+        std::mt19937_64 draw_rng(99);
+        if (cli->temperature > 0.0f && cli->full_logits) fail(error_kind::config, "--temperature and --full-logits: choose one");
         nlohmann::json result;
 
         // Prefill: one session, the prompt in chunks; median over repeats (first one warms up).
@@ -288,15 +299,20 @@ TANDEM_COMMAND(bench, "Measure prefill and multi-session decode throughput", [](
             for (int step = 0; step < cli->gen + 2; ++step) {
                 std::vector<engine_row> rows;
                 for (int s = 0; s < n; ++s) rows.push_back({s, cli->decode_prompt + step, next[size_t(s)], true});
+                draws.assign(cli->temperature > 0.0f ? size_t(n) : 0, draw);
+                for (row_draw &d : draws) d.u = std::generate_canonical<double, 53>(draw_rng);
                 const auto t0 = clock_type::now();
                 if (cli->full_logits)
                     eng->forward(rows, logits);
                 else
-                    eng->forward_top(rows, tops);
+                    eng->forward_draw(rows, draws, tops);
                 const double dt = seconds_since(t0);
                 for (int s = 0; s < n; ++s)
                     next[size_t(s)] = cli->full_logits ? argmax({logits.data() + size_t(s) * size_t(hp.n_vocab), size_t(hp.n_vocab)})
-                                                       : tops[size_t(s)].top[0].id;
+                                      : draws.empty() ? tops[size_t(s)].top[0].id
+                                                      : tops[size_t(s)].drawn;
+                for (int s = 0; s < n; ++s)
+                    if (next[size_t(s)] < 0) fail(error_kind::internal, "decode row {} was not drawn (NaN logits?)", s);
                 if (step >= 2) {
                     step_times.push_back(dt);
                     const auto c = eng->counters();
@@ -316,6 +332,7 @@ TANDEM_COMMAND(bench, "Measure prefill and multi-session decode throughput", [](
             for (const auto &[k, v] : counters) row[k] = v;
             result["decode"].push_back(row);
             const auto launches = counters.find("launches_per_step");
+            if (cli->temperature > 0.0f) row["temperature"] = cli->temperature;
             fmt::print("decode   {:3} sessions  {:8.2f} ms/step  {:9.1f} tok/s aggregate  {:8.1f} tok/s/session  "
                        "{:7.3f} GB/step  {:8.1f} GB/s{}{}\n",
                        n, t * 1e3, n / t, 1.0 / t, b / 1e9, gbps,
@@ -345,7 +362,7 @@ TANDEM_COMMAND(bench, "Measure prefill and multi-session decode throughput", [](
                            {"d_model", hp.d_model}, {"experts", hp.n_expert}, {"experts_used", hp.n_expert_used},
                            {"file_type", file->get_int("general.file_type", -1)}, {"bytes", bytes.total()}};
         result["flags"] = {{"prompt", cli->prompt}, {"gen", cli->gen}, {"sessions", counts},
-                           {"decode_prompt", cli->decode_prompt}, {"prefill_chunk", cli->prefill_chunk}, {"full_logits", cli->full_logits},
+                           {"decode_prompt", cli->decode_prompt}, {"prefill_chunk", cli->prefill_chunk}, {"full_logits", cli->full_logits}, {"temperature", cli->temperature}, {"device_draws", opt.device_draws},
                            {"draft", cli->draft}, {"draft_step_rows", cli->draft_step_rows}, {"draft_oracle", cli->draft_oracle}, {"threads", opt.n_threads}, {"devices", opt.n_devices}, {"n_ctx", opt.n_ctx}};
         fmt::print("{}\n", eng->layout());
         if (!cli->traffic_path.empty()) engine_write_expert_traffic(*eng, cli->traffic_path);

@@ -8,17 +8,21 @@
 #include "tandem/error.h"
 #include "tandem/sampler.h"
 
+#include <algorithm>
 #include <cstring>
 #include <random>
+#include <span>
 
 using namespace tandem;
 using namespace tandem::test;
 
 namespace {
 
-std::unique_ptr<engine> open_cuda(const std::string &path, int32_t n_slots, int32_t n_ctx, const std::string &kv_type = "f32") {
+std::unique_ptr<engine> open_cuda(const std::string &path, int32_t n_slots, int32_t n_ctx, const std::string &kv_type = "f32",
+                                  bool device_draws = false) {
     engine_options opt;
     opt.backend = "cuda";
+    opt.device_draws = device_draws;
     opt.n_slots = n_slots;
     opt.n_ctx = n_ctx;
     opt.kv_type = kv_type;
@@ -353,5 +357,67 @@ TEST_CASE("CUDA forward_top equals the host reduction of forward's rows", "[gpu]
         reduced->forward_top(rows, tops);
         check(a, tops);
         check_both();
+    }
+}
+
+// forward_draw with the draws on the device (engine_options::device_draws): the summaries of
+// forward_top and, for each requesting row, the host twin's token (draw_by_chunks on forward's
+// row), on graph steps with padding rows (3 and 5 rows: buckets 4 and 8), with a row that asks
+// for nothing, and on a direct step (a prompt with every row's logits).
+TEST_CASE("CUDA forward_draw draws the host's tokens on the device", "[gpu][engine][draw]") {
+    if (!gpu_present()) return;
+    for (const char *preset : {"tiny", "tiny-moe64"}) {
+        const std::string model = synth_gguf(preset, ggml_type::q4_k, 2);
+        auto whole = open_cuda(model, 5, 160), drawing = open_cuda(model, 5, 160, "f32", true);
+        const int32_t nv = whole->hparams().n_vocab;
+        std::mt19937 rng(808);
+        std::uniform_real_distribution<double> uniform(0.0, 1.0);
+        std::vector<engine_row> rows;
+        const int lengths[5] = {7, 1, 80, 3, 12};
+        for (int32_t s = 0; s < 5; ++s)
+            for (int32_t i = 0; i < lengths[s]; ++i)
+                rows.push_back({s, i, int32_t(rng() % uint32_t(nv)), s == 2 || i + 1 == lengths[s], true});
+        std::vector<float> a;
+        std::vector<logits_top> tops;
+        int64_t drawn = 0;
+        for (int step = 0; step < 8; ++step) {
+            size_t n_out = 0;
+            for (const engine_row &r : rows) n_out += r.want_logits ? 1 : 0;
+            std::vector<row_draw> draws(n_out);
+            for (size_t j = 0; j < n_out; ++j) {
+                if (j % 4 == 3) continue;  // no draw for this row
+                draws[j].temperature = j % 2 ? 0.6f : 1.3f;
+                draws[j].inv_temp = float(1.0 / double(draws[j].temperature));
+                draws[j].min_p = step % 2 ? 0.05f : 0.0f;
+                draws[j].u = uniform(rng);
+            }
+            whole->forward(rows, a);
+            drawing->forward_draw(rows, draws, tops);
+            REQUIRE(tops.size() == n_out);
+            for (size_t j = 0; j < n_out; ++j) {
+                INFO(preset << " step " << step << " logits row " << j);
+                const std::span<const float> row(a.data() + j * size_t(nv), size_t(nv));
+                const logits_top ref = logits_top_of(row);
+                REQUIRE(tops[j].top.size() == ref.top.size());
+                REQUIRE(tops[j].top[0].id == ref.top[0].id);
+                if (draws[j].temperature <= 0.0f) {
+                    REQUIRE(tops[j].drawn == -1);
+                    continue;
+                }
+                const int32_t want = draw_by_chunks(row, ref.top[0].logit, draws[j]);
+                REQUIRE(tops[j].drawn == want);
+                REQUIRE(std::memcmp(&tops[j].drawn_logit, &row[size_t(want)], sizeof(float)) == 0);
+                REQUIRE(tops[j].drawn_u == draws[j].u);
+                ++drawn;
+            }
+            // The next step: 3 slots (bucket 4), then 5 (bucket 8), fed their drawn tokens.
+            const int32_t n_slots = step % 2 ? 5 : 3;
+            rows.clear();
+            for (int32_t s = 0; s < n_slots; ++s) {
+                const size_t j = std::min<size_t>(size_t(s), tops.size() - 1);
+                rows.push_back({s, whole->slot_length(s), tops[j].drawn >= 0 ? tops[j].drawn : tops[j].top[0].id, true});
+            }
+        }
+        REQUIRE(drawn > 20);
     }
 }

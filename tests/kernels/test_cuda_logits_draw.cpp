@@ -1,0 +1,127 @@
+// tests/kernels/test_cuda_logits_draw.cpp - cuda/logits_draw against its host twin, draw_by_chunks:
+// the same id for every row and uniform number (bitwise: the weights, sums and walk are defined
+// to round alike), its logit, -1 for rows without a request; rows independent of the launch's
+// other rows.
+#include "cuda/logits_draw.h"
+#include "gpu_test_util.h"
+#include "tandem/sampler.h"
+
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstring>
+
+using namespace tandem;
+using namespace tandem::test;
+
+namespace {
+
+// logits_top (for each row's max) then logits_draw, as the engine runs them.
+std::vector<cuda::logits_top_row> run_draw(const std::vector<float> &logits, int32_t n_rows, int32_t n_cols,
+                                           const std::vector<row_draw> &draws) {
+    const int32_t slices = cuda::logits_top_slices(n_cols);
+    REQUIRE(slices > 0);
+    device_buffer<float> x(logits);
+    device_buffer<uint64_t> keys(size_t(n_rows) * size_t(slices) * cuda::logits_top_n);
+    device_buffer<float> smax(size_t(n_rows) * size_t(slices));
+    device_buffer<double> ssum(size_t(n_rows) * size_t(slices));
+    device_buffer<int32_t> snan(size_t(n_rows) * size_t(slices));
+    device_buffer<cuda::logits_top_row> out{size_t(n_rows)};
+    device_buffer<row_draw> req(draws);
+    device_buffer<double> chunk_sum(size_t(n_rows) * size_t(cuda::logits_draw_chunks(n_cols)));
+    out.poison();
+    chunk_sum.poison();
+    cuda::logits_top_args a;
+    a.logits = x.ptr;
+    a.n_rows = n_rows;
+    a.n_cols = n_cols;
+    a.scratch = keys.ptr;
+    a.slice_max = smax.ptr;
+    a.slice_sum = ssum.ptr;
+    a.slice_nan = snan.ptr;
+    a.out = out.ptr;
+    cuda::logits_top(a, nullptr);
+    cuda::logits_draw_args d;
+    d.logits = x.ptr;
+    d.n_rows = n_rows;
+    d.n_cols = n_cols;
+    d.draws = req.ptr;
+    d.chunk_sum = chunk_sum.ptr;
+    d.rows = out.ptr;
+    cuda::logits_draw(d, nullptr);
+    TANDEM_CUDA_CHECK(cudaDeviceSynchronize());
+    return out.download();
+}
+
+row_draw request(float temp, float min_p, double u) {
+    row_draw d;
+    d.temperature = temp;
+    d.inv_temp = float(1.0 / double(temp));
+    d.min_p = min_p;
+    d.u = u;
+    return d;
+}
+
+}  // namespace
+
+TEST_CASE("logits_draw draws its host twin's token", "[gpu][draw]") {
+    if (!gpu_present()) return;
+    std::mt19937_64 rng(77);
+    std::uniform_real_distribution<double> uniform(0.0, 1.0);
+    const int32_t widths[] = {1, 31, 255, 256, 257, 8191, 8192, 8193, 75968, 151936};
+    int64_t checked = 0;
+    for (int32_t n_cols : widths) {
+        const int32_t n_rows = 12;
+        // Spreads from flat (every token a candidate) to peaked (the cutoff and min_p bite); row 1
+        // ties on a coarse grid; row 2 is all equal.
+        std::vector<float> x;
+        for (int32_t r = 0; r < n_rows; ++r) {
+            const std::vector<float> row = random_floats(rng, size_t(n_cols), r < 6 ? 1.0f : 8.0f);
+            x.insert(x.end(), row.begin(), row.end());
+        }
+        for (int32_t c = 0; c < n_cols && n_rows > 2; ++c) {
+            x[size_t(n_cols) + size_t(c)] = float(int(x[size_t(n_cols) + size_t(c)] * 2.0f)) * 0.5f;
+            x[2 * size_t(n_cols) + size_t(c)] = 0.25f;
+        }
+        for (int pass = 0; pass < 4; ++pass) {
+            std::vector<row_draw> draws;
+            for (int32_t r = 0; r < n_rows; ++r) {
+                // Row 3 draws nothing; rows 4 and 5 take u at the ends of [0, 1).
+                const double u = r == 4 ? 0.0 : r == 5 ? std::nextafter(1.0, 0.0) : uniform(rng);
+                const float temp = r == 3 ? 0.0f : (pass == 0 ? 0.7f : pass == 1 ? 1.0f : pass == 2 ? 0.3f : 2.0f);
+                draws.push_back(request(temp, r % 2 == 0 ? 0.0f : 0.01f * float(pass), u));
+            }
+            const std::vector<cuda::logits_top_row> got = run_draw(x, n_rows, n_cols, draws);
+            for (int32_t r = 0; r < n_rows; ++r) {
+                INFO("cols " << n_cols << " pass " << pass << " row " << r << " u " << draws[size_t(r)].u);
+                const float *row = x.data() + size_t(r) * size_t(n_cols);
+                if (draws[size_t(r)].temperature <= 0.0f) {
+                    REQUIRE(got[size_t(r)].drawn == -1);
+                    continue;
+                }
+                const float max_logit = *std::max_element(row, row + n_cols);
+                const int32_t want = draw_by_chunks({row, size_t(n_cols)}, max_logit, draws[size_t(r)]);
+                REQUIRE(got[size_t(r)].drawn == want);
+                REQUIRE(std::memcmp(&got[size_t(r)].drawn_logit, &row[want], sizeof(float)) == 0);
+                ++checked;
+            }
+        }
+    }
+    INFO("rows checked " << checked);
+    REQUIRE(checked == 10 * 4 * 11);
+}
+
+TEST_CASE("logits_draw: a row's token does not depend on the launch's other rows", "[gpu][draw]") {
+    if (!gpu_present()) return;
+    std::mt19937_64 rng(78);
+    const int32_t n_cols = 151936, n_rows = 16;
+    const std::vector<float> x = random_floats(rng, size_t(n_rows) * size_t(n_cols), 1.5f);
+    std::vector<row_draw> draws;
+    for (int32_t r = 0; r < n_rows; ++r) draws.push_back(request(0.8f, 0.0f, (r + 0.5) / n_rows));
+    const std::vector<cuda::logits_top_row> all = run_draw(x, n_rows, n_cols, draws);
+    for (int32_t r : {0, 7, 15}) {
+        const std::vector<float> one(x.begin() + std::ptrdiff_t(size_t(r) * size_t(n_cols)), x.begin() + std::ptrdiff_t(size_t(r + 1) * size_t(n_cols)));
+        const std::vector<cuda::logits_top_row> alone = run_draw(one, 1, n_cols, {draws[size_t(r)]});
+        REQUIRE(alone[0].drawn == all[size_t(r)].drawn);
+    }
+}
