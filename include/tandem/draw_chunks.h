@@ -85,14 +85,14 @@ TANDEM_HOST_DEVICE inline float draw_exp(float x) {
     if (!(x >= -87.0f)) return 0.0f;
     if (x >= 0.0f) x = 0.0f;
     const float magic = 12582912.0f;  // 1.5 x 2^23: adding it rounds to an integer
-    const float k = sub(add(mul(x, 1.44269502f), magic), magic);
+    const float k = sub(add(mul(x, 0x1.715476p+0f), magic), magic);
     float r = sub(x, mul(k, 0.693359375f));  // 355 / 512: k x ln2_hi is exact
-    r = sub(r, mul(k, -2.12194440e-4f));     // ln 2 - ln2_hi
-    float p = 1.0f / 5040.0f;
-    p = add(mul(p, r), 1.0f / 720.0f);
-    p = add(mul(p, r), 1.0f / 120.0f);
-    p = add(mul(p, r), 1.0f / 24.0f);
-    p = add(mul(p, r), 1.0f / 6.0f);
+    r = sub(r, mul(k, -0x1.bd0106p-13f));  // ln 2 - ln2_hi
+    float p = 0x1.a01a02p-13f;  // 1 / 7!, and below 1 / 6! .. 1 / 3!: hexadecimal, so no compiler folds a division
+    p = add(mul(p, r), 0x1.6c16c2p-10f);
+    p = add(mul(p, r), 0x1.111112p-7f);
+    p = add(mul(p, r), 0x1.555556p-5f);
+    p = add(mul(p, r), 0x1.555556p-3f);
     p = add(mul(p, r), 0.5f);
     p = add(mul(p, r), 1.0f);
     p = add(mul(p, r), 1.0f);

@@ -68,6 +68,18 @@ public:
         }
         engine::forward_top(rows, top);
     }
+    // Counted (calls with at least one draw request), then the default: whole rows drawn on the host.
+    void forward_draw(std::span<const engine_row> rows, std::span<const row_draw> draws, std::vector<logits_top> &top) override {
+        {
+            std::lock_guard lock(mutex_);
+            draw_calls_ += draws_any(draws) ? 1 : 0;
+        }
+        engine::forward_draw(rows, draws, top);
+    }
+    int64_t draw_calls() const {
+        std::lock_guard lock(mutex_);
+        return draw_calls_;
+    }
     int64_t top_calls() const {
         std::lock_guard lock(mutex_);
         return top_calls_;
@@ -131,7 +143,7 @@ private:
     std::vector<std::vector<int32_t>> history_;
     std::vector<std::vector<engine_row>> calls_;
     bool fail_next_ = false;
-    int64_t top_calls_ = 0;
+    int64_t top_calls_ = 0, draw_calls_ = 0;
     size_t context_ = 0;
     int32_t nan_slot_ = -1;
     size_t nan_after_ = 0;
@@ -183,7 +195,7 @@ inline scheduler_hooks fake_hooks(int32_t eog_id) {
     h.is_eog = [eog_id](int32_t id) { return id == eog_id; };
     h.make_text_stream = [] { return std::make_unique<fake_text_stream>(); };
     h.make_picker = [](const sampling_params &p) {
-        const bool needs_row = p.temperature > 0.0f && (p.top_k == 0 || p.top_k > logits_top_max);
+        const bool needs_row = sampler(p).needs_full_row();
         return std::make_unique<fake_greedy_picker>(p.n_logprobs, !needs_row);
     };
     return h;

@@ -74,9 +74,10 @@ TEST_CASE("steps ask for row summaries unless a picker needs whole rows", "[sche
     const int64_t summaries = eng.top_calls();
     CHECK(summaries == int64_t(eng.calls().size()));  // every call of a greedy request: summaries
     eng.clear_calls();
-    // A temperature draw without top_k needs whole rows: every call it has a row in takes forward.
+    // A temperature draw with top_p needs whole rows: every call it has a row in takes forward.
     gen_request rb = make_request(pb, 10, b);
     rb.sampling.temperature = 0.7f;
+    rb.sampling.top_p = 0.9f;
     s.submit(std::move(rb));
     run_until_done(s, {b});
     CHECK(eng.top_calls() == summaries);
@@ -84,6 +85,43 @@ TEST_CASE("steps ask for row summaries unless a picker needs whole rows", "[sche
     // Both paths pick the same greedy tokens (the fake picker is greedy either way).
     CHECK(a->tokens() == fake_greedy_reference(n_vocab, pa, 10));
     CHECK(b->tokens() == fake_greedy_reference(n_vocab, pb, 10));
+}
+
+TEST_CASE("temperature requests draw beside the row summaries: the sampler's own whole-row tokens", "[scheduler]") {
+    // Real samplers. Requests with a temperature (and min_p) but no top_k / top_p ask the engine
+    // for draws by chunks (engine::forward_draw) and never for whole rows; each gets exactly the
+    // tokens its sampler draws from whole rows one at a time, alone or beside other sessions.
+    fake_engine eng(4, 256, n_vocab);
+    scheduler_hooks hooks = fake_hooks(-1);
+    hooks.make_picker = make_sampler_picker;
+    scheduler s(eng, {}, hooks);
+    std::vector<std::shared_ptr<collect_sink>> sinks;
+    std::vector<gen_request> reqs;
+    for (uint32_t i = 0; i < 4; ++i) {
+        sinks.push_back(std::make_shared<collect_sink>());
+        gen_request r = make_request(make_prompt(200 + i, 3 + i), 12, sinks.back());
+        r.sampling.temperature = i == 3 ? 0.0f : 0.6f + 0.4f * float(i);  // one greedy request beside them
+        r.sampling.min_p = i == 1 ? 0.05f : 0.0f;
+        r.sampling.seed = 40 + i;
+        reqs.push_back(r);
+        s.submit(std::move(r));
+    }
+    run_until_done(s, sinks);
+    CHECK(eng.draw_calls() > 0);
+    CHECK(eng.draw_calls() + eng.top_calls() == int64_t(eng.calls().size()));  // no call took whole rows only
+    for (size_t i = 0; i < reqs.size(); ++i) {
+        fake_engine ref(1, 256, n_vocab);
+        sampler direct(reqs[i].sampling);
+        std::vector<int32_t> h = reqs[i].prompt, want;
+        std::vector<float> logits(static_cast<size_t>(n_vocab));
+        for (int32_t t = 0; t < reqs[i].max_tokens; ++t) {
+            ref.logits_of(h, logits.data());
+            want.push_back(direct.sample(logits).id);
+            h.push_back(want.back());
+        }
+        INFO("request " << i);
+        CHECK(sinks[i]->tokens() == want);
+    }
 }
 
 TEST_CASE("prefill goes in chunks while nobody decodes", "[scheduler]") {
