@@ -3,7 +3,9 @@
 # carry-cuda/): the [gpu] tests, compute-sanitizer (memcheck on the kernel tests, racecheck and
 # synccheck on the routing/experts test), the model comparison and
 # `tandem bench` on the qwen3-30b-a3b Q4_K synth model. Logs under $OUT; a short table last.
-#   usage: scripts/device-run.sh [tests|bench|fairness|server|profile|trace|sass|all] [extra bench flags...]
+#   usage: scripts/device-run.sh [tests|bench|fairness|server|profile|trace|sass|draws|all] [extra bench flags...]
+# draws: the device draws by chunks (--device-draws): their tests, and decode at temperature 0.8
+# with the draws on the host and on the GPU (not in `all`).
 # server: the HTTP end-to-end suite (tests/server/e2e_server.py) against the CUDA backend (the
 # server's --backend auto picks it here), with the tiny synth model; the npm SDK checks need node
 # and are left to CI's CPU run.
@@ -41,12 +43,14 @@ if [ "$mode" = tests ] || [ "$mode" = all ]; then
     run matmul_prompt "$carry/bin/test_cuda_matmul_prompt"
     run attn_prompt "$carry/bin/test_cuda_attention_prompt"
     run logits_top "$carry/bin/test_cuda_logits_top"
+    run logits_draw "$carry/bin/test_cuda_logits_draw"
     run digits "$carry/bin/test_cuda_matvec_digits"
     run digit_tiles "$carry/bin/test_cuda_matmul_digits"
     run engine "$carry/bin/test_cuda_engine"
     run sanitizer compute-sanitizer --tool memcheck --error-exitcode 9 "$carry/bin/test_cuda_kernels"
     run sanitizer_mm compute-sanitizer --tool memcheck --error-exitcode 9 "$carry/bin/test_cuda_matmul_prompt"
     run sanitizer_top compute-sanitizer --tool memcheck --error-exitcode 9 "$carry/bin/test_cuda_logits_top"
+    run sanitizer_draw compute-sanitizer --tool memcheck --error-exitcode 9 "$carry/bin/test_cuda_logits_draw"
     # The digit products: memcheck of both, and racecheck / synccheck of the prompt tiles (shared-memory
     # stages and barriers; 0 errors, 0 hazards in session 14).
     run sanitizer_dig compute-sanitizer --tool memcheck --error-exitcode 9 "$carry/bin/test_cuda_matvec_digits"
@@ -63,6 +67,25 @@ if [ "$mode" = tests ] || [ "$mode" = all ]; then
     # errors. (Not yet run with --error-exitcode: session 10 ran it without.)
     run racecheck compute-sanitizer --tool racecheck --error-exitcode 9 "$carry/bin/test_cuda_kernels" "routing*"
     run synccheck compute-sanitizer --tool synccheck --error-exitcode 9 "$carry/bin/test_cuda_kernels" "routing*"
+fi
+if [ "$mode" = draws ]; then
+    # The draws by chunks on the device (--device-draws): the kernel against its host twin (and
+    # racecheck of its shared-memory walk), the engine's draws against forward's rows, then decode
+    # at temperature 0.8 with the draws on the host (whole rows) and on the GPU, beside greedy.
+    run logits_draw "$carry/bin/test_cuda_logits_draw"
+    run sanitizer_draw compute-sanitizer --tool memcheck --error-exitcode 9 "$carry/bin/test_cuda_logits_draw"
+    run racecheck_draw compute-sanitizer --tool racecheck --error-exitcode 9 "$carry/bin/test_cuda_logits_draw"
+    run engine_draw "$carry/bin/test_cuda_engine" "[draw]"
+    [ -f /tmp/m.gguf ] || "$carry/bin/tandem" synth --preset qwen3-30b-a3b --type q4_k --out /tmp/m.gguf > "$out/synth.log" 2>&1
+    run greedy "$carry/bin/tandem" bench -m /tmp/m.gguf --backend cuda --prompt 0 --gen 64 --sessions 1,4,16 --json "$out/greedy.json"
+    run temp_host "$carry/bin/tandem" bench -m /tmp/m.gguf --backend cuda --prompt 0 --gen 64 --sessions 1,4,16 \
+        --temperature 0.8 --json "$out/temp_host.json"
+    run temp_device "$carry/bin/tandem" bench -m /tmp/m.gguf --backend cuda --prompt 0 --gen 64 --sessions 1,4,16 \
+        --temperature 0.8 --device-draws --json "$out/temp_device.json"
+    # The same draws: the decoded tokens' hashes agree.
+    python3 -c 'import json,sys; h=[[r["tokens_fnv"] for r in json.load(open(f))["decode"]] for f in sys.argv[1:]]; print("draws agree" if h[0]==h[1] else "DRAWS DIFFER", h)' \
+        "$out/temp_host.json" "$out/temp_device.json" > "$out/draws_agree.log" 2>&1
+    summary+=("$(cat "$out/draws_agree.log")")
 fi
 if [ "$mode" = bench ] || [ "$mode" = all ]; then
     [ -f /tmp/m.gguf ] || "$carry/bin/tandem" synth --preset qwen3-30b-a3b --type q4_k --out /tmp/m.gguf > "$out/synth.log" 2>&1

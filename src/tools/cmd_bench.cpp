@@ -294,6 +294,7 @@ TANDEM_COMMAND(bench, "Measure prefill and multi-session decode throughput", [](
             std::vector<int32_t> next(static_cast<size_t>(n));
             for (int s = 0; s < n; ++s) next[size_t(s)] = int32_t(rng() % uint32_t(hp.n_vocab));
             std::vector<double> step_times;
+            uint64_t tokens_fnv = 1469598103934665603ull;  // the tokens decoded (runs that should agree compare it)
             double touched_sum = 0;
             int touched_n = 0;
             for (int step = 0; step < cli->gen + 2; ++step) {
@@ -311,8 +312,10 @@ TANDEM_COMMAND(bench, "Measure prefill and multi-session decode throughput", [](
                     next[size_t(s)] = cli->full_logits ? argmax({logits.data() + size_t(s) * size_t(hp.n_vocab), size_t(hp.n_vocab)})
                                       : draws.empty() ? tops[size_t(s)].top[0].id
                                                       : tops[size_t(s)].drawn;
-                for (int s = 0; s < n; ++s)
+                for (int s = 0; s < n; ++s) {
                     if (next[size_t(s)] < 0) fail(error_kind::internal, "decode row {} was not drawn (NaN logits?)", s);
+                    tokens_fnv = (tokens_fnv ^ uint64_t(uint32_t(next[size_t(s)]))) * 1099511628211ull;
+                }
                 if (step >= 2) {
                     step_times.push_back(dt);
                     const auto c = eng->counters();
@@ -330,9 +333,10 @@ TANDEM_COMMAND(bench, "Measure prefill and multi-session decode throughput", [](
             if (roof > 0) row["pct_of_roof"] = 100.0 * gbps / roof;
             const auto counters = eng->counters();
             for (const auto &[k, v] : counters) row[k] = v;
+            if (cli->temperature > 0.0f) row["temperature"] = cli->temperature;
+            row["tokens_fnv"] = fmt::format("{:016x}", tokens_fnv);
             result["decode"].push_back(row);
             const auto launches = counters.find("launches_per_step");
-            if (cli->temperature > 0.0f) row["temperature"] = cli->temperature;
             fmt::print("decode   {:3} sessions  {:8.2f} ms/step  {:9.1f} tok/s aggregate  {:8.1f} tok/s/session  "
                        "{:7.3f} GB/step  {:8.1f} GB/s{}{}\n",
                        n, t * 1e3, n / t, 1.0 / t, b / 1e9, gbps,
