@@ -1,10 +1,10 @@
-// cuda/logits_draw.cu - the draw by chunks (tandem/draw_chunks.h) of each requested logits row.
+// cuda/logits_draw.cu - the exact draw (tandem/draw_exact.h) of each requested logits row.
 //
-// Bytes: a row's 152 K logits (0.6 MB, in L2 right after the head wrote them) are read twice at
-// most: once for the chunk sums, 256 of them again for the walk. Arithmetic: ~20 float operations
-// a weight. The sums' order is draw_chunks.h's: each lane's 8 ids in order, the butterfly, the
-// chunks of a group in order, the groups in order; so the drawn id is the host twin's and depends
-// on the row and its request alone (batch invariant).
+// One block of 1,024 threads a row. Bytes: the row's logits (0.6 MB for 152 K ids, in L2 right
+// after the head wrote them) are read once for the total, once a radix pass (up to 8, only with
+// top_p < 1) and once for the pick. Arithmetic: ~20 float operations a weight, made in each pass
+// that needs it. Every sum is of integer weights, so the atomics' and the warps' order does not
+// matter: the drawn id is the host twin's and depends on the row and its request alone.
 #include "logits_draw.h"
 
 #include "cuda_check.h"
@@ -13,139 +13,171 @@
 namespace tandem::cuda {
 namespace {
 
-constexpr int sums_warps = 8;  // chunks a block of the first kernel
+constexpr int draw_threads = 1024;
+constexpr int draw_warps = draw_threads / 32;
 
-// Block (chunk block, row): warp w sums chunk blockIdx.x * 8 + w.
-__global__ void __launch_bounds__(32 * sums_warps) logits_draw_sums_kernel(const logits_draw_args a, int n_chunks) {
-    const int row = blockIdx.y, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int chunk = blockIdx.x * sums_warps + warp;
-    pdl_wait();
-    pdl_trigger();
-    const row_draw d = a.draws[row];
-    if (!(d.temperature > 0.0f) || chunk >= n_chunks) return;
-    const float max_logit = a.rows[row].max;
-    const float cutoff = draw_cutoff(max_logit, d);
-    const float *x = a.logits + size_t(row) * size_t(a.n_cols);
-    double sum = 0.0;
+__device__ __forceinline__ uint64_t warp_sum_u64(uint64_t v) {
 #pragma unroll
-    for (int k = 0; k < draw_lane_ids; ++k) {
-        const int id = chunk * draw_chunk + 32 * k + lane;
-        sum += double(id < a.n_cols ? draw_weight(x[id], max_logit, cutoff, d) : 0.0f);
-    }
-#pragma unroll
-    for (int o = 16; o >= 1; o >>= 1) sum += __shfl_xor_sync(0xFFFFFFFFu, sum, o);
-    if (lane == 0) a.chunk_sum[size_t(row) * size_t(n_chunks) + size_t(chunk)] = sum;
+    for (int o = 16; o >= 1; o >>= 1) v += __shfl_xor_sync(0xFFFFFFFFu, v, o);
+    return v;
 }
 
-// Block row, one warp: the group sums (lane g sums group g's chunks; lanes take 32 groups a round),
-// the total and the walk by lane 0, the chosen chunk's weights by the warp into shared memory.
-__global__ void __launch_bounds__(32) logits_draw_pick_kernel(const logits_draw_args a, int n_chunks) {
-    constexpr int max_groups = 64;  // 64 x 8,192 ids: logits_draw checks the row fits
-    __shared__ double s_group[max_groups];
-    __shared__ float s_w[draw_chunk];
-    __shared__ int s_chunk, s_fallback_begin, s_fallback_end;
-    __shared__ double s_acc, s_r;
-    const int row = blockIdx.x, lane = threadIdx.x;
+__device__ __forceinline__ uint64_t warp_inclusive_u64(uint64_t v, int lane) {
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+        const uint64_t t = __shfl_up_sync(0xFFFFFFFFu, v, o);
+        if (lane >= o) v += t;
+    }
+    return v;
+}
+
+struct draw_smem {
+    unsigned long long bins[256];  // a radix pass's mass by digit
+    unsigned long long warp_sum[draw_warps];
+    uint64_t total, above, last_bin;
+    int digit;
+    int pick_warp;
+    uint64_t pick_base;
+};
+
+__global__ void __launch_bounds__(draw_threads) logits_draw_kernel(const logits_draw_args a) {
+    __shared__ draw_smem s;
+    const int row = blockIdx.x, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     pdl_wait();
     pdl_trigger();
     const row_draw d = a.draws[row];
     logits_top_row &out = a.rows[row];
     if (!(d.temperature > 0.0f)) {
-        if (lane == 0) out.drawn = -1;
+        if (tid == 0) out.drawn = -1;
         return;
     }
-    const int n_groups = (n_chunks + draw_group_chunks - 1) / draw_group_chunks;
-    const double *cs = a.chunk_sum + size_t(row) * size_t(n_chunks);
-    for (int g = lane; g < n_groups; g += 32) {
-        double s = 0.0;
-        const int end = min(n_chunks, (g + 1) * draw_group_chunks);
-        for (int c = g * draw_group_chunks; c < end; ++c) s += cs[c];
-        s_group[g] = s;
-    }
-    __syncwarp();
+    const int n = a.n_cols;
+    const float *x = a.logits + size_t(row) * size_t(n);
     const float max_logit = out.max;
     const float cutoff = draw_cutoff(max_logit, d);
-    const float *x = a.logits + size_t(row) * size_t(a.n_cols);
-    if (lane == 0) {
-        double total = 0.0;
-        for (int g = 0; g < n_groups; ++g) total += s_group[g];
-        const double r = d.u * total;
-        double acc = 0.0;
-        int g = 0;
-        while (g < n_groups && !(acc + s_group[g] > r)) acc += s_group[g++];
-        int chunk = -1, fb_begin = 0, fb_end = a.n_cols;  // the fallback's id range when the walk runs out
-        if (g < n_groups) {
-            const int c_end = min(n_chunks, (g + 1) * draw_group_chunks);
-            int c = g * draw_group_chunks;
-            while (c < c_end && !(acc + cs[c] > r)) acc += cs[c++];
-            if (c < c_end) {
-                chunk = c;
-                fb_begin = c * draw_chunk;
-                fb_end = min(a.n_cols, (c + 1) * draw_chunk);
-            } else {
-                fb_begin = g * draw_group_chunks * draw_chunk;
-                fb_end = min(a.n_cols, c_end * draw_chunk);
-            }
-        }
-        s_chunk = chunk;
-        s_fallback_begin = fb_begin;
-        s_fallback_end = fb_end;
-        s_acc = acc;
-        s_r = r;
+
+    // The total (integers: any order).
+    uint64_t mine = 0;
+    for (int i = tid; i < n; i += draw_threads) mine += draw_weight(x[i], max_logit, cutoff, d);
+    mine = warp_sum_u64(mine);
+    if (lane == 0) s.warp_sum[warp] = mine;
+    __syncthreads();
+    if (tid == 0) {
+        uint64_t t = 0;
+        for (int w = 0; w < draw_warps; ++w) t += s.warp_sum[w];
+        s.total = t;
     }
-    __syncwarp();
-    const int chunk = s_chunk;
-    int drawn = -1;
-    if (chunk >= 0) {
-        for (int k = 0; k < draw_lane_ids; ++k) {
-            const int i = 32 * k + lane, id = chunk * draw_chunk + i;
-            s_w[i] = id < a.n_cols ? draw_weight(x[id], max_logit, cutoff, d) : 0.0f;
-        }
-        __syncwarp();
-        if (lane == 0) {
-            double acc = s_acc;
-            const double r = s_r;
-            for (int i = 0; i < draw_chunk && chunk * draw_chunk + i < a.n_cols; ++i) {
-                acc += double(s_w[i]);
-                if (acc > r) {
-                    drawn = chunk * draw_chunk + i;
-                    break;
+    __syncthreads();
+    const uint64_t total = s.total;
+    const uint64_t need = draw_nucleus_need(total, d.top_p);
+
+    // The nucleus's boundary: the key B of the last token of the smallest best-first prefix whose
+    // mass reaches need, digit by digit from the top. `above` is the mass of the tokens whose
+    // decided digits beat B's; each pass bins the mass of the tokens that share B's decided digits.
+    uint64_t boundary = 0, mass = total;
+    if (need < total) {
+        uint64_t prefix = 0, above = 0;
+        for (int pass = 0; pass < 8; ++pass) {
+            const int shift = 56 - 8 * pass;
+            const uint64_t high = pass == 0 ? 0ull : ~0ull << (shift + 8);
+            if (tid < 256) s.bins[tid] = 0;
+            __syncthreads();
+            // Runs of one digit are added up in a register first: early passes see few digits.
+            int run_digit = -1;
+            uint64_t run = 0;
+            for (int i = tid; i < n; i += draw_threads) {
+                const uint64_t key = draw_key(x[i], i);
+                if ((key & high) != prefix) continue;
+                const uint64_t w = draw_weight(x[i], max_logit, cutoff, d);
+                if (w == 0) continue;
+                const int digit = int(key >> shift) & 255;
+                if (digit != run_digit) {
+                    if (run_digit >= 0) atomicAdd(&s.bins[run_digit], (unsigned long long)run);
+                    run_digit = digit;
+                    run = 0;
+                }
+                run += w;
+            }
+            if (run_digit >= 0) atomicAdd(&s.bins[run_digit], (unsigned long long)run);
+            __syncthreads();
+            if (warp == 0) {
+                // Lane l holds digits 255 - 8 l down to 248 - 8 l: descending across the lanes.
+                uint64_t c[8], sum = 0;
+#pragma unroll
+                for (int i = 0; i < 8; ++i) sum += c[i] = s.bins[255 - 8 * lane - i];
+                const uint64_t incl = warp_inclusive_u64(sum, lane), excl = incl - sum;
+                if (above + excl < need && above + incl >= need) {
+                    uint64_t run_above = above + excl;
+#pragma unroll
+                    for (int i = 0; i < 8; ++i) {
+                        if (run_above + c[i] >= need) {
+                            s.digit = 255 - 8 * lane - i;
+                            s.above = run_above;
+                            s.last_bin = c[i];
+                            break;
+                        }
+                        run_above += c[i];
+                    }
                 }
             }
+            __syncthreads();
+            prefix |= uint64_t(s.digit) << shift;
+            above = s.above;
+            __syncthreads();  // s.digit, s.above and the bins are rewritten next pass
         }
+        boundary = prefix;           // keys are distinct: the last pass's bin holds one token
+        mass = above + s.last_bin;   // the nucleus: every key above the boundary's, and it
     }
-    drawn = __shfl_sync(0xFFFFFFFFu, drawn, 0);
-    if (drawn < 0) {
-        // The walk ran out: the last id of positive weight in the range, found by the warp from
-        // the end (the highest lane with one in each 32-id window).
-        const int begin = s_fallback_begin;
-        for (int base = s_fallback_end - 1; base >= begin && drawn < 0; base -= 32) {
-            const int id = base - lane;
-            const bool positive = id >= begin && draw_weight(x[id], max_logit, cutoff, d) > 0.0f;
-            const unsigned hit = __ballot_sync(0xFFFFFFFFu, positive);
-            if (hit) drawn = base - (__ffs(hit) - 1);
-        }
-        if (drawn < 0) drawn = begin;
+
+    // The pick: r = min(trunc(u x M), M - 1); warp w sums the nucleus's weights over its
+    // contiguous range of ids, warp 0 finds the range holding r, whose warp walks it 32 ids a step.
+    const uint64_t r = draw_pick_threshold(d.u, mass);
+    const int seg = ((n + draw_warps - 1) / draw_warps + 31) / 32 * 32;
+    const int begin = warp * seg, end = min(n, begin + seg);
+    auto nucleus_weight = [&](int i) -> uint64_t {
+        const uint64_t w = draw_weight(x[i], max_logit, cutoff, d);
+        return w != 0 && draw_key(x[i], i) >= boundary ? w : 0;
+    };
+    mine = 0;
+    for (int i = begin + lane; i < end; i += 32) mine += nucleus_weight(i);
+    mine = warp_sum_u64(mine);
+    if (lane == 0) s.warp_sum[warp] = mine;
+    __syncthreads();
+    if (warp == 0) {
+        const uint64_t v = s.warp_sum[lane], incl = warp_inclusive_u64(v, lane);
+        const unsigned hit = __ballot_sync(0xFFFFFFFFu, incl > r);
+        const int w = hit ? __ffs(hit) - 1 : -1;
+        if (lane == 0) s.pick_warp = w;
+        if (w >= 0 && lane == w) s.pick_base = incl - v;
+    }
+    __syncthreads();
+    if (warp != s.pick_warp) {
+        if (tid == 0 && s.pick_warp < 0) out.drawn = -1;  // unreachable: r < M
+        return;
+    }
+    uint64_t base = s.pick_base;
+    int drawn = -1;
+    for (int start = begin; start < end && drawn < 0; start += 32) {
+        const int i = start + lane;
+        const uint64_t w = i < end ? nucleus_weight(i) : 0;
+        const uint64_t incl = warp_inclusive_u64(w, lane);
+        const unsigned hit = __ballot_sync(0xFFFFFFFFu, base + incl > r);
+        if (hit) drawn = start + __ffs(hit) - 1;
+        base += __shfl_sync(0xFFFFFFFFu, incl, 31);
     }
     if (lane == 0) {
         out.drawn = drawn;
-        out.drawn_logit = x[drawn];
+        out.drawn_logit = drawn >= 0 ? x[drawn] : 0.0f;
     }
 }
 
 }  // namespace
 
-int32_t logits_draw_chunks(int32_t n_cols) { return (n_cols + draw_chunk - 1) / draw_chunk; }
-
 void logits_draw(const logits_draw_args &a, cudaStream_t stream) {
-    TANDEM_CUDA_REQUIRE(a.logits && a.draws && a.chunk_sum && a.rows, "logits_draw: null pointer");
-    const int32_t n_chunks = logits_draw_chunks(a.n_cols);
-    TANDEM_CUDA_REQUIRE(a.n_cols > 0 && n_chunks <= 64 * draw_group_chunks, "logits_draw: 1 .. 524,288 columns a row");
+    TANDEM_CUDA_REQUIRE(a.logits && a.draws && a.rows, "logits_draw: null pointer");
+    TANDEM_CUDA_REQUIRE(a.n_cols > 0, "logits_draw: empty rows");
     if (a.n_rows <= 0) return;
-    launch_pdl(logits_draw_sums_kernel, dim3((n_chunks + sums_warps - 1) / sums_warps, a.n_rows), dim3(32 * sums_warps), stream, a,
-               int(n_chunks));
-    TANDEM_CUDA_CHECK_LAUNCH();
-    launch_pdl(logits_draw_pick_kernel, dim3(a.n_rows), dim3(32), stream, a, int(n_chunks));
+    launch_pdl(logits_draw_kernel, dim3(a.n_rows), dim3(draw_threads), stream, a);
     TANDEM_CUDA_CHECK_LAUNCH();
 }
 

@@ -26,7 +26,7 @@ struct logits_top_row {
     float max = 0.0f;      // the largest logit (NaNs ignored)
     int32_t has_nan = 0;
     int32_t n = 0;         // valid entries: min(logits_top_n, n_cols)
-    int32_t drawn = -1;    // the row's draw by chunks (cuda/logits_draw.h) when one ran, else -1
+    int32_t drawn = -1;    // the row's exact draw (cuda/logits_draw.h) when one ran, else -1
     int32_t id[logits_top_n];      // vocab ids (first_id + column), best first
     float logit[logits_top_n];
     float drawn_logit = 0.0f;      // the drawn id's logit

@@ -4,8 +4,8 @@
 # synccheck on the routing/experts test), the model comparison and
 # `tandem bench` on the qwen3-30b-a3b Q4_K synth model. Logs under $OUT; a short table last.
 #   usage: scripts/device-run.sh [tests|bench|fairness|server|profile|trace|sass|draws|all] [extra bench flags...]
-# draws: the device draws by chunks (--device-draws): their tests, and decode at temperature 0.8
-# with the draws on the host and on the GPU (not in `all`).
+# draws: the exact draws on the device (--device-draws): their tests, and decode at temperature 0.8
+# (and with top_p 0.9) with the draws on the host and on the GPU (not in `all`).
 # server: the HTTP end-to-end suite (tests/server/e2e_server.py) against the CUDA backend (the
 # server's --backend auto picks it here), with the tiny synth model; the npm SDK checks need node
 # and are left to CI's CPU run.
@@ -69,22 +69,25 @@ if [ "$mode" = tests ] || [ "$mode" = all ]; then
     run synccheck compute-sanitizer --tool synccheck --error-exitcode 9 "$carry/bin/test_cuda_kernels" "routing*"
 fi
 if [ "$mode" = draws ]; then
-    # The draws by chunks on the device (--device-draws): the kernel against its host twin (and
-    # racecheck of its shared-memory walk), the engine's draws against forward's rows, then decode
-    # at temperature 0.8 with the draws on the host (whole rows) and on the GPU, beside greedy.
+    # The exact draws on the device (--device-draws): the kernel against its host twin (and
+    # racecheck of its shared-memory passes), the engine's draws against forward's rows, then decode
+    # at temperature 0.8, plain and with top_p 0.9, with the draws on the host (whole rows) and on
+    # the GPU, beside greedy.
     run logits_draw "$carry/bin/test_cuda_logits_draw"
     run sanitizer_draw compute-sanitizer --tool memcheck --error-exitcode 9 "$carry/bin/test_cuda_logits_draw"
     run racecheck_draw compute-sanitizer --tool racecheck --error-exitcode 9 "$carry/bin/test_cuda_logits_draw"
     run engine_draw "$carry/bin/test_cuda_engine" "[draw]"
     [ -f /tmp/m.gguf ] || "$carry/bin/tandem" synth --preset qwen3-30b-a3b --type q4_k --out /tmp/m.gguf > "$out/synth.log" 2>&1
     run greedy "$carry/bin/tandem" bench -m /tmp/m.gguf --backend cuda --prompt 0 --gen 64 --sessions 1,4,16 --json "$out/greedy.json"
-    run temp_host "$carry/bin/tandem" bench -m /tmp/m.gguf --backend cuda --prompt 0 --gen 64 --sessions 1,4,16 \
-        --temperature 0.8 --json "$out/temp_host.json"
-    run temp_device "$carry/bin/tandem" bench -m /tmp/m.gguf --backend cuda --prompt 0 --gen 64 --sessions 1,4,16 \
-        --temperature 0.8 --device-draws --json "$out/temp_device.json"
-    # The same draws: the decoded tokens' hashes agree.
-    python3 -c 'import json,sys; h=[[r["tokens_fnv"] for r in json.load(open(f))["decode"]] for f in sys.argv[1:]]; print("draws agree" if h[0]==h[1] else "DRAWS DIFFER", h)' \
-        "$out/temp_host.json" "$out/temp_device.json" > "$out/draws_agree.log" 2>&1
+    for p in 1 0.9; do
+        run "temp_host_$p" "$carry/bin/tandem" bench -m /tmp/m.gguf --backend cuda --prompt 0 --gen 64 --sessions 1,4,16 \
+            --temperature 0.8 --top-p "$p" --json "$out/temp_host_$p.json"
+        run "temp_device_$p" "$carry/bin/tandem" bench -m /tmp/m.gguf --backend cuda --prompt 0 --gen 64 --sessions 1,4,16 \
+            --temperature 0.8 --top-p "$p" --device-draws --json "$out/temp_device_$p.json"
+        # The same draws: the decoded tokens' hashes agree.
+        python3 -c 'import json,sys; h=[[r["tokens_fnv"] for r in json.load(open(f))["decode"]] for f in sys.argv[1:]]; print("draws agree" if h[0]==h[1] else "DRAWS DIFFER", h)' \
+            "$out/temp_host_$p.json" "$out/temp_device_$p.json" >> "$out/draws_agree.log" 2>&1
+    done
     summary+=("$(cat "$out/draws_agree.log")")
 fi
 if [ "$mode" = bench ] || [ "$mode" = all ]; then

@@ -105,7 +105,7 @@ public:
     }
 
     // forward_top, and for each want_logits row j with draws[j].temperature > 0 (draws: one a
-    // want_logits row, in row order, or empty) the row's draw by chunks (draw_chunks.h) in
+    // want_logits row, in row order, or empty) the row's exact draw (draw_exact.h) in
     // top[j].drawn, drawn_logit and drawn_u. The CUDA engine can draw on the device (engine_options::
     // device_draws, one device holding the whole head): only the token and the summary leave it.
     // The default draws on the host from forward_rows_top's rows: the same token either way.
@@ -116,7 +116,7 @@ public:
         }
         std::vector<float> logits;
         forward_rows_top(rows, logits, top);
-        draw_rows_by_chunks(logits, draws, top);
+        draw_rows_exact(logits, draws, top);
     }
 
     // Tokens whose K/V the slot holds.

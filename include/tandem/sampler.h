@@ -2,7 +2,7 @@
 // from the whole row, or from the row's best tokens when those decide the draw (logits_top).
 #pragma once
 
-#include "tandem/draw_chunks.h"
+#include "tandem/draw_exact.h"
 
 #include <cstdint>
 #include <optional>
@@ -46,7 +46,7 @@ struct logits_top {
     double log_norm = 0.0;           // log sum_i exp(logit_i) over the whole row
     bool has_nan = false;
     std::vector<token_logit> top;    // min(logits_top_max, n_vocab) best: logit descending, then id ascending
-    // The row's draw by chunks, when the engine was asked for one (engine::forward_draw): the id
+    // The row's exact draw (draw_exact.h), when the engine was asked for one (engine::forward_draw): the id
     // (-1: none), its logit and the uniform number it was drawn with.
     int32_t drawn = -1;
     float drawn_logit = 0.0f;
@@ -57,14 +57,14 @@ struct logits_top {
 // computes it.
 logits_top logits_top_of(std::span<const float> logits);
 
-// The host twin of the device's draw by chunks (draw_chunks.h, cuda/logits_draw.h): the token
-// drawn from a whole row whose best logit is max_logit, for d.temperature > 0.
-int32_t draw_by_chunks(std::span<const float> logits, float max_logit, const row_draw &d);
+// The host twin of the device's exact draw (draw_exact.h, cuda/logits_draw.h): the token drawn
+// from a whole row whose best logit is max_logit, for d.temperature > 0.
+int32_t draw_exact(std::span<const float> logits, float max_logit, const row_draw &d);
 // Whether any of a step's rows asks for a draw.
 bool draws_any(std::span<const row_draw> draws);
 // engine::forward_draw's host draws: top[j] (the summary of logits row j, n_vocab floats a row)
-// gets row j's draw by chunks when draws[j] asks for one; rows on up to 8 threads.
-void draw_rows_by_chunks(std::span<const float> logits, std::span<const row_draw> draws, std::vector<logits_top> &top);
+// gets row j's exact draw when draws[j] asks for one; rows on up to 8 threads.
+void draw_rows_exact(std::span<const float> logits, std::span<const row_draw> draws, std::vector<logits_top> &top);
 
 class sampler {
 public:
@@ -77,14 +77,14 @@ public:
     // alone; nullopt, with no random number drawn, when the top does not decide it: a temperature
     // draw without a top_k <= logits_top_max whose candidates (logits within 30 x temperature of
     // the best) run past the top. needs_full_row() says in advance whether that can happen.
-    // A top that carries the row's draw by chunks (drawn >= 0) decides a draws_by_chunks() draw.
+    // A top that carries the row's exact draw (drawn >= 0) decides a draws_exact() draw.
     std::optional<sample_result> sample_top(const logits_top &top);
     bool needs_full_row() const;
-    // Whether this sampler's draws from whole rows are draws by chunks (draw_chunks.h: a
-    // temperature, maybe min_p, no top_k or top_p), which the engine can make beside the row.
-    bool draws_by_chunks() const;
+    // Whether this sampler's draws are exact draws (draw_exact.h: a temperature, maybe min_p and
+    // top_p, no top_k), which the engine can make beside the row.
+    bool draws_exact() const;
     // The request for the draw `ahead` draws from now (its uniform number, the random stream
-    // left as it is); temperature 0 when draws_by_chunks() is false.
+    // left as it is); temperature 0 when draws_exact() is false.
     row_draw draw_request(size_t ahead = 0) const;
 
 private:

@@ -100,8 +100,8 @@ uint64_t cuda_device::scratch_bytes(const model_hparams &hp, int32_t n_ctx, bool
         // The summaries: 64 candidate keys (two floats each), max, sum (two) and flag per slice and row.
         floats += size_t(max_logit_rows) * (size_t(cuda::logits_top_slices(hp.n_vocab)) * (2 * cuda::logits_top_n + 4) +
                                            sizeof(cuda::logits_top_row) / 4);
-        // The draws (a whole head): a request and a double a chunk per row.
-        floats += size_t(max_logit_rows) * (sizeof(row_draw) / 4 + 2 * size_t(cuda::logits_draw_chunks(hp.n_vocab)));
+        // The draws (a whole head): a request a row.
+        floats += size_t(max_logit_rows) * (sizeof(row_draw) / 4);
     }
     if (paired) floats += 2 * r * k * d + 2 * r * k + 2 * size_t(hp.n_expert) + 2;
     return uint64_t(floats) * 4 + (uint64_t(64) << 20);  // + allocator slack and the graphs
@@ -306,7 +306,6 @@ cuda_device::cuda_device(const model_hparams &hp, const model_tensors &tensors, 
             m.top_rows = device_alloc<cuda::logits_top_row>(D);
             if (part.head_begin == 0 && part.head_end == hp.n_vocab) {
                 m.draws = device_alloc<row_draw>(D);
-                m.draw_chunk_sum = device_alloc<double>(D * size_t(cuda::logits_draw_chunks(cols)));
             }
         }
     }
@@ -327,7 +326,7 @@ cuda_device::~cuda_device() {
              m.weights, m.kv, m.inv_freq, m.rows, m.x, m.h, m.q, m.kb, m.vb, m.att, m.router_logits, m.route_w, m.act,
              m.eout, m.partial, m.exchange[0], m.exchange[1], m.ids, m.group_expert, m.group_off, m.n_groups, m.pair_x,
              m.pair_y, m.groups_total, m.own_mat, m.own_off, m.own_n, m.own_x, m.own_y, m.logits, m.top_keys, m.top_slice_max,
-             m.top_slice_sum, m.top_slice_nan, m.top_rows, m.draws, m.draw_chunk_sum, m.h_split, m.h_sums, m.h_digits, m.h_digit_scales, m.h_digit_sums, m.act_digits,
+             m.top_slice_sum, m.top_slice_nan, m.top_rows, m.draws, m.h_split, m.h_sums, m.h_digits, m.h_digit_scales, m.h_digit_sums, m.act_digits,
              m.act_digit_scales, m.act_digit_sums, m.att_split,
              m.att_sums, m.act_split, m.act_sums, m.prompt_split, m.prompt_sums, m.traffic, local})
         if (p) cudaFree(const_cast<void *>(p));
@@ -541,10 +540,9 @@ int64_t cuda_device::logits_draw(int32_t n_out) {
     a.n_rows = n_out;
     a.n_cols = m.head.n_out;
     a.draws = m.draws;
-    a.chunk_sum = m.draw_chunk_sum;
     a.rows = m.top_rows;
     cuda::logits_draw(a, m.stream);
-    return 2;
+    return 1;
 }
 
 void cuda_device::download_logits_top(void *host_pinned, int32_t n_out) {

@@ -5,7 +5,7 @@
 // No CUDA types in this header: the engine front and the tests stay plain C++.
 #pragma once
 
-#include "tandem/draw_chunks.h"
+#include "tandem/draw_exact.h"
 #include "tandem/model.h"
 #include "tandem/placement.h"
 

@@ -539,7 +539,8 @@ void cuda_engine::run_step(std::span<const engine_row> rows, bool prompt, float 
                     parts.push_back(h.tops + i * size_t(cuda_device::max_logit_rows) + r);
             top_out[j] = merge_logits_top(parts, hp_.n_vocab);
             if (draw && draws_in[j].temperature > 0.0f) {
-                TANDEM_ASSERT(parts.size() == 1 && parts[0]->drawn >= 0, "logits row {} was not drawn on the device", j);
+                TANDEM_ASSERT(parts.size() == 1);
+                if (parts[0]->drawn < 0) fail(error_kind::internal, "logits row {} was not drawn on the device", j);
                 top_out[j].drawn = parts[0]->drawn;
                 top_out[j].drawn_logit = parts[0]->drawn_logit;
                 top_out[j].drawn_u = draws_in[j].u;

@@ -157,10 +157,10 @@ sample_result sampler::sample(std::span<const float> logits, const logits_top *s
     sample_result result;
     if (params_.temperature <= 0.0f) {
         result.id = summary ? summary->top[0].id : argmax(logits);
-    } else if (draws_by_chunks()) {
+    } else if (draws_exact()) {
         row_draw d = draw_request();
         rng_.discard(1);  // the uniform number draw_request read
-        result.id = draw_by_chunks(logits, max_logit, d);
+        result.id = draw_exact(logits, max_logit, d);
     } else {
         // Candidates: tokens whose probability is within e^-30 of the best one; the rest would
         // contribute less than 1e-13 each.
@@ -189,21 +189,21 @@ sample_result sampler::sample(std::span<const float> logits, const logits_top *s
 }
 
 bool sampler::needs_full_row() const {
-    return params_.temperature > 0.0f && (params_.top_k == 0 || params_.top_k > logits_top_max) && !draws_by_chunks();
+    // Exact draws (top_k 0) come with the row's summary; top_k <= logits_top_max draws from it.
+    return params_.temperature > 0.0f && params_.top_k > logits_top_max;
 }
 
-bool sampler::draws_by_chunks() const {
-    return params_.temperature > 0.0f && params_.top_k == 0 && params_.top_p >= 1.0f;
-}
+bool sampler::draws_exact() const { return params_.temperature > 0.0f && params_.top_k == 0; }
 
 row_draw sampler::draw_request(size_t ahead) const {
     row_draw d;
-    if (!draws_by_chunks()) return d;
+    if (!draws_exact()) return d;
     std::mt19937_64 rng = rng_;
     rng.discard(ahead);
     d.temperature = params_.temperature;
     d.inv_temp = float(1.0 / double(params_.temperature));
     d.min_p = params_.min_p;
+    d.top_p = params_.top_p;
     d.u = std::generate_canonical<double, 53>(rng);
     return d;
 }
@@ -217,7 +217,7 @@ std::optional<sample_result> sampler::sample_top(const logits_top &t) {
     if (params_.temperature <= 0.0f) {
         result.id = t.top[0].id;
         result.logprob = static_cast<float>(double(t.top[0].logit) - t.log_norm);
-    } else if (draws_by_chunks()) {
+    } else if (draws_exact()) {
         const row_draw d = draw_request();
         if (t.drawn >= 0) {
             if (t.drawn_u != d.u) fail(error_kind::internal, "a logits row drawn with another uniform number than the sampler's next");
@@ -226,7 +226,7 @@ std::optional<sample_result> sampler::sample_top(const logits_top &t) {
         } else if (whole_row) {
             std::vector<float> row(size_t(t.n_vocab));
             for (const token_logit &c : t.top) row[size_t(c.id)] = c.logit;
-            result.id = draw_by_chunks(row, max_logit, d);
+            result.id = draw_exact(row, max_logit, d);
             result.logprob = static_cast<float>(double(row[size_t(result.id)]) - t.log_norm);
         } else {
             return std::nullopt;

@@ -428,9 +428,9 @@ bool scheduler::step() {
         n_prefill += n;
     }
 
-    // Whole rows only when some picker needs one (a temperature draw with top_p or a large
-    // top_k): else each row leaves the engine as its best tokens (on CUDA: reduced on the device),
-    // with its draw by chunks when the picker asks for one (a session's row j draws with the
+    // Whole rows only when some picker needs one (a temperature draw with a top_k over 64): else
+    // each row leaves the engine as its best tokens (on CUDA: reduced on the device),
+    // with its exact draw when the picker asks for one (a session's row j draws with the
     // uniform number j draws ahead: a draw is made for row j only after the j before it).
     bool from_top = true;
     for (const active *a : logit_owner) from_top = from_top && a->picker->picks_from_top();

@@ -43,7 +43,7 @@ public:
     // when every row of a step's pickers can, the step asks the engine for summaries
     // (engine::forward_top) instead of whole rows.
     virtual bool picks_from_top() const { return false; }
-    // The draw by chunks (draw_chunks.h) the engine should make beside the row's top for this
+    // The exact draw (draw_exact.h) the engine should make beside the row's top for this
     // picker's draw `ahead` draws from now; temperature 0 (the default): none.
     virtual row_draw draw_request(size_t ahead) const {
         (void)ahead;

@@ -33,7 +33,7 @@ struct bench_cli {
     std::string model, sessions = "1,4,16", json_path, traffic_path;
     int prompt = 2048, gen = 128, decode_prompt = 16, prefill_chunk = 2048, repeats = 3, draft = 0, draft_step_rows = 16;
     double bandwidth_gbps = 0;
-    float temperature = 0.0f;
+    float temperature = 0.0f, top_p = 1.0f;
     bool full_logits = false, draft_oracle = false;
 };
 
@@ -204,8 +204,9 @@ TANDEM_COMMAND(bench, "Measure prefill and multi-session decode throughput", [](
     sub.add_flag("--full-logits", cli->full_logits,
                  "Decode steps take whole logits rows (as a temperature draw without top_k does) instead of each row's best tokens");
     sub.add_option("--temperature", cli->temperature,
-                   "Decode steps draw each session's token at this temperature (no top_k / top_p: engine::forward_draw, "
+                   "Decode steps draw each session's token at this temperature (an exact draw: engine::forward_draw, "
                    "on the GPU with --device-draws, else from whole rows on the host) instead of taking the best");
+    sub.add_option("--top-p", cli->top_p, "With --temperature: draw from the nucleus of this mass (0, 1]")->check(CLI::Range(0.0f, 1.0f));
     sub.add_option("--draft", cli->draft,
                    "Also decode with up to this many prompt-lookup drafts a session a step (greedy; as tandem-server --draft)");
     sub.add_option("--draft-step-rows", cli->draft_step_rows, "Drafts only while a step's decode rows stay within this");
@@ -254,6 +255,8 @@ TANDEM_COMMAND(bench, "Measure prefill and multi-session decode throughput", [](
         row_draw draw;
         draw.temperature = cli->temperature;
         draw.inv_temp = cli->temperature > 0.0f ? float(1.0 / double(cli->temperature)) : 0.0f;
+        draw.top_p = cli->top_p;
+        if (!(cli->top_p > 0.0f)) fail(error_kind::config, "--top-p must be in (0, 1]");
         std::mt19937_64 draw_rng(99);
         if (cli->temperature > 0.0f && cli->full_logits) fail(error_kind::config, "--temperature and --full-logits: choose one");
         nlohmann::json result;
@@ -333,7 +336,10 @@ TANDEM_COMMAND(bench, "Measure prefill and multi-session decode throughput", [](
             if (roof > 0) row["pct_of_roof"] = 100.0 * gbps / roof;
             const auto counters = eng->counters();
             for (const auto &[k, v] : counters) row[k] = v;
-            if (cli->temperature > 0.0f) row["temperature"] = cli->temperature;
+            if (cli->temperature > 0.0f) {
+                row["temperature"] = cli->temperature;
+                row["top_p"] = cli->top_p;
+            }
             row["tokens_fnv"] = fmt::format("{:016x}", tokens_fnv);
             result["decode"].push_back(row);
             const auto launches = counters.find("launches_per_step");
@@ -366,7 +372,7 @@ TANDEM_COMMAND(bench, "Measure prefill and multi-session decode throughput", [](
                            {"d_model", hp.d_model}, {"experts", hp.n_expert}, {"experts_used", hp.n_expert_used},
                            {"file_type", file->get_int("general.file_type", -1)}, {"bytes", bytes.total()}};
         result["flags"] = {{"prompt", cli->prompt}, {"gen", cli->gen}, {"sessions", counts},
-                           {"decode_prompt", cli->decode_prompt}, {"prefill_chunk", cli->prefill_chunk}, {"full_logits", cli->full_logits}, {"temperature", cli->temperature}, {"device_draws", opt.device_draws},
+                           {"decode_prompt", cli->decode_prompt}, {"prefill_chunk", cli->prefill_chunk}, {"full_logits", cli->full_logits}, {"temperature", cli->temperature}, {"top_p", cli->top_p}, {"device_draws", opt.device_draws},
                            {"draft", cli->draft}, {"draft_step_rows", cli->draft_step_rows}, {"draft_oracle", cli->draft_oracle}, {"threads", opt.n_threads}, {"devices", opt.n_devices}, {"n_ctx", opt.n_ctx}};
         fmt::print("{}\n", eng->layout());
         if (!cli->traffic_path.empty()) engine_write_expert_traffic(*eng, cli->traffic_path);

@@ -361,8 +361,8 @@ TEST_CASE("CUDA forward_top equals the host reduction of forward's rows", "[gpu]
 }
 
 // forward_draw with the draws on the device (engine_options::device_draws): the summaries of
-// forward_top and, for each requesting row, the host twin's token (draw_by_chunks on forward's
-// row), on graph steps with padding rows (3 and 5 rows: buckets 4 and 8), with a row that asks
+// forward_top and, for each requesting row (temperature, min_p, top_p), the host twin's token
+// (draw_exact on forward's row), on graph steps with padding rows (3 and 5 rows: buckets 4 and 8), with a row that asks
 // for nothing, and on a direct step (a prompt with every row's logits).
 TEST_CASE("CUDA forward_draw draws the host's tokens on the device", "[gpu][engine][draw]") {
     if (!gpu_present()) return;
@@ -389,6 +389,7 @@ TEST_CASE("CUDA forward_draw draws the host's tokens on the device", "[gpu][engi
                 draws[j].temperature = j % 2 ? 0.6f : 1.3f;
                 draws[j].inv_temp = float(1.0 / double(draws[j].temperature));
                 draws[j].min_p = step % 2 ? 0.05f : 0.0f;
+                draws[j].top_p = j % 3 == 1 ? 0.8f : 1.0f;
                 draws[j].u = uniform(rng);
             }
             whole->forward(rows, a);
@@ -404,7 +405,7 @@ TEST_CASE("CUDA forward_draw draws the host's tokens on the device", "[gpu][engi
                     REQUIRE(tops[j].drawn == -1);
                     continue;
                 }
-                const int32_t want = draw_by_chunks(row, ref.top[0].logit, draws[j]);
+                const int32_t want = draw_exact(row, ref.top[0].logit, draws[j]);
                 REQUIRE(tops[j].drawn == want);
                 REQUIRE(std::memcmp(&tops[j].drawn_logit, &row[size_t(want)], sizeof(float)) == 0);
                 REQUIRE(tops[j].drawn_u == draws[j].u);

@@ -1,7 +1,7 @@
-// tests/kernels/test_cuda_logits_draw.cpp - cuda/logits_draw against its host twin, draw_by_chunks:
-// the same id for every row and uniform number (bitwise: the weights, sums and walk are defined
-// to round alike), its logit, -1 for rows without a request; rows independent of the launch's
-// other rows.
+// tests/kernels/test_cuda_logits_draw.cpp - cuda/logits_draw against its host twin, draw_exact:
+// the same id for every row, uniform number, temperature, min_p and top_p (the weights round alike
+// and every sum is of integers), its logit, -1 for rows without a request; rows independent of
+// the launch's other rows.
 #include "cuda/logits_draw.h"
 #include "gpu_test_util.h"
 #include "tandem/sampler.h"
@@ -28,9 +28,7 @@ std::vector<cuda::logits_top_row> run_draw(const std::vector<float> &logits, int
     device_buffer<int32_t> snan(size_t(n_rows) * size_t(slices));
     device_buffer<cuda::logits_top_row> out{size_t(n_rows)};
     device_buffer<row_draw> req(draws);
-    device_buffer<double> chunk_sum(size_t(n_rows) * size_t(cuda::logits_draw_chunks(n_cols)));
     out.poison();
-    chunk_sum.poison();
     cuda::logits_top_args a;
     a.logits = x.ptr;
     a.n_rows = n_rows;
@@ -46,18 +44,18 @@ std::vector<cuda::logits_top_row> run_draw(const std::vector<float> &logits, int
     d.n_rows = n_rows;
     d.n_cols = n_cols;
     d.draws = req.ptr;
-    d.chunk_sum = chunk_sum.ptr;
     d.rows = out.ptr;
     cuda::logits_draw(d, nullptr);
     TANDEM_CUDA_CHECK(cudaDeviceSynchronize());
     return out.download();
 }
 
-row_draw request(float temp, float min_p, double u) {
+row_draw request(float temp, float min_p, float top_p, double u) {
     row_draw d;
     d.temperature = temp;
     d.inv_temp = float(1.0 / double(temp));
     d.min_p = min_p;
+    d.top_p = top_p;
     d.u = u;
     return d;
 }
@@ -83,13 +81,15 @@ TEST_CASE("logits_draw draws its host twin's token", "[gpu][draw]") {
             x[size_t(n_cols) + size_t(c)] = float(int(x[size_t(n_cols) + size_t(c)] * 2.0f)) * 0.5f;
             x[2 * size_t(n_cols) + size_t(c)] = 0.25f;
         }
-        for (int pass = 0; pass < 4; ++pass) {
+        for (int pass = 0; pass < 8; ++pass) {
             std::vector<row_draw> draws;
             for (int32_t r = 0; r < n_rows; ++r) {
-                // Row 3 draws nothing; rows 4 and 5 take u at the ends of [0, 1).
+                // Row 3 draws nothing; rows 4 and 5 take u at the ends of [0, 1); half the passes
+                // draw from a nucleus (top_p from 0.02, the best token alone, to 0.97).
                 const double u = r == 4 ? 0.0 : r == 5 ? std::nextafter(1.0, 0.0) : uniform(rng);
-                const float temp = r == 3 ? 0.0f : (pass == 0 ? 0.7f : pass == 1 ? 1.0f : pass == 2 ? 0.3f : 2.0f);
-                draws.push_back(request(temp, r % 2 == 0 ? 0.0f : 0.01f * float(pass), u));
+                const float temp = r == 3 ? 0.0f : (pass % 4 == 0 ? 0.7f : pass % 4 == 1 ? 1.0f : pass % 4 == 2 ? 0.3f : 2.0f);
+                const float top_p = pass < 4 ? 1.0f : (r % 3 == 0 ? 0.02f : r % 3 == 1 ? 0.6f : 0.97f);
+                draws.push_back(request(temp, r % 2 == 0 ? 0.0f : 0.01f * float(pass % 4), top_p, u));
             }
             const std::vector<cuda::logits_top_row> got = run_draw(x, n_rows, n_cols, draws);
             for (int32_t r = 0; r < n_rows; ++r) {
@@ -100,7 +100,7 @@ TEST_CASE("logits_draw draws its host twin's token", "[gpu][draw]") {
                     continue;
                 }
                 const float max_logit = *std::max_element(row, row + n_cols);
-                const int32_t want = draw_by_chunks({row, size_t(n_cols)}, max_logit, draws[size_t(r)]);
+                const int32_t want = draw_exact({row, size_t(n_cols)}, max_logit, draws[size_t(r)]);
                 REQUIRE(got[size_t(r)].drawn == want);
                 REQUIRE(std::memcmp(&got[size_t(r)].drawn_logit, &row[want], sizeof(float)) == 0);
                 ++checked;
@@ -108,7 +108,7 @@ TEST_CASE("logits_draw draws its host twin's token", "[gpu][draw]") {
         }
     }
     INFO("rows checked " << checked);
-    REQUIRE(checked == 10 * 4 * 11);
+    REQUIRE(checked == 10 * 8 * 11);
 }
 
 TEST_CASE("logits_draw: a row's token does not depend on the launch's other rows", "[gpu][draw]") {
@@ -117,7 +117,7 @@ TEST_CASE("logits_draw: a row's token does not depend on the launch's other rows
     const int32_t n_cols = 151936, n_rows = 16;
     const std::vector<float> x = random_floats(rng, size_t(n_rows) * size_t(n_cols), 1.5f);
     std::vector<row_draw> draws;
-    for (int32_t r = 0; r < n_rows; ++r) draws.push_back(request(0.8f, 0.0f, (r + 0.5) / n_rows));
+    for (int32_t r = 0; r < n_rows; ++r) draws.push_back(request(0.8f, 0.0f, r % 2 ? 0.9f : 1.0f, (r + 0.5) / n_rows));
     const std::vector<cuda::logits_top_row> all = run_draw(x, n_rows, n_cols, draws);
     for (int32_t r : {0, 7, 15}) {
         const std::vector<float> one(x.begin() + std::ptrdiff_t(size_t(r) * size_t(n_cols)), x.begin() + std::ptrdiff_t(size_t(r + 1) * size_t(n_cols)));

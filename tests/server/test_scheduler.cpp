@@ -74,10 +74,10 @@ TEST_CASE("steps ask for row summaries unless a picker needs whole rows", "[sche
     const int64_t summaries = eng.top_calls();
     CHECK(summaries == int64_t(eng.calls().size()));  // every call of a greedy request: summaries
     eng.clear_calls();
-    // A temperature draw with top_p needs whole rows: every call it has a row in takes forward.
+    // A temperature draw with a top_k over 64 needs whole rows: every call it has a row in takes forward.
     gen_request rb = make_request(pb, 10, b);
     rb.sampling.temperature = 0.7f;
-    rb.sampling.top_p = 0.9f;
+    rb.sampling.top_k = 100;
     s.submit(std::move(rb));
     run_until_done(s, {b});
     CHECK(eng.top_calls() == summaries);
@@ -88,8 +88,8 @@ TEST_CASE("steps ask for row summaries unless a picker needs whole rows", "[sche
 }
 
 TEST_CASE("temperature requests draw beside the row summaries: the sampler's own whole-row tokens", "[scheduler]") {
-    // Real samplers. Requests with a temperature (and min_p) but no top_k / top_p ask the engine
-    // for draws by chunks (engine::forward_draw) and never for whole rows; each gets exactly the
+    // Real samplers. Requests with a temperature (maybe min_p, top_p) but no top_k ask the engine
+    // for exact draws (engine::forward_draw) and never for whole rows; each gets exactly the
     // tokens its sampler draws from whole rows one at a time, alone or beside other sessions.
     fake_engine eng(4, 256, n_vocab);
     scheduler_hooks hooks = fake_hooks(-1);
@@ -102,6 +102,7 @@ TEST_CASE("temperature requests draw beside the row summaries: the sampler's own
         gen_request r = make_request(make_prompt(200 + i, 3 + i), 12, sinks.back());
         r.sampling.temperature = i == 3 ? 0.0f : 0.6f + 0.4f * float(i);  // one greedy request beside them
         r.sampling.min_p = i == 1 ? 0.05f : 0.0f;
+        r.sampling.top_p = i == 2 ? 0.7f : 1.0f;
         r.sampling.seed = 40 + i;
         reqs.push_back(r);
         s.submit(std::move(r));

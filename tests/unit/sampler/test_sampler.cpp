@@ -111,9 +111,9 @@ TEST_CASE("sampling from the top is the whole-row draw", "[sampler]") {
     for (const shape &sh : shapes)
         for (const sampling_params &p : params) {
             sampler whole(p), from_top(p);
-            const bool by_chunks = p.temperature > 0.0f && p.top_k == 0 && p.top_p >= 1.0f;
-            REQUIRE(from_top.draws_by_chunks() == by_chunks);
-            REQUIRE(from_top.needs_full_row() == (p.temperature > 0.0f && (p.top_k == 0 || p.top_k > logits_top_max) && !by_chunks));
+            const bool exact = p.temperature > 0.0f && p.top_k == 0;
+            REQUIRE(from_top.draws_exact() == exact);
+            REQUIRE(from_top.needs_full_row() == (p.temperature > 0.0f && p.top_k > logits_top_max));
             for (int draw = 0; draw < 4; ++draw) {
                 const std::vector<float> v = sh.ties ? grid_logits(rng, sh.n, sh.scale, 7) : normal_logits(rng, sh.n, sh.scale);
                 sampler with_summary(whole);  // the same random state, given the row's summary
@@ -130,11 +130,11 @@ TEST_CASE("sampling from the top is the whole-row draw", "[sampler]") {
                 INFO("n " << sh.n << " scale " << sh.scale << " temp " << p.temperature << " top_k " << p.top_k
                           << " top_p " << p.top_p << " min_p " << p.min_p << " draw " << draw);
                 logits_top drawn = summary;  // with the draw the engine makes beside the row (forward_draw)
-                if (by_chunks) {
+                if (exact) {
                     const row_draw d = from_top.draw_request();
                     REQUIRE(d.temperature == p.temperature);
                     std::vector<logits_top> one = {drawn};
-                    draw_rows_by_chunks(v, std::span<const row_draw>(&d, 1), one);
+                    draw_rows_exact(v, std::span<const row_draw>(&d, 1), one);
                     drawn = one[0];
                     REQUIRE(drawn.drawn >= 0);
                     REQUIRE(drawn.drawn_u == d.u);
@@ -178,40 +178,73 @@ TEST_CASE("draw_exp is e^x within 3 ulp on the draw's range", "[sampler][draw]")
     REQUIRE(draw_exp(std::numeric_limits<float>::quiet_NaN()) == 0.0f);
 }
 
-TEST_CASE("a draw by chunks is the inverse CDF of its weights in id order", "[sampler][draw]") {
-    // Rows over several groups (8,192 ids) and a partial last chunk; for many u, the drawn id's
-    // interval of the plainly accumulated CDF holds u (to rounding), the draw never takes a token
-    // of weight 0, and it does not decrease as u grows.
+namespace {
+
+// The exact draw written plainly: integer weights, the candidates sorted best first for the
+// nucleus, a running sum in id order for the pick.
+int32_t plain_exact_draw(const std::vector<float> &v, const row_draw &d) {
+    const float max_logit = *std::max_element(v.begin(), v.end());
+    const float cutoff = draw_cutoff(max_logit, d);
+    std::vector<int32_t> ids;
+    uint64_t total = 0;
+    for (size_t i = 0; i < v.size(); ++i)
+        if (const uint64_t w = draw_weight(v[i], max_logit, cutoff, d); w > 0) {
+            ids.push_back(int32_t(i));
+            total += w;
+        }
+    std::sort(ids.begin(), ids.end(), [&](int32_t a, int32_t b) { return draw_key(v[size_t(a)], a) > draw_key(v[size_t(b)], b); });
+    const uint64_t need = draw_nucleus_need(total, d.top_p);
+    if (need < total) {
+        uint64_t acc = 0;
+        size_t keep = 0;
+        while (acc < need) acc += draw_weight(v[size_t(ids[keep])], max_logit, cutoff, d), ++keep;
+        ids.resize(keep);
+    }
+    std::sort(ids.begin(), ids.end());
+    uint64_t mass = 0;
+    for (int32_t id : ids) mass += draw_weight(v[size_t(id)], max_logit, cutoff, d);
+    const uint64_t r = draw_pick_threshold(d.u, mass);
+    uint64_t run = 0;
+    for (int32_t id : ids) {
+        run += draw_weight(v[size_t(id)], max_logit, cutoff, d);
+        if (run > r) return id;
+    }
+    return -1;
+}
+
+}  // namespace
+
+TEST_CASE("the exact draw is its definition: nucleus by selection, pick in id order", "[sampler][draw]") {
+    // Rows with ties (a coarse grid, and the best logit twice), flat and peaked ones; top_p from
+    // the best token alone to all; u across [0, 1) and at its ends. The selection must find the
+    // sorted prefix's nucleus and the pick its token, exactly (integer sums).
     std::mt19937_64 rng(31);
-    for (const size_t n : {size_t(1), size_t(300), size_t(20001), size_t(151936)})
+    int64_t checked = 0;
+    for (const size_t n : {size_t(1), size_t(7), size_t(300), size_t(20001), size_t(151936)})
         for (const float temp : {0.4f, 1.0f})
-            for (const float min_p : {0.0f, 0.02f}) {
-                std::vector<float> v = normal_logits(rng, n, n > 1000 ? 3.0f : 1.0f);
-                if (n > 1000) v[n - 1] = v[0];  // a tie at the far end
-                const float max_logit = *std::max_element(v.begin(), v.end());
-                row_draw d;
-                d.temperature = temp;
-                d.inv_temp = float(1.0 / double(temp));
-                d.min_p = min_p;
-                const float cutoff = draw_cutoff(max_logit, d);
-                std::vector<double> cdf(n + 1, 0.0);
-                for (size_t i = 0; i < n; ++i) cdf[i + 1] = cdf[i] + double(draw_weight(v[i], max_logit, cutoff, d));
-                const double total = cdf[n];
-                int32_t last = -1;
-                for (int k = 0; k < 200; ++k) {
-                    d.u = k < 199 ? double(k) / 199.0 : std::nextafter(1.0, 0.0);
-                    const int32_t id = draw_by_chunks(v, max_logit, d);
-                    INFO("n " << n << " temp " << temp << " min_p " << min_p << " u " << d.u << " id " << id);
-                    REQUIRE(id >= 0);
-                    REQUIRE(size_t(id) < n);
-                    REQUIRE(draw_weight(v[size_t(id)], max_logit, cutoff, d) > 0.0f);
-                    REQUIRE(id >= last);
-                    last = id;
-                    const double r = d.u * total, slack = 1e-12 * total;
-                    REQUIRE(cdf[size_t(id)] <= r + slack);
-                    REQUIRE(cdf[size_t(id) + 1] >= r - slack);
+            for (const float min_p : {0.0f, 0.02f})
+                for (const float top_p : {1.0f, 0.95f, 0.5f, 0.01f}) {
+                    std::vector<float> v = n % 2 ? normal_logits(rng, n, n > 1000 ? 3.0f : 1.0f) : grid_logits(rng, n, 4.0f, 9);
+                    if (n > 1000) v[n - 1] = *std::max_element(v.begin(), v.end());  // the best twice
+                    const float max_logit = *std::max_element(v.begin(), v.end());
+                    row_draw d;
+                    d.temperature = temp;
+                    d.inv_temp = float(1.0 / double(temp));
+                    d.min_p = min_p;
+                    d.top_p = top_p;
+                    const int n_u = n > 100000 ? 12 : 60;
+                    int32_t last = -1;
+                    for (int k = 0; k < n_u; ++k) {
+                        d.u = k + 1 < n_u ? double(k) / (n_u - 1) : std::nextafter(1.0, 0.0);
+                        const int32_t id = draw_exact(v, max_logit, d);
+                        INFO("n " << n << " temp " << temp << " min_p " << min_p << " top_p " << top_p << " u " << d.u);
+                        REQUIRE(id == plain_exact_draw(v, d));
+                        REQUIRE(id >= last);  // u up, id up (the pick is monotone)
+                        last = id;
+                        ++checked;
+                    }
                 }
-            }
+    REQUIRE(checked > 2000);
 }
 
 TEST_CASE("draw requests look ahead without moving the random stream", "[sampler][draw]") {
@@ -219,7 +252,7 @@ TEST_CASE("draw requests look ahead without moving the random stream", "[sampler
     p.temperature = 0.8f;
     p.seed = 17;
     sampler s(p), t(p);
-    REQUIRE(s.draws_by_chunks());
+    REQUIRE(s.draws_exact());
     const row_draw r0 = s.draw_request(0), r1 = s.draw_request(1), r2 = s.draw_request(2);
     REQUIRE(s.draw_request(0).u == r0.u);  // asking again changes nothing
     REQUIRE(r0.u != r1.u);
@@ -230,17 +263,17 @@ TEST_CASE("draw requests look ahead without moving the random stream", "[sampler
     // Each draw uses the uniform number the request before it announced, one a draw.
     for (const row_draw &want : {r0, r1, r2}) {
         REQUIRE(s.draw_request(0).u == want.u);
-        REQUIRE(s.sample(v).id == draw_by_chunks(v, max_logit, want));
+        REQUIRE(s.sample(v).id == draw_exact(v, max_logit, want));
     }
     // A summary drawn with another number is a caller's mistake, refused.
     logits_top top = logits_top_of(v);
     std::vector<logits_top> rows = {top};
-    draw_rows_by_chunks(v, std::span<const row_draw>(&r1, 1), rows);
+    draw_rows_exact(v, std::span<const row_draw>(&r1, 1), rows);
     REQUIRE_THROWS(t.sample_top(rows[0]));
-    // Samplers with top_k or top_p make no requests.
+    // top_p rides in the request; a sampler with top_k makes none.
     sampling_params q = p;
     q.top_p = 0.9f;
-    REQUIRE(sampler(q).draw_request().temperature == 0.0f);
+    REQUIRE(sampler(q).draw_request().top_p == 0.9f);
     q = p;
     q.top_k = 100;
     REQUIRE(sampler(q).draw_request().temperature == 0.0f);
