@@ -19,7 +19,7 @@ public:
     row_draw draw_request(size_t ahead) const override { return sampler_.draw_request(ahead); }
     sample_result pick_top(const logits_top &top) override {
         std::optional<sample_result> r = sampler_.sample_top(top);
-        TANDEM_ASSERT(r, "the sampler could not decide a draw it said the top decides");
+        if (!r) fail(error_kind::internal, "the engine's row summary does not decide this draw (no draw made beside it)");
         return std::move(*r);
     }
 
