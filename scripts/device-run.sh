@@ -77,6 +77,7 @@ if [ "$mode" = draws ]; then
     run sanitizer_draw compute-sanitizer --tool memcheck --error-exitcode 9 "$carry/bin/test_cuda_logits_draw"
     run racecheck_draw compute-sanitizer --tool racecheck --error-exitcode 9 "$carry/bin/test_cuda_logits_draw"
     run engine_draw "$carry/bin/test_cuda_engine" "[draw]"
+    run placement_draw "$carry/bin/test_cuda_placement" "[draw]"
     [ -f /tmp/m.gguf ] || "$carry/bin/tandem" synth --preset qwen3-30b-a3b --type q4_k --out /tmp/m.gguf > "$out/synth.log" 2>&1
     run greedy "$carry/bin/tandem" bench -m /tmp/m.gguf --backend cuda --prompt 0 --gen 64 --sessions 1,4,16 --json "$out/greedy.json"
     for p in 1 0.9; do

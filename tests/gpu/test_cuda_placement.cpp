@@ -187,6 +187,55 @@ TEST_CASE("CUDA logits summaries are equal on every placement plan", "[gpu][plac
     }
 }
 
+// forward_draw on a plan with device draws asked for: a pipeline's last stage draws on the
+// device (its head is whole), a tensor-parallel pair draws on the host (its head is split), and
+// every plan draws the one-GPU tokens (temperature, min_p and top_p requests; decode graphs with
+// micro-batches included).
+TEST_CASE("CUDA draws are the same tokens on every placement plan", "[gpu][placement][draw]") {
+    if (!gpu_present()) return;
+    const std::string model = synth_gguf("tiny", ggml_type::q4_k, 4);
+    auto run = [&](const gpu_plan &p) {
+        engine_options opt = cuda_options(p.devices, p.tensor_parallel);
+        opt.micro_batches = p.micro_batches;
+        opt.device_draws = true;
+        auto eng = engine_open(gguf_file::open(model), opt);
+        std::mt19937 rng(41);
+        std::uniform_real_distribution<double> uniform(0.0, 1.0);
+        const int32_t nv = eng->hparams().n_vocab;
+        std::vector<engine_row> rows;
+        for (int32_t s = 0; s < 3; ++s)
+            for (int32_t i = 0; i < 4 + 2 * s; ++i) rows.push_back({s, i, int32_t(rng() % uint32_t(nv)), i + 1 == 4 + 2 * s, true});
+        std::vector<int32_t> drawn;
+        std::vector<logits_top> tops;
+        for (int step = 0; step < 8; ++step) {
+            std::vector<row_draw> draws(3);
+            for (size_t j = 0; j < 3; ++j) {
+                draws[j].temperature = 0.5f + 0.4f * float(j);
+                draws[j].inv_temp = float(1.0 / double(draws[j].temperature));
+                draws[j].min_p = j == 1 ? 0.02f : 0.0f;
+                draws[j].top_p = j == 2 ? 0.85f : 1.0f;
+                draws[j].u = uniform(rng);
+            }
+            eng->forward_draw(rows, draws, tops);
+            REQUIRE(tops.size() == 3);
+            rows.clear();
+            for (int32_t s = 0; s < 3; ++s) {
+                REQUIRE(tops[size_t(s)].drawn >= 0);
+                drawn.push_back(tops[size_t(s)].drawn);
+                rows.push_back({s, eng->slot_length(s), tops[size_t(s)].drawn, true});
+            }
+        }
+        return drawn;
+    };
+    const std::vector<int32_t> single = run({{0}});
+    std::vector<gpu_plan> some = {{{0, 0, 0}, false}, {{0, 0, 0, 0}, false, 2}, {{0, 0}, true}, {{0, 0, 0, 0}, true, 2}};
+    if (visible_gpus() >= 2) some.push_back({{0, 1}, false});
+    for (const gpu_plan &p : some) {
+        INFO(describe(p));
+        REQUIRE(run(p) == single);
+    }
+}
+
 TEST_CASE("CUDA fixture logits are bitwise equal on pairs and stages", "[gpu][placement][fixtures]") {
     if (!gpu_present()) return;
     for (const char *name : {"qwen3moe-a", "qwen3moe-b"})
