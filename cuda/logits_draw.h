@@ -1,8 +1,8 @@
 // cuda/logits_draw.h - a temperature draw from each logits row on the device (the exact draw of
-// tandem/draw_exact.h, top_p and min_p included), so that a temperature request needs only the
+// tandem/draw_exact.h: top_k, min_p and top_p included), so that a temperature request needs only the
 // token and the row's summary from the GPU instead of the whole row (0.6 MB for Qwen3).
-// Owns: the integer weights, the row's total, the nucleus's boundary (a radix descent over the
-// sampler's 64-bit order keys, by mass), the pick in id order, for the rows whose request has a
+// Owns: the integer weights, top_k's k-th key and the nucleus's boundary (radix descents over the
+// sampler's 64-bit order keys, by count and by mass), the row's total, the pick in id order, for the rows whose request has a
 // temperature; the drawn id and logit go into the row's logits_top_row. Its CPU twin is
 // tandem::draw_exact (sampler.h), which draws the same id: every sum is of integers, exact in any
 // order.
@@ -26,7 +26,7 @@ struct logits_draw_args {
     logits_top_row *rows = nullptr;    // [n_rows]: max read (logits_top's), drawn and drawn_logit written
 };
 
-// One block a row: the total, up to 8 radix passes for a nucleus, the pick.
+// One block a row: the total, radix passes for a top_k and a nucleus, the pick.
 void logits_draw(const logits_draw_args &args, cudaStream_t stream);
 
 }  // namespace tandem::cuda

@@ -1,20 +1,23 @@
-// tandem/draw_exact.h - the temperature draw from a whole logits row that the host and the GPU
-// compute to the same token, so that the token can be drawn where the row is (on the device) and
-// only the token leaves it.
+// tandem/draw_exact.h - the temperature draw from a logits row that the host and the GPU compute
+// to the same token, so that the token can be drawn where the row is (on the device) and only the
+// token leaves it. Every temperature draw of tandem::sampler is one.
 //
-// An exact draw, for a request with a temperature T > 0, maybe min_p and top_p, and no top_k:
+// An exact draw, for a request with a temperature T > 0 and maybe top_k, min_p and top_p:
+//   - order: the sampler's, logit descending then id ascending, as one 64-bit key (draw_key);
+//   - candidates: the tokens with logit >= max - 30 T (the best always), of them only the top_k
+//     best when top_k > 0;
 //   - weights: w_i = e^((l_i - max) / T) in float (draw_exp: basic float operations only, never
-//     contracted, so host and device round alike), 0 below the sampler's cutoff (max - 30 T) and
-//     below min_p x the best's weight (1) except for the row's best; then as an integer,
-//     W_i = trunc(w_i x 2^40) (the best weighs 2^40; weights under 2^-40 count as 0). Sums of
-//     integers are exact in any order: no reduction order is part of the definition;
-//   - the nucleus: Z = sum W_i; with top_p < 1, the smallest best-first prefix (logit descending,
-//     then id ascending: the sampler's order) whose mass reaches T_p = max(1, trunc(top_p x Z))
-//     (in double); else every token of positive weight;
+//     contracted, so host and device round alike), 0 for non-candidates and below min_p x the
+//     best's weight (1) except for the row's best; then as an integer, W_i = trunc(w_i x 2^40)
+//     (the best weighs 2^40; weights under 2^-40 count as 0). Sums of integers are exact in any
+//     order: no reduction order is part of the definition;
+//   - the nucleus: Z = sum W_i; with top_p < 1, the smallest best-first prefix of the tokens of
+//     positive weight whose mass reaches max(1, trunc(top_p x Z)) (in double); else all of them;
 //   - the pick: with M the nucleus's mass and u the sampler's uniform number in [0, 1),
 //     r = min(trunc(u x M), M - 1) (in double); the token is the first id, ascending, whose
 //     running sum of nucleus weights exceeds r.
-// The host twin (tandem::draw_exact, sampler.h) and the device (cuda/logits_draw.h) compute it.
+// Host twins: tandem::draw_exact (a whole row) and draw_exact_top (a row's 64 best, when they
+// decide it: top_k <= 64, or every candidate among them); the device: cuda/logits_draw.h.
 #pragma once
 
 #include "tandem/host_device.h"
@@ -33,6 +36,8 @@ struct row_draw {
     float inv_temp = 0.0f;  // float(1.0 / double(temperature)), made by the host
     float min_p = 0.0f;
     float top_p = 1.0f;     // < 1: the draw is from the nucleus
+    int32_t top_k = 0;      // > 0: only the top_k best are candidates
+    int32_t pad_ = 0;
     double u = 0.0;         // the sampler's next uniform number, [0, 1)
 };
 
@@ -109,7 +114,13 @@ TANDEM_HOST_DEVICE inline float draw_cutoff(float max_logit, const row_draw &d) 
     return draw_ops::sub(max_logit, draw_ops::mul(30.0f, d.temperature));
 }
 
-// Integer weight of a logit in a row whose best is max_logit (cutoff from draw_cutoff).
+// Whether a logit passes the cutoff (the candidates before top_k).
+TANDEM_HOST_DEVICE inline bool draw_passes(float logit, float max_logit, float cutoff) {
+    return logit == max_logit || logit >= cutoff;
+}
+
+// Integer weight of a logit in a row whose best is max_logit (cutoff from draw_cutoff), top_k
+// aside (the caller zeroes the tokens it leaves out).
 TANDEM_HOST_DEVICE inline uint64_t draw_weight(float logit, float max_logit, float cutoff, const row_draw &d) {
     constexpr float scale = float(uint64_t(1) << draw_weight_bits);
     if (logit == max_logit) return uint64_t(1) << draw_weight_bits;

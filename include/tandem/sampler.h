@@ -60,6 +60,9 @@ logits_top logits_top_of(std::span<const float> logits);
 // The host twin of the device's exact draw (draw_exact.h, cuda/logits_draw.h): the token drawn
 // from a whole row whose best logit is max_logit, for d.temperature > 0.
 int32_t draw_exact(std::span<const float> logits, float max_logit, const row_draw &d);
+// The exact draw from a row's summary, when its tokens decide it (the whole row, a top_k within
+// them, or candidates that end within them): the drawn token, else nullopt.
+std::optional<token_logit> draw_exact_top(const logits_top &top, const row_draw &d);
 // Whether any of a step's rows asks for a draw.
 bool draws_any(std::span<const row_draw> draws);
 // engine::forward_draw's host draws: top[j] (the summary of logits row j, n_vocab floats a row)
@@ -73,31 +76,22 @@ public:
     // flag, best tokens and normaliser are taken from it instead of recomputed (the same draw; the
     // normaliser, and so the logprobs, to within 1e-12 relative when a GPU reduced the row).
     sample_result sample(std::span<const float> logits, const logits_top *summary = nullptr);
-    // The same draw as sample() on the whole row (same id, same random stream), from its top
-    // alone; nullopt, with no random number drawn, when the top does not decide it: a temperature
-    // draw without a top_k <= logits_top_max whose candidates (logits within 30 x temperature of
-    // the best) run past the top. needs_full_row() says in advance whether that can happen.
-    // A top that carries the row's exact draw (drawn >= 0) decides a draws_exact() draw.
+    // The same draw as sample() on the whole row (same id, same random stream), from its summary
+    // alone; nullopt, with no random number drawn, when the summary does not decide it: a
+    // temperature draw without a top_k <= logits_top_max whose candidates run past the summary's
+    // tokens and that carries no draw of the engine's (drawn, engine::forward_draw).
     std::optional<sample_result> sample_top(const logits_top &top);
-    bool needs_full_row() const;
-    // Whether this sampler's draws are exact draws (draw_exact.h: a temperature, maybe min_p and
-    // top_p, no top_k), which the engine can make beside the row.
-    bool draws_exact() const;
-    // The request for the draw `ahead` draws from now (its uniform number, the random stream
-    // left as it is); temperature 0 when draws_exact() is false.
+    // The draw the engine should make beside the row's summary for the draw `ahead` draws from
+    // now (its uniform number read from a copy of the random stream), when the summary alone may
+    // not decide it; temperature 0 (no draw) for greedy requests and a top_k <= logits_top_max.
     row_draw draw_request(size_t ahead = 0) const;
 
 private:
-    // Draws among candidates given in ascending id order (max_logit the row's best), applying
-    // top_k, min_p and top_p; returns the token id. cand is consumed (filtered in place).
-    int32_t draw(std::vector<token_logit> &cand, float max_logit);
+    double next_uniform(size_t ahead) const;  // the uniform number `ahead` draws from now
+    row_draw make_draw(double u) const;
 
     sampling_params params_;
     std::mt19937_64 rng_;
-    std::vector<int32_t> order_;  // scratch
-    std::vector<token_logit> candidates_;
-    std::vector<double> weights_;
-    std::vector<uint8_t> in_nucleus_;
 };
 
 // Index of the largest value; the lowest index wins ties.

@@ -5,6 +5,8 @@
 #include "tandem/error.h"
 
 #include <algorithm>
+#include <functional>
+#include <optional>
 #include <array>
 #include <atomic>
 #include <thread>
@@ -18,8 +20,24 @@ int32_t draw_exact(std::span<const float> logits, float max_logit, const row_dra
     const float cutoff = draw_cutoff(max_logit, d);
     thread_local std::vector<uint64_t> weight;
     weight.resize(n);
+    // top_k: the k-th best key among the tokens that pass the cutoff (a selection); tokens below it
+    // are no candidates.
+    uint64_t kth = 0;
+    if (d.top_k > 0) {
+        thread_local std::vector<uint64_t> keys;
+        keys.clear();
+        for (size_t i = 0; i < n; ++i)
+            if (draw_passes(logits[i], max_logit, cutoff)) keys.push_back(draw_key(logits[i], int32_t(i)));
+        if (size_t(d.top_k) < keys.size()) {
+            std::nth_element(keys.begin(), keys.begin() + (d.top_k - 1), keys.end(), std::greater<uint64_t>());
+            kth = keys[size_t(d.top_k - 1)];
+        }
+    }
     uint64_t total = 0;
-    for (size_t i = 0; i < n; ++i) total += weight[i] = draw_weight(logits[i], max_logit, cutoff, d);
+    for (size_t i = 0; i < n; ++i) {
+        weight[i] = kth > 0 && draw_key(logits[i], int32_t(i)) < kth ? 0 : draw_weight(logits[i], max_logit, cutoff, d);
+        total += weight[i];
+    }
     TANDEM_ASSERT(total > 0, "a row without a token of positive weight (its best weighs 2^40)");
     // The nucleus: the smallest best-first prefix whose mass reaches `need`, found by selection
     // (exact integer masses: any order of the rounds finds the same one). [lo, hi) holds the
@@ -69,6 +87,40 @@ int32_t draw_exact(std::span<const float> logits, float max_logit, const row_dra
     }
     TANDEM_ASSERT(false, "the pick ran past the nucleus");
     return 0;
+}
+
+std::optional<token_logit> draw_exact_top(const logits_top &t, const row_draw &d) {
+    TANDEM_ASSERT(!t.top.empty() && d.temperature > 0.0f);
+    const float max_logit = t.top[0].logit, cutoff = draw_cutoff(max_logit, d);
+    // The candidates are a best-first prefix of the row; the summary's tokens are the row's best.
+    size_t n_pass = 0;
+    while (n_pass < t.top.size() && draw_passes(t.top[n_pass].logit, max_logit, cutoff)) ++n_pass;
+    const bool whole_row = int32_t(t.top.size()) == t.n_vocab;
+    size_t n_cand = n_pass;
+    if (d.top_k > 0 && size_t(d.top_k) < n_cand) n_cand = size_t(d.top_k);
+    const bool decided = whole_row || n_pass < t.top.size() || (d.top_k > 0 && size_t(d.top_k) <= t.top.size());
+    if (!decided) return std::nullopt;
+    std::array<uint64_t, logits_top_max> weight{};
+    TANDEM_ASSERT(n_cand <= weight.size(), "a summary of {} tokens", t.top.size());
+    uint64_t total = 0;
+    for (size_t i = 0; i < n_cand; ++i) total += weight[i] = draw_weight(t.top[i].logit, max_logit, cutoff, d);
+    // The nucleus: the shortest prefix of positive weights reaching need (the summary is in order).
+    const uint64_t need = draw_nucleus_need(total, d.top_p);
+    uint64_t mass = 0;
+    size_t n_in = 0;
+    while (n_in < n_cand && mass < need) mass += weight[n_in++];
+    // The pick in id order.
+    std::array<size_t, logits_top_max> order{};
+    for (size_t i = 0; i < n_in; ++i) order[i] = i;
+    std::sort(order.begin(), order.begin() + std::ptrdiff_t(n_in), [&](size_t a, size_t b) { return t.top[a].id < t.top[b].id; });
+    const uint64_t r = draw_pick_threshold(d.u, mass);
+    uint64_t run = 0;
+    for (size_t j = 0; j < n_in; ++j) {
+        run += weight[order[j]];
+        if (run > r) return t.top[order[j]];
+    }
+    TANDEM_ASSERT(false, "the pick ran past the nucleus");
+    return std::nullopt;
 }
 
 bool draws_any(std::span<const row_draw> draws) {

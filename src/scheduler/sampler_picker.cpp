@@ -1,5 +1,5 @@
 // src/scheduler/sampler_picker.cpp - the seeded tandem::sampler behind the token_picker interface:
-// whole rows through sample(), row summaries through sample_top() when the sampler says they decide.
+// whole rows through sample(); row summaries (with the engine's draws, draw_request) through sample_top().
 #include "src/scheduler/scheduler.h"
 
 #include "tandem/error.h"
@@ -15,7 +15,8 @@ class sampler_picker : public token_picker {
 public:
     explicit sampler_picker(const sampling_params &p) : sampler_(p) {}
     sample_result pick(std::span<const float> logits, const logits_top *summary) override { return sampler_.sample(logits, summary); }
-    bool picks_from_top() const override { return !sampler_.needs_full_row(); }
+    // Every draw is decided by the row's summary, with the engine's draw where asked for.
+    bool picks_from_top() const override { return true; }
     row_draw draw_request(size_t ahead) const override { return sampler_.draw_request(ahead); }
     sample_result pick_top(const logits_top &top) override {
         std::optional<sample_result> r = sampler_.sample_top(top);

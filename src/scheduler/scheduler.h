@@ -39,9 +39,9 @@ public:
     virtual ~token_picker() = default;
     // summary: the row's logits_top, when the engine made one beside the row (else null).
     virtual sample_result pick(std::span<const float> logits, const logits_top *summary = nullptr) = 0;
-    // Whether pick_top can decide this picker's draws (sampler::needs_full_row is the opposite):
-    // when every row of a step's pickers can, the step asks the engine for summaries
-    // (engine::forward_top) instead of whole rows.
+    // Whether pick_top can decide this picker's draws (the sampler's always can, given the draws
+    // it requests): when every row of a step's pickers can, the step asks the engine for
+    // summaries (engine::forward_draw) instead of whole rows.
     virtual bool picks_from_top() const { return false; }
     // The exact draw (draw_exact.h) the engine should make beside the row's top for this
     // picker's draw `ahead` draws from now; temperature 0 (the default): none.

@@ -361,7 +361,7 @@ TEST_CASE("CUDA forward_top equals the host reduction of forward's rows", "[gpu]
 }
 
 // forward_draw with the draws on the device (engine_options::device_draws): the summaries of
-// forward_top and, for each requesting row (temperature, min_p, top_p), the host twin's token
+// forward_top and, for each requesting row (temperature, top_k, min_p, top_p), the host twin's token
 // (draw_exact on forward's row), on graph steps with padding rows (3 and 5 rows: buckets 4 and 8), with a row that asks
 // for nothing, and on a direct step (a prompt with every row's logits).
 TEST_CASE("CUDA forward_draw draws the host's tokens on the device", "[gpu][engine][draw]") {
@@ -390,6 +390,7 @@ TEST_CASE("CUDA forward_draw draws the host's tokens on the device", "[gpu][engi
                 draws[j].inv_temp = float(1.0 / double(draws[j].temperature));
                 draws[j].min_p = step % 2 ? 0.05f : 0.0f;
                 draws[j].top_p = j % 3 == 1 ? 0.8f : 1.0f;
+                draws[j].top_k = j % 5 == 2 ? 80 : 0;
                 draws[j].u = uniform(rng);
             }
             whole->forward(rows, a);

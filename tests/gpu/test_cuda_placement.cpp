@@ -214,6 +214,7 @@ TEST_CASE("CUDA draws are the same tokens on every placement plan", "[gpu][place
                 draws[j].inv_temp = float(1.0 / double(draws[j].temperature));
                 draws[j].min_p = j == 1 ? 0.02f : 0.0f;
                 draws[j].top_p = j == 2 ? 0.85f : 1.0f;
+                draws[j].top_k = j == 0 ? 70 : 0;
                 draws[j].u = uniform(rng);
             }
             eng->forward_draw(rows, draws, tops);

@@ -1,5 +1,5 @@
 // tests/kernels/test_cuda_logits_draw.cpp - cuda/logits_draw against its host twin, draw_exact:
-// the same id for every row, uniform number, temperature, min_p and top_p (the weights round alike
+// the same id for every row, uniform number, temperature, top_k, min_p and top_p (the weights round alike
 // and every sum is of integers), its logit, -1 for rows without a request; rows independent of
 // the launch's other rows.
 #include "cuda/logits_draw.h"
@@ -50,8 +50,9 @@ std::vector<cuda::logits_top_row> run_draw(const std::vector<float> &logits, int
     return out.download();
 }
 
-row_draw request(float temp, float min_p, float top_p, double u) {
+row_draw request(float temp, float min_p, float top_p, double u, int32_t top_k = 0) {
     row_draw d;
+    d.top_k = top_k;
     d.temperature = temp;
     d.inv_temp = float(1.0 / double(temp));
     d.min_p = min_p;
@@ -89,7 +90,9 @@ TEST_CASE("logits_draw draws its host twin's token", "[gpu][draw]") {
                 const double u = r == 4 ? 0.0 : r == 5 ? std::nextafter(1.0, 0.0) : uniform(rng);
                 const float temp = r == 3 ? 0.0f : (pass % 4 == 0 ? 0.7f : pass % 4 == 1 ? 1.0f : pass % 4 == 2 ? 0.3f : 2.0f);
                 const float top_p = pass < 4 ? 1.0f : (r % 3 == 0 ? 0.02f : r % 3 == 1 ? 0.6f : 0.97f);
-                draws.push_back(request(temp, r % 2 == 0 ? 0.0f : 0.01f * float(pass % 4), top_p, u));
+                // top_k: off, a few, past the summary's 64, and past most rows' width.
+                const int32_t top_k = r % 4 == 0 ? 0 : r % 4 == 1 ? 3 : r % 4 == 2 ? 100 : 5000;
+                draws.push_back(request(temp, r % 2 == 0 ? 0.0f : 0.01f * float(pass % 4), top_p, u, top_k));
             }
             const std::vector<cuda::logits_top_row> got = run_draw(x, n_rows, n_cols, draws);
             for (int32_t r = 0; r < n_rows; ++r) {

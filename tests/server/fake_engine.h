@@ -151,8 +151,8 @@ private:
 };
 
 // Greedy argmax with log-softmax logprobs (lowest id wins ties, like tandem::argmax). It takes
-// the row's summary where the real sampler would (sampler::needs_full_row), so both of the
-// scheduler's paths run; its picks are greedy either way.
+// whole rows for temperature requests with a top_k over logits_top_max (fake_hooks), so both of
+// the scheduler's paths run; its picks are greedy either way.
 class fake_greedy_picker : public token_picker {
 public:
     explicit fake_greedy_picker(int32_t n_top, bool from_top = true) : n_top_(n_top), from_top_(from_top) {}
@@ -195,7 +195,7 @@ inline scheduler_hooks fake_hooks(int32_t eog_id) {
     h.is_eog = [eog_id](int32_t id) { return id == eog_id; };
     h.make_text_stream = [] { return std::make_unique<fake_text_stream>(); };
     h.make_picker = [](const sampling_params &p) {
-        const bool needs_row = sampler(p).needs_full_row();
+        const bool needs_row = p.temperature > 0.0f && p.top_k > logits_top_max;
         return std::make_unique<fake_greedy_picker>(p.n_logprobs, !needs_row);
     };
     return h;

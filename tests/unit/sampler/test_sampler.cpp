@@ -111,9 +111,9 @@ TEST_CASE("sampling from the top is the whole-row draw", "[sampler]") {
     for (const shape &sh : shapes)
         for (const sampling_params &p : params) {
             sampler whole(p), from_top(p);
-            const bool exact = p.temperature > 0.0f && p.top_k == 0;
-            REQUIRE(from_top.draws_exact() == exact);
-            REQUIRE(from_top.needs_full_row() == (p.temperature > 0.0f && p.top_k > logits_top_max));
+            // The engine is asked to draw unless the request is greedy or its top_k is within the summary.
+            const bool requests = p.temperature > 0.0f && !(p.top_k > 0 && p.top_k <= logits_top_max);
+            REQUIRE((from_top.draw_request().temperature > 0.0f) == requests);
             for (int draw = 0; draw < 4; ++draw) {
                 const std::vector<float> v = sh.ties ? grid_logits(rng, sh.n, sh.scale, 7) : normal_logits(rng, sh.n, sh.scale);
                 sampler with_summary(whole);  // the same random state, given the row's summary
@@ -129,27 +129,22 @@ TEST_CASE("sampling from the top is the whole-row draw", "[sampler]") {
                 }
                 INFO("n " << sh.n << " scale " << sh.scale << " temp " << p.temperature << " top_k " << p.top_k
                           << " top_p " << p.top_p << " min_p " << p.min_p << " draw " << draw);
-                logits_top drawn = summary;  // with the draw the engine makes beside the row (forward_draw)
-                if (exact) {
-                    const row_draw d = from_top.draw_request();
-                    REQUIRE(d.temperature == p.temperature);
-                    std::vector<logits_top> one = {drawn};
-                    draw_rows_exact(v, std::span<const row_draw>(&d, 1), one);
-                    drawn = one[0];
-                    REQUIRE(drawn.drawn >= 0);
-                    REQUIRE(drawn.drawn_u == d.u);
-                    if (sh.n > size_t(logits_top_max)) REQUIRE_FALSE(from_top.sample_top(summary));  // a top alone cannot decide it
-                }
-                const std::optional<sample_result> got = from_top.sample_top(drawn);
+                std::optional<sample_result> got = from_top.sample_top(summary);
                 if (!got) {
-                    // Only where announced; the stream did not move, so the whole row keeps it in step.
-                    REQUIRE(from_top.needs_full_row());
+                    // Only where the engine is asked to draw; the stream did not move, and the
+                    // summary with the engine's draw (forward_draw's host twin) decides it.
+                    REQUIRE(requests);
                     ++undecided;
-                    const sample_result again = from_top.sample(v);
-                    REQUIRE(again.id == ref.id);
-                    continue;
+                    const row_draw d = from_top.draw_request();
+                    std::vector<logits_top> one = {summary};
+                    draw_rows_exact(v, std::span<const row_draw>(&d, 1), one);
+                    REQUIRE(one[0].drawn >= 0);
+                    REQUIRE(one[0].drawn_u == d.u);
+                    got = from_top.sample_top(one[0]);
+                    REQUIRE(got);
+                } else {
+                    ++decided;
                 }
-                ++decided;
                 REQUIRE(got->id == ref.id);
                 REQUIRE(got->logprob == ref.logprob);
                 REQUIRE(got->top.size() == ref.top.size());
@@ -186,27 +181,24 @@ int32_t plain_exact_draw(const std::vector<float> &v, const row_draw &d) {
     const float max_logit = *std::max_element(v.begin(), v.end());
     const float cutoff = draw_cutoff(max_logit, d);
     std::vector<int32_t> ids;
-    uint64_t total = 0;
     for (size_t i = 0; i < v.size(); ++i)
-        if (const uint64_t w = draw_weight(v[i], max_logit, cutoff, d); w > 0) {
-            ids.push_back(int32_t(i));
-            total += w;
-        }
+        if (draw_passes(v[i], max_logit, cutoff)) ids.push_back(int32_t(i));
     std::sort(ids.begin(), ids.end(), [&](int32_t a, int32_t b) { return draw_key(v[size_t(a)], a) > draw_key(v[size_t(b)], b); });
+    if (d.top_k > 0 && size_t(d.top_k) < ids.size()) ids.resize(size_t(d.top_k));
+    auto w = [&](int32_t id) { return draw_weight(v[size_t(id)], max_logit, cutoff, d); };
+    std::erase_if(ids, [&](int32_t id) { return w(id) == 0; });
+    uint64_t total = 0;
+    for (int32_t id : ids) total += w(id);
     const uint64_t need = draw_nucleus_need(total, d.top_p);
-    if (need < total) {
-        uint64_t acc = 0;
-        size_t keep = 0;
-        while (acc < need) acc += draw_weight(v[size_t(ids[keep])], max_logit, cutoff, d), ++keep;
-        ids.resize(keep);
-    }
-    std::sort(ids.begin(), ids.end());
     uint64_t mass = 0;
-    for (int32_t id : ids) mass += draw_weight(v[size_t(id)], max_logit, cutoff, d);
+    size_t keep = 0;
+    while (keep < ids.size() && mass < need) mass += w(ids[keep++]);
+    ids.resize(keep);
+    std::sort(ids.begin(), ids.end());
     const uint64_t r = draw_pick_threshold(d.u, mass);
     uint64_t run = 0;
     for (int32_t id : ids) {
-        run += draw_weight(v[size_t(id)], max_logit, cutoff, d);
+        run += w(id);
         if (run > r) return id;
     }
     return -1;
@@ -215,15 +207,17 @@ int32_t plain_exact_draw(const std::vector<float> &v, const row_draw &d) {
 }  // namespace
 
 TEST_CASE("the exact draw is its definition: nucleus by selection, pick in id order", "[sampler][draw]") {
-    // Rows with ties (a coarse grid, and the best logit twice), flat and peaked ones; top_p from
-    // the best token alone to all; u across [0, 1) and at its ends. The selection must find the
-    // sorted prefix's nucleus and the pick its token, exactly (integer sums).
+    // Rows with ties (a coarse grid, and the best logit twice), flat and peaked ones; top_k off,
+    // within and beyond the summary's 64; top_p from the best token alone to all; u across [0, 1)
+    // and at its ends. The selection must find the sorted prefix's nucleus and the pick its token,
+    // exactly (integer sums); so must the draw from the row's summary where it decides.
     std::mt19937_64 rng(31);
-    int64_t checked = 0;
+    int64_t checked = 0, from_top = 0;
     for (const size_t n : {size_t(1), size_t(7), size_t(300), size_t(20001), size_t(151936)})
         for (const float temp : {0.4f, 1.0f})
             for (const float min_p : {0.0f, 0.02f})
-                for (const float top_p : {1.0f, 0.95f, 0.5f, 0.01f}) {
+                for (const float top_p : {1.0f, 0.95f, 0.5f, 0.01f})
+                    for (const int32_t top_k : {0, 5, 100}) {
                     std::vector<float> v = n % 2 ? normal_logits(rng, n, n > 1000 ? 3.0f : 1.0f) : grid_logits(rng, n, 4.0f, 9);
                     if (n > 1000) v[n - 1] = *std::max_element(v.begin(), v.end());  // the best twice
                     const float max_logit = *std::max_element(v.begin(), v.end());
@@ -232,19 +226,30 @@ TEST_CASE("the exact draw is its definition: nucleus by selection, pick in id or
                     d.inv_temp = float(1.0 / double(temp));
                     d.min_p = min_p;
                     d.top_p = top_p;
-                    const int n_u = n > 100000 ? 12 : 60;
+                    d.top_k = top_k;
+                    const logits_top summary = logits_top_of(v);
+                    const int n_u = n > 100000 ? 4 : 30;
                     int32_t last = -1;
                     for (int k = 0; k < n_u; ++k) {
                         d.u = k + 1 < n_u ? double(k) / (n_u - 1) : std::nextafter(1.0, 0.0);
                         const int32_t id = draw_exact(v, max_logit, d);
-                        INFO("n " << n << " temp " << temp << " min_p " << min_p << " top_p " << top_p << " u " << d.u);
+                        INFO("n " << n << " temp " << temp << " min_p " << min_p << " top_p " << top_p << " top_k " << top_k
+                                  << " u " << d.u);
                         REQUIRE(id == plain_exact_draw(v, d));
                         REQUIRE(id >= last);  // u up, id up (the pick is monotone)
                         last = id;
                         ++checked;
+                        // From the row's 64 best, where they decide it (a top_k of 5, or a short row).
+                        const std::optional<token_logit> top = draw_exact_top(summary, d);
+                        if (top_k == 5 || n <= size_t(logits_top_max)) REQUIRE(top);
+                        if (top) {
+                            REQUIRE(top->id == id);
+                            ++from_top;
+                        }
                     }
                 }
     REQUIRE(checked > 2000);
+    REQUIRE(from_top > 500);
 }
 
 TEST_CASE("draw requests look ahead without moving the random stream", "[sampler][draw]") {
@@ -252,7 +257,7 @@ TEST_CASE("draw requests look ahead without moving the random stream", "[sampler
     p.temperature = 0.8f;
     p.seed = 17;
     sampler s(p), t(p);
-    REQUIRE(s.draws_exact());
+    REQUIRE(s.draw_request().temperature == 0.8f);
     const row_draw r0 = s.draw_request(0), r1 = s.draw_request(1), r2 = s.draw_request(2);
     REQUIRE(s.draw_request(0).u == r0.u);  // asking again changes nothing
     REQUIRE(r0.u != r1.u);
@@ -270,12 +275,14 @@ TEST_CASE("draw requests look ahead without moving the random stream", "[sampler
     std::vector<logits_top> rows = {top};
     draw_rows_exact(v, std::span<const row_draw>(&r1, 1), rows);
     REQUIRE_THROWS(t.sample_top(rows[0]));
-    // top_p rides in the request; a sampler with top_k makes none.
+    // top_p and a top_k over the summary's tokens ride in the request; a top_k within them needs none.
     sampling_params q = p;
     q.top_p = 0.9f;
     REQUIRE(sampler(q).draw_request().top_p == 0.9f);
     q = p;
     q.top_k = 100;
+    REQUIRE(sampler(q).draw_request().top_k == 100);
+    q.top_k = 40;
     REQUIRE(sampler(q).draw_request().temperature == 0.0f);
 }
 
