@@ -12,6 +12,8 @@
 
 #include <chrono>
 #include <cstdio>
+#include <optional>
+#include <span>
 
 namespace {
 
@@ -63,15 +65,23 @@ TANDEM_COMMAND(generate, "Generate text from a prompt", [](CLI::App &sub) {
 
         std::vector<engine_row> rows;
         for (size_t i = 0; i < ids.size(); ++i) rows.push_back({0, int32_t(i), ids[i], i + 1 == ids.size(), true});
-        std::vector<float> logits;
+        // As the server steps: the row's summary, with the engine's draw where the sampler asks for
+        // one (on the GPU with --device-draws).
+        std::vector<logits_top> tops;
+        auto forward = [&](std::span<const engine_row> step_rows) {
+            const row_draw d = samp.draw_request();
+            eng->forward_draw(step_rows, d.temperature > 0.0f ? std::span<const row_draw>(&d, 1) : std::span<const row_draw>(), tops);
+        };
         const auto t0 = clock::now();
-        eng->forward(rows, logits);
+        forward(rows);
         const auto t1 = clock::now();
         std::fputs(cli->prompt.c_str(), stdout);
         int n_gen = 0;
         int32_t pos = int32_t(ids.size());
         for (; n_gen < cli->n_predict; ++n_gen) {
-            const int32_t next = samp.sample(logits).id;
+            const std::optional<sample_result> picked = samp.sample_top(tops.at(0));
+            if (!picked) fail(error_kind::internal, "the engine's row summary did not decide the draw");
+            const int32_t next = picked->id;
             if (tok.is_eog(next)) break;
             const std::string piece = stream.push(next);
             std::fwrite(piece.data(), 1, piece.size(), stdout);
@@ -81,7 +91,7 @@ TANDEM_COMMAND(generate, "Generate text from a prompt", [](CLI::App &sub) {
                 break;
             }
             const engine_row row{0, pos++, next, true};
-            eng->forward({&row, 1}, logits);
+            forward({&row, 1});
         }
         const std::string rest = stream.flush();
         std::fwrite(rest.data(), 1, rest.size(), stdout);
