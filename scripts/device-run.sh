@@ -89,6 +89,13 @@ if [ "$mode" = draws ]; then
         python3 -c 'import json,sys; h=[[r["tokens_fnv"] for r in json.load(open(f))["decode"]] for f in sys.argv[1:]]; print("draws agree" if h[0]==h[1] else "DRAWS DIFFER", h)' \
             "$out/temp_host_$p.json" "$out/temp_device_$p.json" >> "$out/draws_agree.log" 2>&1
     done
+    # tandem generate steps as the server does: the same text with the draws on the host and the GPU.
+    for dd in "" --device-draws; do
+        "$carry/bin/tandem" generate -m /tmp/m.gguf -p "The quick brown fox" -n 48 --temp 0.8 --seed 3 $dd \
+            > "$out/generate${dd:+_device}.txt" 2> "$out/generate${dd:+_device}.log"
+    done
+    cmp -s "$out/generate.txt" "$out/generate_device.txt" && echo "generate agrees" >> "$out/draws_agree.log" \
+        || echo "GENERATE DIFFERS" >> "$out/draws_agree.log"
     summary+=("$(cat "$out/draws_agree.log")")
 fi
 if [ "$mode" = bench ] || [ "$mode" = all ]; then
