@@ -55,8 +55,8 @@ struct engine_options {
     // CUDA backend, f32 on the CPU: the server's default). engine_kv_bytes checks it.
     std::string kv_type = "f32";
     // CUDA: make forward_draw's draws on the device that holds the whole head (else on the host).
-    // Off by default until its GPU tests have run (test_cuda_logits_draw, "[draw]" in
-    // test_cuda_engine).
+    // Off by default until its GPU tests have run (test_cuda_logits_draw, the "[draw]" cases of
+    // test_cuda_engine and test_cuda_placement).
     bool device_draws = false;
 };
 

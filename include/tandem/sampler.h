@@ -1,5 +1,6 @@
-// tandem/sampler.h - turns a row of logits into a token: greedy, temperature, top-k, top-p, min-p;
-// from the whole row, or from the row's best tokens when those decide the draw (logits_top).
+// tandem/sampler.h - turns a row of logits into a token: greedy, temperature, top-k, top-p, min-p
+// (every temperature draw an exact draw, draw_exact.h); from the whole row, from the row's best
+// tokens when those decide the draw (logits_top), or from the engine's draw beside them.
 #pragma once
 
 #include "tandem/draw_exact.h"
