@@ -4,6 +4,7 @@
 // the launch's other rows.
 #include "cuda/logits_draw.h"
 #include "gpu_test_util.h"
+#include "logits_top_test_util.h"
 #include "tandem/sampler.h"
 
 #include <catch2/catch.hpp>
@@ -19,35 +20,19 @@ namespace {
 // logits_top (for each row's max) then logits_draw, as the engine runs them.
 std::vector<cuda::logits_top_row> run_draw(const std::vector<float> &logits, int32_t n_rows, int32_t n_cols,
                                            const std::vector<row_draw> &draws) {
-    const int32_t slices = cuda::logits_top_slices(n_cols);
-    REQUIRE(slices > 0);
     device_buffer<float> x(logits);
-    device_buffer<uint64_t> keys(size_t(n_rows) * size_t(slices) * cuda::logits_top_n);
-    device_buffer<float> smax(size_t(n_rows) * size_t(slices));
-    device_buffer<double> ssum(size_t(n_rows) * size_t(slices));
-    device_buffer<int32_t> snan(size_t(n_rows) * size_t(slices));
-    device_buffer<cuda::logits_top_row> out{size_t(n_rows)};
     device_buffer<row_draw> req(draws);
-    out.poison();
-    cuda::logits_top_args a;
-    a.logits = x.ptr;
-    a.n_rows = n_rows;
-    a.n_cols = n_cols;
-    a.scratch = keys.ptr;
-    a.slice_max = smax.ptr;
-    a.slice_sum = ssum.ptr;
-    a.slice_nan = snan.ptr;
-    a.out = out.ptr;
-    cuda::logits_top(a, nullptr);
+    logits_top_run top(n_rows, n_cols);
+    top.launch(x.ptr, n_rows, n_cols, 0);
     cuda::logits_draw_args d;
     d.logits = x.ptr;
     d.n_rows = n_rows;
     d.n_cols = n_cols;
     d.draws = req.ptr;
-    d.rows = out.ptr;
+    d.rows = top.out.ptr;
     cuda::logits_draw(d, nullptr);
     TANDEM_CUDA_CHECK(cudaDeviceSynchronize());
-    return out.download();
+    return top.out.download();
 }
 
 row_draw request(float temp, float min_p, float top_p, double u, int32_t top_k = 0) {

@@ -3,6 +3,7 @@
 // double rounding, NaN flagged; rows independent of the launch's other rows.
 #include "cuda/logits_top.h"
 #include "gpu_test_util.h"
+#include "logits_top_test_util.h"
 #include "tandem/sampler.h"
 
 #include <catch2/catch.hpp>
@@ -20,29 +21,11 @@ struct top_run {
 };
 
 top_run run_top(const std::vector<float> &logits, int32_t n_rows, int32_t n_cols, int32_t first_id) {
-    const int32_t slices = cuda::logits_top_slices(n_cols);
-    REQUIRE(slices > 0);
     device_buffer<float> x(logits);
-    device_buffer<uint64_t> keys(size_t(n_rows) * size_t(slices) * cuda::logits_top_n);
-    device_buffer<float> smax(size_t(n_rows) * size_t(slices));
-    device_buffer<double> ssum(size_t(n_rows) * size_t(slices));
-    device_buffer<int32_t> snan(size_t(n_rows) * size_t(slices));
-    device_buffer<cuda::logits_top_row> out{size_t(n_rows)};
-    keys.poison();
-    out.poison();
-    cuda::logits_top_args a;
-    a.logits = x.ptr;
-    a.n_rows = n_rows;
-    a.n_cols = n_cols;
-    a.first_id = first_id;
-    a.scratch = keys.ptr;
-    a.slice_max = smax.ptr;
-    a.slice_sum = ssum.ptr;
-    a.slice_nan = snan.ptr;
-    a.out = out.ptr;
-    cuda::logits_top(a, nullptr);
+    logits_top_run top(n_rows, n_cols);
+    top.launch(x.ptr, n_rows, n_cols, first_id);
     TANDEM_CUDA_CHECK(cudaDeviceSynchronize());
-    return {out.download()};
+    return {top.out.download()};
 }
 
 // One device row against the host twin of the same columns.
