@@ -36,6 +36,14 @@ engine_options cuda_options(std::vector<int32_t> devices, bool tensor_parallel, 
     return opt;
 }
 
+// The options of a plan: its devices, pairing, micro-batches and transport.
+engine_options plan_options(const gpu_plan &p) {
+    engine_options opt = cuda_options(p.devices, p.tensor_parallel);
+    opt.micro_batches = p.micro_batches;
+    opt.transport = p.transport;
+    return opt;
+}
+
 std::string describe(const gpu_plan &p) {
     std::ostringstream os;
     for (size_t i = 0; i < p.devices.size(); ++i) os << (i ? "," : "") << p.devices[i];
@@ -48,10 +56,7 @@ std::string describe(const gpu_plan &p) {
 // all sessions in one call, the last steps with a fourth session's prompt riding along.
 std::vector<std::vector<float>> run_sessions(const std::string &model, const gpu_plan &p, uint32_t seed,
                                              std::string *layout = nullptr) {
-    engine_options opt = cuda_options(p.devices, p.tensor_parallel);
-    opt.micro_batches = p.micro_batches;
-    opt.transport = p.transport;
-    auto eng = engine_open(gguf_file::open(model), opt);
+    auto eng = engine_open(gguf_file::open(model), plan_options(p));
     if (layout) *layout = eng->layout();
     std::mt19937 rng(seed);
     const int32_t nv = eng->hparams().n_vocab;
@@ -138,10 +143,7 @@ TEST_CASE("CUDA logits summaries are equal on every placement plan", "[gpu][plac
     if (!gpu_present()) return;
     const std::string model = synth_gguf("tiny", ggml_type::q4_k, 4);
     auto run = [&](const gpu_plan &p) {
-        engine_options opt = cuda_options(p.devices, p.tensor_parallel);
-        opt.micro_batches = p.micro_batches;
-        opt.transport = p.transport;
-        auto eng = engine_open(gguf_file::open(model), opt);
+        auto eng = engine_open(gguf_file::open(model), plan_options(p));
         std::mt19937 rng(31);
         const int32_t nv = eng->hparams().n_vocab;
         std::vector<engine_row> rows;
@@ -195,8 +197,7 @@ TEST_CASE("CUDA draws are the same tokens on every placement plan", "[gpu][place
     if (!gpu_present()) return;
     const std::string model = synth_gguf("tiny", ggml_type::q4_k, 4);
     auto run = [&](const gpu_plan &p) {
-        engine_options opt = cuda_options(p.devices, p.tensor_parallel);
-        opt.micro_batches = p.micro_batches;
+        engine_options opt = plan_options(p);
         opt.device_draws = true;
         auto eng = engine_open(gguf_file::open(model), opt);
         std::mt19937 rng(41);
