@@ -1,10 +1,11 @@
 // cuda/logits_draw.cu - the exact draw (tandem/draw_exact.h) of each requested logits row.
 //
 // One block of 1,024 threads a row. Bytes: the row's logits (0.6 MB for 152 K ids, in L2 right
-// after the head wrote them) are read once for the total, once a radix pass (8 for a top_k beyond
-// the row's summary, with a count first; 8 for top_p < 1) and once for the pick. Arithmetic: ~20 float operations a weight, made in each pass
-// that needs it. Every sum is of integer weights, so the atomics' and the warps' order does not
-// matter: the drawn id is the host twin's and depends on the row and its request alone.
+// after the head wrote them) are read once for the total, once a radix pass (up to 8 for a top_k
+// beyond the row's summary, with a count first; up to 8 for top_p < 1, ~4 on random logits) and
+// once for the pick. Arithmetic: ~20 float operations a weight, made in each pass that needs it.
+// Every sum is of integer weights, so the warps' order does not matter: the drawn id is the host
+// twin's and depends on the row and its request alone.
 #include "logits_draw.h"
 
 #include "cuda_check.h"
@@ -15,6 +16,8 @@ namespace {
 
 constexpr int draw_threads = 1024;
 constexpr int draw_warps = draw_threads / 32;
+// A radix pass's private bins: each warp's 256 values, then each warp's 256 counts.
+constexpr size_t bins_bytes = size_t(draw_warps) * 256 * (sizeof(unsigned long long) + sizeof(unsigned));
 
 __device__ __forceinline__ uint64_t warp_sum_u64(uint64_t v) {
 #pragma unroll
@@ -32,24 +35,36 @@ __device__ __forceinline__ uint64_t warp_inclusive_u64(uint64_t v, int lane) {
 }
 
 struct draw_smem {
-    unsigned long long bins[256];  // a radix pass's values by digit
+    unsigned long long bins[256];  // a radix pass's values by digit (the warps' bins added)
+    unsigned counts[256];          // and how many tokens with a nonzero value each holds
     unsigned long long warp_sum[draw_warps];
     uint64_t total, above, last_bin;
+    unsigned last_count;
     int digit;
     int pick_warp;
     uint64_t pick_base;
 };
 
-// The sum of value(i, key) over the row (integers: any order). Every thread must call it.
+// The ids a part takes when `len` ids are cut into `parts` contiguous parts of whole warp rows.
+__device__ __forceinline__ int part_ids(int len, int parts) { return ((len + parts - 1) / parts + 31) / 32 * 32; }
+
+// Warp w's `mine` into s.warp_sum[w] (after every earlier reader of it is done).
+__device__ __forceinline__ void store_warp_sums(uint64_t mine, draw_smem &s) {
+    mine = warp_sum_u64(mine);
+    __syncthreads();
+    if ((threadIdx.x & 31) == 0) s.warp_sum[threadIdx.x >> 5] = mine;
+    __syncthreads();
+}
+
+// The sum of value(i, key) over the row (integers: any order), warp w summing the w-th of
+// draw_warps contiguous parts, whose sums it leaves in s.warp_sum. Every thread must call it.
 template <class Value>
 __device__ uint64_t block_sum(const float *x, int n, Value value, draw_smem &s) {
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int part = part_ids(n, draw_warps), begin = warp * part, end = min(n, begin + part);
     uint64_t mine = 0;
-    for (int i = tid; i < n; i += draw_threads) mine += value(i, draw_key(x[i], i));
-    mine = warp_sum_u64(mine);
-    __syncthreads();  // s.warp_sum's earlier readers are done
-    if (lane == 0) s.warp_sum[warp] = mine;
-    __syncthreads();
+    for (int i = begin + lane; i < end; i += 32) mine += value(i, draw_key(x[i], i));
+    store_warp_sums(mine, s);
     if (tid == 0) {
         uint64_t t = 0;
         for (int w = 0; w < draw_warps; ++w) t += s.warp_sum[w];
@@ -59,36 +74,77 @@ __device__ uint64_t block_sum(const float *x, int n, Value value, draw_smem &s) 
     return s.total;
 }
 
+// Warp 0 finds the first part w whose running sum base + s.warp_sum[0..w] passes r: s.pick_warp
+// (-1: none) and s.pick_base, the running sum before it. Every thread must call it.
+__device__ void find_part(uint64_t base, uint64_t r, draw_smem &s) {
+    const int lane = threadIdx.x & 31;
+    if (threadIdx.x < 32) {
+        const uint64_t v = s.warp_sum[lane], incl = base + warp_inclusive_u64(v, lane);
+        const unsigned hit = __ballot_sync(0xFFFFFFFFu, incl > r);
+        const int w = hit ? __ffs(hit) - 1 : -1;
+        if (lane == 0) s.pick_warp = w;
+        if (w >= 0 && lane == w) s.pick_base = incl - v;
+    }
+    __syncthreads();
+}
+
 // The key B of the token at which the best-first running sum of value(i, key) first reaches
 // need (0 < need <= the row's sum), digit by digit from the top, 8 bits a pass; *through: the
 // running sum through B. `above` is the sum over the tokens whose decided digits beat B's; each
-// pass bins the values of the tokens sharing B's decided digits. Every thread must call it.
+// pass bins the values of the tokens sharing B's decided digits. Once the chosen digit holds a
+// single token (random logits: after ~4 of the 8 passes), B's undecided digits are left zero: the
+// keys from that B up are the same set. warp_bins: the dynamic shared memory (bins_bytes). Every
+// thread must call it.
 template <class Value>
-__device__ uint64_t radix_boundary(const float *x, int n, uint64_t need, Value value, draw_smem &s, uint64_t *through) {
+__device__ uint64_t radix_boundary(const float *x, int n, uint64_t need, Value value, draw_smem &s,
+                                   unsigned long long *warp_bins, uint64_t *through) {
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     uint64_t prefix = 0, above = 0;
     for (int pass = 0; pass < 8; ++pass) {
         const int shift = 56 - 8 * pass;
         const uint64_t high = pass == 0 ? 0ull : ~0ull << (shift + 8);
-        if (tid < 256) s.bins[tid] = 0;
-        __syncthreads();
-        // Runs of one digit are added up in a register first: early passes see few digits.
-        int run_digit = -1;
-        uint64_t run = 0;
-        for (int i = tid; i < n; i += draw_threads) {
-            const uint64_t key = draw_key(x[i], i);
-            if ((key & high) != prefix) continue;
-            const uint64_t v = value(i, key);
-            if (v == 0) continue;
-            const int digit = int(key >> shift) & 255;
-            if (digit != run_digit) {
-                if (run_digit >= 0) atomicAdd(&s.bins[run_digit], (unsigned long long)run);
-                run_digit = digit;
-                run = 0;
+        // Each warp bins into its own 256 counters (no atomics). Of its 32 ids at a time, a lane
+        // alone with its digit adds its value itself; a digit several lanes share (the first
+        // pass sees only a few) is summed by shuffles and added by its first lane. The block adds
+        // the warps' bins after. (One shared 64-bit atomic a digit change, contended on a few
+        // addresses, cost 1.4 ms a row on an H100: session 44.)
+        unsigned long long *own = warp_bins + warp * 256;
+        unsigned *own_count = reinterpret_cast<unsigned *>(warp_bins + draw_warps * 256) + warp * 256;
+        for (int j = lane; j < 256; j += 32) own[j] = 0, own_count[j] = 0;
+        __syncwarp();
+        for (int base = tid - lane; base < n; base += draw_threads) {
+            const int i = base + lane;
+            uint64_t v = 0;
+            int digit = -1;
+            if (i < n) {
+                const uint64_t key = draw_key(x[i], i);
+                if ((key & high) == prefix) {
+                    v = value(i, key);
+                    if (v != 0) digit = int(key >> shift) & 255;
+                }
             }
-            run += v;
+            const unsigned same = __match_any_sync(0xFFFFFFFFu, digit);
+            const bool alone = __popc(same) == 1;
+            if (digit >= 0 && alone) own[digit] += v, own_count[digit] += 1;
+            unsigned leaders = __ballot_sync(0xFFFFFFFFu, digit >= 0 && !alone && lane == __ffs(same) - 1);
+            while (leaders) {
+                const int first = __ffs(leaders) - 1;
+                const int group = __shfl_sync(0xFFFFFFFFu, digit, first);
+                const uint64_t sum = warp_sum_u64(digit == group ? v : 0);
+                if (lane == first) own[group] += sum, own_count[group] += __popc(same);
+                leaders &= leaders - 1;
+            }
+            __syncwarp();  // this round's bin updates are seen by the next round's lanes
         }
-        if (run_digit >= 0) atomicAdd(&s.bins[run_digit], (unsigned long long)run);
+        __syncthreads();
+        if (tid < 256) {
+            const unsigned *counts = reinterpret_cast<const unsigned *>(warp_bins + draw_warps * 256);
+            uint64_t t = 0;
+            unsigned c = 0;
+            for (int w = 0; w < draw_warps; ++w) t += warp_bins[w * 256 + tid], c += counts[w * 256 + tid];
+            s.bins[tid] = t;
+            s.counts[tid] = c;
+        }
         __syncthreads();
         if (warp == 0) {
             // Lane l holds digits 255 - 8 l down to 248 - 8 l: descending across the lanes.
@@ -104,6 +160,7 @@ __device__ uint64_t radix_boundary(const float *x, int n, uint64_t need, Value v
                         s.digit = 255 - 8 * lane - i;
                         s.above = run_above;
                         s.last_bin = c[i];
+                        s.last_count = s.counts[255 - 8 * lane - i];
                         break;
                     }
                     run_above += c[i];
@@ -113,14 +170,17 @@ __device__ uint64_t radix_boundary(const float *x, int n, uint64_t need, Value v
         __syncthreads();
         prefix |= uint64_t(s.digit) << shift;
         above = s.above;
+        const bool single = s.last_count == 1;
         __syncthreads();  // s.digit, s.above and the bins are rewritten next pass
+        if (single) break;
     }
-    *through = above + s.last_bin;  // keys are distinct: the last pass's bin holds B alone
+    *through = above + s.last_bin;  // the last pass's bin holds B alone (keys are distinct)
     return prefix;
 }
 
 __global__ void __launch_bounds__(draw_threads) logits_draw_kernel(const logits_draw_args a) {
     __shared__ draw_smem s;
+    extern __shared__ unsigned long long warp_bins[];  // bins_bytes: the radix passes' bins
     const int row = blockIdx.x, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     pdl_wait();
     pdl_trigger();
@@ -141,7 +201,7 @@ __global__ void __launch_bounds__(draw_threads) logits_draw_kernel(const logits_
         auto passes = [&](int i, uint64_t) -> uint64_t { return draw_passes(x[i], max_logit, cutoff) ? 1 : 0; };
         const uint64_t n_pass = block_sum(x, n, passes, s);
         uint64_t unused = 0;
-        if (uint64_t(d.top_k) < n_pass) kth = radix_boundary(x, n, uint64_t(d.top_k), passes, s, &unused);
+        if (uint64_t(d.top_k) < n_pass) kth = radix_boundary(x, n, uint64_t(d.top_k), passes, s, warp_bins, &unused);
     }
     auto weight = [&](int i, uint64_t key) -> uint64_t { return key >= kth ? draw_weight(x[i], max_logit, cutoff, d) : 0; };
     const uint64_t total = block_sum(x, n, weight, s);
@@ -149,31 +209,36 @@ __global__ void __launch_bounds__(draw_threads) logits_draw_kernel(const logits_
 
     // The nucleus: every candidate with a key from the boundary's up.
     uint64_t boundary = kth, mass = total;
-    if (need < total) boundary = radix_boundary(x, n, need, weight, s, &mass);
+    if (need < total) boundary = radix_boundary(x, n, need, weight, s, warp_bins, &mass);
 
-    // The pick: r = min(trunc(u x M), M - 1); warp w sums the nucleus's weights over its
-    // contiguous range of ids, warp 0 finds the range holding r, whose warp walks it 32 ids a step.
+    // The pick: r = min(trunc(u x M), M - 1), found in three rounds: the part of the row whose
+    // running sum passes r (block_sum's parts when the nucleus is every candidate), then the 32nd
+    // of that part, then the id, the chosen warp walking its 32nd 32 ids a step.
     const uint64_t r = draw_pick_threshold(d.u, mass);
-    const int seg = ((n + draw_warps - 1) / draw_warps + 31) / 32 * 32;
-    const int begin = warp * seg, end = min(n, begin + seg);
     auto nucleus_weight = [&](int i) -> uint64_t {
         const uint64_t key = draw_key(x[i], i);
         return key >= boundary ? weight(i, key) : 0;
     };
+    const int part = part_ids(n, draw_warps);
+    if (need < total) {
+        uint64_t mine = 0;
+        for (int i = warp * part + lane; i < min(n, warp * part + part); i += 32) mine += nucleus_weight(i);
+        store_warp_sums(mine, s);
+    }
+    find_part(0, r, s);
+    const int chosen = s.pick_warp;
+    const uint64_t chosen_base = s.pick_base;
+    if (chosen < 0) {  // unreachable: r < M
+        if (tid == 0) out.drawn = -1;
+        return;
+    }
+    const int part_begin = chosen * part, part_end = min(n, part_begin + part);
+    const int sub = part_ids(part_end - part_begin, draw_warps);
+    const int begin = part_begin + warp * sub, end = min(part_end, begin + sub);
     uint64_t mine = 0;
     for (int i = begin + lane; i < end; i += 32) mine += nucleus_weight(i);
-    mine = warp_sum_u64(mine);
-    __syncthreads();  // block_sum's readers of s.warp_sum are done
-    if (lane == 0) s.warp_sum[warp] = mine;
-    __syncthreads();
-    if (warp == 0) {
-        const uint64_t v = s.warp_sum[lane], incl = warp_inclusive_u64(v, lane);
-        const unsigned hit = __ballot_sync(0xFFFFFFFFu, incl > r);
-        const int w = hit ? __ffs(hit) - 1 : -1;
-        if (lane == 0) s.pick_warp = w;
-        if (w >= 0 && lane == w) s.pick_base = incl - v;
-    }
-    __syncthreads();
+    store_warp_sums(mine, s);  // its first barrier: every thread has read chosen's part
+    find_part(chosen_base, r, s);
     if (warp != s.pick_warp) {
         if (tid == 0 && s.pick_warp < 0) out.drawn = -1;  // unreachable: r < M
         return;
@@ -200,7 +265,8 @@ void logits_draw(const logits_draw_args &a, cudaStream_t stream) {
     TANDEM_CUDA_REQUIRE(a.logits && a.draws && a.rows, "logits_draw: null pointer");
     TANDEM_CUDA_REQUIRE(a.n_cols > 0, "logits_draw: empty rows");
     if (a.n_rows <= 0) return;
-    launch_pdl(logits_draw_kernel, dim3(a.n_rows), dim3(draw_threads), stream, a);
+    allow_dynamic_smem(logits_draw_kernel, bins_bytes);
+    launch_pdl_smem(logits_draw_kernel, dim3(a.n_rows), dim3(draw_threads), bins_bytes, stream, a);
     TANDEM_CUDA_CHECK_LAUNCH();
 }
 

@@ -113,3 +113,34 @@ TEST_CASE("logits_draw: a row's token does not depend on the launch's other rows
         REQUIRE(alone[0].drawn == all[size_t(r)].drawn);
     }
 }
+
+// The pick's three rounds (a 32nd of the row, a 32nd of that, then 32 ids a step) meet at their
+// edges: one row drawn at many uniform numbers, u = 0 and the largest below 1 among them.
+TEST_CASE("logits_draw: one row at many uniform numbers", "[gpu][draw]") {
+    if (!gpu_present()) return;
+    std::mt19937_64 rng(79);
+    std::uniform_real_distribution<double> uniform(0.0, 1.0);
+    for (int32_t n_cols : {1000, 33000, 151936}) {
+        const std::vector<float> row = random_floats(rng, size_t(n_cols), 1.0f);
+        const int32_t n_rows = 64;
+        std::vector<float> x;
+        for (int32_t r = 0; r < n_rows; ++r) x.insert(x.end(), row.begin(), row.end());
+        for (float top_p : {1.0f, 0.5f}) {
+            std::vector<row_draw> draws;
+            for (int32_t r = 0; r < n_rows; ++r) {
+                const double u = r == 0 ? 0.0 : r == n_rows - 1 ? std::nextafter(1.0, 0.0) : (r + uniform(rng)) / n_rows;
+                draws.push_back(request(1.3f, 0.0f, top_p, u));
+            }
+            const std::vector<cuda::logits_top_row> got = run_draw(x, n_rows, n_cols, draws);
+            const float max_logit = *std::max_element(row.begin(), row.end());
+            int32_t last = -1;
+            for (int32_t r = 0; r < n_rows; ++r) {
+                INFO("cols " << n_cols << " top_p " << top_p << " u " << draws[size_t(r)].u);
+                const int32_t want = draw_exact(row, max_logit, draws[size_t(r)]);
+                REQUIRE(got[size_t(r)].drawn == want);
+                REQUIRE(want >= last);  // the pick walks ids in order: u up, id not down
+                last = want;
+            }
+        }
+    }
+}
