@@ -1,11 +1,12 @@
 // cuda/logits_draw.cu - the exact draw (tandem/draw_exact.h) of each requested logits row.
 //
-// One block of 1,024 threads a row. Bytes: the row's logits (0.6 MB for 152 K ids, in L2 right
-// after the head wrote them) are read once for the total, once a radix pass (up to 8 for a top_k
-// beyond the row's summary, with a count first; up to 8 for top_p < 1, ~4 on random logits) and
-// once for the pick. Arithmetic: ~20 float operations a weight, made in each pass that needs it.
-// Every sum is of integer weights, so the warps' order does not matter: the drawn id is the host
-// twin's and depends on the row and its request alone.
+// One block of 1,024 threads a row (whole, or in two parts: a split head). Bytes: the row's
+// logits (0.6 MB for 152 K ids, in L2 right after the head wrote them) are read once for the
+// total, once a radix pass (up to 8 for a top_k beyond the row's summary, with a count first; up
+// to 8 for top_p < 1, ~4 on random logits) and once for the pick (a row in two parts: once more
+// for its max). Arithmetic: ~20 float operations a weight, made in each pass that needs it. Every
+// sum is of integer weights, so the warps' order does not matter: the drawn id is the host twin's
+// and depends on the row and its request alone.
 #include "logits_draw.h"
 
 #include "cuda_check.h"
@@ -34,10 +35,19 @@ __device__ __forceinline__ uint64_t warp_inclusive_u64(uint64_t v, int lane) {
     return v;
 }
 
+// A logits row: ids below `split` in lo, the others in hi (a head split across devices, the
+// other parts gathered here); split = n for a whole row.
+struct row_view {
+    const float *lo, *hi;
+    int split;
+    __device__ __forceinline__ float operator[](int i) const { return i < split ? lo[i] : hi[i - split]; }
+};
+
 struct draw_smem {
     unsigned long long bins[256];  // a radix pass's values by digit (the warps' bins added)
     unsigned counts[256];          // and how many tokens with a nonzero value each holds
     unsigned long long warp_sum[draw_warps];
+    float warp_max[draw_warps];
     uint64_t total, above, last_bin;
     unsigned last_count;
     int digit;
@@ -59,7 +69,7 @@ __device__ __forceinline__ void store_warp_sums(uint64_t mine, draw_smem &s) {
 // The sum of value(i, key) over the row (integers: any order), warp w summing the w-th of
 // draw_warps contiguous parts, whose sums it leaves in s.warp_sum. Every thread must call it.
 template <class Value>
-__device__ uint64_t block_sum(const float *x, int n, Value value, draw_smem &s) {
+__device__ uint64_t block_sum(const row_view &x, int n, Value value, draw_smem &s) {
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int part = part_ids(n, draw_warps), begin = warp * part, end = min(n, begin + part);
     uint64_t mine = 0;
@@ -96,7 +106,7 @@ __device__ void find_part(uint64_t base, uint64_t r, draw_smem &s) {
 // keys from that B up are the same set. warp_bins: the dynamic shared memory (bins_bytes). Every
 // thread must call it.
 template <class Value>
-__device__ uint64_t radix_boundary(const float *x, int n, uint64_t need, Value value, draw_smem &s,
+__device__ uint64_t radix_boundary(const row_view &x, int n, uint64_t need, Value value, draw_smem &s,
                                    unsigned long long *warp_bins, uint64_t *through) {
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     uint64_t prefix = 0, above = 0;
@@ -191,8 +201,22 @@ __global__ void __launch_bounds__(draw_threads) logits_draw_kernel(const logits_
         return;
     }
     const int n = a.n_cols;
-    const float *x = a.logits + size_t(row) * size_t(n);
-    const float max_logit = out.max;
+    const int split = a.logits_rest ? a.split : n;
+    const row_view x{a.logits + size_t(row) * size_t(split), a.logits_rest ? a.logits_rest + size_t(row) * size_t(n - split) : nullptr, split};
+    // The row's max: logits_top's for a whole row, else the max over the parts (NaN skipped, as the
+    // merged summary's best: a row with NaN is refused by the sampler whatever is drawn).
+    float max_logit = out.max;
+    if (a.logits_rest) {
+        float m = -INFINITY;
+        for (int i = tid; i < n; i += draw_threads) m = fmaxf(m, x[i]);
+#pragma unroll
+        for (int o = 16; o >= 1; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xFFFFFFFFu, m, o));
+        if (lane == 0) s.warp_max[warp] = m;
+        __syncthreads();
+        m = s.warp_max[0];
+        for (int w = 1; w < draw_warps; ++w) m = fmaxf(m, s.warp_max[w]);
+        max_logit = m;
+    }
     const float cutoff = draw_cutoff(max_logit, d);
 
     // top_k: the k-th best key among the tokens passing the cutoff, when more than k pass.
@@ -264,6 +288,7 @@ __global__ void __launch_bounds__(draw_threads) logits_draw_kernel(const logits_
 void logits_draw(const logits_draw_args &a, cudaStream_t stream) {
     TANDEM_CUDA_REQUIRE(a.logits && a.draws && a.rows, "logits_draw: null pointer");
     TANDEM_CUDA_REQUIRE(a.n_cols > 0, "logits_draw: empty rows");
+    TANDEM_CUDA_REQUIRE(!a.logits_rest || (a.split > 0 && a.split < a.n_cols), "logits_draw: split outside the row");
     if (a.n_rows <= 0) return;
     allow_dynamic_smem(logits_draw_kernel, bins_bytes);
     launch_pdl_smem(logits_draw_kernel, dim3(a.n_rows), dim3(draw_threads), bins_bytes, stream, a);

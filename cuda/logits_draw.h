@@ -6,8 +6,9 @@
 // temperature; the drawn id and logit go into the row's logits_top_row. Its CPU twin is
 // tandem::draw_exact (sampler.h), which draws the same id: every sum is of integers, exact in any
 // order.
-// Does not own: the row's max (logits_top, run before it on the same rows), the uniform numbers
-// (the host's samplers), rows split across devices (the engine draws those on the host).
+// Does not own: a whole row's max (logits_top, run before it on the same rows; a row in two parts
+// takes its own max), the uniform numbers (the host's samplers), gathering a split head's parts
+// (the engine sends them here).
 #pragma once
 
 #include "logits_top.h"
@@ -20,7 +21,9 @@
 namespace tandem::cuda {
 
 struct logits_draw_args {
-    const float *logits = nullptr;     // [n_rows][n_cols]: whole rows (vocab id = column)
+    const float *logits = nullptr;     // [n_rows][n_cols]: whole rows (vocab id = column), or with
+    const float *logits_rest = nullptr;  // set: [n_rows][split] here and ids split.. in [n_rows][n_cols - split]
+    int32_t split = 0;                 // with logits_rest: the first id of the rest (0 < split < n_cols)
     int32_t n_rows = 0, n_cols = 0;
     const row_draw *draws = nullptr;   // [n_rows]; temperature <= 0: no draw (drawn = -1)
     logits_top_row *rows = nullptr;    // [n_rows]: max read (logits_top's), drawn and drawn_logit written

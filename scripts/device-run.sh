@@ -4,7 +4,7 @@
 # synccheck on the routing/experts test), the model comparison and
 # `tandem bench` on the qwen3-30b-a3b Q4_K synth model. Logs under $OUT; a short table last.
 #   usage: scripts/device-run.sh [tests|bench|fairness|server|profile|trace|sass|draws|all] [extra bench flags...]
-# draws: the exact draws on the device (--device-draws): their tests, and decode at temperature 0.8
+# draws: the exact draws on the device (the default; --no-device-draws draws on the host): their tests, and decode at temperature 0.8
 # (and with top_p 0.9) with the draws on the host and on the GPU (not in `all`).
 # server: the HTTP end-to-end suite (tests/server/e2e_server.py) against the CUDA backend (the
 # server's --backend auto picks it here), with the tiny synth model; the npm SDK checks need node
@@ -69,7 +69,7 @@ if [ "$mode" = tests ] || [ "$mode" = all ]; then
     run synccheck compute-sanitizer --tool synccheck --error-exitcode 9 "$carry/bin/test_cuda_kernels" "routing*"
 fi
 if [ "$mode" = draws ]; then
-    # The exact draws on the device (--device-draws): the kernel against its host twin (and
+    # The exact draws on the device (default; --no-device-draws on the host): the kernel against its host twin (and
     # racecheck of its shared-memory passes), the engine's draws against forward's rows, then decode
     # at temperature 0.8, plain and with top_p 0.9, with the draws on the host (whole rows) and on
     # the GPU, beside greedy.
@@ -82,7 +82,7 @@ if [ "$mode" = draws ]; then
     run greedy "$carry/bin/tandem" bench -m /tmp/m.gguf --backend cuda --prompt 0 --gen 64 --sessions 1,4,16 --json "$out/greedy.json"
     for p in 1 0.9; do
         run "temp_host_$p" "$carry/bin/tandem" bench -m /tmp/m.gguf --backend cuda --prompt 0 --gen 64 --sessions 1,4,16 \
-            --temperature 0.8 --top-p "$p" --json "$out/temp_host_$p.json"
+            --temperature 0.8 --top-p "$p" --no-device-draws --json "$out/temp_host_$p.json"
         run "temp_device_$p" "$carry/bin/tandem" bench -m /tmp/m.gguf --backend cuda --prompt 0 --gen 64 --sessions 1,4,16 \
             --temperature 0.8 --top-p "$p" --device-draws --json "$out/temp_device_$p.json"
         # The same draws: the decoded tokens' hashes agree.
@@ -90,11 +90,11 @@ if [ "$mode" = draws ]; then
             "$out/temp_host_$p.json" "$out/temp_device_$p.json" >> "$out/draws_agree.log" 2>&1
     done
     # tandem generate steps as the server does: the same text with the draws on the host and the GPU.
-    for dd in "" --device-draws; do
-        "$carry/bin/tandem" generate -m /tmp/m.gguf -p "The quick brown fox" -n 48 --temp 0.8 --seed 3 $dd \
-            > "$out/generate${dd:+_device}.txt" 2> "$out/generate${dd:+_device}.log"
+    for where in host device; do
+        "$carry/bin/tandem" generate -m /tmp/m.gguf -p "The quick brown fox" -n 48 --temp 0.8 --seed 3 --$([ $where = host ] && echo no-)device-draws \
+            > "$out/generate_$where.txt" 2> "$out/generate_$where.log"
     done
-    cmp -s "$out/generate.txt" "$out/generate_device.txt" && echo "generate agrees" >> "$out/draws_agree.log" \
+    cmp -s "$out/generate_host.txt" "$out/generate_device.txt" && echo "generate agrees" >> "$out/draws_agree.log" \
         || echo "GENERATE DIFFERS" >> "$out/draws_agree.log"
     summary+=("$(cat "$out/draws_agree.log")")
 fi

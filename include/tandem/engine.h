@@ -54,10 +54,10 @@ struct engine_options {
     // nearest half and keeps it as f32, so both compute on the same values), or "auto" (f16 on the
     // CUDA backend, f32 on the CPU: the server's default). engine_kv_bytes checks it.
     std::string kv_type = "f32";
-    // CUDA: make forward_draw's draws on the device that holds the whole head (else on the host).
-    // Off by default until its GPU tests have run (test_cuda_logits_draw, the "[draw]" cases of
-    // test_cuda_engine and test_cuda_placement).
-    bool device_draws = false;
+    // CUDA: make forward_draw's draws on the device that holds the head (a tensor-parallel pair:
+    // the first half's device, the other half sent to it), else on the host from the downloaded
+    // rows (the same tokens, slower). counters()["device_draws"]: whether the plan does.
+    bool device_draws = false;  // on once its GPU run of this session passes (QA item 3)
 };
 
 // options.kv_type with "auto" resolved by the backend (options.backend, resolved first when
@@ -107,7 +107,7 @@ public:
     // forward_top, and for each want_logits row j with draws[j].temperature > 0 (draws: one a
     // want_logits row, in row order, or empty) the row's exact draw (draw_exact.h) in
     // top[j].drawn, drawn_logit and drawn_u. The CUDA engine can draw on the device (engine_options::
-    // device_draws, one device holding the whole head): only the token and the summary leave it.
+    // device_draws): only the token and the summary leave it.
     // The default draws on the host from forward_rows_top's rows: the same token either way.
     virtual void forward_draw(std::span<const engine_row> rows, std::span<const row_draw> draws, std::vector<logits_top> &top) {
         if (!draws_any(draws)) {

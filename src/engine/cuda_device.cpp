@@ -304,8 +304,9 @@ cuda_device::cuda_device(const model_hparams &hp, const model_tensors &tensors, 
             m.top_slice_sum = device_alloc<double>(D * size_t(slices));
             m.top_slice_nan = device_alloc<int32_t>(D * size_t(slices));
             m.top_rows = device_alloc<cuda::logits_top_row>(D);
-            if (part.head_begin == 0 && part.head_end == hp.n_vocab) {
+            if (part.head_begin == 0) {
                 m.draws = device_alloc<row_draw>(D);
+                if (cols < hp.n_vocab) m.logits_rest = device_alloc<float>(D * size_t(hp.n_vocab - cols));
             }
         }
     }
@@ -326,7 +327,7 @@ cuda_device::~cuda_device() {
              m.weights, m.kv, m.inv_freq, m.rows, m.x, m.h, m.q, m.kb, m.vb, m.att, m.router_logits, m.route_w, m.act,
              m.eout, m.partial, m.exchange[0], m.exchange[1], m.ids, m.group_expert, m.group_off, m.n_groups, m.pair_x,
              m.pair_y, m.groups_total, m.own_mat, m.own_off, m.own_n, m.own_x, m.own_y, m.logits, m.top_keys, m.top_slice_max,
-             m.top_slice_sum, m.top_slice_nan, m.top_rows, m.draws, m.h_split, m.h_sums, m.h_digits, m.h_digit_scales, m.h_digit_sums, m.act_digits,
+             m.top_slice_sum, m.top_slice_nan, m.top_rows, m.draws, m.logits_rest, m.h_split, m.h_sums, m.h_digits, m.h_digit_scales, m.h_digit_sums, m.act_digits,
              m.act_digit_scales, m.act_digit_sums, m.att_split,
              m.att_sums, m.act_split, m.act_sums, m.prompt_split, m.prompt_sums, m.traffic, local})
         if (p) cudaFree(const_cast<void *>(p));
@@ -343,6 +344,8 @@ size_t cuda_device::d_model_bytes() const { return size_t(s_->hp->d_model) * siz
 size_t cuda_device::pair_row_bytes() const { return size_t(s_->hp->d_model) * size_t(s_->hp->n_expert_used) * sizeof(float); }
 float *cuda_device::x_rows(int32_t r0) { return s_->x + size_t(r0) * size_t(s_->hp->d_model); }
 float *cuda_device::h_rows(int32_t r0) { return s_->h + size_t(r0) * size_t(s_->hp->d_model); }
+float *cuda_device::logits_rows() { return s_->logits; }
+float *cuda_device::logits_rest_rows() { return s_->logits_rest; }
 float *cuda_device::expert_out_rows(int32_t r0) { return s_->eout + size_t(r0) * pair_row_bytes() / sizeof(float); }
 float *cuda_device::exchange_rows(int32_t parity, int32_t r0) {
     TANDEM_ASSERT(s_->exchange[parity & 1], "device {} has no exchange buffers", s_->part.logical);
@@ -538,7 +541,11 @@ int64_t cuda_device::logits_draw(int32_t n_out) {
     cuda::logits_draw_args a;
     a.logits = m.logits;
     a.n_rows = n_out;
-    a.n_cols = m.head.n_out;
+    a.n_cols = m.hp->n_vocab;
+    if (m.logits_rest) {
+        a.logits_rest = m.logits_rest;
+        a.split = m.head.n_out;
+    }
     a.draws = m.draws;
     a.rows = m.top_rows;
     cuda::logits_draw(a, m.stream);

@@ -80,8 +80,9 @@ public:
     // more than the reduction takes), and the launches that do it for rows [0, n_out).
     bool has_logits_top() const;
     int64_t logits_top(int32_t n_out);
-    // Whether this device draws from its logits rows (cuda/logits_draw.h: it holds the whole head
-    // and reduces its rows); the requests of rows [0, n_out) -> device, before the step; the
+    // Whether this device draws from its logits rows (cuda/logits_draw.h: it holds the head's
+    // first columns and reduces its rows; a split head's other columns are sent to
+    // logits_rest_rows first); the requests of rows [0, n_out) -> device, before the step; the
     // launches that draw, after logits_top, into the rows' summaries.
     bool can_draw() const;
     void upload_draws(const row_draw *host_pinned, int32_t n_out);
@@ -99,6 +100,8 @@ public:
     float *x_rows(int32_t r0);
     float *h_rows(int32_t r0);
     float *expert_out_rows(int32_t r0);
+    float *logits_rows();       // [max_logit_rows][head columns]
+    float *logits_rest_rows();  // the drawing device of a split head: [max_logit_rows][n_vocab - head columns]
     float *exchange_rows(int32_t parity, int32_t r0);
     size_t d_model_bytes() const;      // one row of x / h
     size_t pair_row_bytes() const;     // one row of expert outputs (k pairs)

@@ -74,8 +74,11 @@ struct cuda_device::state {
     double *top_slice_sum = nullptr;
     int32_t *top_slice_nan = nullptr;  // [max_logit_rows][slices] each
     cuda::logits_top_row *top_rows = nullptr;  // [max_logit_rows]
-    // The rows' exact draws (cuda/logits_draw.h): only on a device holding the whole head.
+    // The rows' exact draws (cuda/logits_draw.h): on the device holding the head's first columns.
     row_draw *draws = nullptr;        // [max_logit_rows] requests
+    // A split head (a tensor-parallel pair): the other columns' logits rows, sent here for the
+    // draws, [max_logit_rows][n_vocab - head columns] (the scratch plan's head rows are whole).
+    float *logits_rest = nullptr;
     // Decode rows' split twins (cuda/x_split.cuh), max_logit_rows rows: h, att and the SwiGLU
     // outputs (k rows each) with their 32-element sums. h_split_fresh: h_split holds the rows h
     // holds (the last writer of h was this device's norm or combine in a decode step, not a

@@ -225,15 +225,19 @@ cuda_engine::cuda_engine(std::shared_ptr<const gguf_file> file, const engine_opt
         if (head) device_top_ = d->has_logits_top();
         if (head && !device_top_) break;
     }
-    // Draws on the device: one device holds the whole head (no pair splits its rows).
-    int32_t n_head = 0;
-    bool head_draws = true;
-    for (const auto &d : devices_)
-        if (d->part().head_end > d->part().head_begin) {
-            ++n_head;
-            head_draws = head_draws && d->can_draw();
-        }
-    device_draw_ = options.device_draws && device_top_ && n_head == 1 && head_draws;
+    // Draws on the device holding the head's first columns: the whole head, or half of it with the
+    // other half (a tensor-parallel pair's) sent to it before the draw.
+    std::vector<int32_t> heads;
+    for (size_t i = 0; i < devices_.size(); ++i)
+        if (devices_[i]->part().head_end > devices_[i]->part().head_begin) heads.push_back(int32_t(i));
+    std::sort(heads.begin(), heads.end(),
+              [&](int32_t a, int32_t b) { return devices_[size_t(a)]->part().head_begin < devices_[size_t(b)]->part().head_begin; });
+    const bool head_whole = heads.size() == 1, head_halves = heads.size() == 2 &&
+        devices_[size_t(heads[0])]->part().head_end == devices_[size_t(heads[1])]->part().head_begin;
+    if (options.device_draws && device_top_ && (head_whole || head_halves) && devices_[size_t(heads[0])]->can_draw()) {
+        draw_device_ = heads[0];
+        draw_rest_ = head_halves ? heads[1] : -1;
+    }
     TANDEM_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void **>(&h.draws), size_t(cuda_device::max_logit_rows) * sizeof(row_draw),
                                     cudaHostAllocPortable));
     TANDEM_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void **>(&h.groups), devices_.size() * sizeof(int32_t),
@@ -284,7 +288,8 @@ std::map<std::string, double> cuda_engine::counters() const {
             {"experts_touched_per_layer", experts_touched_per_layer_},
             {"devices", double(devices_.size())},
             {"stages", double(plan_.n_stages)},
-            {"bytes_moved_last_step", double(bytes_moved_)}};
+            {"bytes_moved_last_step", double(bytes_moved_)},
+            {"device_draws", draw_device_ >= 0 ? 1.0 : 0.0}};
 }
 
 std::vector<std::vector<uint64_t>> cuda_engine::expert_traffic() const {
@@ -460,14 +465,11 @@ void cuda_engine::run_step(std::span<const engine_row> rows, bool prompt, float 
     }
     // The draw requests by logits row: a graph computes every row of its bucket (the rows kept
     // below), a plain step the wanted rows in order.
-    cuda_device *draw_device = nullptr;
     if (draw) {
         std::fill(h.draws, h.draws + cuda_device::max_logit_rows, row_draw{});
         for (int32_t j = 0; j < n_wanted; ++j) h.draws[use_graph ? keep[size_t(j)] : j] = draws_in[j];
-        for (const auto &d : devices_)
-            if (d->part().head_end > d->part().head_begin) draw_device = d.get();
-        TANDEM_ASSERT(draw_device && draw_device->can_draw(), "no device draws from the logits rows");
-        draw_device->upload_draws(h.draws, use_graph ? n : n_wanted);
+        TANDEM_ASSERT(draw_device_ >= 0, "no device draws from the logits rows");
+        devices_[size_t(draw_device_)]->upload_draws(h.draws, use_graph ? n : n_wanted);
     }
     for (const auto &d : devices_) d->upload_rows(h.rows);
     links_->reset_counters();
@@ -487,7 +489,7 @@ void cuda_engine::run_step(std::span<const engine_row> rows, bool prompt, float 
                 TANDEM_CUDA_CHECK(cudaStreamWaitEvent(devices_[i]->impl().stream, d0.event, 0));
             launches_per_step_ = enqueue(mb_begin, mb_out, n);
             if (reduce) launches_per_step_ += enqueue_logits_top(n);
-            if (draw) launches_per_step_ += draw_device->logits_draw(n);
+            if (draw) launches_per_step_ += enqueue_draw(n);
             join_streams();
             TANDEM_CUDA_CHECK(cudaStreamEndCapture(d0.stream, &graph));
             cudaGraphExec_t exec = nullptr;
@@ -502,7 +504,7 @@ void cuda_engine::run_step(std::span<const engine_row> rows, bool prompt, float 
     } else {
         launches_per_step_ = enqueue(mb_begin, mb_out, n_wanted);
         if (reduce) launches_per_step_ += enqueue_logits_top(n_wanted);
-        if (draw) launches_per_step_ += draw_device->logits_draw(n_wanted);
+        if (draw) launches_per_step_ += enqueue_draw(n_wanted);
     }
     if (use_graph && !h.graph_bytes.count(graph_key)) h.graph_bytes[graph_key] = links_->bytes_moved();
     bytes_moved_ = use_graph ? h.graph_bytes[graph_key] : links_->bytes_moved();
@@ -539,14 +541,25 @@ void cuda_engine::run_step(std::span<const engine_row> rows, bool prompt, float 
                     parts.push_back(h.tops + i * size_t(cuda_device::max_logit_rows) + r);
             top_out[j] = merge_logits_top(parts, hp_.n_vocab);
             if (draw && draws_in[j].temperature > 0.0f) {
-                TANDEM_ASSERT(parts.size() == 1);
-                if (parts[0]->drawn < 0) fail(error_kind::internal, "logits row {} was not drawn on the device", j);
-                top_out[j].drawn = parts[0]->drawn;
-                top_out[j].drawn_logit = parts[0]->drawn_logit;
+                const cuda::logits_top_row &d = h.tops[size_t(draw_device_) * size_t(cuda_device::max_logit_rows) + r];
+                // A row with NaN may draw nothing: the sampler refuses it (has_nan) whatever was drawn.
+                if (d.drawn < 0 && !top_out[j].has_nan) fail(error_kind::internal, "logits row {} was not drawn on the device", j);
+                top_out[j].drawn = d.drawn;
+                top_out[j].drawn_logit = d.drawn_logit;
                 top_out[j].drawn_u = draws_in[j].u;
             }
         }
     }
+}
+
+int64_t cuda_engine::enqueue_draw(int32_t n_out) {
+    cuda_device &d = *devices_[size_t(draw_device_)];
+    if (draw_rest_ >= 0) {
+        cuda_device &rest = *devices_[size_t(draw_rest_)];
+        const size_t row = size_t(rest.part().head_end - rest.part().head_begin) * sizeof(float);
+        links_->send(rest, rest.logits_rows(), d, d.logits_rest_rows(), size_t(n_out) * row, size_t(cuda_device::max_logit_rows) * row);
+    }
+    return d.logits_draw(n_out);
 }
 
 int64_t cuda_engine::enqueue_logits_top(int32_t n_out) {
@@ -577,7 +590,7 @@ void cuda_engine::forward_rows_top(std::span<const engine_row> rows, std::vector
 }
 
 void cuda_engine::forward_draw(std::span<const engine_row> rows, std::span<const row_draw> draws, std::vector<logits_top> &top) {
-    if (!device_draw_ || !draws_any(draws)) {
+    if (draw_device_ < 0 || !draws_any(draws)) {
         engine::forward_draw(rows, draws, top);
         return;
     }

@@ -62,6 +62,7 @@ private:
     int64_t enqueue(const std::vector<int32_t> &mb_begin, const std::vector<int32_t> &mb_out, int32_t n_out);
     // Enqueues the reduction of logits rows [0, n_out) on every device holding head columns.
     int64_t enqueue_logits_top(int32_t n_out);
+    int64_t enqueue_draw(int32_t n_out);  // a split head's other columns sent first
 
     std::shared_ptr<const gguf_file> file_;
     model_hparams hp_;
@@ -71,7 +72,9 @@ private:
     bool kv_f16_ = false;  // engine_options::kv_type "f16"
     bool multi_graphs_ = false;
     bool device_top_ = false;      // the head's devices reduce logits rows (forward_top)
-    bool device_draw_ = false;     // one device holds the head and draws (engine_options::device_draws)
+    // engine_options::device_draws where the plan allows: the device that draws (it holds the
+    // head's first columns), and the one whose columns it gets first (a split head; -1: none).
+    int32_t draw_device_ = -1, draw_rest_ = -1;
     bool record_traffic_ = false;  // several devices: decode steps as one multi-device graph
     placement_plan plan_;
     std::vector<std::unique_ptr<cuda_device>> devices_;  // by logical index

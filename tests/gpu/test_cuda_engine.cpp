@@ -369,6 +369,8 @@ TEST_CASE("CUDA forward_draw draws the host's tokens on the device", "[gpu][engi
     for (const char *preset : {"tiny", "tiny-moe64"}) {
         const std::string model = synth_gguf(preset, ggml_type::q4_k, 2);
         auto whole = open_cuda(model, 5, 160), drawing = open_cuda(model, 5, 160, "f32", true);
+        REQUIRE(whole->counters().at("device_draws") == 0.0);
+        REQUIRE(drawing->counters().at("device_draws") == 1.0);
         const int32_t nv = whole->hparams().n_vocab;
         std::mt19937 rng(808);
         std::uniform_real_distribution<double> uniform(0.0, 1.0);

@@ -190,8 +190,8 @@ TEST_CASE("CUDA logits summaries are equal on every placement plan", "[gpu][plac
 }
 
 // forward_draw on a plan with device draws asked for: a pipeline's last stage draws on the
-// device (its head is whole), a tensor-parallel pair draws on the host (its head is split), and
-// every plan draws the one-GPU tokens (temperature, min_p and top_p requests; decode graphs with
+// device (its head is whole), a tensor-parallel pair on the device holding the head's first half
+// (the other half sent to it), and every plan draws the one-GPU tokens (temperature, min_p and top_p requests; decode graphs with
 // micro-batches included).
 TEST_CASE("CUDA draws are the same tokens on every placement plan", "[gpu][placement][draw]") {
     if (!gpu_present()) return;
@@ -200,6 +200,7 @@ TEST_CASE("CUDA draws are the same tokens on every placement plan", "[gpu][place
         engine_options opt = plan_options(p);
         opt.device_draws = true;
         auto eng = engine_open(gguf_file::open(model), opt);
+        REQUIRE(eng->counters().at("device_draws") == 1.0);  // every plan here draws on a device
         std::mt19937 rng(41);
         std::uniform_real_distribution<double> uniform(0.0, 1.0);
         const int32_t nv = eng->hparams().n_vocab;

@@ -35,6 +35,33 @@ std::vector<cuda::logits_top_row> run_draw(const std::vector<float> &logits, int
     return top.out.download();
 }
 
+// The same rows in two parts (ids below split, the rest), as a split head's drawing device holds
+// them: the summaries over the first part only (the kernel takes the row's max itself).
+std::vector<cuda::logits_top_row> run_draw_split(const std::vector<float> &logits, int32_t n_rows, int32_t n_cols, int32_t split,
+                                                 const std::vector<row_draw> &draws) {
+    std::vector<float> lo, hi;
+    for (int32_t r = 0; r < n_rows; ++r) {
+        const auto row = logits.begin() + std::ptrdiff_t(size_t(r) * size_t(n_cols));
+        lo.insert(lo.end(), row, row + split);
+        hi.insert(hi.end(), row + split, row + n_cols);
+    }
+    device_buffer<float> x(lo), rest(hi);
+    device_buffer<row_draw> req(draws);
+    logits_top_run top(n_rows, split);
+    top.launch(x.ptr, n_rows, split, 0);
+    cuda::logits_draw_args d;
+    d.logits = x.ptr;
+    d.logits_rest = rest.ptr;
+    d.split = split;
+    d.n_rows = n_rows;
+    d.n_cols = n_cols;
+    d.draws = req.ptr;
+    d.rows = top.out.ptr;
+    cuda::logits_draw(d, nullptr);
+    TANDEM_CUDA_CHECK(cudaDeviceSynchronize());
+    return top.out.download();
+}
+
 row_draw request(float temp, float min_p, float top_p, double u, int32_t top_k = 0) {
     row_draw d;
     d.top_k = top_k;
@@ -140,6 +167,34 @@ TEST_CASE("logits_draw: one row at many uniform numbers", "[gpu][draw]") {
                 REQUIRE(got[size_t(r)].drawn == want);
                 REQUIRE(want >= last);  // the pick walks ids in order: u up, id not down
                 last = want;
+            }
+        }
+    }
+}
+
+// A split head's rows (two parts, the max taken by the kernel) draw the whole rows' tokens, where
+// the best token sits in either part, with top_k, min_p and top_p.
+TEST_CASE("logits_draw: a row in two parts draws the whole row's token", "[gpu][draw]") {
+    if (!gpu_present()) return;
+    std::mt19937_64 rng(80);
+    std::uniform_real_distribution<double> uniform(0.0, 1.0);
+    for (int32_t n_cols : {300, 8193, 151936}) {
+        const int32_t n_rows = 8;
+        std::vector<float> x = random_floats(rng, size_t(n_rows) * size_t(n_cols), 2.0f);
+        x[5] = 40.0f;                                                    // row 0's best in the first part
+        x[size_t(n_cols) + size_t(n_cols) - 3] = 40.0f;                  // row 1's in the rest
+        for (int32_t split : {n_cols / 2, 1, n_cols - 1}) {
+            std::vector<row_draw> draws;
+            for (int32_t r = 0; r < n_rows; ++r)
+                draws.push_back(request(r == 7 ? 0.0f : 0.6f + 0.2f * float(r % 3), r % 2 ? 0.01f : 0.0f, r % 4 < 2 ? 1.0f : 0.8f,
+                                        uniform(rng), r == 3 ? 100 : 0));
+            const std::vector<cuda::logits_top_row> whole = run_draw(x, n_rows, n_cols, draws);
+            const std::vector<cuda::logits_top_row> parts = run_draw_split(x, n_rows, n_cols, split, draws);
+            for (int32_t r = 0; r < n_rows; ++r) {
+                INFO("cols " << n_cols << " split " << split << " row " << r);
+                REQUIRE(parts[size_t(r)].drawn == whole[size_t(r)].drawn);
+                REQUIRE(std::memcmp(&parts[size_t(r)].drawn_logit, &whole[size_t(r)].drawn_logit, sizeof(float)) == 0);
+                if (r == 7) REQUIRE(parts[size_t(r)].drawn == -1);
             }
         }
     }
