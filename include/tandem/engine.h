@@ -57,7 +57,8 @@ struct engine_options {
     // CUDA: make forward_draw's draws on the device that holds the head (a tensor-parallel pair:
     // the first half's device, the other half sent to it), else on the host from the downloaded
     // rows (the same tokens, slower). counters()["device_draws"]: whether the plan does.
-    bool device_draws = false;  // on once its GPU run of this session passes (QA item 3)
+    // Off by default until session 45's kernel (cb0ab5e) has passed its GPU run (QA item 3).
+    bool device_draws = false;
 };
 
 // options.kv_type with "auto" resolved by the backend (options.backend, resolved first when

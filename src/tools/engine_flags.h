@@ -27,7 +27,8 @@ inline void add_engine_flags(CLI::App &sub, engine_options &opt) {
     sub.add_option("--transport", opt.transport, "CUDA transfers between devices: auto, p2p or host (staged, the fallback)");
     sub.add_flag("--tensor-parallel", opt.tensor_parallel, "Pair devices: split routed experts 50/50");
     sub.add_flag("--device-draws,!--no-device-draws", opt.device_draws,
-                 "CUDA, one GPU holding the head: temperature draws (engine::forward_draw) on the GPU (off by default for now); "
+                 "CUDA: temperature draws (engine::forward_draw) on the GPU holding the head (a tensor-parallel pair: its "
+                 "first half's GPU; off by default for now); "
                  "--no-device-draws: on the host from whole rows (the same tokens)");
     sub.add_option("--micro-batches", opt.micro_batches,
                    "Micro-batches moving through pipeline stages concurrently (0: one per stage, 1: no overlap)");

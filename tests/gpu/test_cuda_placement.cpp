@@ -191,8 +191,8 @@ TEST_CASE("CUDA logits summaries are equal on every placement plan", "[gpu][plac
 
 // forward_draw on a plan with device draws asked for: a pipeline's last stage draws on the
 // device (its head is whole), a tensor-parallel pair on the device holding the head's first half
-// (the other half sent to it), and every plan draws the one-GPU tokens (temperature, min_p and top_p requests; decode graphs with
-// micro-batches included).
+// (the other half sent to it), and every plan draws the one-GPU tokens (temperature, min_p and
+// top_p requests; decode graphs with micro-batches included).
 TEST_CASE("CUDA draws are the same tokens on every placement plan", "[gpu][placement][draw]") {
     if (!gpu_present()) return;
     const std::string model = synth_gguf("tiny", ggml_type::q4_k, 4);

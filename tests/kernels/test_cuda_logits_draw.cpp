@@ -17,42 +17,28 @@ using namespace tandem::test;
 
 namespace {
 
-// logits_top (for each row's max) then logits_draw, as the engine runs them.
+// logits_top (for each row's max) then logits_draw, as the engine runs them. split < n_cols: the
+// rows in two parts (ids below split, the rest), as a split head's drawing device holds them, with
+// the summaries over the first part only (the kernel takes the row's max itself).
 std::vector<cuda::logits_top_row> run_draw(const std::vector<float> &logits, int32_t n_rows, int32_t n_cols,
-                                           const std::vector<row_draw> &draws) {
-    device_buffer<float> x(logits);
-    device_buffer<row_draw> req(draws);
-    logits_top_run top(n_rows, n_cols);
-    top.launch(x.ptr, n_rows, n_cols, 0);
-    cuda::logits_draw_args d;
-    d.logits = x.ptr;
-    d.n_rows = n_rows;
-    d.n_cols = n_cols;
-    d.draws = req.ptr;
-    d.rows = top.out.ptr;
-    cuda::logits_draw(d, nullptr);
-    TANDEM_CUDA_CHECK(cudaDeviceSynchronize());
-    return top.out.download();
-}
-
-// The same rows in two parts (ids below split, the rest), as a split head's drawing device holds
-// them: the summaries over the first part only (the kernel takes the row's max itself).
-std::vector<cuda::logits_top_row> run_draw_split(const std::vector<float> &logits, int32_t n_rows, int32_t n_cols, int32_t split,
-                                                 const std::vector<row_draw> &draws) {
+                                           const std::vector<row_draw> &draws, int32_t split = -1) {
+    if (split < 0) split = n_cols;
     std::vector<float> lo, hi;
     for (int32_t r = 0; r < n_rows; ++r) {
         const auto row = logits.begin() + std::ptrdiff_t(size_t(r) * size_t(n_cols));
         lo.insert(lo.end(), row, row + split);
         hi.insert(hi.end(), row + split, row + n_cols);
     }
-    device_buffer<float> x(lo), rest(hi);
+    device_buffer<float> x(lo), rest(hi);  // a 0-byte copy for whole rows
     device_buffer<row_draw> req(draws);
     logits_top_run top(n_rows, split);
     top.launch(x.ptr, n_rows, split, 0);
     cuda::logits_draw_args d;
     d.logits = x.ptr;
-    d.logits_rest = rest.ptr;
-    d.split = split;
+    if (split < n_cols) {
+        d.logits_rest = rest.ptr;
+        d.split = split;
+    }
     d.n_rows = n_rows;
     d.n_cols = n_cols;
     d.draws = req.ptr;
@@ -189,7 +175,7 @@ TEST_CASE("logits_draw: a row in two parts draws the whole row's token", "[gpu][
                 draws.push_back(request(r == 7 ? 0.0f : 0.6f + 0.2f * float(r % 3), r % 2 ? 0.01f : 0.0f, r % 4 < 2 ? 1.0f : 0.8f,
                                         uniform(rng), r == 3 ? 100 : 0));
             const std::vector<cuda::logits_top_row> whole = run_draw(x, n_rows, n_cols, draws);
-            const std::vector<cuda::logits_top_row> parts = run_draw_split(x, n_rows, n_cols, split, draws);
+            const std::vector<cuda::logits_top_row> parts = run_draw(x, n_rows, n_cols, draws, split);
             for (int32_t r = 0; r < n_rows; ++r) {
                 INFO("cols " << n_cols << " split " << split << " row " << r);
                 REQUIRE(parts[size_t(r)].drawn == whole[size_t(r)].drawn);
