@@ -4,7 +4,7 @@
 # synccheck on the routing/experts test), the model comparison and
 # `tandem bench` on the qwen3-30b-a3b Q4_K synth model. Logs under $OUT; a short table last.
 #   usage: scripts/device-run.sh [tests|bench|fairness|server|profile|trace|sass|draws|all] [extra bench flags...]
-# draws: the exact draws on the device (--device-draws; --no-device-draws on the host): their tests, and decode at temperature 0.8
+# draws: the exact draws on the device (the default; --no-device-draws: on the host): their tests, and decode at temperature 0.8
 # (and with top_p 0.9) with the draws on the host and on the GPU (not in `all`).
 # server: the HTTP end-to-end suite (tests/server/e2e_server.py) against the CUDA backend (the
 # server's --backend auto picks it here), with the tiny synth model; the npm SDK checks need node
@@ -69,7 +69,7 @@ if [ "$mode" = tests ] || [ "$mode" = all ]; then
     run synccheck compute-sanitizer --tool synccheck --error-exitcode 9 "$carry/bin/test_cuda_kernels" "routing*"
 fi
 if [ "$mode" = draws ]; then
-    # The exact draws on the device (--device-draws): the kernel against its host twin (and
+    # The exact draws on the device (the default): the kernel against its host twin (and
     # racecheck of its shared-memory passes), the engine's draws against forward's rows, then decode
     # at temperature 0.8, plain and with top_p 0.9, with the draws on the host (whole rows) and on
     # the GPU, beside greedy.

@@ -57,8 +57,9 @@ struct engine_options {
     // CUDA: make forward_draw's draws on the device that holds the head (a tensor-parallel pair:
     // the first half's device, the other half sent to it), else on the host from the downloaded
     // rows (the same tokens, slower). counters()["device_draws"]: whether the plan does.
-    // Off by default until session 45's kernel (cb0ab5e) has passed its GPU run (QA item 3).
-    bool device_draws = false;
+    // On by default since its GPU run (session 46, H100: the kernel tests under memcheck and
+    // racecheck, and the same tokens as the host's draws; docs/perf-notes.md).
+    bool device_draws = true;
 };
 
 // options.kv_type with "auto" resolved by the backend (options.backend, resolved first when

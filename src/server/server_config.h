@@ -20,7 +20,7 @@ struct server_config {
     int32_t prefill_yield = 128;
     double itl_budget = 2.0;                 // step time with prompt rows / decode-only, while decoding
     int32_t max_queue = 64;
-    bool device_draws = false;               // --device-draws: temperature draws on the GPU
+    bool device_draws = true;                // temperature draws on the GPU (--no-device-draws: on the host)
     int32_t draft = 0;                       // --draft: prompt-lookup drafts a session a step (0: off)
     int32_t draft_ngram_min = 2;             // shortest suffix looked up for a draft
     int32_t draft_ngram_max = 4;             // longest (tried first)

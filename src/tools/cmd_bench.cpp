@@ -202,10 +202,10 @@ TANDEM_COMMAND(bench, "Measure prefill and multi-session decode throughput", [](
     sub.add_option("--repeats", cli->repeats, "Prefill repeats (median)");
     sub.add_option("--bandwidth", cli->bandwidth_gbps, "Memory bandwidth roof in GB/s for % of roof (cuda default 4300 per GPU of the plan)");
     sub.add_flag("--full-logits", cli->full_logits,
-                 "Decode steps take whole logits rows (as a temperature draw on the host does) instead of each row's best tokens");
+                 "Decode steps take whole logits rows (as a temperature draw with --no-device-draws does) instead of each row's best tokens");
     sub.add_option("--temperature", cli->temperature,
                    "Decode steps draw each session's token at this temperature (an exact draw: engine::forward_draw, "
-                   "on the GPU with --device-draws, else from whole rows on the host) instead of taking the best");
+                   "on the GPU unless --no-device-draws, else from whole rows on the host) instead of taking the best");
     sub.add_option("--top-p", cli->top_p, "With --temperature: draw from the nucleus of this mass (0, 1]")->check(CLI::Range(0.0f, 1.0f));
     sub.add_option("--draft", cli->draft,
                    "Also decode with up to this many prompt-lookup drafts a session a step (greedy; as tandem-server --draft)");

@@ -66,7 +66,7 @@ TANDEM_COMMAND(generate, "Generate text from a prompt", [](CLI::App &sub) {
         std::vector<engine_row> rows;
         for (size_t i = 0; i < ids.size(); ++i) rows.push_back({0, int32_t(i), ids[i], i + 1 == ids.size(), true});
         // As the server steps: the row's summary, with the engine's draw where the sampler asks for
-        // one (on the GPU with --device-draws).
+        // one (on the GPU unless --no-device-draws).
         std::vector<logits_top> tops;
         auto forward = [&](std::span<const engine_row> step_rows) {
             const row_draw d = samp.draw_request();

@@ -28,7 +28,7 @@ inline void add_engine_flags(CLI::App &sub, engine_options &opt) {
     sub.add_flag("--tensor-parallel", opt.tensor_parallel, "Pair devices: split routed experts 50/50");
     sub.add_flag("--device-draws,!--no-device-draws", opt.device_draws,
                  "CUDA: temperature draws (engine::forward_draw) on the GPU holding the head (a tensor-parallel pair: its "
-                 "first half's GPU; off by default for now); "
+                 "first half's GPU; the default); "
                  "--no-device-draws: on the host from whole rows (the same tokens)");
     sub.add_option("--micro-batches", opt.micro_batches,
                    "Micro-batches moving through pipeline stages concurrently (0: one per stage, 1: no overlap)");

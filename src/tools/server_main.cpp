@@ -240,7 +240,7 @@ int main(int argc, char **argv) {
     app.add_option("--max-queue", cfg.max_queue, "requests waiting for a slot before 503")->check(CLI::Range(0, 1 << 20));
     app.add_flag("--device-draws,!--no-device-draws", cfg.device_draws,
                  "CUDA: temperature draws (any top_k, min_p, top_p) on the GPU holding the head (a tensor-parallel pair: "
-                 "its first half's GPU), only the token leaving it (off by default for now); --no-device-draws: on the host from whole rows (the same tokens)");
+                 "its first half's GPU), only the token leaving it (default); --no-device-draws: on the host from whole rows (the same tokens)");
     app.add_option("--draft", cfg.draft,
                    "speculative decoding by prompt lookup: up to this many drafted tokens a session a step, checked by "
                    "the session's own sampler (the output is unchanged; 0: off)")
