@@ -1,16 +1,21 @@
 // cuda/logits_draw.cu - the exact draw (tandem/draw_exact.h) of each requested logits row.
 //
-// One block of 1,024 threads a row (whole, or in two parts: a split head). Bytes: the row's
-// logits (0.6 MB for 152 K ids, in L2 right after the head wrote them) are read once for the
-// total, once a radix pass (up to 8 for a top_k beyond the row's summary, with a count first; up
-// to 8 for top_p < 1, ~4 on random logits) and once for the pick (a row in two parts: once more
-// for its max). Arithmetic: ~20 float operations a weight, made in each pass that needs it. Every
-// sum is of integer weights, so the warps' order does not matter: the drawn id is the host twin's
-// and depends on the row and its request alone.
+// A cluster of C blocks of 1,024 threads a row (C = 8 on sm_90, 1 before: logits_draw_args::
+// cluster), each block a contiguous C-th of the row's ids (whole, or a row in two parts: a split
+// head). The blocks exchange their sums and radix bins through distributed shared memory, and each
+// block makes the same decisions from the same integer totals. Bytes: the row's logits (0.6 MB for
+// 152 K ids, in L2 right after the head wrote them) are read once for the total, once a radix pass
+// (up to 8 for a top_k beyond the row's summary, with a count first; up to 8 for top_p < 1, ~4 on
+// random logits) and once for the pick (a row in two parts: once more for its max). Arithmetic:
+// ~20 float operations a weight, made in each pass that needs it. Every sum is of integer weights,
+// so neither the warps' nor the blocks' order matters: the drawn id is the host twin's and depends
+// on the row and its request alone (not on C).
 #include "logits_draw.h"
 
 #include "cuda_check.h"
 #include "launch.cuh"
+
+#include <cooperative_groups.h>
 
 namespace tandem::cuda {
 namespace {
@@ -43,9 +48,54 @@ struct row_view {
     __device__ __forceinline__ float operator[](int i) const { return i < split ? lo[i] : hi[i - split]; }
 };
 
+constexpr int max_cluster = 8;  // the portable cluster size
+
+// The row's cluster (sm_90; before it, a row is one block and these are the block's own).
+__device__ __forceinline__ int cluster_rank() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    return int(cooperative_groups::this_cluster().block_rank());
+#else
+    return 0;
+#endif
+}
+__device__ __forceinline__ int cluster_blocks() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    return int(cooperative_groups::this_cluster().num_blocks());
+#else
+    return 1;
+#endif
+}
+// Every thread of every block of the cluster; what each wrote to its shared memory before is seen
+// by all after.
+__device__ __forceinline__ void cluster_sync() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    cooperative_groups::this_cluster().sync();
+#else
+    __syncthreads();
+#endif
+}
+// `p` (in this block's shared memory) as block `rank` of the cluster holds it.
+template <class T>
+__device__ __forceinline__ T *cluster_peer(T *p, int rank) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    return cooperative_groups::this_cluster().map_shared_rank(p, unsigned(rank));
+#else
+    (void)rank;
+    return p;
+#endif
+}
+
 struct draw_smem {
-    unsigned long long bins[256];  // a radix pass's values by digit (the warps' bins added)
-    unsigned counts[256];          // and how many tokens with a nonzero value each holds
+    // What the cluster's blocks read from each other, two of each: exchange j writes slot j % 2,
+    // so a write never meets a read of the exchange before (a cluster barrier stands between).
+    unsigned long long share[2];   // a block's sum
+    float share_max[2];            // a block's max (a row in two parts)
+    unsigned long long bins[2][256];  // a radix pass's values by digit (the block's warps' bins added)
+    unsigned counts[2][256];          // and how many tokens with a nonzero value each holds
+    unsigned long long cluster_bins[256];  // the cluster's, by digit
+    unsigned cluster_counts[256];
+    uint64_t rank_base[max_cluster];  // the last exchange: the sum over the blocks before each
+    uint64_t rank_value[max_cluster];  // and each block's
     unsigned long long warp_sum[draw_warps];
     float warp_max[draw_warps];
     uint64_t total, above, last_bin;
@@ -53,10 +103,21 @@ struct draw_smem {
     int digit;
     int pick_warp;
     uint64_t pick_base;
+    float max_logit;
 };
 
 // The ids a part takes when `len` ids are cut into `parts` contiguous parts of whole warp rows.
 __device__ __forceinline__ int part_ids(int len, int parts) { return ((len + parts - 1) / parts + 31) / 32 * 32; }
+
+// This block's ids of the row: the rank-th of the cluster's contiguous parts.
+struct block_ids {
+    int lo, hi;
+    __device__ int len() const { return hi > lo ? hi - lo : 0; }
+};
+__device__ __forceinline__ block_ids ids_of_block(int n) {
+    const int part = part_ids(n, cluster_blocks()), lo = cluster_rank() * part;
+    return {lo, min(n, lo + part)};
+}
 
 // Warp w's `mine` into s.warp_sum[w] (after every earlier reader of it is done).
 __device__ __forceinline__ void store_warp_sums(uint64_t mine, draw_smem &s) {
@@ -66,26 +127,41 @@ __device__ __forceinline__ void store_warp_sums(uint64_t mine, draw_smem &s) {
     __syncthreads();
 }
 
-// The sum of value(i, key) over the row (integers: any order), warp w summing the w-th of
-// draw_warps contiguous parts, whose sums it leaves in s.warp_sum. Every thread must call it.
-template <class Value>
-__device__ uint64_t block_sum(const row_view &x, int n, Value value, draw_smem &s) {
-    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    const int part = part_ids(n, draw_warps), begin = warp * part, end = min(n, begin + part);
-    uint64_t mine = 0;
-    for (int i = begin + lane; i < end; i += 32) mine += value(i, draw_key(x[i], i));
-    store_warp_sums(mine, s);
-    if (tid == 0) {
-        uint64_t t = 0;
-        for (int w = 0; w < draw_warps; ++w) t += s.warp_sum[w];
-        s.total = t;
+// The cluster's sum of the blocks' s.warp_sum (store_warp_sums just before), with each block's sum
+// and the sum before it left in s.rank_value and s.rank_base. xchg: the exchanges so far (every
+// thread counts them alike). Every thread of the cluster must call it.
+__device__ uint64_t cluster_sum(draw_smem &s, int &xchg) {
+    const int tid = threadIdx.x, lane = tid & 31, slot = xchg++ & 1;
+    if (tid < 32) {
+        const uint64_t t = warp_sum_u64(s.warp_sum[lane]);
+        if (lane == 0) s.share[slot] = t;
+    }
+    cluster_sync();
+    if (tid < 32) {
+        const uint64_t v = lane < cluster_blocks() ? *cluster_peer(&s.share[slot], lane) : 0;
+        const uint64_t incl = warp_inclusive_u64(v, lane);
+        if (lane < cluster_blocks()) s.rank_value[lane] = v, s.rank_base[lane] = incl - v;
+        if (lane == 31) s.total = incl;
     }
     __syncthreads();
     return s.total;
 }
 
+// The sum of value(i, key) over the row (integers: any order). In each block, warp w sums the
+// w-th of draw_warps contiguous parts of the block's ids, and leaves it in s.warp_sum. Every
+// thread of the cluster must call it.
+template <class Value>
+__device__ uint64_t row_sum(const row_view &x, const block_ids &ids, Value value, draw_smem &s, int &xchg) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int part = part_ids(ids.len(), draw_warps), begin = ids.lo + warp * part, end = min(ids.hi, begin + part);
+    uint64_t mine = 0;
+    for (int i = begin + lane; i < end; i += 32) mine += value(i, draw_key(x[i], i));
+    store_warp_sums(mine, s);
+    return cluster_sum(s, xchg);
+}
+
 // Warp 0 finds the first part w whose running sum base + s.warp_sum[0..w] passes r: s.pick_warp
-// (-1: none) and s.pick_base, the running sum before it. Every thread must call it.
+// (-1: none) and s.pick_base, the running sum before it. Every thread of the block must call it.
 __device__ void find_part(uint64_t base, uint64_t r, draw_smem &s) {
     const int lane = threadIdx.x & 31;
     if (threadIdx.x < 32) {
@@ -104,29 +180,29 @@ __device__ void find_part(uint64_t base, uint64_t r, draw_smem &s) {
 // pass bins the values of the tokens sharing B's decided digits. Once the chosen digit holds a
 // single token (random logits: after ~4 of the 8 passes), B's undecided digits are left zero: the
 // keys from that B up are the same set. warp_bins: the dynamic shared memory (bins_bytes). Every
-// thread must call it.
+// thread of the cluster must call it.
 template <class Value>
-__device__ uint64_t radix_boundary(const row_view &x, int n, uint64_t need, Value value, draw_smem &s,
-                                   unsigned long long *warp_bins, uint64_t *through) {
+__device__ uint64_t radix_boundary(const row_view &x, const block_ids &ids, uint64_t need, Value value, draw_smem &s,
+                                   unsigned long long *warp_bins, int &xchg, uint64_t *through) {
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     uint64_t prefix = 0, above = 0;
     for (int pass = 0; pass < 8; ++pass) {
-        const int shift = 56 - 8 * pass;
+        const int shift = 56 - 8 * pass, slot = xchg++ & 1;
         const uint64_t high = pass == 0 ? 0ull : ~0ull << (shift + 8);
         // Each warp bins into its own 256 counters (no atomics). Of its 32 ids at a time, a lane
         // alone with its digit adds its value itself; a digit several lanes share (the first
         // pass sees only a few) is summed by shuffles and added by its first lane. The block adds
-        // the warps' bins after. (One shared 64-bit atomic a digit change, contended on a few
-        // addresses, cost 1.4 ms a row on an H100: session 44.)
+        // the warps' bins after, and each block the cluster's. (One shared 64-bit atomic a digit
+        // change, contended on a few addresses, cost 1.4 ms a row on an H100: session 44.)
         unsigned long long *own = warp_bins + warp * 256;
         unsigned *own_count = reinterpret_cast<unsigned *>(warp_bins + draw_warps * 256) + warp * 256;
         for (int j = lane; j < 256; j += 32) own[j] = 0, own_count[j] = 0;
         __syncwarp();
-        for (int base = tid - lane; base < n; base += draw_threads) {
+        for (int base = ids.lo + tid - lane; base < ids.hi; base += draw_threads) {
             const int i = base + lane;
             uint64_t v = 0;
             int digit = -1;
-            if (i < n) {
+            if (i < ids.hi) {
                 const uint64_t key = draw_key(x[i], i);
                 if ((key & high) == prefix) {
                     v = value(i, key);
@@ -152,15 +228,23 @@ __device__ uint64_t radix_boundary(const row_view &x, int n, uint64_t need, Valu
             uint64_t t = 0;
             unsigned c = 0;
             for (int w = 0; w < draw_warps; ++w) t += warp_bins[w * 256 + tid], c += counts[w * 256 + tid];
-            s.bins[tid] = t;
-            s.counts[tid] = c;
+            s.bins[slot][tid] = t;
+            s.counts[slot][tid] = c;
+        }
+        cluster_sync();
+        if (tid < 256) {
+            uint64_t t = 0;
+            unsigned c = 0;
+            for (int b = 0; b < cluster_blocks(); ++b) t += cluster_peer(&s.bins[slot][0], b)[tid], c += cluster_peer(&s.counts[slot][0], b)[tid];
+            s.cluster_bins[tid] = t;
+            s.cluster_counts[tid] = c;
         }
         __syncthreads();
         if (warp == 0) {
             // Lane l holds digits 255 - 8 l down to 248 - 8 l: descending across the lanes.
             uint64_t c[8], sum = 0;
 #pragma unroll
-            for (int i = 0; i < 8; ++i) sum += c[i] = s.bins[255 - 8 * lane - i];
+            for (int i = 0; i < 8; ++i) sum += c[i] = s.cluster_bins[255 - 8 * lane - i];
             const uint64_t incl = warp_inclusive_u64(sum, lane), excl = incl - sum;
             if (above + excl < need && above + incl >= need) {
                 uint64_t run_above = above + excl;
@@ -170,7 +254,7 @@ __device__ uint64_t radix_boundary(const row_view &x, int n, uint64_t need, Valu
                         s.digit = 255 - 8 * lane - i;
                         s.above = run_above;
                         s.last_bin = c[i];
-                        s.last_count = s.counts[255 - 8 * lane - i];
+                        s.last_count = s.cluster_counts[255 - 8 * lane - i];
                         break;
                     }
                     run_above += c[i];
@@ -181,82 +265,104 @@ __device__ uint64_t radix_boundary(const row_view &x, int n, uint64_t need, Valu
         prefix |= uint64_t(s.digit) << shift;
         above = s.above;
         const bool single = s.last_count == 1;
-        __syncthreads();  // s.digit, s.above and the bins are rewritten next pass
+        __syncthreads();  // s.digit, s.above and the cluster's bins are rewritten next pass
         if (single) break;
     }
     *through = above + s.last_bin;  // the last pass's bin holds B alone (keys are distinct)
     return prefix;
 }
 
+// The max over the row's ids (NaN skipped, as the merged summary's best: a row with NaN is refused
+// by the sampler whatever is drawn). Every thread of the cluster must call it.
+__device__ float row_max(const row_view &x, const block_ids &ids, draw_smem &s, int &xchg) {
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, slot = xchg++ & 1;
+    float m = -INFINITY;
+    for (int i = ids.lo + tid; i < ids.hi; i += draw_threads) m = fmaxf(m, x[i]);
+#pragma unroll
+    for (int o = 16; o >= 1; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xFFFFFFFFu, m, o));
+    if (lane == 0) s.warp_max[warp] = m;
+    __syncthreads();
+    if (tid < 32) {
+        m = s.warp_max[lane];
+#pragma unroll
+        for (int o = 16; o >= 1; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xFFFFFFFFu, m, o));
+        if (lane == 0) s.share_max[slot] = m;
+    }
+    cluster_sync();
+    if (tid < 32) {
+        m = lane < cluster_blocks() ? *cluster_peer(&s.share_max[slot], lane) : -INFINITY;
+#pragma unroll
+        for (int o = 16; o >= 1; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xFFFFFFFFu, m, o));
+        if (lane == 0) s.max_logit = m;
+    }
+    __syncthreads();
+    return s.max_logit;
+}
+
 __global__ void __launch_bounds__(draw_threads) logits_draw_kernel(const logits_draw_args a) {
     __shared__ draw_smem s;
     extern __shared__ unsigned long long warp_bins[];  // bins_bytes: the radix passes' bins
-    const int row = blockIdx.x, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int row = blockIdx.x / cluster_blocks(), rank = cluster_rank(), tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     pdl_wait();
     pdl_trigger();
     const row_draw d = a.draws[row];
     logits_top_row &out = a.rows[row];
-    if (!(d.temperature > 0.0f)) {
-        if (tid == 0) out.drawn = -1;
+    if (!(d.temperature > 0.0f)) {  // the whole cluster returns here
+        if (rank == 0 && tid == 0) out.drawn = -1;
         return;
     }
     const int n = a.n_cols;
     const int split = a.logits_rest ? a.split : n;
     const row_view x{a.logits + size_t(row) * size_t(split), a.logits_rest ? a.logits_rest + size_t(row) * size_t(n - split) : nullptr, split};
-    // The row's max: logits_top's for a whole row, else the max over the parts (NaN skipped, as the
-    // merged summary's best: a row with NaN is refused by the sampler whatever is drawn).
-    float max_logit = out.max;
-    if (a.logits_rest) {
-        float m = -INFINITY;
-        for (int i = tid; i < n; i += draw_threads) m = fmaxf(m, x[i]);
-#pragma unroll
-        for (int o = 16; o >= 1; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xFFFFFFFFu, m, o));
-        if (lane == 0) s.warp_max[warp] = m;
-        __syncthreads();
-        m = s.warp_max[0];
-        for (int w = 1; w < draw_warps; ++w) m = fmaxf(m, s.warp_max[w]);
-        max_logit = m;
-    }
+    const block_ids ids = ids_of_block(n);
+    int xchg = 0;
+    // The row's max: logits_top's for a whole row, else the max over the parts.
+    const float max_logit = a.logits_rest ? row_max(x, ids, s, xchg) : out.max;
     const float cutoff = draw_cutoff(max_logit, d);
 
     // top_k: the k-th best key among the tokens passing the cutoff, when more than k pass.
     uint64_t kth = 0;
     if (d.top_k > 0) {
         auto passes = [&](int i, uint64_t) -> uint64_t { return draw_passes(x[i], max_logit, cutoff) ? 1 : 0; };
-        const uint64_t n_pass = block_sum(x, n, passes, s);
+        const uint64_t n_pass = row_sum(x, ids, passes, s, xchg);
         uint64_t unused = 0;
-        if (uint64_t(d.top_k) < n_pass) kth = radix_boundary(x, n, uint64_t(d.top_k), passes, s, warp_bins, &unused);
+        if (uint64_t(d.top_k) < n_pass) kth = radix_boundary(x, ids, uint64_t(d.top_k), passes, s, warp_bins, xchg, &unused);
     }
     auto weight = [&](int i, uint64_t key) -> uint64_t { return key >= kth ? draw_weight(x[i], max_logit, cutoff, d) : 0; };
-    const uint64_t total = block_sum(x, n, weight, s);
+    const uint64_t total = row_sum(x, ids, weight, s, xchg);
     const uint64_t need = draw_nucleus_need(total, d.top_p);
 
     // The nucleus: every candidate with a key from the boundary's up.
     uint64_t boundary = kth, mass = total;
-    if (need < total) boundary = radix_boundary(x, n, need, weight, s, warp_bins, &mass);
+    if (need < total) boundary = radix_boundary(x, ids, need, weight, s, warp_bins, xchg, &mass);
 
-    // The pick: r = min(trunc(u x M), M - 1), found in three rounds: the part of the row whose
-    // running sum passes r (block_sum's parts when the nucleus is every candidate), then the 32nd
-    // of that part, then the id, the chosen warp walking its 32nd 32 ids a step.
+    // The pick: r = min(trunc(u x M), M - 1), found in four rounds: the block whose running sum
+    // passes r, the part of its ids (row_sum's parts when the nucleus is every candidate), the
+    // 32nd of that part, then the id, the chosen warp walking its 32nd 32 ids a step.
     const uint64_t r = draw_pick_threshold(d.u, mass);
     auto nucleus_weight = [&](int i) -> uint64_t {
         const uint64_t key = draw_key(x[i], i);
         return key >= boundary ? weight(i, key) : 0;
     };
-    const int part = part_ids(n, draw_warps);
-    if (need < total) {
-        uint64_t mine = 0;
-        for (int i = warp * part + lane; i < min(n, warp * part + part); i += 32) mine += nucleus_weight(i);
-        store_warp_sums(mine, s);
+    if (need < total) row_sum(x, ids, [&](int i, uint64_t) { return nucleus_weight(i); }, s, xchg);
+    int owner = -1;
+    for (int b = 0; b < cluster_blocks() && owner < 0; ++b)
+        if (s.rank_base[b] + s.rank_value[b] > r) owner = b;
+    cluster_sync();  // no block leaves while another may read its shared memory
+    if (owner < 0) {  // unreachable: r < M
+        if (rank == 0 && tid == 0) out.drawn = -1;
+        return;
     }
-    find_part(0, r, s);
+    if (rank != owner) return;
+    const int part = part_ids(ids.len(), draw_warps);
+    find_part(s.rank_base[rank], r, s);
     const int chosen = s.pick_warp;
     const uint64_t chosen_base = s.pick_base;
-    if (chosen < 0) {  // unreachable: r < M
+    if (chosen < 0) {  // unreachable: the block's sum passes r
         if (tid == 0) out.drawn = -1;
         return;
     }
-    const int part_begin = chosen * part, part_end = min(n, part_begin + part);
+    const int part_begin = ids.lo + chosen * part, part_end = min(ids.hi, part_begin + part);
     const int sub = part_ids(part_end - part_begin, draw_warps);
     const int begin = part_begin + warp * sub, end = min(part_end, begin + sub);
     uint64_t mine = 0;
@@ -285,13 +391,25 @@ __global__ void __launch_bounds__(draw_threads) logits_draw_kernel(const logits_
 
 }  // namespace
 
+int logits_draw_cluster(int requested) {
+    if (requested > 0) return requested;
+    return pdl_supported() ? max_cluster : 1;  // PDL's devices (sm_90) are those with clusters
+}
+
 void logits_draw(const logits_draw_args &a, cudaStream_t stream) {
     TANDEM_CUDA_REQUIRE(a.logits && a.draws && a.rows, "logits_draw: null pointer");
     TANDEM_CUDA_REQUIRE(a.n_cols > 0, "logits_draw: empty rows");
     TANDEM_CUDA_REQUIRE(!a.logits_rest || (a.split > 0 && a.split < a.n_cols), "logits_draw: split outside the row");
+    TANDEM_CUDA_REQUIRE(a.cluster >= 0 && a.cluster <= max_cluster, "logits_draw: a cluster of 1 to 8 blocks (0: the device's default)");
     if (a.n_rows <= 0) return;
+    const int c = logits_draw_cluster(a.cluster);
+    TANDEM_CUDA_REQUIRE(c == 1 || pdl_supported(), "logits_draw: clusters need sm_90");
     allow_dynamic_smem(logits_draw_kernel, bins_bytes);
-    launch_pdl_smem(logits_draw_kernel, dim3(a.n_rows), dim3(draw_threads), bins_bytes, stream, a);
+    if (c == 1) {
+        launch_pdl_smem(logits_draw_kernel, dim3(a.n_rows), dim3(draw_threads), bins_bytes, stream, a);
+    } else {
+        launch_pdl_cluster_smem(logits_draw_kernel, dim3(a.n_rows * c), dim3(c), dim3(draw_threads), bins_bytes, stream, a);
+    }
     TANDEM_CUDA_CHECK_LAUNCH();
 }
 

@@ -27,9 +27,15 @@ struct logits_draw_args {
     int32_t n_rows = 0, n_cols = 0;
     const row_draw *draws = nullptr;   // [n_rows]; temperature <= 0: no draw (drawn = -1)
     logits_top_row *rows = nullptr;    // [n_rows]: max read (logits_top's), drawn and drawn_logit written
+    int32_t cluster = 0;               // blocks a row, 1-8 (more than 1: sm_90); 0: logits_draw_cluster's
 };
 
-// One block a row: the total, radix passes for a top_k and a nucleus, the pick.
+// The blocks a row takes: `requested` when positive, else 8 on a device with clusters (sm_90), 1
+// before.
+int logits_draw_cluster(int requested);
+
+// A cluster of blocks a row: the total, radix passes for a top_k and a nucleus, the pick. The
+// drawn ids do not depend on the cluster's size.
 void logits_draw(const logits_draw_args &args, cudaStream_t stream);
 
 }  // namespace tandem::cuda

@@ -19,9 +19,10 @@ namespace {
 
 // logits_top (for each row's max) then logits_draw, as the engine runs them. split < n_cols: the
 // rows in two parts (ids below split, the rest), as a split head's drawing device holds them, with
-// the summaries over the first part only (the kernel takes the row's max itself).
+// the summaries over the first part only (the kernel takes the row's max itself). cluster: the
+// blocks a row (0: the device's default).
 std::vector<cuda::logits_top_row> run_draw(const std::vector<float> &logits, int32_t n_rows, int32_t n_cols,
-                                           const std::vector<row_draw> &draws, int32_t split = -1) {
+                                           const std::vector<row_draw> &draws, int32_t split = -1, int32_t cluster = 0) {
     if (split < 0) split = n_cols;
     std::vector<float> lo, hi;
     for (int32_t r = 0; r < n_rows; ++r) {
@@ -43,9 +44,17 @@ std::vector<cuda::logits_top_row> run_draw(const std::vector<float> &logits, int
     d.n_cols = n_cols;
     d.draws = req.ptr;
     d.rows = top.out.ptr;
+    d.cluster = cluster;
     cuda::logits_draw(d, nullptr);
     TANDEM_CUDA_CHECK(cudaDeviceSynchronize());
     return top.out.download();
+}
+
+// The cluster sizes to try: one block a row, and where the device has clusters (sm_90), an odd
+// size and the default's 8 (each block a contiguous part of the row's ids).
+std::vector<int32_t> cluster_sizes() {
+    if (cuda::logits_draw_cluster(0) == 1) return {1};
+    return {1, 3, 8};
 }
 
 row_draw request(float temp, float min_p, float top_p, double u, int32_t top_k = 0) {
@@ -92,24 +101,26 @@ TEST_CASE("logits_draw draws its host twin's token", "[gpu][draw]") {
                 const int32_t top_k = r % 4 == 0 ? 0 : r % 4 == 1 ? 3 : r % 4 == 2 ? 100 : 5000;
                 draws.push_back(request(temp, r % 2 == 0 ? 0.0f : 0.01f * float(pass % 4), top_p, u, top_k));
             }
-            const std::vector<cuda::logits_top_row> got = run_draw(x, n_rows, n_cols, draws);
-            for (int32_t r = 0; r < n_rows; ++r) {
-                INFO("cols " << n_cols << " pass " << pass << " row " << r << " u " << draws[size_t(r)].u);
-                const float *row = x.data() + size_t(r) * size_t(n_cols);
-                if (draws[size_t(r)].temperature <= 0.0f) {
-                    REQUIRE(got[size_t(r)].drawn == -1);
-                    continue;
+            for (int32_t cluster : cluster_sizes()) {
+                const std::vector<cuda::logits_top_row> got = run_draw(x, n_rows, n_cols, draws, -1, cluster);
+                for (int32_t r = 0; r < n_rows; ++r) {
+                    INFO("cols " << n_cols << " pass " << pass << " cluster " << cluster << " row " << r << " u " << draws[size_t(r)].u);
+                    const float *row = x.data() + size_t(r) * size_t(n_cols);
+                    if (draws[size_t(r)].temperature <= 0.0f) {
+                        REQUIRE(got[size_t(r)].drawn == -1);
+                        continue;
+                    }
+                    const float max_logit = *std::max_element(row, row + n_cols);
+                    const int32_t want = draw_exact({row, size_t(n_cols)}, max_logit, draws[size_t(r)]);
+                    REQUIRE(got[size_t(r)].drawn == want);
+                    REQUIRE(std::memcmp(&got[size_t(r)].drawn_logit, &row[want], sizeof(float)) == 0);
+                    ++checked;
                 }
-                const float max_logit = *std::max_element(row, row + n_cols);
-                const int32_t want = draw_exact({row, size_t(n_cols)}, max_logit, draws[size_t(r)]);
-                REQUIRE(got[size_t(r)].drawn == want);
-                REQUIRE(std::memcmp(&got[size_t(r)].drawn_logit, &row[want], sizeof(float)) == 0);
-                ++checked;
             }
         }
     }
     INFO("rows checked " << checked);
-    REQUIRE(checked == 10 * 8 * 11);
+    REQUIRE(checked == 10 * 8 * 11 * int64_t(cluster_sizes().size()));
 }
 
 TEST_CASE("logits_draw: a row's token does not depend on the launch's other rows", "[gpu][draw]") {
@@ -175,12 +186,40 @@ TEST_CASE("logits_draw: a row in two parts draws the whole row's token", "[gpu][
                 draws.push_back(request(r == 7 ? 0.0f : 0.6f + 0.2f * float(r % 3), r % 2 ? 0.01f : 0.0f, r % 4 < 2 ? 1.0f : 0.8f,
                                         uniform(rng), r == 3 ? 100 : 0));
             const std::vector<cuda::logits_top_row> whole = run_draw(x, n_rows, n_cols, draws);
-            const std::vector<cuda::logits_top_row> parts = run_draw(x, n_rows, n_cols, draws, split);
+            for (int32_t cluster : cluster_sizes()) {
+                const std::vector<cuda::logits_top_row> parts = run_draw(x, n_rows, n_cols, draws, split, cluster);
+                for (int32_t r = 0; r < n_rows; ++r) {
+                    INFO("cols " << n_cols << " split " << split << " cluster " << cluster << " row " << r);
+                    REQUIRE(parts[size_t(r)].drawn == whole[size_t(r)].drawn);
+                    REQUIRE(std::memcmp(&parts[size_t(r)].drawn_logit, &whole[size_t(r)].drawn_logit, sizeof(float)) == 0);
+                    if (r == 7) REQUIRE(parts[size_t(r)].drawn == -1);
+                }
+            }
+        }
+    }
+}
+
+// Every cluster size from 1 to 8 on short rows (small enough for racecheck), where the later
+// blocks of a cluster hold no ids at all (33 ids: two blocks of 32).
+TEST_CASE("logits_draw: every cluster size draws the host twin's token", "[gpu][draw]") {
+    if (!gpu_present()) return;
+    std::mt19937_64 rng(81);
+    std::uniform_real_distribution<double> uniform(0.0, 1.0);
+    const int32_t max_cluster = cuda::logits_draw_cluster(0);
+    for (int32_t n_cols : {33, 1000, 4099}) {
+        const int32_t n_rows = 6;
+        const std::vector<float> x = random_floats(rng, size_t(n_rows) * size_t(n_cols), 1.0f);
+        std::vector<row_draw> draws;
+        for (int32_t r = 0; r < n_rows; ++r)
+            draws.push_back(request(0.5f + 0.3f * float(r % 3), r == 5 ? 0.05f : 0.0f, r % 2 ? 0.5f : 1.0f, uniform(rng),
+                                    r == 2 ? 3 : r == 3 ? 100 : 0));
+        for (int32_t cluster = 1; cluster <= max_cluster; ++cluster) {
+            const std::vector<cuda::logits_top_row> got = run_draw(x, n_rows, n_cols, draws, -1, cluster);
             for (int32_t r = 0; r < n_rows; ++r) {
-                INFO("cols " << n_cols << " split " << split << " row " << r);
-                REQUIRE(parts[size_t(r)].drawn == whole[size_t(r)].drawn);
-                REQUIRE(std::memcmp(&parts[size_t(r)].drawn_logit, &whole[size_t(r)].drawn_logit, sizeof(float)) == 0);
-                if (r == 7) REQUIRE(parts[size_t(r)].drawn == -1);
+                INFO("cols " << n_cols << " cluster " << cluster << " row " << r);
+                const float *row = x.data() + size_t(r) * size_t(n_cols);
+                const float max_logit = *std::max_element(row, row + n_cols);
+                REQUIRE(got[size_t(r)].drawn == draw_exact({row, size_t(n_cols)}, max_logit, draws[size_t(r)]));
             }
         }
     }
