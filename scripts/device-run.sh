@@ -75,7 +75,10 @@ if [ "$mode" = draws ]; then
     # the GPU, beside greedy.
     run logits_draw "$carry/bin/test_cuda_logits_draw"
     run sanitizer_draw compute-sanitizer --tool memcheck --error-exitcode 9 "$carry/bin/test_cuda_logits_draw"
-    run racecheck_draw compute-sanitizer --tool racecheck --error-exitcode 9 "$carry/bin/test_cuda_logits_draw"
+    # racecheck and synccheck on the short rows at every cluster size (the 152 K-id cases take
+    # minutes under racecheck)
+    run racecheck_draw compute-sanitizer --tool racecheck --error-exitcode 9 "$carry/bin/test_cuda_logits_draw" "logits_draw: every cluster size*"
+    run synccheck_draw compute-sanitizer --tool synccheck --error-exitcode 9 "$carry/bin/test_cuda_logits_draw" "logits_draw: every cluster size*"
     run engine_draw "$carry/bin/test_cuda_engine" "[draw]"
     run placement_draw "$carry/bin/test_cuda_placement" "[draw]"
     [ -f /tmp/m.gguf ] || "$carry/bin/tandem" synth --preset qwen3-30b-a3b --type q4_k --out /tmp/m.gguf > "$out/synth.log" 2>&1
