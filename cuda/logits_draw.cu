@@ -51,39 +51,26 @@ struct row_view {
 constexpr int max_cluster = 8;  // the portable cluster size
 
 // The row's cluster (sm_90; before it, a row is one block and these are the block's own).
-__device__ __forceinline__ int cluster_rank() {
+// cluster_sync: every thread of every block of the cluster, what each wrote to its shared memory
+// before seen by all after. cluster_peer: `p` (in this block's shared memory) as block `rank` of
+// the cluster holds it.
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    return int(cooperative_groups::this_cluster().block_rank());
-#else
-    return 0;
-#endif
-}
-__device__ __forceinline__ int cluster_blocks() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    return int(cooperative_groups::this_cluster().num_blocks());
-#else
-    return 1;
-#endif
-}
-// Every thread of every block of the cluster; what each wrote to its shared memory before is seen
-// by all after.
-__device__ __forceinline__ void cluster_sync() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    cooperative_groups::this_cluster().sync();
-#else
-    __syncthreads();
-#endif
-}
-// `p` (in this block's shared memory) as block `rank` of the cluster holds it.
+__device__ __forceinline__ int cluster_rank() { return int(cooperative_groups::this_cluster().block_rank()); }
+__device__ __forceinline__ int cluster_blocks() { return int(cooperative_groups::this_cluster().num_blocks()); }
+__device__ __forceinline__ void cluster_sync() { cooperative_groups::this_cluster().sync(); }
 template <class T>
 __device__ __forceinline__ T *cluster_peer(T *p, int rank) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     return cooperative_groups::this_cluster().map_shared_rank(p, unsigned(rank));
-#else
-    (void)rank;
-    return p;
-#endif
 }
+#else
+__device__ __forceinline__ int cluster_rank() { return 0; }
+__device__ __forceinline__ int cluster_blocks() { return 1; }
+__device__ __forceinline__ void cluster_sync() { __syncthreads(); }
+template <class T>
+__device__ __forceinline__ T *cluster_peer(T *p, int) {
+    return p;
+}
+#endif
 
 struct draw_smem {
     // What the cluster's blocks read from each other, two of each: exchange j writes slot j % 2,
