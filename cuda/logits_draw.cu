@@ -12,10 +12,9 @@
 // on the row and its request alone (not on C).
 #include "logits_draw.h"
 
+#include "cluster.cuh"
 #include "cuda_check.h"
 #include "launch.cuh"
-
-#include <cooperative_groups.h>
 
 namespace tandem::cuda {
 namespace {
@@ -47,30 +46,6 @@ struct row_view {
     int split;
     __device__ __forceinline__ float operator[](int i) const { return i < split ? lo[i] : hi[i - split]; }
 };
-
-constexpr int max_cluster = 8;  // the portable cluster size
-
-// The row's cluster (sm_90; before it, a row is one block and these are the block's own).
-// cluster_sync: every thread of every block of the cluster, what each wrote to its shared memory
-// before seen by all after. cluster_peer: `p` (in this block's shared memory) as block `rank` of
-// the cluster holds it.
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-__device__ __forceinline__ int cluster_rank() { return int(cooperative_groups::this_cluster().block_rank()); }
-__device__ __forceinline__ int cluster_blocks() { return int(cooperative_groups::this_cluster().num_blocks()); }
-__device__ __forceinline__ void cluster_sync() { cooperative_groups::this_cluster().sync(); }
-template <class T>
-__device__ __forceinline__ T *cluster_peer(T *p, int rank) {
-    return cooperative_groups::this_cluster().map_shared_rank(p, unsigned(rank));
-}
-#else
-__device__ __forceinline__ int cluster_rank() { return 0; }
-__device__ __forceinline__ int cluster_blocks() { return 1; }
-__device__ __forceinline__ void cluster_sync() { __syncthreads(); }
-template <class T>
-__device__ __forceinline__ T *cluster_peer(T *p, int) {
-    return p;
-}
-#endif
 
 struct draw_smem {
     // What the cluster's blocks read from each other, two of each: exchange j writes slot j % 2,

@@ -1,5 +1,6 @@
 // cuda/logits_top.cu - per logits row: the 64 best (id, logit), the max and the sum of exp(logit - max).
 //
+// logits_best keeps only each row's largest key: one launch, no selection, no sums.
 // Bytes: a 16-row step reads 16 x 152 K floats (9.7 MB, ~3 us at the HBM roof) and writes ~8 KB;
 // the work is selection, not arithmetic. Each (logit, id) becomes one 64-bit key that orders as
 // the sampler does: the logit's order-preserving bits above, ~id below (a tie goes to the lower
@@ -12,6 +13,7 @@
 // step's other rows.
 #include "logits_top.h"
 
+#include "cluster.cuh"
 #include "cuda_check.h"
 #include "launch.cuh"
 #include "warp_reduce.cuh"
@@ -234,6 +236,86 @@ __global__ void __launch_bounds__(select_threads) logits_top_merge_kernel(const 
     }
 }
 
+
+// logits_best: a cluster of C blocks a row (block `rank` the rank-th contiguous C-th of its
+// columns), each thread the largest key of its columns, unrolled so that best_unroll loads are in
+// flight; then the warps, the block and the cluster (block 0 reads its peers' shared memory).
+constexpr int best_threads = 512;
+constexpr int best_unroll = 8;
+
+// The larger of two (key, logit) pairs.
+__device__ __forceinline__ void best_keep(uint64_t &key, float &value, uint64_t k2, float v2) {
+    if (k2 > key) {
+        key = k2;
+        value = v2;
+    }
+}
+
+__global__ void __launch_bounds__(best_threads) logits_best_kernel(const logits_best_args a) {
+    __shared__ uint64_t s_key[best_threads / 32];
+    __shared__ float s_value[best_threads / 32];
+    __shared__ uint64_t s_block_key;
+    __shared__ float s_block_value;
+    __shared__ int s_block_nan;
+    const int c = cluster_blocks(), rank = cluster_rank(), row = int(blockIdx.x) / c;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    pdl_wait();
+    pdl_trigger();
+    const int64_t part = (int64_t(a.n_cols) + c - 1) / c, lo = rank * part;
+    const int64_t hi = lo + part < a.n_cols ? lo + part : a.n_cols;
+    const float *x = a.logits + size_t(row) * size_t(a.n_cols);
+    uint64_t key = 0;  // none: every real key is above 0 (top_key)
+    float value = -INFINITY;
+    int nan = 0;
+    for (int64_t i0 = lo + tid; i0 < hi; i0 += int64_t(best_unroll) * best_threads) {
+        float v[best_unroll];
+#pragma unroll
+        for (int u = 0; u < best_unroll; ++u) {
+            const int64_t i = i0 + int64_t(u) * best_threads;
+            v[u] = i < hi ? x[i] : 0.0f;
+        }
+#pragma unroll
+        for (int u = 0; u < best_unroll; ++u) {
+            const int64_t i = i0 + int64_t(u) * best_threads;
+            if (i >= hi) break;
+            if (isnan(v[u])) {
+                nan = 1;
+                continue;
+            }
+            best_keep(key, value, top_key(v[u], a.first_id + int32_t(i)), v[u]);
+        }
+    }
+#pragma unroll
+    for (int o = 16; o >= 1; o >>= 1) best_keep(key, value, __shfl_xor_sync(0xFFFFFFFFu, key, o), __shfl_xor_sync(0xFFFFFFFFu, value, o));
+    if (lane == 0) {
+        s_key[warp] = key;
+        s_value[warp] = value;
+    }
+    nan = __syncthreads_or(nan);  // also publishes s_key and s_value
+    if (tid == 0) {
+        for (int w = 1; w < best_threads / 32; ++w) best_keep(key, value, s_key[w], s_value[w]);
+        s_block_key = key;
+        s_block_value = value;
+        s_block_nan = nan;
+    }
+    cluster_sync();
+    if (rank == 0 && tid == 0) {
+        for (int b = 1; b < c; ++b) {
+            best_keep(key, value, *cluster_peer(&s_block_key, b), *cluster_peer(&s_block_value, b));
+            nan |= *cluster_peer(&s_block_nan, b);
+        }
+        logits_top_row &out = a.out[row];
+        out.sum_exp = __longlong_as_double(0x7FF8000000000000ll);  // not computed
+        out.max = key ? value : -INFINITY;
+        out.has_nan = nan;
+        out.n = 1;
+        out.drawn = -1;
+        out.id[0] = key ? key_id(key) : -1;
+        out.logit[0] = key ? value : -INFINITY;
+        out.drawn_logit = 0.0f;
+    }
+    cluster_sync();  // no block leaves while block 0 may read its shared memory
+}
 }  // namespace
 
 int32_t logits_top_slices(int32_t n_cols) {
@@ -251,6 +333,26 @@ void logits_top(const logits_top_args &a, cudaStream_t stream) {
     launch_pdl(logits_top_slice_kernel, dim3(n_slices, a.n_rows), dim3(select_threads), stream, a, n_slices);
     TANDEM_CUDA_CHECK_LAUNCH();
     launch_pdl(logits_top_merge_kernel, dim3(a.n_rows), dim3(select_threads), stream, a, n_slices);
+    TANDEM_CUDA_CHECK_LAUNCH();
+}
+
+int logits_best_cluster(int requested) {
+    if (requested > 0) return requested;
+    return pdl_supported() ? max_cluster : 1;  // PDL's devices (sm_90) are those with clusters
+}
+
+void logits_best(const logits_best_args &a, cudaStream_t stream) {
+    TANDEM_CUDA_REQUIRE(a.logits && a.out, "logits_best: null pointer");
+    TANDEM_CUDA_REQUIRE(a.n_cols > 0 && a.first_id >= 0 && int64_t(a.first_id) + a.n_cols <= int64_t(INT32_MAX),
+                        "logits_best: empty rows, or ids past int32");
+    TANDEM_CUDA_REQUIRE(a.cluster >= 0 && a.cluster <= max_cluster, "logits_best: a cluster of 1 to 8 blocks (0: the device's default)");
+    if (a.n_rows <= 0) return;
+    const int c = logits_best_cluster(a.cluster);
+    TANDEM_CUDA_REQUIRE(c == 1 || pdl_supported(), "logits_best: clusters need sm_90");
+    if (c == 1)
+        launch_pdl(logits_best_kernel, dim3(a.n_rows), dim3(best_threads), stream, a);
+    else
+        launch_pdl_cluster_smem(logits_best_kernel, dim3(a.n_rows * c), dim3(c), dim3(best_threads), 0, stream, a);
     TANDEM_CUDA_CHECK_LAUNCH();
 }
 

@@ -5,6 +5,7 @@
 // sampler's order: a tie goes to the lower id), the row's largest logit, sum_i exp(logit_i - max)
 // in double, and whether the row holds a NaN. Its CPU twin is tandem::logits_top_of (sampler.h),
 // which gives the same ids and logits bitwise and the same sum up to double rounding.
+// Also each row's best token alone (logits_best), for steps whose rows want nothing more.
 // Does not own: sampling (tandem::sampler::sample_top), the merge of a row split across the
 // devices of a tensor-parallel pair (the engine front merges their summaries).
 #pragma once
@@ -48,5 +49,23 @@ int32_t logits_top_slices(int32_t n_cols);
 // Two kernels: each 4,096-column slice of each row selects its 64 best and its max and sum; then
 // one block per row selects, sorts and combines. Rows are independent (batch invariant).
 void logits_top(const logits_top_args &args, cudaStream_t stream);
+
+struct logits_best_args {
+    const float *logits = nullptr;   // [n_rows][n_cols]
+    int32_t n_rows = 0, n_cols = 0;
+    int32_t first_id = 0;            // vocab id of column 0
+    logits_top_row *out = nullptr;   // [n_rows]
+    int32_t cluster = 0;             // blocks a row, 1-8 (more than 1: sm_90); 0: logits_best_cluster's
+};
+// The blocks a row takes: `requested` when positive, else 8 on a device with clusters (sm_90), 1
+// before.
+int logits_best_cluster(int requested);
+// Each row's best token only, for steps that need nothing else (greedy rows without logprobs):
+// out[r].n = 1, id[0] and logit[0] bitwise logits_top's first entry (the largest logit, the lower
+// id on ties, NaNs left out; id -1 and -inf when every logit is NaN), max = logit[0], has_nan as
+// logits_top's, sum_exp NaN (not computed), drawn -1. One launch: a cluster of blocks a row, each
+// a contiguous part of the row, their bests exchanged through distributed shared memory. The
+// largest of distinct keys is the same in any order, so the result depends on the row alone.
+void logits_best(const logits_best_args &args, cudaStream_t stream);
 
 }  // namespace tandem::cuda

@@ -79,6 +79,8 @@ if [ "$mode" = draws ]; then
     # minutes under racecheck)
     run racecheck_draw compute-sanitizer --tool racecheck --error-exitcode 9 "$carry/bin/test_cuda_logits_draw" "logits_draw: every cluster size*"
     run synccheck_draw compute-sanitizer --tool synccheck --error-exitcode 9 "$carry/bin/test_cuda_logits_draw" "logits_draw: every cluster size*"
+    run racecheck_best compute-sanitizer --tool racecheck --error-exitcode 9 "$carry/bin/test_cuda_logits_top" "logits_best*"
+    run synccheck_best compute-sanitizer --tool synccheck --error-exitcode 9 "$carry/bin/test_cuda_logits_top" "logits_best*"
     run engine_draw "$carry/bin/test_cuda_engine" "[draw]"
     run placement_draw "$carry/bin/test_cuda_placement" "[draw]"
     [ -f /tmp/m.gguf ] || "$carry/bin/tandem" synth --preset qwen3-30b-a3b --type q4_k --out /tmp/m.gguf > "$out/synth.log" 2>&1
@@ -88,9 +90,12 @@ if [ "$mode" = draws ]; then
             --temperature 0.8 --top-p "$p" --no-device-draws --json "$out/temp_host_$p.json"
         run "temp_device_$p" "$carry/bin/tandem" bench -m /tmp/m.gguf --backend cuda --prompt 0 --gen 64 --sessions 1,4,16 \
             --temperature 0.8 --top-p "$p" --device-draws --json "$out/temp_device_$p.json"
-        # The same draws: the decoded tokens' hashes agree.
-        python3 -c 'import json,sys; h=[[r["tokens_fnv"] for r in json.load(open(f))["decode"]] for f in sys.argv[1:]]; print("draws agree" if h[0]==h[1] else "DRAWS DIFFER", h)' \
-            "$out/temp_host_$p.json" "$out/temp_device_$p.json" >> "$out/draws_agree.log" 2>&1
+        run "temp_summaries_$p" "$carry/bin/tandem" bench -m /tmp/m.gguf --backend cuda --prompt 0 --gen 64 --sessions 1,4,16 \
+            --temperature 0.8 --top-p "$p" --device-draws --summaries --json "$out/temp_summaries_$p.json"
+        # The same draws (host, device beside the best token, device beside the summaries): the
+        # decoded tokens' hashes agree.
+        python3 -c 'import json,sys; h=[[r["tokens_fnv"] for r in json.load(open(f))["decode"]] for f in sys.argv[1:]]; print("draws agree" if h[0]==h[1]==h[2] else "DRAWS DIFFER", h)' \
+            "$out/temp_host_$p.json" "$out/temp_device_$p.json" "$out/temp_summaries_$p.json" >> "$out/draws_agree.log" 2>&1
     done
     # tandem generate steps as the server does: the same text with the draws on the host and the GPU.
     for where in host device; do

@@ -96,6 +96,17 @@ public:
         for (size_t i = 0; i < logits.size() / vocab; ++i) top.push_back(logits_top_of({logits.data() + i * vocab, vocab}));
     }
 
+    // forward_draw for rows that need nothing of their summary but the best token and the draw
+    // (no logprobs; greedy, or a draw the engine makes): top[j].top[0] is the row's best (id, logit)
+    // in the sampler's order, has_nan its NaN flag and drawn / drawn_logit / drawn_u its draw, all
+    // bitwise forward_draw's; nothing else is promised (log_norm may be NaN, the top may hold that
+    // one entry). The CUDA engine reduces each row to its best on the device in one launch
+    // (cuda/logits_top.h: logits_best) instead of selecting 64 and summing the normaliser; the
+    // default is forward_draw.
+    virtual void forward_best(std::span<const engine_row> rows, std::span<const row_draw> draws, std::vector<logits_top> &top) {
+        forward_draw(rows, draws, top);
+    }
+
     // forward and forward_top in one call: whole rows and their summaries (a draw from a whole row
     // takes the row's normaliser and best tokens from its summary instead of computing them). The
     // CUDA engine reduces on the device beside the rows' download; the default reduces on the host.

@@ -86,6 +86,13 @@ public:
     // now (its uniform number read from a copy of the random stream), when the summary alone may
     // not decide it; temperature 0 (no draw) for greedy requests and a top_k <= logits_top_max.
     row_draw draw_request(size_t ahead = 0) const;
+    // Whether the row's best token and the engine's draw (draw_request) decide every pick and what
+    // the result reports: no logprobs, and greedy or a draw the engine makes (not a top_k within
+    // the summary). sample_top then reads only top[0], has_nan and the draw (engine::forward_best).
+    bool needs_best_only() const {
+        const bool top_k_in_summary = params_.temperature > 0.0f && params_.top_k > 0 && params_.top_k <= logits_top_max;
+        return params_.n_logprobs == 0 && !top_k_in_summary;
+    }
 
 private:
     double next_uniform(size_t ahead) const;  // the uniform number `ahead` draws from now

@@ -503,11 +503,21 @@ void cuda_device::download_logits(float *host_pinned, int32_t n_out) {
 
 bool cuda_device::has_logits_top() const { return s_->top_rows != nullptr; }
 
-int64_t cuda_device::logits_top(int32_t n_out) {
+int64_t cuda_device::logits_top(int32_t n_out, bool best_only) {
     state &m = *s_;
     TANDEM_ASSERT(m.top_rows, "device {} does not reduce logits rows", m.part.logical);
     if (n_out == 0) return 0;
     TANDEM_CUDA_CHECK(cudaSetDevice(m.device));
+    if (best_only) {
+        cuda::logits_best_args b;
+        b.logits = m.logits;
+        b.n_rows = n_out;
+        b.n_cols = m.head.n_out;
+        b.first_id = m.part.head_begin;
+        b.out = m.top_rows;
+        cuda::logits_best(b, m.stream);
+        return 1;
+    }
     cuda::logits_top_args a;
     a.logits = m.logits;
     a.n_rows = n_out;

@@ -77,9 +77,10 @@ public:
     // Logits rows [0, n_out) -> host rows (pitch n_vocab floats, at this device's head columns).
     void download_logits(float *host_pinned, int32_t n_out);
     // Whether this device reduces its logits rows to summaries (it holds head columns, and no
-    // more than the reduction takes), and the launches that do it for rows [0, n_out).
+    // more than the reduction takes), and the launches that do it for rows [0, n_out) (best_only:
+    // each row's best token alone, cuda::logits_best).
     bool has_logits_top() const;
-    int64_t logits_top(int32_t n_out);
+    int64_t logits_top(int32_t n_out, bool best_only);
     // Whether this device draws from its logits rows (cuda/logits_draw.h: it holds the head's
     // first columns and reduces its rows; a split head's other columns are sent to
     // logits_rest_rows first); the requests of rows [0, n_out) -> device, before the step; the

@@ -20,6 +20,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <set>
 #include <tuple>
 
@@ -69,7 +70,7 @@ struct cuda_engine::host_state {
     std::vector<int64_t> groups_seen;
     // Small steps: (bucket, prompt rows, rows reduced on the device, rows of distinct slots, rows
     // drawn on the device) -> captured step, and the bytes its transfers move.
-    using graph_key = std::tuple<int32_t, bool, bool, bool, bool>;
+    using graph_key = std::tuple<int32_t, bool, bool, bool, bool, bool>;
     std::map<graph_key, cudaGraphExec_t> graphs;
     std::map<graph_key, uint64_t> graph_bytes;
     int32_t exchanges = 0;        // pair exchanges so far (their buffer parity)
@@ -404,10 +405,27 @@ logits_top merge_logits_top(const std::vector<const cuda::logits_top_row *> &par
     return t;
 }
 
+// The best token of one row from the devices holding its head columns (cuda::logits_best's
+// rows): the best of theirs in the sampler's order, a device with only NaNs (id -1) left out.
+logits_top merge_logits_best(const std::vector<const cuda::logits_top_row *> &parts, int32_t n_vocab) {
+    logits_top t;
+    t.n_vocab = n_vocab;
+    t.log_norm = std::numeric_limits<double>::quiet_NaN();  // not computed
+    token_logit best{-1, -INFINITY};
+    for (const cuda::logits_top_row *p : parts) {
+        t.has_nan = t.has_nan || p->has_nan != 0;
+        if (p->n < 1 || p->id[0] < 0) continue;
+        const token_logit c{p->id[0], p->logit[0]};
+        if (best.id < 0 || c.logit > best.logit || (c.logit == best.logit && c.id < best.id)) best = c;
+    }
+    t.top.push_back(best);
+    return t;
+}
+
 }  // namespace
 
 void cuda_engine::run_step(std::span<const engine_row> rows, bool prompt, float *logits_out, logits_top *top_out,
-                           const row_draw *draws_in) {
+                           const row_draw *draws_in, bool best_only) {
     host_state &h = *host_;
     const int32_t R = cuda_device::max_step_rows;
     const int32_t n_real = int32_t(rows.size());
@@ -416,6 +434,7 @@ void cuda_engine::run_step(std::span<const engine_row> rows, bool prompt, float 
     const int32_t n = use_graph ? graph_bucket(n_real) : n_real;
     const bool reduce = top_out != nullptr;
     const bool draw = reduce && draws_in != nullptr;
+    const bool best = reduce && best_only;  // the draw kernel reads the row's max: logits_best's is the same value
     // Decode rows of distinct slots take the fused attention (cuda_device::set_distinct_slots);
     // prompt rows never do, so their steps skip the check.
     bool distinct = true;
@@ -426,7 +445,7 @@ void cuda_engine::run_step(std::span<const engine_row> rows, bool prompt, float 
         std::sort(slots.begin(), slots.end());
         distinct = std::adjacent_find(slots.begin(), slots.end()) == slots.end();
     }
-    const host_state::graph_key graph_key{n, prompt, reduce, distinct, draw};
+    const host_state::graph_key graph_key{n, prompt, reduce, distinct, draw, best};
     for (const auto &d : devices_) {
         d->set_prompt_rows(prompt);
         d->set_distinct_slots(distinct);
@@ -488,7 +507,7 @@ void cuda_engine::run_step(std::span<const engine_row> rows, bool prompt, float 
             for (size_t i = 1; i < devices_.size(); ++i)
                 TANDEM_CUDA_CHECK(cudaStreamWaitEvent(devices_[i]->impl().stream, d0.event, 0));
             launches_per_step_ = enqueue(mb_begin, mb_out, n);
-            if (reduce) launches_per_step_ += enqueue_logits_top(n);
+            if (reduce) launches_per_step_ += enqueue_logits_top(n, best);
             if (draw) launches_per_step_ += enqueue_draw(n);
             join_streams();
             TANDEM_CUDA_CHECK(cudaStreamEndCapture(d0.stream, &graph));
@@ -503,7 +522,7 @@ void cuda_engine::run_step(std::span<const engine_row> rows, bool prompt, float 
             TANDEM_CUDA_CHECK(cudaStreamWaitEvent(devices_[i]->impl().stream, d0.event, 0));
     } else {
         launches_per_step_ = enqueue(mb_begin, mb_out, n_wanted);
-        if (reduce) launches_per_step_ += enqueue_logits_top(n_wanted);
+        if (reduce) launches_per_step_ += enqueue_logits_top(n_wanted, best);
         if (draw) launches_per_step_ += enqueue_draw(n_wanted);
     }
     if (use_graph && !h.graph_bytes.count(graph_key)) h.graph_bytes[graph_key] = links_->bytes_moved();
@@ -539,7 +558,7 @@ void cuda_engine::run_step(std::span<const engine_row> rows, bool prompt, float 
             for (size_t i = 0; i < devices_.size(); ++i)
                 if (devices_[i]->part().head_end > devices_[i]->part().head_begin)
                     parts.push_back(h.tops + i * size_t(cuda_device::max_logit_rows) + r);
-            top_out[j] = merge_logits_top(parts, hp_.n_vocab);
+            top_out[j] = best ? merge_logits_best(parts, hp_.n_vocab) : merge_logits_top(parts, hp_.n_vocab);
             if (draw && draws_in[j].temperature > 0.0f) {
                 const cuda::logits_top_row &d = h.tops[size_t(draw_device_) * size_t(cuda_device::max_logit_rows) + r];
                 // A row with NaN may draw nothing: the sampler refuses it (has_nan) whatever was drawn.
@@ -562,10 +581,10 @@ int64_t cuda_engine::enqueue_draw(int32_t n_out) {
     return d.logits_draw(n_out);
 }
 
-int64_t cuda_engine::enqueue_logits_top(int32_t n_out) {
+int64_t cuda_engine::enqueue_logits_top(int32_t n_out, bool best_only) {
     int64_t launches = 0;
     for (const auto &d : devices_)
-        if (d->part().head_end > d->part().head_begin) launches += d->logits_top(n_out);
+        if (d->part().head_end > d->part().head_begin) launches += d->logits_top(n_out, best_only);
     return launches;
 }
 
@@ -579,6 +598,14 @@ void cuda_engine::forward_top(std::span<const engine_row> rows, std::vector<logi
         return;
     }
     forward_rows(rows, nullptr, &top);
+}
+
+void cuda_engine::forward_best(std::span<const engine_row> rows, std::span<const row_draw> draws, std::vector<logits_top> &top) {
+    if (!device_top_ || (draw_device_ < 0 && draws_any(draws))) {
+        engine::forward_best(rows, draws, top);  // host reductions or host draws: whole summaries
+        return;
+    }
+    forward_rows(rows, nullptr, &top, draws, true);
 }
 
 void cuda_engine::forward_rows_top(std::span<const engine_row> rows, std::vector<float> &logits, std::vector<logits_top> &top) {
@@ -598,7 +625,7 @@ void cuda_engine::forward_draw(std::span<const engine_row> rows, std::span<const
 }
 
 void cuda_engine::forward_rows(std::span<const engine_row> rows, std::vector<float> *logits, std::vector<logits_top> *top,
-                               std::span<const row_draw> draws) {
+                               std::span<const row_draw> draws, bool best_only) {
     if (logits) logits->clear();
     if (top) top->clear();
     if (rows.empty()) return;
@@ -641,7 +668,7 @@ void cuda_engine::forward_rows(std::span<const engine_row> rows, std::vector<flo
             if (!draws.empty()) step_draws.push_back(draws[j]);
         const bool step_draw = draws_any(step_draws);
         run_step(step_rows, step.prompt, dst, top && !step.out.empty() ? step_top.data() : nullptr,
-                 step_draw ? step_draws.data() : nullptr);
+                 step_draw ? step_draws.data() : nullptr, best_only && !logits);
         if (logits && !direct)
             for (size_t j = 0; j < step.out.size(); ++j)
                 std::memcpy(logits->data() + step.out[j] * vocab, scratch.data() + j * vocab, vocab * sizeof(float));

@@ -29,6 +29,7 @@ public:
     int32_t n_ctx() const override { return n_ctx_; }
     void forward(std::span<const engine_row> rows, std::vector<float> &logits) override;
     void forward_top(std::span<const engine_row> rows, std::vector<logits_top> &top) override;
+    void forward_best(std::span<const engine_row> rows, std::span<const row_draw> draws, std::vector<logits_top> &top) override;
     void forward_rows_top(std::span<const engine_row> rows, std::vector<float> &logits, std::vector<logits_top> &top) override;
     void forward_draw(std::span<const engine_row> rows, std::span<const row_draw> draws, std::vector<logits_top> &top) override;
     int32_t slot_length(int32_t slot) const override;
@@ -49,19 +50,23 @@ public:
 
 private:
     // forward and forward_top: whole rows into *logits and / or summaries into *top (either may be
-    // null); with draws (one a logits row, or empty) the summaries carry the device's draws.
+    // null); with draws (one a logits row, or empty) the summaries carry the device's draws; with
+    // best_only (no logits) each summary is the row's best token alone (forward_best).
     void forward_rows(std::span<const engine_row> rows, std::vector<float> *logits, std::vector<logits_top> *top,
-                      std::span<const row_draw> draws = {});
+                      std::span<const row_draw> draws = {}, bool best_only = false);
     // One step of rows of one kind (engine_row::prompt), within cuda_device's row limits; the
     // logits rows go to logits_out and / or, reduced on the devices, to top_out (either may be
-    // null); draws_in (null, or one a logits row) are drawn on the head's device into top_out.
-    void run_step(std::span<const engine_row> rows, bool prompt, float *logits_out, logits_top *top_out, const row_draw *draws_in);
+    // null); draws_in (null, or one a logits row) are drawn on the head's device into top_out;
+    // best_only: top_out gets each row's best token alone.
+    void run_step(std::span<const engine_row> rows, bool prompt, float *logits_out, logits_top *top_out, const row_draw *draws_in,
+                  bool best_only);
     // Device 0's stream waits for everything enqueued so far on the other devices' streams.
     void join_streams();
     // Enqueues the whole step on every device; returns the launches.
     int64_t enqueue(const std::vector<int32_t> &mb_begin, const std::vector<int32_t> &mb_out, int32_t n_out);
-    // Enqueues the reduction of logits rows [0, n_out) on every device holding head columns.
-    int64_t enqueue_logits_top(int32_t n_out);
+    // Enqueues the reduction of logits rows [0, n_out) on every device holding head columns
+    // (best_only: to each row's best token).
+    int64_t enqueue_logits_top(int32_t n_out, bool best_only);
     int64_t enqueue_draw(int32_t n_out);  // a split head's other columns sent first
 
     std::shared_ptr<const gguf_file> file_;

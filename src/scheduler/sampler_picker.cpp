@@ -18,6 +18,7 @@ public:
     // Every draw is decided by the row's summary, with the engine's draw where asked for.
     bool picks_from_top() const override { return true; }
     row_draw draw_request(size_t ahead) const override { return sampler_.draw_request(ahead); }
+    bool needs_best_only() const override { return sampler_.needs_best_only(); }
     sample_result pick_top(const logits_top &top) override {
         std::optional<sample_result> r = sampler_.sample_top(top);
         if (!r) fail(error_kind::internal, "the engine's row summary does not decide this draw (no draw made beside it)");

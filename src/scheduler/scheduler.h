@@ -49,6 +49,10 @@ public:
         (void)ahead;
         return {};
     }
+    // Whether the row's best token and its draw (draw_request) decide pick_top and what it
+    // reports: when every row of a step's pickers says so, the step asks the engine for those
+    // alone (engine::forward_best).
+    virtual bool needs_best_only() const { return false; }
     // The pick from the row's top; called only when picks_from_top().
     virtual sample_result pick_top(const logits_top &top) {
         (void)top;

@@ -34,7 +34,7 @@ struct bench_cli {
     int prompt = 2048, gen = 128, decode_prompt = 16, prefill_chunk = 2048, repeats = 3, draft = 0, draft_step_rows = 16;
     double bandwidth_gbps = 0;
     float temperature = 0.0f, top_p = 1.0f;
-    bool full_logits = false, draft_oracle = false;
+    bool full_logits = false, summaries = false, draft_oracle = false;
 };
 
 std::vector<int> parse_list(const std::string &text) {
@@ -203,8 +203,12 @@ TANDEM_COMMAND(bench, "Measure prefill and multi-session decode throughput", [](
     sub.add_option("--bandwidth", cli->bandwidth_gbps, "Memory bandwidth roof in GB/s for % of roof (cuda default 4300 per GPU of the plan)");
     sub.add_flag("--full-logits", cli->full_logits,
                  "Decode steps take whole logits rows (as a temperature draw with --no-device-draws does) instead of each row's best tokens");
+    sub.add_flag("--summaries", cli->summaries,
+                 "Decode steps reduce each row to its 64 best tokens and normaliser (what requests with logprobs or a top_k "
+                 "up to 64 take: engine::forward_draw) instead of its best token alone beside the draw (engine::forward_best, "
+                 "the server's other requests)");
     sub.add_option("--temperature", cli->temperature,
-                   "Decode steps draw each session's token at this temperature (an exact draw: engine::forward_draw, "
+                   "Decode steps draw each session's token at this temperature (an exact draw: engine::forward_best, "
                    "on the GPU unless --no-device-draws, else from whole rows on the host) instead of taking the best");
     sub.add_option("--top-p", cli->top_p, "With --temperature: draw from the nucleus of this mass (0, 1]")->check(CLI::Range(0.0f, 1.0f));
     sub.add_option("--draft", cli->draft,
@@ -248,9 +252,9 @@ TANDEM_COMMAND(bench, "Measure prefill and multi-session decode throughput", [](
             for (auto &t : ids) t = int32_t(rng() % uint32_t(hp.n_vocab));
             return ids;
         };
-        std::vector<logits_top> tops;  // the logits rows as the server takes them (engine::forward_top)
+        std::vector<logits_top> tops;  // the logits rows as the server takes them (engine::forward_best or forward_top)
         std::vector<float> logits;     // --full-logits
-        // --temperature: each decode row's draw request (engine::forward_draw), a fixed stream.
+        // --temperature: each decode row's draw request (engine::forward_best or forward_draw), a fixed stream.
         std::vector<row_draw> draws;
         row_draw draw;
         draw.temperature = cli->temperature;
@@ -258,7 +262,8 @@ TANDEM_COMMAND(bench, "Measure prefill and multi-session decode throughput", [](
         draw.top_p = cli->top_p;
         if (!(cli->top_p > 0.0f)) fail(error_kind::config, "--top-p must be in (0, 1]");
         std::mt19937_64 draw_rng(99);
-        if (cli->temperature > 0.0f && cli->full_logits) fail(error_kind::config, "--temperature and --full-logits: choose one");
+        if (int(cli->full_logits) + int(cli->temperature > 0.0f || cli->summaries) > 1)
+            fail(error_kind::config, "--full-logits takes whole rows: not with --temperature or --summaries");
         nlohmann::json result;
 
         // Prefill: one session, the prompt in chunks; median over repeats (first one warms up).
@@ -282,8 +287,9 @@ TANDEM_COMMAND(bench, "Measure prefill and multi-session decode throughput", [](
         }
 
         // Decode: n sessions, each starting from a short prompt; one engine call per step with
-        // every session's row; greedy tokens from each row's summary (what the server asks for
-        // greedy and top_k requests); median step time after two warm-up steps.
+        // every session's row; tokens from each row's best token or draw (what the server asks for
+        // requests without logprobs; --summaries: the 64-token summaries that logprobs and small
+        // top_k requests take); median step time after two warm-up steps.
         result["decode"] = nlohmann::json::array();
         for (int n : counts) {
             for (int s = 0; s < n; ++s) {
@@ -308,6 +314,8 @@ TANDEM_COMMAND(bench, "Measure prefill and multi-session decode throughput", [](
                 const auto t0 = clock_type::now();
                 if (cli->full_logits)
                     eng->forward(rows, logits);
+                else if (!cli->summaries)
+                    eng->forward_best(rows, draws, tops);
                 else
                     eng->forward_draw(rows, draws, tops);
                 const double dt = seconds_since(t0);
@@ -372,7 +380,7 @@ TANDEM_COMMAND(bench, "Measure prefill and multi-session decode throughput", [](
                            {"d_model", hp.d_model}, {"experts", hp.n_expert}, {"experts_used", hp.n_expert_used},
                            {"file_type", file->get_int("general.file_type", -1)}, {"bytes", bytes.total()}};
         result["flags"] = {{"prompt", cli->prompt}, {"gen", cli->gen}, {"sessions", counts},
-                           {"decode_prompt", cli->decode_prompt}, {"prefill_chunk", cli->prefill_chunk}, {"full_logits", cli->full_logits}, {"temperature", cli->temperature}, {"top_p", cli->top_p}, {"device_draws", opt.device_draws},
+                           {"decode_prompt", cli->decode_prompt}, {"prefill_chunk", cli->prefill_chunk}, {"full_logits", cli->full_logits}, {"summaries", cli->summaries}, {"temperature", cli->temperature}, {"top_p", cli->top_p}, {"device_draws", opt.device_draws},
                            {"draft", cli->draft}, {"draft_step_rows", cli->draft_step_rows}, {"draft_oracle", cli->draft_oracle}, {"threads", opt.n_threads}, {"devices", opt.n_devices}, {"n_ctx", opt.n_ctx}};
         fmt::print("{}\n", eng->layout());
         if (!cli->traffic_path.empty()) engine_write_expert_traffic(*eng, cli->traffic_path);

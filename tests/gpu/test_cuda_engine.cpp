@@ -9,6 +9,7 @@
 #include "tandem/sampler.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <random>
 #include <span>
@@ -305,11 +306,13 @@ TEST_CASE("CUDA prompt rows are bitwise independent of chunking and of the decod
 
 // forward_top reduces the logits rows on the device: the same top (ids and logits bitwise) and
 // normaliser (to double rounding) as the host reduction of forward's whole rows, on graph steps
-// (decode) and direct steps (a prompt with every row's logits).
+// (decode) and direct steps (a prompt with every row's logits). forward_best: each row's best token
+// alone, bitwise forward_top's first.
 TEST_CASE("CUDA forward_top equals the host reduction of forward's rows", "[gpu][engine][logits_top]") {
     if (!gpu_present()) return;
     const std::string model = synth_gguf("tiny", ggml_type::q4_k, 2);
     auto whole = open_cuda(model, 3, 160), reduced = open_cuda(model, 3, 160), both = open_cuda(model, 3, 160);
+    auto best = open_cuda(model, 3, 160);  // forward_best without draws
     const int32_t nv = whole->hparams().n_vocab;
     std::mt19937 rng(707);
     auto check = [&](const std::vector<float> &rows_logits, const std::vector<logits_top> &tops) {
@@ -333,7 +336,7 @@ TEST_CASE("CUDA forward_top equals the host reduction of forward's rows", "[gpu]
         for (int32_t i = 0; i < lengths[s]; ++i)
             rows.push_back({s, i, int32_t(rng() % uint32_t(nv)), s == 2 || i + 1 == lengths[s], true});
     std::vector<float> a, b;
-    std::vector<logits_top> tops, tops_b;
+    std::vector<logits_top> tops, tops_b, bests;
     // forward_rows_top: forward's rows and forward_top's summaries, bitwise, from one call.
     auto check_both = [&] {
         both->forward_rows_top(rows, b, tops_b);
@@ -344,6 +347,17 @@ TEST_CASE("CUDA forward_top equals the host reduction of forward's rows", "[gpu]
             REQUIRE(tops_b[j].log_norm == tops[j].log_norm);
             REQUIRE(tops_b[j].top.size() == tops[j].top.size());
             for (size_t i = 0; i < tops[j].top.size(); ++i) REQUIRE(tops_b[j].top[i].id == tops[j].top[i].id);
+        }
+        best->forward_best(rows, {}, bests);
+        REQUIRE(bests.size() == tops.size());
+        for (size_t j = 0; j < tops.size(); ++j) {
+            INFO("best of logits row " << j);
+            REQUIRE(bests[j].n_vocab == nv);
+            REQUIRE(bests[j].has_nan == tops[j].has_nan);
+            REQUIRE(bests[j].top.size() == 1);
+            REQUIRE(bests[j].top[0].id == tops[j].top[0].id);
+            REQUIRE(std::memcmp(&bests[j].top[0].logit, &tops[j].top[0].logit, sizeof(float)) == 0);
+            REQUIRE(std::isnan(bests[j].log_norm));
         }
     };
     whole->forward(rows, a);
@@ -363,12 +377,15 @@ TEST_CASE("CUDA forward_top equals the host reduction of forward's rows", "[gpu]
 // forward_draw with the draws on the device (engine_options::device_draws): the summaries of
 // forward_top and, for each requesting row (temperature, top_k, min_p, top_p), the host twin's token
 // (draw_exact on forward's row), on graph steps with padding rows (3 and 5 rows: buckets 4 and 8), with a row that asks
-// for nothing, and on a direct step (a prompt with every row's logits).
+// for nothing, and on a direct step (a prompt with every row's logits). forward_best on a third
+// engine fed the same rows: the same draws beside each row's best token alone.
 TEST_CASE("CUDA forward_draw draws the host's tokens on the device", "[gpu][engine][draw]") {
     if (!gpu_present()) return;
     for (const char *preset : {"tiny", "tiny-moe64"}) {
         const std::string model = synth_gguf(preset, ggml_type::q4_k, 2);
         auto whole = open_cuda(model, 5, 160), drawing = open_cuda(model, 5, 160, "f32", true);
+        auto best = open_cuda(model, 5, 160, "f32", true);
+        std::vector<logits_top> bests;
         REQUIRE(whole->counters().at("device_draws") == 0.0);
         REQUIRE(drawing->counters().at("device_draws") == 1.0);
         const int32_t nv = whole->hparams().n_vocab;
@@ -397,13 +414,20 @@ TEST_CASE("CUDA forward_draw draws the host's tokens on the device", "[gpu][engi
             }
             whole->forward(rows, a);
             drawing->forward_draw(rows, draws, tops);
+            best->forward_best(rows, draws, bests);
             REQUIRE(tops.size() == n_out);
+            REQUIRE(bests.size() == n_out);
             for (size_t j = 0; j < n_out; ++j) {
                 INFO(preset << " step " << step << " logits row " << j);
                 const std::span<const float> row(a.data() + j * size_t(nv), size_t(nv));
                 const logits_top ref = logits_top_of(row);
                 REQUIRE(tops[j].top.size() == ref.top.size());
                 REQUIRE(tops[j].top[0].id == ref.top[0].id);
+                REQUIRE(bests[j].top.size() == 1);
+                REQUIRE(bests[j].top[0].id == ref.top[0].id);
+                REQUIRE(std::memcmp(&bests[j].top[0].logit, &ref.top[0].logit, sizeof(float)) == 0);
+                REQUIRE(bests[j].drawn == tops[j].drawn);
+                REQUIRE(std::memcmp(&bests[j].drawn_logit, &tops[j].drawn_logit, sizeof(float)) == 0);
                 if (draws[j].temperature <= 0.0f) {
                     REQUIRE(tops[j].drawn == -1);
                     continue;

@@ -138,12 +138,26 @@ TEST_CASE("CUDA decode logits are bitwise equal on every placement plan", "[gpu]
 }
 
 // forward_top on a plan: each device holding head columns reduces its shard, the engine merges
-// them; ids and logits bitwise those of one GPU, the normaliser to double rounding.
+// them; ids and logits bitwise those of one GPU, the normaliser to double rounding. forward_best
+// on a second engine of the plan fed the same rows: each row's best token, bitwise the summary's
+// first.
 TEST_CASE("CUDA logits summaries are equal on every placement plan", "[gpu][placement][logits_top]") {
     if (!gpu_present()) return;
     const std::string model = synth_gguf("tiny", ggml_type::q4_k, 4);
     auto run = [&](const gpu_plan &p) {
         auto eng = engine_open(gguf_file::open(model), plan_options(p));
+        auto eng_best = engine_open(gguf_file::open(model), plan_options(p));
+        std::vector<logits_top> bests;
+        auto check_best = [&](const std::vector<engine_row> &rows, const std::vector<logits_top> &tops) {
+            eng_best->forward_best(rows, {}, bests);
+            REQUIRE(bests.size() == tops.size());
+            for (size_t j = 0; j < tops.size(); ++j) {
+                REQUIRE(bests[j].top.size() == 1);
+                REQUIRE(bests[j].top[0].id == tops[j].top[0].id);
+                REQUIRE(std::memcmp(&bests[j].top[0].logit, &tops[j].top[0].logit, sizeof(float)) == 0);
+                REQUIRE(bests[j].has_nan == tops[j].has_nan);
+            }
+        };
         std::mt19937 rng(31);
         const int32_t nv = eng->hparams().n_vocab;
         std::vector<engine_row> rows;
@@ -152,6 +166,7 @@ TEST_CASE("CUDA logits summaries are equal on every placement plan", "[gpu][plac
         std::vector<std::vector<logits_top>> out;
         std::vector<logits_top> tops;
         eng->forward_top(rows, tops);
+        check_best(rows, tops);
         out.push_back(tops);
         for (int step = 0; step < 5; ++step) {
             std::vector<int32_t> next;
@@ -159,6 +174,7 @@ TEST_CASE("CUDA logits summaries are equal on every placement plan", "[gpu][plac
             rows.clear();
             for (int32_t s = 0; s < 3; ++s) rows.push_back({s, eng->slot_length(s), next[size_t(s)], true});
             eng->forward_top(rows, tops);
+            check_best(rows, tops);
             out.push_back(tops);
         }
         return out;
@@ -192,11 +208,11 @@ TEST_CASE("CUDA logits summaries are equal on every placement plan", "[gpu][plac
 // forward_draw on a plan with device draws asked for: a pipeline's last stage draws on the
 // device (its head is whole), a tensor-parallel pair on the device holding the head's first half
 // (the other half sent to it), and every plan draws the one-GPU tokens (temperature, min_p and
-// top_p requests; decode graphs with micro-batches included).
+// top_p requests; decode graphs with micro-batches included), by forward_draw and by forward_best.
 TEST_CASE("CUDA draws are the same tokens on every placement plan", "[gpu][placement][draw]") {
     if (!gpu_present()) return;
     const std::string model = synth_gguf("tiny", ggml_type::q4_k, 4);
-    auto run = [&](const gpu_plan &p) {
+    auto run = [&](const gpu_plan &p, bool best) {
         engine_options opt = plan_options(p);
         opt.device_draws = true;
         auto eng = engine_open(gguf_file::open(model), opt);
@@ -219,7 +235,10 @@ TEST_CASE("CUDA draws are the same tokens on every placement plan", "[gpu][place
                 draws[j].top_k = j == 0 ? 70 : 0;
                 draws[j].u = uniform(rng);
             }
-            eng->forward_draw(rows, draws, tops);
+            if (best)
+                eng->forward_best(rows, draws, tops);
+            else
+                eng->forward_draw(rows, draws, tops);
             REQUIRE(tops.size() == 3);
             rows.clear();
             for (int32_t s = 0; s < 3; ++s) {
@@ -230,12 +249,14 @@ TEST_CASE("CUDA draws are the same tokens on every placement plan", "[gpu][place
         }
         return drawn;
     };
-    const std::vector<int32_t> single = run({{0}});
+    const std::vector<int32_t> single = run({{0}}, false);
+    REQUIRE(run({{0}}, true) == single);
     std::vector<gpu_plan> some = {{{0, 0, 0}, false}, {{0, 0, 0, 0}, false, 2}, {{0, 0}, true}, {{0, 0, 0, 0}, true, 2}};
     if (visible_gpus() >= 2) some.push_back({{0, 1}, false});
     for (const gpu_plan &p : some) {
         INFO(describe(p));
-        REQUIRE(run(p) == single);
+        REQUIRE(run(p, false) == single);
+        REQUIRE(run(p, true) == single);
     }
 }
 

@@ -1,6 +1,8 @@
 // tests/kernels/test_cuda_logits_top.cpp - cuda/logits_top against its host twin, logits_top_of:
 // ids and logits bitwise (ties to the lower id, -0 == +0), the max bitwise, the normaliser to
-// double rounding, NaN flagged; rows independent of the launch's other rows.
+// double rounding, NaN flagged; rows independent of the launch's other rows. logits_best (each
+// row's best token alone) against logits_top's first entry and the host twin's, at every cluster
+// size.
 #include "cuda/logits_top.h"
 #include "gpu_test_util.h"
 #include "logits_top_test_util.h"
@@ -91,4 +93,96 @@ TEST_CASE("logits_top flags NaN rows and rejects rows too wide", "[gpu][logits_t
     REQUIRE(cuda::logits_top_slices(262144) == 64);
     REQUIRE(cuda::logits_top_slices(262145) == 0);
     REQUIRE(cuda::logits_top_slices(0) == 0);
+}
+
+namespace {
+
+std::vector<cuda::logits_top_row> run_best(const std::vector<float> &logits, int32_t n_rows, int32_t n_cols, int32_t first_id,
+                                           int32_t cluster) {
+    device_buffer<float> x(logits);
+    device_buffer<cuda::logits_top_row> out{size_t(n_rows)};
+    out.poison();
+    cuda::logits_best_args a;
+    a.logits = x.ptr;
+    a.n_rows = n_rows;
+    a.n_cols = n_cols;
+    a.first_id = first_id;
+    a.out = out.ptr;
+    a.cluster = cluster;
+    cuda::logits_best(a, nullptr);
+    TANDEM_CUDA_CHECK(cudaDeviceSynchronize());
+    return out.download();
+}
+
+// A best-token row against the host twin of the same columns (and the NaN flag).
+void check_best(const cuda::logits_top_row &got, const float *row, int32_t n_cols, int32_t first_id) {
+    const logits_top ref = logits_top_of({row, size_t(n_cols)});
+    REQUIRE(got.has_nan == (ref.has_nan ? 1 : 0));
+    REQUIRE(got.n == 1);
+    REQUIRE(got.drawn == -1);
+    REQUIRE(std::isnan(got.sum_exp));
+    if (ref.top.empty()) {  // every logit NaN
+        REQUIRE(got.id[0] == -1);
+        REQUIRE(got.logit[0] == -INFINITY);
+        return;
+    }
+    REQUIRE(got.id[0] == ref.top[0].id + first_id);
+    REQUIRE(std::memcmp(&got.logit[0], &ref.top[0].logit, sizeof(float)) == 0);
+    REQUIRE(std::memcmp(&got.max, &got.logit[0], sizeof(float)) == 0);
+}
+
+std::vector<int32_t> best_cluster_sizes() {
+    std::vector<int32_t> sizes;
+    for (int32_t c = 1; c <= cuda::logits_best_cluster(0); ++c) sizes.push_back(c);
+    return sizes;
+}
+
+}  // namespace
+
+TEST_CASE("logits_best matches logits_top's first entry and the host twin", "[gpu][logits_top]") {
+    if (!gpu_present()) return;
+    std::mt19937_64 rng(23);
+    // Widths down to fewer columns than a cluster has blocks, and past logits_top's widest row.
+    const int32_t widths[] = {1, 3, 7, 9, 63, 4097, 75968, 151936, 300001};
+    int64_t checked = 0;
+    for (int32_t n_cols : widths) {
+        const int32_t n_rows = 7;
+        const int32_t first_id = n_cols % 2 ? 0 : 75968;
+        std::vector<float> x = random_floats(rng, size_t(n_rows) * size_t(n_cols), 3.0f);
+        std::uniform_int_distribution<int> level(0, 4), ulps(0, 300);
+        std::uniform_int_distribution<int32_t> col(0, n_cols - 1);
+        for (int32_t c = 0; c < n_cols; ++c) {
+            x[size_t(n_cols) + size_t(c)] = float(level(rng)) * 0.5f;         // row 1: ties on a coarse grid
+            x[2 * size_t(n_cols) + size_t(c)] = c % 3 ? 0.0f : -0.0f;        // row 2: -0 and +0, the first -0
+            x[3 * size_t(n_cols) + size_t(c)] = 1.0f + float(ulps(rng)) * 0x1p-23f;  // row 3: a few ulps apart
+            x[4 * size_t(n_cols) + size_t(c)] = c % 2 ? NAN : -INFINITY;     // row 4: NaN and -inf only
+            x[5 * size_t(n_cols) + size_t(c)] = NAN;                          // row 5: NaN only
+        }
+        // Row 0: its best planted at the last column and at the first (the first wins the tie);
+        // row 6: random, with a NaN somewhere.
+        x[size_t(n_cols) - 1] = 100.0f;
+        x[0] = 100.0f;
+        x[6 * size_t(n_cols) + size_t(col(rng))] = NAN;
+        // logits_top's rows for the widths it takes: the best entry bitwise the same.
+        std::vector<cuda::logits_top_row> full;
+        if (cuda::logits_top_slices(n_cols) > 0) full = run_top(x, n_rows, n_cols, first_id).rows;
+        for (int32_t cluster : best_cluster_sizes()) {
+            const std::vector<cuda::logits_top_row> got = run_best(x, n_rows, n_cols, first_id, cluster);
+            for (int32_t row = 0; row < n_rows; ++row) {
+                INFO("n_cols " << n_cols << " cluster " << cluster << " row " << row);
+                check_best(got[size_t(row)], x.data() + size_t(row) * size_t(n_cols), n_cols, first_id);
+                if (!full.empty()) {
+                    REQUIRE(got[size_t(row)].id[0] == full[size_t(row)].id[0]);
+                    REQUIRE(std::memcmp(&got[size_t(row)].logit[0], &full[size_t(row)].logit[0], sizeof(float)) == 0);
+                    REQUIRE(got[size_t(row)].has_nan == full[size_t(row)].has_nan);
+                }
+                ++checked;
+            }
+            // A row alone gives the same bytes as among others.
+            const std::vector<cuda::logits_top_row> alone =
+                run_best(std::vector<float>(x.begin() + 3 * n_cols, x.begin() + 4 * n_cols), 1, n_cols, first_id, cluster);
+            REQUIRE(std::memcmp(&alone[0], &got[3], sizeof(cuda::logits_top_row)) == 0);
+        }
+    }
+    REQUIRE(checked == 9 * 7 * int64_t(best_cluster_sizes().size()));
 }

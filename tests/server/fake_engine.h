@@ -68,6 +68,14 @@ public:
         }
         engine::forward_top(rows, top);
     }
+    // Counted, then the default (forward_draw, counted there too).
+    void forward_best(std::span<const engine_row> rows, std::span<const row_draw> draws, std::vector<logits_top> &top) override {
+        {
+            std::lock_guard lock(mutex_);
+            ++best_calls_;
+        }
+        engine::forward_best(rows, draws, top);
+    }
     // Counted (calls with at least one draw request), then the default: whole rows drawn on the host.
     void forward_draw(std::span<const engine_row> rows, std::span<const row_draw> draws, std::vector<logits_top> &top) override {
         {
@@ -83,6 +91,10 @@ public:
     int64_t top_calls() const {
         std::lock_guard lock(mutex_);
         return top_calls_;
+    }
+    int64_t best_calls() const {
+        std::lock_guard lock(mutex_);
+        return best_calls_;
     }
 
     int32_t slot_length(int32_t slot) const override {
@@ -143,7 +155,7 @@ private:
     std::vector<std::vector<int32_t>> history_;
     std::vector<std::vector<engine_row>> calls_;
     bool fail_next_ = false;
-    int64_t top_calls_ = 0, draw_calls_ = 0;
+    int64_t top_calls_ = 0, draw_calls_ = 0, best_calls_ = 0;
     size_t context_ = 0;
     int32_t nan_slot_ = -1;
     size_t nan_after_ = 0;

@@ -7,6 +7,7 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <condition_variable>
 #include <map>
 #include <set>
@@ -87,6 +88,34 @@ TEST_CASE("steps ask for row summaries unless a picker needs whole rows", "[sche
     CHECK(b->tokens() == fake_greedy_reference(n_vocab, pb, 10));
 }
 
+TEST_CASE("greedy requests without logprobs ask for each row's best token alone", "[scheduler]") {
+    // Real samplers: a greedy request reporting no logprobs needs only its rows' best tokens
+    // (engine::forward_best); one with logprobs needs the summaries' normaliser and best tokens.
+    // (Temperature requests: the next case.)
+    fake_engine eng(4, 256, n_vocab);
+    scheduler_hooks hooks = fake_hooks(-1);
+    hooks.make_picker = make_sampler_picker;
+    scheduler s(eng, {}, hooks);
+    auto a = std::make_shared<collect_sink>(), b = std::make_shared<collect_sink>();
+    const auto pa = make_prompt(11, 6), pb = make_prompt(12, 5);
+    s.submit(make_request(pa, 9, a));
+    run_until_done(s, {a});
+    CHECK(eng.best_calls() == int64_t(eng.calls().size()));
+    CHECK(a->tokens() == fake_greedy_reference(n_vocab, pa, 9));
+    const int64_t best = eng.best_calls();
+    gen_request rb = make_request(pb, 9, b);
+    rb.sampling.n_logprobs = 2;
+    s.submit(std::move(rb));
+    run_until_done(s, {b});
+    CHECK(eng.best_calls() == best);  // no call of the logprobs request took the best tokens alone
+    CHECK(b->tokens() == fake_greedy_reference(n_vocab, pb, 9));
+    for (const gen_event &e : b->events)
+        for (const auto &t : e.tokens) {
+            CHECK(std::isfinite(t.logprob));
+            CHECK(t.top.size() == 2);
+        }
+}
+
 TEST_CASE("temperature requests draw beside the row summaries: the sampler's own whole-row tokens", "[scheduler]") {
     // Real samplers. Requests with a temperature (maybe min_p, top_p) but no top_k ask the engine
     // for exact draws (engine::forward_draw) and never for whole rows; each gets exactly the
@@ -110,6 +139,7 @@ TEST_CASE("temperature requests draw beside the row summaries: the sampler's own
     run_until_done(s, sinks);
     CHECK(eng.draw_calls() > 0);
     CHECK(eng.draw_calls() + eng.top_calls() == int64_t(eng.calls().size()));  // no call took whole rows only
+    CHECK(eng.best_calls() == int64_t(eng.calls().size()));  // no logprobs, no top_k: best tokens and draws only
     for (size_t i = 0; i < reqs.size(); ++i) {
         fake_engine ref(1, 256, n_vocab);
         sampler direct(reqs[i].sampling);

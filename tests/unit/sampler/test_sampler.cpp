@@ -306,6 +306,38 @@ TEST_CASE("sampler basics: greedy, top_k 1, bad parameters", "[sampler]") {
     REQUIRE_THROWS_AS(sampler(bad), error);
 }
 
+TEST_CASE("samplers without logprobs need only the best token and the engine's draw", "[sampler]") {
+    sampling_params p;
+    REQUIRE(sampler(p).needs_best_only());
+    p.n_logprobs = 1;
+    REQUIRE_FALSE(sampler(p).needs_best_only());
+    p = {};
+    p.temperature = 0.7f;
+    REQUIRE(sampler(p).needs_best_only());  // the engine draws it
+    p.top_k = 100;
+    REQUIRE(sampler(p).needs_best_only());  // beyond the summary: the engine draws it
+    p.top_k = 1;
+    REQUIRE_FALSE(sampler(p).needs_best_only());  // decided from the summary's tokens
+    REQUIRE(sampler(p).draw_request(0).temperature == 0.0f);
+    p.top_k = 0;
+    p.n_logprobs = 3;
+    REQUIRE_FALSE(sampler(p).needs_best_only());
+    // A summary holding only the best token (engine::forward_best: no normaliser) gives the
+    // whole row's greedy token; a NaN in the row is refused as from the whole row.
+    const std::vector<float> v = {0.5f, 2.0f, 2.0f, -1.0f};
+    logits_top best;
+    best.n_vocab = 4;
+    best.log_norm = std::numeric_limits<double>::quiet_NaN();
+    best.top.push_back({1, 2.0f});
+    sampler greedy(sampling_params{});
+    const std::optional<sample_result> r = greedy.sample_top(best);
+    REQUIRE(r);
+    REQUIRE(r->id == sampler(sampling_params{}).sample(v).id);
+    REQUIRE(r->top.empty());
+    best.has_nan = true;
+    REQUIRE_THROWS_AS(greedy.sample_top(best), error);
+}
+
 namespace {
 
 // What a draw's distribution should be, written plainly: the candidates best first, top_k, then
