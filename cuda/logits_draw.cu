@@ -4,10 +4,12 @@
 // cluster), each block a contiguous C-th of the row's ids (whole, or a row in two parts: a split
 // head). The blocks exchange their sums and radix bins through distributed shared memory, and each
 // block makes the same decisions from the same integer totals. Bytes: the row's logits (0.6 MB for
-// 152 K ids, in L2 right after the head wrote them) are read once for the total, once a radix pass
-// (up to 8 for a top_k beyond the row's summary, with a count first; up to 8 for top_p < 1, ~4 on
-// random logits) and once for the pick (a row in two parts: once more for its max). Arithmetic:
-// ~20 float operations a weight, made in each pass that needs it. Every sum is of integer weights,
+// 152 K ids, in L2 right after the head wrote them) are read once a radix pass (up to 8 for a
+// top_k beyond the row's summary, whose first pass also counts the candidates; up to 8 for top_p
+// < 1, ~4 on random logits, whose first pass also gives the total and whose bins give each warp's
+// sum over the nucleus), once for the total without top_p, and once for the pick (a row in two
+// parts: once more for its max). Arithmetic: ~20 float operations a weight, made in each pass that
+// needs it. Every sum is of integer weights,
 // so neither the warps' nor the blocks' order matters: the drawn id is the host twin's and depends
 // on the row and its request alone (not on C).
 #include "logits_draw.h"
@@ -136,18 +138,37 @@ __device__ void find_part(uint64_t base, uint64_t r, draw_smem &s) {
     __syncthreads();
 }
 
-// The key B of the token at which the best-first running sum of value(i, key) first reaches
-// need (0 < need <= the row's sum), digit by digit from the top, 8 bits a pass; *through: the
-// running sum through B. `above` is the sum over the tokens whose decided digits beat B's; each
-// pass bins the values of the tokens sharing B's decided digits. Once the chosen digit holds a
-// single token (random logits: after ~4 of the 8 passes), B's undecided digits are left zero: the
-// keys from that B up are the same set. warp_bins: the dynamic shared memory (bins_bytes). Every
-// thread of the cluster must call it.
-template <class Value>
-__device__ uint64_t radix_boundary(const row_view &x, const block_ids &ids, uint64_t need, Value value, draw_smem &s,
-                                   unsigned long long *warp_bins, int &xchg, uint64_t *through) {
+constexpr int radix_batch = 4;  // logits a lane loads ahead in a radix pass
+
+// Warp w's private bins of a radix pass (its values by digit), in the dynamic shared memory.
+__device__ __forceinline__ unsigned long long *own_bins(unsigned long long *warp_bins, int warp) { return warp_bins + warp * 256; }
+
+// What radix_boundary found: B, the key of the token at which the best-first running sum of the
+// values first reaches need (0 < need < total), and the running sum through it; or `whole`, when
+// need >= total (every token: no boundary). total: the row's sum of the values.
+struct radix_result {
+    uint64_t boundary = 0, through = 0, total = 0;
+    bool whole = false;
+};
+
+// The boundary for need = need_of(total), digit by digit from the top, 8 bits a pass. Pass 0 bins
+// every token, so its bins also give the row's total (no pass of its own). `above` is the sum over
+// the tokens whose decided digits beat B's; each pass bins the values of the tokens sharing B's
+// decided digits. Once the chosen digit holds a single token (random logits: after ~4 of the 8
+// passes), B's undecided digits are left zero: the keys from that B up are the same set. Each warp
+// bins row_sum's contiguous part of the block's ids, so the warp's bins above each pass's chosen
+// digit (and the final chosen digit) add up to its part's sum over the keys from B up: *mine
+// gets the lane's share of it (the whole part's sum when `whole`), which store_warp_sums turns
+// into the warp's sum exactly as row_sum over those values would. warp_bins: the dynamic shared
+// memory (bins_bytes). Every thread of the cluster must call it.
+template <class Value, class Need>
+__device__ radix_result radix_boundary(const row_view &x, const block_ids &ids, Need need_of, Value value, draw_smem &s,
+                                       unsigned long long *warp_bins, int &xchg, uint64_t *mine) {
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    uint64_t prefix = 0, above = 0;
+    const int part = part_ids(ids.len(), draw_warps), begin = ids.lo + warp * part, end = min(ids.hi, begin + part);
+    radix_result res;
+    uint64_t prefix = 0, above = 0, need = 0;
+    *mine = 0;
     for (int pass = 0; pass < 8; ++pass) {
         const int shift = 56 - 8 * pass, slot = xchg++ & 1;
         const uint64_t high = pass == 0 ? 0ull : ~0ull << (shift + 8);
@@ -156,33 +177,45 @@ __device__ uint64_t radix_boundary(const row_view &x, const block_ids &ids, uint
         // pass sees only a few) is summed by shuffles and added by its first lane. The block adds
         // the warps' bins after, and each block the cluster's. (One shared 64-bit atomic a digit
         // change, contended on a few addresses, cost 1.4 ms a row on an H100: session 44.)
-        unsigned long long *own = warp_bins + warp * 256;
+        unsigned long long *own = own_bins(warp_bins, warp);
         unsigned *own_count = reinterpret_cast<unsigned *>(warp_bins + draw_warps * 256) + warp * 256;
         for (int j = lane; j < 256; j += 32) own[j] = 0, own_count[j] = 0;
         __syncwarp();
-        for (int base = ids.lo + tid - lane; base < ids.hi; base += draw_threads) {
-            const int i = base + lane;
-            uint64_t v = 0;
-            int digit = -1;
-            if (i < ids.hi) {
-                const uint64_t key = draw_key(x[i], i);
-                if ((key & high) == prefix) {
-                    v = value(i, key);
-                    if (v != 0) digit = int(key >> shift) & 255;
+        // radix_batch of the lane's logits are loaded before the first is binned: the warp-wide
+        // match and ballot keep the compiler from hoisting a later round's load above them, so
+        // one load a round would wait out an L2 round trip each.
+        for (int base = begin; base < end; base += 32 * radix_batch) {
+            float xv[radix_batch];
+#pragma unroll
+            for (int u = 0; u < radix_batch; ++u) {
+                const int i = base + 32 * u + lane;
+                xv[u] = i < end ? x[i] : 0.0f;
+            }
+#pragma unroll
+            for (int u = 0; u < radix_batch; ++u) {
+                const int i = base + 32 * u + lane;
+                uint64_t v = 0;
+                int digit = -1;
+                if (i < end) {
+                    const uint64_t key = draw_key(xv[u], i);
+                    if ((key & high) == prefix) {
+                        v = value(i, key);
+                        if (v != 0) digit = int(key >> shift) & 255;
+                    }
                 }
+                const unsigned same = __match_any_sync(0xFFFFFFFFu, digit);
+                const bool alone = __popc(same) == 1;
+                if (digit >= 0 && alone) own[digit] += v, own_count[digit] += 1;
+                unsigned leaders = __ballot_sync(0xFFFFFFFFu, digit >= 0 && !alone && lane == __ffs(same) - 1);
+                while (leaders) {
+                    const int first = __ffs(leaders) - 1;
+                    const int group = __shfl_sync(0xFFFFFFFFu, digit, first);
+                    const uint64_t sum = warp_sum_u64(digit == group ? v : 0);
+                    if (lane == first) own[group] += sum, own_count[group] += __popc(same);
+                    leaders &= leaders - 1;
+                }
+                __syncwarp();  // this round's bin updates are seen by the next round's lanes
             }
-            const unsigned same = __match_any_sync(0xFFFFFFFFu, digit);
-            const bool alone = __popc(same) == 1;
-            if (digit >= 0 && alone) own[digit] += v, own_count[digit] += 1;
-            unsigned leaders = __ballot_sync(0xFFFFFFFFu, digit >= 0 && !alone && lane == __ffs(same) - 1);
-            while (leaders) {
-                const int first = __ffs(leaders) - 1;
-                const int group = __shfl_sync(0xFFFFFFFFu, digit, first);
-                const uint64_t sum = warp_sum_u64(digit == group ? v : 0);
-                if (lane == first) own[group] += sum, own_count[group] += __popc(same);
-                leaders &= leaders - 1;
-            }
-            __syncwarp();  // this round's bin updates are seen by the next round's lanes
         }
         __syncthreads();
         if (tid < 256) {
@@ -197,11 +230,42 @@ __device__ uint64_t radix_boundary(const row_view &x, const block_ids &ids, uint
         if (tid < 256) {
             uint64_t t = 0;
             unsigned c = 0;
-            for (int b = 0; b < cluster_blocks(); ++b) t += cluster_peer(&s.bins[slot][0], b)[tid], c += cluster_peer(&s.counts[slot][0], b)[tid];
+            // Every peer's value asked for before the first is added (one round trip, not one a
+            // block), then every peer's count.
+            uint64_t pt[max_cluster];
+#pragma unroll
+            for (int b = 0; b < max_cluster; ++b) pt[b] = b < cluster_blocks() ? cluster_peer(&s.bins[slot][0], b)[tid] : 0;
+#pragma unroll
+            for (int b = 0; b < max_cluster; ++b) t += pt[b];
+            unsigned pc[max_cluster];
+#pragma unroll
+            for (int b = 0; b < max_cluster; ++b) pc[b] = b < cluster_blocks() ? cluster_peer(&s.counts[slot][0], b)[tid] : 0;
+#pragma unroll
+            for (int b = 0; b < max_cluster; ++b) c += pc[b];
             s.cluster_bins[tid] = t;
             s.cluster_counts[tid] = c;
         }
         __syncthreads();
+        if (pass == 0) {
+            // The row's total: the sum of pass 0's bins, the same in every block of the cluster.
+            if (warp == 0) {
+                uint64_t t = 0;
+#pragma unroll
+                for (int i = 0; i < 8; ++i) t += s.cluster_bins[8 * lane + i];
+                t = warp_sum_u64(t);
+                if (lane == 0) s.total = t;
+            }
+            __syncthreads();
+            res.total = s.total;
+            need = need_of(res.total);
+            if (need >= res.total) {
+                for (int j = lane; j < 256; j += 32) *mine += own_bins(warp_bins, warp)[j];
+                res.whole = true;
+                res.through = res.total;
+                __syncthreads();  // s.total and the cluster's bins are rewritten by the next exchange
+                return res;
+            }
+        }
         if (warp == 0) {
             // Lane l holds digits 255 - 8 l down to 248 - 8 l: descending across the lanes.
             uint64_t c[8], sum = 0;
@@ -224,14 +288,20 @@ __device__ uint64_t radix_boundary(const row_view &x, const block_ids &ids, uint
             }
         }
         __syncthreads();
-        prefix |= uint64_t(s.digit) << shift;
+        const int chosen = s.digit;
+        prefix |= uint64_t(chosen) << shift;
         above = s.above;
         const bool single = s.last_count == 1;
-        __syncthreads();  // s.digit, s.above and the cluster's bins are rewritten next pass
+        // This warp's values from B up: its bins above the chosen digit, and the chosen one once
+        // it holds B alone.
+        for (int j = lane; j < 256; j += 32)
+            if (j > chosen || (single && j == chosen)) *mine += own_bins(warp_bins, warp)[j];
+        __syncthreads();  // s.digit, s.above, the cluster's bins and the warps' bins are rewritten next pass
         if (single) break;
     }
-    *through = above + s.last_bin;  // the last pass's bin holds B alone (keys are distinct)
-    return prefix;
+    res.boundary = prefix;
+    res.through = above + s.last_bin;  // the last pass's bin holds B alone (keys are distinct)
+    return res;
 }
 
 // The max over the row's ids (NaN skipped, as the merged summary's best: a row with NaN is refused
@@ -282,31 +352,45 @@ __global__ void __launch_bounds__(draw_threads) logits_draw_kernel(const logits_
     const float max_logit = a.logits_rest ? row_max(x, ids, s, xchg) : out.max;
     const float cutoff = draw_cutoff(max_logit, d);
 
-    // top_k: the k-th best key among the tokens passing the cutoff, when more than k pass.
-    uint64_t kth = 0;
+    // top_k: the k-th best key among the tokens passing the cutoff, when more than k pass (the
+    // count of those that pass comes with the boundary's first pass).
+    uint64_t kth = 0, unused = 0;
     if (d.top_k > 0) {
         auto passes = [&](int i, uint64_t) -> uint64_t { return draw_passes(x[i], max_logit, cutoff) ? 1 : 0; };
-        const uint64_t n_pass = row_sum(x, ids, passes, s, xchg);
-        uint64_t unused = 0;
-        if (uint64_t(d.top_k) < n_pass) kth = radix_boundary(x, ids, uint64_t(d.top_k), passes, s, warp_bins, xchg, &unused);
+        const radix_result k = radix_boundary(x, ids, [&](uint64_t) { return uint64_t(d.top_k); }, passes, s, warp_bins, xchg, &unused);
+        if (!k.whole) kth = k.boundary;
     }
     auto weight = [&](int i, uint64_t key) -> uint64_t { return key >= kth ? draw_weight(x[i], max_logit, cutoff, d) : 0; };
-    const uint64_t total = row_sum(x, ids, weight, s, xchg);
-    const uint64_t need = draw_nucleus_need(total, d.top_p);
 
-    // The nucleus: every candidate with a key from the boundary's up.
-    uint64_t boundary = kth, mass = total;
-    if (need < total) boundary = radix_boundary(x, ids, need, weight, s, warp_bins, xchg, &mass);
+    // The nucleus: every candidate with a key from the boundary's up. Without top_p the total's
+    // pass leaves the warps' and blocks' sums the pick reads (row_sum); with it, the boundary's
+    // passes leave the nucleus's (its first pass gives the total, so no pass is made for the total
+    // nor for the nucleus's sums).
+    uint64_t boundary = kth, mass = 0;
+    if (d.top_p < 1.0f) {
+        uint64_t mine = 0;
+        const radix_result b = radix_boundary(x, ids, [&](uint64_t total) { return draw_nucleus_need(total, d.top_p); }, weight, s,
+                                              warp_bins, xchg, &mine);
+        if (!b.whole) boundary = b.boundary;
+        mass = b.through;
+        store_warp_sums(mine, s);
+        if (cluster_sum(s, xchg) != mass) {  // unreachable: the warps' sums are the nucleus's
+            cluster_sync();
+            if (rank == 0 && tid == 0) out.drawn = -1;
+            return;
+        }
+    } else {
+        mass = row_sum(x, ids, weight, s, xchg);
+    }
 
     // The pick: r = min(trunc(u x M), M - 1), found in four rounds: the block whose running sum
-    // passes r, the part of its ids (row_sum's parts when the nucleus is every candidate), the
-    // 32nd of that part, then the id, the chosen warp walking its 32nd 32 ids a step.
+    // passes r, the part of its ids (row_sum's parts), the 32nd of that part, then the id, the
+    // chosen warp walking its 32nd 32 ids a step.
     const uint64_t r = draw_pick_threshold(d.u, mass);
     auto nucleus_weight = [&](int i) -> uint64_t {
         const uint64_t key = draw_key(x[i], i);
         return key >= boundary ? weight(i, key) : 0;
     };
-    if (need < total) row_sum(x, ids, [&](int i, uint64_t) { return nucleus_weight(i); }, s, xchg);
     int owner = -1;
     for (int b = 0; b < cluster_blocks() && owner < 0; ++b)
         if (s.rank_base[b] + s.rank_value[b] > r) owner = b;
