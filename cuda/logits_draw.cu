@@ -9,9 +9,8 @@
 // < 1, ~4 on random logits, whose first pass also gives the total and whose bins give each warp's
 // sum over the nucleus), once for the total without top_p, and once for the pick (a row in two
 // parts: once more for its max). Arithmetic: ~20 float operations a weight, made in each pass that
-// needs it. Every sum is of integer weights,
-// so neither the warps' nor the blocks' order matters: the drawn id is the host twin's and depends
-// on the row and its request alone (not on C).
+// needs it. Every sum is of integer weights, so neither the warps' nor the blocks' order matters:
+// the drawn id is the host twin's and depends on the row and its request alone (not on C).
 #include "logits_draw.h"
 
 #include "cluster.cuh"
