@@ -509,13 +509,8 @@ int64_t cuda_device::logits_top(int32_t n_out, bool best_only) {
     if (n_out == 0) return 0;
     TANDEM_CUDA_CHECK(cudaSetDevice(m.device));
     if (best_only) {
-        cuda::logits_best_args b;
-        b.logits = m.logits;
-        b.n_rows = n_out;
-        b.n_cols = m.head.n_out;
-        b.first_id = m.part.head_begin;
-        b.out = m.top_rows;
-        cuda::logits_best(b, m.stream);
+        cuda::logits_best({.logits = m.logits, .n_rows = n_out, .n_cols = m.head.n_out, .first_id = m.part.head_begin, .out = m.top_rows},
+                          m.stream);
         return 1;
     }
     cuda::logits_top_args a;
