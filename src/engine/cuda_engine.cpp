@@ -69,7 +69,8 @@ struct cuda_engine::host_state {
     int32_t *groups = nullptr;    // pinned [devices]: each device's routed-group counter
     std::vector<int64_t> groups_seen;
     // Small steps: (bucket, prompt rows, rows reduced on the device, rows of distinct slots, rows
-    // drawn on the device) -> captured step, and the bytes its transfers move.
+    // drawn on the device, rows reduced to their best token) -> captured step, and the bytes its
+    // transfers move.
     using graph_key = std::tuple<int32_t, bool, bool, bool, bool, bool>;
     std::map<graph_key, cudaGraphExec_t> graphs;
     std::map<graph_key, uint64_t> graph_bytes;
