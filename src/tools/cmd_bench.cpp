@@ -208,8 +208,9 @@ TANDEM_COMMAND(bench, "Measure prefill and multi-session decode throughput", [](
                  "up to 64 take: engine::forward_draw) instead of its best token alone beside the draw (engine::forward_best, "
                  "the server's other requests)");
     sub.add_option("--temperature", cli->temperature,
-                   "Decode steps draw each session's token at this temperature (an exact draw: engine::forward_best, "
-                   "on the GPU unless --no-device-draws, else from whole rows on the host) instead of taking the best");
+                   "Decode steps draw each session's token at this temperature (an exact draw: engine::forward_best, or "
+                   "forward_draw with --summaries; on the GPU unless --no-device-draws, else from whole rows on the host) "
+                   "instead of taking the best");
     sub.add_option("--top-p", cli->top_p, "With --temperature: draw from the nucleus of this mass (0, 1]")->check(CLI::Range(0.0f, 1.0f));
     sub.add_option("--draft", cli->draft,
                    "Also decode with up to this many prompt-lookup drafts a session a step (greedy; as tandem-server --draft)");
