@@ -221,6 +221,9 @@ TANDEM_COMMAND(bench, "Measure prefill and multi-session decode throughput", [](
     sub.add_option("--json", cli->json_path, "Also write the results as JSON to this file");
     sub.add_option("--expert-traffic-out", cli->traffic_path,
                    "Record the rows routed to each expert and write them here (the --expert-balance format)");
+    // The KV type the server runs (auto: f16 on CUDA, f32 on the CPU), so the bench measures what a
+    // server serves; `logits` and `generate`, the reference tools, keep f32 (engine_options).
+    cli->engine.kv_type = "auto";
     tandem::tools::add_engine_flags(sub, cli->engine);
     const CLI::Option *ctx_flag = sub.get_option("--ctx");
     return [cli, ctx_flag] {
@@ -382,7 +385,7 @@ TANDEM_COMMAND(bench, "Measure prefill and multi-session decode throughput", [](
                            {"file_type", file->get_int("general.file_type", -1)}, {"bytes", bytes.total()}};
         result["flags"] = {{"prompt", cli->prompt}, {"gen", cli->gen}, {"sessions", counts},
                            {"decode_prompt", cli->decode_prompt}, {"prefill_chunk", cli->prefill_chunk}, {"full_logits", cli->full_logits}, {"summaries", cli->summaries}, {"temperature", cli->temperature}, {"top_p", cli->top_p}, {"device_draws", opt.device_draws},
-                           {"draft", cli->draft}, {"draft_step_rows", cli->draft_step_rows}, {"draft_oracle", cli->draft_oracle}, {"threads", opt.n_threads}, {"devices", opt.n_devices}, {"n_ctx", opt.n_ctx}};
+                           {"draft", cli->draft}, {"draft_step_rows", cli->draft_step_rows}, {"draft_oracle", cli->draft_oracle}, {"threads", opt.n_threads}, {"devices", opt.n_devices}, {"n_ctx", opt.n_ctx}, {"kv_type", engine_kv_type_resolve(opt)}};
         fmt::print("{}\n", eng->layout());
         if (!cli->traffic_path.empty()) engine_write_expert_traffic(*eng, cli->traffic_path);
         if (!cli->json_path.empty()) {
