@@ -9,7 +9,7 @@ With --gpu: the GPU floors of that (gpu, preset, type, gpus, plan) entry (gpus 1
 when an entry does not say); an entry checks the floors it lists (plan serve: decode only, in the
 server's slots and KV type after long prompts; plan chunked: prefill only, in the 128-token chunks
 the server interleaves with decoding sessions; plan draft: the --draft-oracle decode, 4 rows of each
-slot a step, and every draft kept).
+slot a step, and every draft kept); an entry with a kv_type also fails a bench of another KV type.
 Exit 0: pass (warnings printed for values within 5% of a floor); 1: below a floor; 2: bad input.
 """
 import argparse
@@ -90,6 +90,13 @@ def main():
                   f"{args.plan})", file=sys.stderr)
             return 2
         f = entry["floors"]
+        # An entry measured with one KV cache type holds only for benches of that type (bench's
+        # flags.kv_type, the resolved type; a bench that does not record it cannot be checked).
+        if "kv_type" in entry:
+            got = bench.get("flags", {}).get("kv_type")
+            if got != entry["kv_type"]:
+                print(f"perf-gate: the floors need KV type {entry['kv_type']}, the bench ran {got or 'an unrecorded one'}")
+                failures.append("kv_type")
         for sessions in (1, 16):
             name = f"decode_{sessions}_tok_per_s"
             if name in f:

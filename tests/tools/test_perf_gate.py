@@ -2,8 +2,9 @@
 """tests/tools/test_perf_gate.py PERF_GATE_PY - scripts/perf_gate.py's GPU plans on made-up bench JSON.
 
 Checked with a floors file of known values: a decode and a prefill floor pass above and fail below;
-the draft plan passes when every oracle draft was kept and fails when one was not (even above the
-speed floor), and a bench without the rows a plan needs is bad input (exit 2)."""
+an entry naming a KV type fails a bench of another type (or of none recorded); the draft plan
+passes when every oracle draft was kept and fails when one was not (even above the speed floor),
+and a bench without the rows a plan needs is bad input (exit 2)."""
 import json
 import os
 import subprocess
@@ -24,6 +25,8 @@ FLOORS = {"version": 2, "gpu": [
     {"gpu": "G", "preset": "qwen3-30b-a3b", "type": "q4_K",
      "floors": {"decode_1_tok_per_s": {"floor": 400.0}, "decode_16_tok_per_s": {"floor": 2000.0},
                 "prefill_2048_tok_per_s": {"floor": 10000.0}}},
+    {"gpu": "G", "plan": "serve", "preset": "qwen3-30b-a3b", "type": "q4_K", "kv_type": "f16",
+     "floors": {"decode_1_tok_per_s": {"floor": 400.0}, "decode_16_tok_per_s": {"floor": 2000.0}}},
     {"gpu": "G", "plan": "draft", "preset": "qwen3-30b-a3b", "type": "q4_K",
      "floors": {"draft_oracle_1_tok_per_s": {"floor": 1000.0}, "draft_oracle_16_tok_per_s": {"floor": 4000.0}}},
 ]}
@@ -55,6 +58,13 @@ rc, out = run(single(500, 1999, 20000), "single")
 check(rc == 1 and "decode_16_tok_per_s" in out, f"decode below its floor fails ({rc}: {out})")
 rc, out = run(single(500, 3000, 9000), "single")
 check(rc == 1 and "prefill_2048_tok_per_s" in out, f"prefill below its floor fails ({rc}: {out})")
+serve = single(500, 3000, 0)
+del serve["prefill"]
+rc, out = run(dict(serve, flags={"kv_type": "f16"}), "serve")
+check(rc == 0 and "passed" in out, f"serve plan of its KV type passes ({rc}: {out})")
+for flags in ({"kv_type": "f32"}, {}):
+    rc, out = run(dict(serve, flags=flags), "serve")
+    check(rc == 1 and "kv_type" in out, f"serve plan of another or no KV type fails ({flags}: {rc}: {out})")
 rc, out = run(draft(1200, 5000), "draft")
 check(rc == 0 and "passed" in out, f"draft plan with every draft kept passes ({rc}: {out})")
 rc, out = run(draft(1200, 5000, kept16=64 * 48 - 1), "draft")
