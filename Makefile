@@ -15,9 +15,22 @@ ifeq ($(CI),true)
   CMAKE_ARGS += -DTANDEM_WERROR=ON
 endif
 
-.PHONY: all deps configure build test run clean perf-gate
+.PHONY: all help deps configure build test run clean perf-gate
 
 all: build
+
+help:
+	@echo "Targets:"
+	@echo "  make run        install dependencies, build, write the demo model, serve it on port PORT"
+	@echo "  make test       install dependencies, build, run every test this machine can run (ctest)"
+	@echo "  make build      configure and build into BUILD"
+	@echo "  make perf-gate  benches against perf/floors.json (GPU floors on a GPU machine, else CPU ratios)"
+	@echo "  make deps       install the Debian packages the build and tests need (only missing ones)"
+	@echo "  make clean      remove BUILD"
+	@echo "Variables (current value):"
+	@echo "  BUILD=$(BUILD)  JOBS=$(JOBS)  PORT=$(PORT)"
+	@echo "  CUDA_ARCHS=$(CUDA_ARCHS)"
+	@echo "  CMAKE_ARGS=$(CMAKE_ARGS)  (e.g. -DTANDEM_CUDA=OFF, -DTANDEM_WERROR=ON, -DTANDEM_SANITIZE=address,undefined)"
 
 deps:
 	@scripts/install-deps.sh $(DEB_PACKAGES)
