@@ -223,42 +223,22 @@ std::vector<int32_t> placement_auto_order(const topology &topo, placement_mode m
 
 namespace {
 
-// Everything the layer DP needs about one logical device.
-struct dev_costs {
-    std::vector<uint64_t> prefix;  // prefix[l] = bytes of layers [0, l) in this device's role
-    uint64_t fixed = 0;            // embedding / head share in its stage
-    int64_t avail = 0;             // budget - scratch (may be negative)
-};
-
-struct stage_eval {
-    int64_t overflow;  // max over the stage's devices of (bytes - avail)
-    uint64_t load;     // max over the stage's devices of bytes
-};
-
-}  // namespace
-
-placement_plan placement_plan_make(const placement_request &req, const topology &topo, const placement_model &model) {
-    // ---- model sanity: these come from a validated file, but the planner is also a library ----
-    const int32_t n_layer = model.n_layer;
-    if (n_layer < 1 || model.n_expert < 1 || model.n_vocab < 1)
-        fail(error_kind::config, "placement: model needs n_layer, n_expert, n_vocab >= 1 (got {}, {}, {})", n_layer,
+void check_request(const placement_request &req, const placement_model &model) {
+    // These come from a validated file, but the planner is also a library.
+    if (model.n_layer < 1 || model.n_expert < 1 || model.n_vocab < 1)
+        fail(error_kind::config, "placement: model needs n_layer, n_expert, n_vocab >= 1 (got {}, {}, {})", model.n_layer,
              model.n_expert, model.n_vocab);
-    if (model.bytes.layer_replicated.size() != size_t(n_layer) || model.bytes.layer_experts.size() != size_t(n_layer))
+    if (model.bytes.layer_replicated.size() != size_t(model.n_layer) || model.bytes.layer_experts.size() != size_t(model.n_layer))
         fail(error_kind::config, "placement: model bytes list {} / {} layers but n_layer is {}",
-             model.bytes.layer_replicated.size(), model.bytes.layer_experts.size(), n_layer);
+             model.bytes.layer_replicated.size(), model.bytes.layer_experts.size(), model.n_layer);
     if (req.n_sessions < 1 || req.n_ctx < 1)
         fail(error_kind::config, "placement: sessions ({}) and context ({}) must be >= 1", req.n_sessions, req.n_ctx);
+}
 
-    placement_plan plan;
-    plan.mode = req.mode;
-    plan.n_layer = n_layer;
-    plan.n_expert = model.n_expert;
-    plan.n_vocab = model.n_vocab;
-    plan.n_sessions = req.n_sessions;
-    plan.n_ctx = req.n_ctx;
+// The logical devices in order (auto: from the topology, noting who was left out), checked against
+// the topology and the mode; sets plan.n_stages.
+std::vector<int32_t> resolve_devices(const placement_request &req, const topology &topo, placement_plan &plan) {
     const bool tp = req.mode == placement_mode::tensor_parallel;
-
-    // ---- devices and order ----
     std::vector<int32_t> ids;
     if (req.auto_order) {
         ids = placement_auto_order(topo, req.mode);
@@ -284,30 +264,34 @@ placement_plan placement_plan_make(const placement_request &req, const topology 
     if (tp && (n < 2 || n % 2 != 0))
         fail(error_kind::config, "--tensor-parallel needs an even number of devices (pairs), got {} ({})", n,
              join_ids(ids));
-    const int32_t n_stages = tp ? n / 2 : n;
-    if (n_stages > n_layer)
+    plan.n_stages = tp ? n / 2 : n;
+    if (plan.n_stages > plan.n_layer)
         fail(error_kind::config, "{} stages but the model has only {} layers (each stage needs at least one)",
-             n_stages, n_layer);
-    plan.n_stages = n_stages;
+             plan.n_stages, plan.n_layer);
+    return ids;
+}
 
-    // ---- P2P inside pairs ----
-    if (tp) {
-        for (int32_t i = 0; i < n_stages; ++i) {
-            const int32_t a = ids[i], b = ids[i + n_stages];
-            if (topo.p2p(a, b)) continue;
-            std::vector<int32_t> sorted = ids;
-            std::sort(sorted.begin(), sorted.end());
-            const pairing p = pair_devices(sorted, topo);
-            const std::string fix = p.left_out.empty()
-                ? fmt::format("use --gpu-devices {} (or auto)", join_ids(pairing_order(sorted, p)))
-                : std::string("no order of these devices pairs them all over P2P: choose other devices or drop "
-                              "--tensor-parallel for pipeline stages");
-            fail(error_kind::config, "tensor-parallel pair {} (logical {} = device {}, logical {} = device {}) has no "
-                 "P2P access; {}", i, i, a, i + n_stages, b, fix);
-        }
+// Every tensor-parallel pair must have P2P; else name an order that pairs them, if one exists.
+void check_pairs_p2p(const std::vector<int32_t> &ids, int32_t n_stages, const topology &topo) {
+    for (int32_t i = 0; i < n_stages; ++i) {
+        const int32_t a = ids[i], b = ids[i + n_stages];
+        if (topo.p2p(a, b)) continue;
+        std::vector<int32_t> sorted = ids;
+        std::sort(sorted.begin(), sorted.end());
+        const pairing p = pair_devices(sorted, topo);
+        const std::string fix = p.left_out.empty()
+            ? fmt::format("use --gpu-devices {} (or auto)", join_ids(pairing_order(sorted, p)))
+            : std::string("no order of these devices pairs them all over P2P: choose other devices or drop "
+                          "--tensor-parallel for pipeline stages");
+        fail(error_kind::config, "tensor-parallel pair {} (logical {} = device {}, logical {} = device {}) has no "
+             "P2P access; {}", i, i, a, i + n_stages, b, fix);
     }
+}
 
-    // ---- budgets ----
+// Each logical device's budget: --gpu-vram (one for all or one each; logical devices sharing a
+// device must fit in it together), else the device's memory less its reserve, shared evenly.
+std::vector<uint64_t> device_budgets(const placement_request &req, const topology &topo, const std::vector<int32_t> &ids) {
+    const int32_t n = int32_t(ids.size());
     std::map<int32_t, std::vector<int32_t>> sharing;  // physical id -> logical indices
     for (int32_t i = 0; i < n; ++i) sharing[ids[i]].push_back(i);
     std::vector<uint64_t> budget(n);
@@ -318,68 +302,205 @@ placement_plan placement_plan_make(const placement_request &req, const topology 
             const uint64_t reserve = std::min(memory, topology_reserve_bytes(d));
             budget[i] = (memory - reserve) / sharing[ids[i]].size();
         }
-    } else if (req.budgets.size() == 1 || req.budgets.size() == size_t(n)) {
-        for (int32_t i = 0; i < n; ++i) budget[i] = req.budgets.size() == 1 ? req.budgets[0] : req.budgets[i];
-        for (const auto &[phys, logical] : sharing) {
-            const topology_device &d = *topo.find(phys);
-            uint64_t sum = 0;
-            for (int32_t i : logical) sum += budget[i];
-            if (sum > uint64_t(std::llround(d.memory_gib * double(gib))))
-                fail(error_kind::config, "--gpu-vram: the budgets of logical device(s) {} on device {} ({}) sum to "
-                     "{:.2f} GiB but it has {:.2f} GiB", join_ids(logical), phys, d.name, to_gib(sum), d.memory_gib);
-        }
-    } else {
+        return budget;
+    }
+    if (req.budgets.size() != 1 && req.budgets.size() != size_t(n))
         fail(error_kind::config, "--gpu-vram has {} values but there are {} devices: give one value for all devices "
              "or one per device", req.budgets.size(), n);
+    for (int32_t i = 0; i < n; ++i) budget[i] = req.budgets.size() == 1 ? req.budgets[0] : req.budgets[i];
+    for (const auto &[phys, logical] : sharing) {
+        const topology_device &d = *topo.find(phys);
+        uint64_t sum = 0;
+        for (int32_t i : logical) sum += budget[i];
+        if (sum > uint64_t(std::llround(d.memory_gib * double(gib))))
+            fail(error_kind::config, "--gpu-vram: the budgets of logical device(s) {} on device {} ({}) sum to "
+                 "{:.2f} GiB but it has {:.2f} GiB", join_ids(logical), phys, d.name, to_gib(sum), d.memory_gib);
     }
+    return budget;
+}
 
-    // ---- expert split per layer (pairs only) ----
-    std::vector<std::vector<bool>> host_half(n_layer);  // per layer, per expert: host holds it
-    if (tp) {
-        if (req.traffic) {
-            const auto &c = req.traffic->counts;
-            if (c.size() != size_t(n_layer) || c.empty() || c[0].size() != size_t(model.n_expert))
-                fail(error_kind::config, "--expert-balance: the file has {} layers x {} experts but the model has {} x "
-                     "{}", c.size(), c.empty() ? 0 : c[0].size(), n_layer, model.n_expert);
-            plan.traffic_balanced = true;
-        }
-        for (int32_t l = 0; l < n_layer; ++l) {
-            if (plan.traffic_balanced) {
-                host_half[l] = expert_traffic_split(req.traffic->counts[l]);
-                const auto &c = req.traffic->counts[l];
-                uint64_t all = 0, h = 0;
-                for (int32_t e = 0; e < model.n_expert; ++e) all += c[e], h += host_half[l][e] ? c[e] : 0;
-                plan.host_row_share.push_back(all ? double(h) / double(all) : 0.5);
-            } else {
-                host_half[l].assign(model.n_expert, false);
-                for (int32_t e = 0; e < (model.n_expert + 1) / 2; ++e) host_half[l][e] = true;
-            }
-        }
-    } else if (req.traffic) {
-        plan.notes.push_back("expert traffic ignored: only tensor-parallel pairs split experts");
+// Pairs only: per layer, per expert, whether the stage host holds it (the first half by index, or
+// a split by recorded traffic); records each layer's share of routed rows on the host.
+std::vector<std::vector<bool>> expert_halves(const placement_request &req, const placement_model &model, bool tp,
+                                             placement_plan &plan) {
+    std::vector<std::vector<bool>> host_half(size_t(model.n_layer));
+    if (!tp) {
+        if (req.traffic) plan.notes.push_back("expert traffic ignored: only tensor-parallel pairs split experts");
+        return host_half;
     }
+    if (req.traffic) {
+        const auto &c = req.traffic->counts;
+        if (c.size() != size_t(model.n_layer) || c.empty() || c[0].size() != size_t(model.n_expert))
+            fail(error_kind::config, "--expert-balance: the file has {} layers x {} experts but the model has {} x "
+                 "{}", c.size(), c.empty() ? 0 : c[0].size(), model.n_layer, model.n_expert);
+        plan.traffic_balanced = true;
+    }
+    for (int32_t l = 0; l < model.n_layer; ++l) {
+        if (plan.traffic_balanced) {
+            host_half[l] = expert_traffic_split(req.traffic->counts[l]);
+            const auto &c = req.traffic->counts[l];
+            uint64_t all = 0, h = 0;
+            for (int32_t e = 0; e < model.n_expert; ++e) all += c[e], h += host_half[l][e] ? c[e] : 0;
+            plan.host_row_share.push_back(all ? double(h) / double(all) : 0.5);
+        } else {
+            host_half[l].assign(model.n_expert, false);
+            for (int32_t e = 0; e < (model.n_expert + 1) / 2; ++e) host_half[l][e] = true;
+        }
+    }
+    return host_half;
+}
 
-    // ---- per-layer bytes by role ----
+// Bytes by role: a layer's KV, its experts on the stage host and on the partner, the head's split.
+struct role_bytes {
+    uint64_t kv_layer = 0;
+    std::vector<uint64_t> host_exp, part_exp;  // [layer]
+    int32_t head_split = 0;                    // the host holds head rows [0, head_split)
+    uint64_t head_host = 0;
+};
+
+role_bytes role_bytes_of(const placement_request &req, const placement_model &model, bool tp,
+                         const std::vector<std::vector<bool>> &host_half) {
+    const int32_t n_layer = model.n_layer;
+    role_bytes rb;
     const uint64_t kv_tokens = mul_checked(uint64_t(req.n_sessions), uint64_t(req.n_ctx), "sessions x ctx");
     const uint64_t kv_per_layer_token = (model.bytes.kv_per_token + uint64_t(n_layer) - 1) / uint64_t(n_layer);
-    const uint64_t kv_layer = mul_checked(kv_per_layer_token, kv_tokens, "KV bytes");
-    std::vector<uint64_t> host_exp(n_layer), part_exp(n_layer);
+    rb.kv_layer = mul_checked(kv_per_layer_token, kv_tokens, "KV bytes");
+    rb.host_exp.assign(n_layer, 0);
+    rb.part_exp.assign(n_layer, 0);
     for (int32_t l = 0; l < n_layer; ++l) {
         const uint64_t all = model.bytes.layer_experts[l];
         if (!tp) {
-            host_exp[l] = all;
+            rb.host_exp[l] = all;
             continue;
         }
         const uint64_t k = uint64_t(std::count(host_half[l].begin(), host_half[l].end(), true));
         // Every expert has the same shape, so bytes are proportional to the count; exact when the
         // file's expert tensors divide by n_expert (always, for real files).
-        host_exp[l] = (all / uint64_t(model.n_expert)) * k + (all % uint64_t(model.n_expert)) * k / uint64_t(model.n_expert);
-        part_exp[l] = all - host_exp[l];
+        rb.host_exp[l] = (all / uint64_t(model.n_expert)) * k + (all % uint64_t(model.n_expert)) * k / uint64_t(model.n_expert);
+        rb.part_exp[l] = all - rb.host_exp[l];
     }
-    const int32_t head_split = tp ? (model.n_vocab + 1) / 2 : model.n_vocab;  // host rows [0, split)
-    const uint64_t head_host = tp ? model.bytes.head / uint64_t(model.n_vocab) * uint64_t(head_split) +
-                                        model.bytes.head % uint64_t(model.n_vocab) * uint64_t(head_split) / uint64_t(model.n_vocab)
-                                  : model.bytes.head;
+    rb.head_split = tp ? (model.n_vocab + 1) / 2 : model.n_vocab;
+    rb.head_host = tp ? model.bytes.head / uint64_t(model.n_vocab) * uint64_t(rb.head_split) +
+                            model.bytes.head % uint64_t(model.n_vocab) * uint64_t(rb.head_split) / uint64_t(model.n_vocab)
+                      : model.bytes.head;
+    return rb;
+}
+
+// Everything the layer DP needs about one logical device.
+struct dev_costs {
+    std::vector<uint64_t> prefix;  // prefix[l] = bytes of layers [0, l) in this device's role
+    uint64_t fixed = 0;            // embedding / head share in its stage
+    int64_t avail = 0;             // budget - scratch (may be negative)
+};
+
+struct stage_eval {
+    int64_t overflow;  // max over the stage's devices of (bytes - avail)
+    uint64_t load;     // max over the stage's devices of bytes
+};
+
+// One DP over (stage, end layer), each stage at least one layer: stage_cost(s, b, e) is the cost of
+// stage s covering layers [b, e) (nullopt: not allowed), combine folds it into the stages before,
+// worse(have, cand) says cand is better. Returns whether a partition exists and its bounds: stage s
+// covers [bounds[s], bounds[s + 1]).
+template <typename Cost, typename Combine, typename Worse, typename T>
+std::pair<bool, std::vector<int32_t>> stage_dp(int32_t S, int32_t L, Cost stage_cost, Combine combine, Worse worse, T init) {
+    std::vector<std::vector<T>> f(S, std::vector<T>(L + 1, init));
+    std::vector<std::vector<int32_t>> arg(S, std::vector<int32_t>(L + 1, -1));
+    std::vector<std::vector<bool>> ok(S, std::vector<bool>(L + 1, false));
+    for (int32_t e = 1; e <= L - (S - 1); ++e) {
+        auto c = stage_cost(0, 0, e);
+        if (c) f[0][e] = *c, ok[0][e] = true, arg[0][e] = 0;
+    }
+    for (int32_t s = 1; s < S; ++s)
+        for (int32_t e = s + 1; e <= L - (S - 1 - s); ++e)
+            for (int32_t b = s; b < e; ++b) {
+                if (!ok[s - 1][b]) continue;
+                auto c = stage_cost(s, b, e);
+                if (!c) continue;
+                const T v = combine(f[s - 1][b], *c);
+                if (!ok[s][e] || worse(f[s][e], v)) f[s][e] = v, ok[s][e] = true, arg[s][e] = b;
+            }
+    std::vector<int32_t> bounds(S + 1, L);
+    if (!ok[S - 1][L]) return {false, bounds};
+    for (int32_t s = S - 1, e = L; s >= 0; --s) bounds[s] = arg[s][e], e = arg[s][e];
+    return {true, bounds};
+}
+
+// Layer ranges by three DPs: 1) minimise the worst overflow (> 0: does not fit; the partition then
+// names the culprits); 2) minimise the largest stage load within budgets (the slowest stage paces
+// the pipeline); 3) among those, minimise the sum of squared loads so the other stages are even
+// too. `worst` gets the worst overflow of the result.
+template <typename Eval>
+std::vector<int32_t> stage_bounds(int32_t S, int32_t L, Eval eval, int64_t &worst) {
+    auto maxi = [](auto a, auto b) { return std::max(a, b); };
+    auto worse = [](auto have, auto cand) { return cand < have; };
+    const auto [found1, fit_bounds] =
+        stage_dp(S, L, [&](int32_t s, int32_t b, int32_t e) { return std::optional<int64_t>(eval(s, b, e).overflow); }, maxi,
+                 worse, int64_t{0});
+    TANDEM_ASSERT(found1, "every partition has a finite overflow");
+    worst = std::numeric_limits<int64_t>::min();
+    for (int32_t s = 0; s < S; ++s) worst = std::max(worst, eval(s, fit_bounds[s], fit_bounds[s + 1]).overflow);
+    if (worst > 0) return fit_bounds;
+    auto feasible_load = [&](int32_t s, int32_t b, int32_t e) {
+        const stage_eval r = eval(s, b, e);
+        return r.overflow <= 0 ? std::optional<uint64_t>(r.load) : std::nullopt;
+    };
+    const auto [found2, b2] = stage_dp(S, L, feasible_load, maxi, worse, uint64_t{0});
+    TANDEM_ASSERT(found2);
+    uint64_t best_max = 0;
+    for (int32_t s = 0; s < S; ++s) best_max = std::max(best_max, eval(s, b2[s], b2[s + 1]).load);
+    auto squared = [&](int32_t s, int32_t b, int32_t e) {
+        const stage_eval r = eval(s, b, e);
+        const double g = to_gib(r.load);
+        return r.overflow <= 0 && r.load <= best_max ? std::optional<double>(g * g) : std::nullopt;
+    };
+    const auto [found3, b3] = stage_dp(S, L, squared, [](double a, double b) { return a + b; }, worse, 0.0);
+    TANDEM_ASSERT(found3);
+    return b3;
+}
+
+// The refusal of a plan that does not fit: each device over budget, by how much, and its biggest class.
+[[noreturn]] void fail_not_fit(const placement_plan &plan) {
+    std::string what;
+    uint64_t need = 0, have = 0;
+    for (const auto &dp : plan.devices) {
+        need += dp.total();
+        have += dp.budget;
+        if (dp.total() <= dp.budget) continue;
+        const std::pair<uint64_t, const char *> classes[] = {
+            {dp.bytes_experts, "routed experts"}, {dp.bytes_replicated, "attention/norms/router"},
+            {dp.bytes_kv, "KV cache"}, {dp.bytes_head, "output head"}, {dp.bytes_embedding, "embedding"},
+            {dp.bytes_scratch, "scratch"}};
+        const auto *big = std::max_element(std::begin(classes), std::end(classes));
+        what += fmt::format("{}device d{} (physical {} {}, stage {} {}, layers {}-{}) needs {:.2f} GiB but its "
+                            "budget is {:.2f} GiB: {:.2f} GiB missing (biggest class: {} {:.2f} GiB)",
+                            what.empty() ? "" : "; ", dp.logical, dp.physical, dp.name, dp.stage,
+                            placement_role_name(dp.role), dp.layer_begin, dp.layer_end - 1, to_gib(dp.total()),
+                            to_gib(dp.budget), to_gib(dp.total() - dp.budget), big->second, to_gib(big->first));
+    }
+    fail(error_kind::config, "the plan does not fit: {}. In all the plan needs {:.2f} GiB and the budgets total "
+         "{:.2f} GiB; lower --ctx or --batched-session, raise --gpu-vram, or add devices", what, to_gib(need),
+         to_gib(have));
+}
+
+}  // namespace
+
+placement_plan placement_plan_make(const placement_request &req, const topology &topo, const placement_model &model) {
+    check_request(req, model);
+    placement_plan plan;
+    plan.mode = req.mode;
+    plan.n_layer = model.n_layer;
+    plan.n_expert = model.n_expert;
+    plan.n_vocab = model.n_vocab;
+    plan.n_sessions = req.n_sessions;
+    plan.n_ctx = req.n_ctx;
+    const bool tp = req.mode == placement_mode::tensor_parallel;
+    const std::vector<int32_t> ids = resolve_devices(req, topo, plan);
+    const int32_t n = int32_t(ids.size()), n_stages = plan.n_stages, n_layer = model.n_layer;
+    if (tp) check_pairs_p2p(ids, n_stages, topo);
+    const std::vector<uint64_t> budget = device_budgets(req, topo, ids);
+    const std::vector<std::vector<bool>> host_half = expert_halves(req, model, tp, plan);
+    const role_bytes rb = role_bytes_of(req, model, tp, host_half);
 
     std::vector<dev_costs> costs(n);
     for (int32_t i = 0; i < n; ++i) {
@@ -388,9 +509,9 @@ placement_plan placement_plan_make(const placement_request &req, const topology 
         auto &c = costs[i];
         c.prefix.assign(n_layer + 1, 0);
         for (int32_t l = 0; l < n_layer; ++l)
-            c.prefix[l + 1] = c.prefix[l] + model.bytes.layer_replicated[l] + (partner ? part_exp[l] : host_exp[l]) + kv_layer;
+            c.prefix[l + 1] = c.prefix[l] + model.bytes.layer_replicated[l] + (partner ? rb.part_exp[l] : rb.host_exp[l]) + rb.kv_layer;
         if (stage == 0 && !partner) c.fixed += model.bytes.embedding;
-        if (stage == n_stages - 1) c.fixed += partner ? model.bytes.head - head_host : head_host;
+        if (stage == n_stages - 1) c.fixed += partner ? model.bytes.head - rb.head_host : rb.head_host;
         c.avail = int64_t(budget[i]) - int64_t(req.scratch_bytes);
     }
     auto eval = [&](int32_t s, int32_t b, int32_t e) {
@@ -402,64 +523,9 @@ placement_plan placement_plan_make(const placement_request &req, const topology 
         }
         return r;
     };
+    int64_t worst = 0;
+    const std::vector<int32_t> bounds = stage_bounds(n_stages, n_layer, eval, worst);
 
-    // ---- layer ranges: three DPs over (stage, end layer), each stage at least one layer ----
-    // 1) minimise the worst overflow (> 0: does not fit; the partition then names the culprits);
-    // 2) minimise the largest stage load within budgets (the slowest stage paces the pipeline);
-    // 3) among those, minimise the sum of squared loads so the other stages are even too.
-    const int32_t S = n_stages, L = n_layer;
-    auto run_dp = [&](auto stage_cost, auto combine, auto worse, auto init) {
-        using cost_t = decltype(init);
-        std::vector<std::vector<cost_t>> f(S, std::vector<cost_t>(L + 1, init));
-        std::vector<std::vector<int32_t>> arg(S, std::vector<int32_t>(L + 1, -1));
-        std::vector<std::vector<bool>> ok(S, std::vector<bool>(L + 1, false));
-        for (int32_t e = 1; e <= L - (S - 1); ++e) {
-            auto c = stage_cost(0, 0, e);
-            if (c) f[0][e] = *c, ok[0][e] = true, arg[0][e] = 0;
-        }
-        for (int32_t s = 1; s < S; ++s)
-            for (int32_t e = s + 1; e <= L - (S - 1 - s); ++e)
-                for (int32_t b = s; b < e; ++b) {
-                    if (!ok[s - 1][b]) continue;
-                    auto c = stage_cost(s, b, e);
-                    if (!c) continue;
-                    const cost_t v = combine(f[s - 1][b], *c);
-                    if (!ok[s][e] || worse(f[s][e], v)) f[s][e] = v, ok[s][e] = true, arg[s][e] = b;
-                }
-        std::vector<int32_t> bounds(S + 1, L);  // stage s covers [bounds[s], bounds[s+1])
-        if (!ok[S - 1][L]) return std::pair{false, bounds};
-        for (int32_t s = S - 1, e = L; s >= 0; --s) bounds[s] = arg[s][e], e = arg[s][e];
-        return std::pair{true, bounds};
-    };
-    auto maxi = [](auto a, auto b) { return std::max(a, b); };
-    auto worse = [](auto have, auto cand) { return cand < have; };
-
-    const auto [found1, fit_bounds] = run_dp([&](int32_t s, int32_t b, int32_t e) { return std::optional<int64_t>(eval(s, b, e).overflow); },
-                                              maxi, worse, int64_t{0});
-    TANDEM_ASSERT(found1, "every partition has a finite overflow");
-    int64_t worst = std::numeric_limits<int64_t>::min();
-    for (int32_t s = 0; s < S; ++s) worst = std::max(worst, eval(s, fit_bounds[s], fit_bounds[s + 1]).overflow);
-    std::vector<int32_t> bounds = fit_bounds;
-    if (worst <= 0) {
-        auto feasible_load = [&](int32_t s, int32_t b, int32_t e) {
-            const stage_eval r = eval(s, b, e);
-            return r.overflow <= 0 ? std::optional<uint64_t>(r.load) : std::nullopt;
-        };
-        const auto [found2, b2] = run_dp(feasible_load, maxi, worse, uint64_t{0});
-        TANDEM_ASSERT(found2);
-        uint64_t best_max = 0;
-        for (int32_t s = 0; s < S; ++s) best_max = std::max(best_max, eval(s, b2[s], b2[s + 1]).load);
-        auto squared = [&](int32_t s, int32_t b, int32_t e) {
-            const stage_eval r = eval(s, b, e);
-            const double g = to_gib(r.load);
-            return r.overflow <= 0 && r.load <= best_max ? std::optional<double>(g * g) : std::nullopt;
-        };
-        const auto [found3, b3] = run_dp(squared, [](double a, double b) { return a + b; }, worse, 0.0);
-        TANDEM_ASSERT(found3);
-        bounds = b3;
-    }
-
-    // ---- the plan ----
     for (int32_t i = 0; i < n; ++i) {
         const topology_device &d = *topo.find(ids[i]);
         const bool partner = tp && i >= n_stages;
@@ -478,42 +544,21 @@ placement_plan placement_plan_make(const placement_request &req, const topology 
                 if (!tp || host_half[l][e] != partner) held.push_back(e);
             dp.experts.push_back(std::move(held));
             dp.bytes_replicated += model.bytes.layer_replicated[l];
-            dp.bytes_experts += partner ? part_exp[l] : host_exp[l];
-            dp.bytes_kv += kv_layer;
+            dp.bytes_experts += partner ? rb.part_exp[l] : rb.host_exp[l];
+            dp.bytes_kv += rb.kv_layer;
         }
         dp.embedding = dp.stage == 0 && !partner;
         dp.bytes_embedding = dp.embedding ? model.bytes.embedding : 0;
         if (dp.stage == n_stages - 1) {
-            dp.head_begin = partner ? head_split : 0;
-            dp.head_end = partner ? model.n_vocab : head_split;
-            dp.bytes_head = partner ? model.bytes.head - head_host : head_host;
+            dp.head_begin = partner ? rb.head_split : 0;
+            dp.head_end = partner ? model.n_vocab : rb.head_split;
+            dp.bytes_head = partner ? model.bytes.head - rb.head_host : rb.head_host;
         }
         dp.bytes_scratch = req.scratch_bytes;
         dp.budget = budget[i];
         plan.devices.push_back(std::move(dp));
     }
-    if (worst > 0) {
-        std::string what;
-        uint64_t need = 0, have = 0;
-        for (const auto &dp : plan.devices) {
-            need += dp.total();
-            have += dp.budget;
-            if (dp.total() <= dp.budget) continue;
-            const std::pair<uint64_t, const char *> classes[] = {
-                {dp.bytes_experts, "routed experts"}, {dp.bytes_replicated, "attention/norms/router"},
-                {dp.bytes_kv, "KV cache"}, {dp.bytes_head, "output head"}, {dp.bytes_embedding, "embedding"},
-                {dp.bytes_scratch, "scratch"}};
-            const auto *big = std::max_element(std::begin(classes), std::end(classes));
-            what += fmt::format("{}device d{} (physical {} {}, stage {} {}, layers {}-{}) needs {:.2f} GiB but its "
-                                "budget is {:.2f} GiB: {:.2f} GiB missing (biggest class: {} {:.2f} GiB)",
-                                what.empty() ? "" : "; ", dp.logical, dp.physical, dp.name, dp.stage,
-                                placement_role_name(dp.role), dp.layer_begin, dp.layer_end - 1, to_gib(dp.total()),
-                                to_gib(dp.budget), to_gib(dp.total() - dp.budget), big->second, to_gib(big->first));
-        }
-        fail(error_kind::config, "the plan does not fit: {}. In all the plan needs {:.2f} GiB and the budgets total "
-             "{:.2f} GiB; lower --ctx or --batched-session, raise --gpu-vram, or add devices", what, to_gib(need),
-             to_gib(have));
-    }
+    if (worst > 0) fail_not_fit(plan);
     return plan;
 }
 

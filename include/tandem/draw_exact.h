@@ -30,7 +30,7 @@ namespace tandem {
 constexpr int32_t draw_weight_bits = 40;  // W = trunc(w x 2^40)
 
 // One row's draw request, the sampler's (sampler::draw_request) and the engine's input
-// (engine::forward_draw). temperature <= 0: no draw for the row.
+// (engine_row::draw). temperature <= 0: no draw for the row.
 struct row_draw {
     float temperature = 0.0f;
     float inv_temp = 0.0f;  // float(1.0 / double(temperature)), made by the host

@@ -16,21 +16,58 @@ namespace tandem {
 
 class gguf_file;
 
+// What a caller needs back from one row of an engine call. Rows that want anything are the
+// call's output rows, in row order.
+enum class row_output : uint8_t {
+    none,
+    best,     // the row's best token and NaN flag (top[0], has_nan), and its draw when asked
+    summary,  // its logits_top: 64 best tokens and the normaliser, and its draw when asked
+    logits,   // its whole logits row, and its summary
+};
+
 struct engine_row {
-    int32_t slot = 0;         // KV slot (session) the row belongs to
-    int32_t pos = 0;          // position in that slot's sequence
-    int32_t token = 0;        // input token id
-    bool want_logits = false; // write this row's logits to the output
+    int32_t slot = 0;          // KV slot (session) the row belongs to
+    int32_t pos = 0;           // position in that slot's sequence
+    int32_t token = 0;         // input token id
+    row_output want = row_output::none;
     // A row of a prompt (prefill) rather than a generated token. The CUDA engine computes prompt
     // rows with its tiled GEMM kernels and decode rows with its matrix-vector ones: each kind's results
     // are independent of the step's other rows, bitwise, and the two kinds agree within the
     // CUDA-vs-CPU tolerance. Callers mark every row of a prompt, however it is chunked, so a
     // session's cache never depends on how its prompt was split. The CPU engine ignores it.
     bool prompt = false;
+    // With temperature > 0, an output row's exact draw (draw_exact.h) is made beside its summary
+    // (logits_top::drawn, drawn_logit, drawn_u): on the device that holds the head where the
+    // backend can, else on the host from the whole row; the same token either way.
+    row_draw draw{};
 };
 
+// An engine call's results. `top` has one entry per output row, in row order: for a row that wants
+// `best` only top[0], has_nan and the draw are promised (log_norm may be NaN, the top may hold that
+// one entry); for the others the whole summary. `logits` holds n_vocab floats per output row when
+// any row of the call wants logits, and is empty otherwise.
+struct engine_outputs {
+    std::vector<logits_top> top;
+    std::vector<float> logits;
+};
+
+enum class engine_backend : uint8_t { automatic, cpu, cuda };
+enum class kv_type : uint8_t { automatic, f32, f16 };
+// CUDA transfers between devices: peer-to-peer where a pair has it (automatic), only p2p, staged
+// through pinned host memory, or NCCL send/recv.
+enum class engine_transport : uint8_t { automatic, p2p, host, nccl };
+
+// Names as the flags spell them ("auto", "cpu", "cuda"; "auto", "f32", "f16"; "auto", "p2p",
+// "host", "nccl"); parse throws error(config) naming the allowed values.
+engine_backend engine_backend_parse(const std::string &name);
+const char *engine_backend_name(engine_backend backend);
+kv_type kv_type_parse(const std::string &name);
+const char *kv_type_name(kv_type type);
+engine_transport engine_transport_parse(const std::string &name);
+const char *engine_transport_name(engine_transport transport);
+
 struct engine_options {
-    std::string backend = "cpu";        // "cpu", "cuda", or "auto" (engine_backend_resolve)
+    engine_backend backend = engine_backend::cpu;  // automatic: engine_backend_resolve
     int32_t n_slots = 1;                // resident KV slots
     int32_t n_ctx = 4096;               // tokens per slot
     int32_t n_threads = 0;              // CPU threads (0: all cores)
@@ -39,7 +76,7 @@ struct engine_options {
                                         // GPU); empty: auto (pairs from the topology with
                                         // tensor_parallel, else the GPU with the most memory)
     std::string gpu_vram = "auto";      // per-GPU budgets: "auto", or GiB for all / per device
-    std::string transport = "auto";     // CUDA transfers between devices: auto, p2p or host
+    engine_transport transport = engine_transport::automatic;
     bool tensor_parallel = false;
     // Count the rows routed to each expert of each layer (engine::expert_traffic), the input of
     // `--expert-balance`. Costs one small launch per layer on CUDA.
@@ -49,24 +86,20 @@ struct engine_options {
     // With several pipeline stages, rows are split into this many micro-batches that move
     // through the stages concurrently (0: one per stage; 1: no overlap).
     int32_t micro_batches = 0;
-    // The KV cache's element type: "f32", "f16" (half the bytes: the CUDA engine stores halves and
-    // its decode attention runs on tensor cores; the CPU engine rounds each key and value to the
-    // nearest half and keeps it as f32, so both compute on the same values), or "auto" (f16 on the
-    // CUDA backend, f32 on the CPU: the server's default). engine_kv_bytes checks it.
-    std::string kv_type = "f32";
-    // CUDA: make forward_draw's draws on the device that holds the head (a tensor-parallel pair:
-    // the first half's device, the other half sent to it), else on the host from the downloaded
-    // rows (the same tokens, slower). counters()["device_draws"]: whether the plan does.
-    // On by default since its GPU run (session 46, H100: the kernel tests under memcheck and
-    // racecheck, and the same tokens as the host's draws; docs/perf-notes.md).
+    // The KV cache's element type: f32, f16 (half the bytes: the CUDA engine stores halves and its
+    // decode attention runs on tensor cores; the CPU engine rounds each key and value to the
+    // nearest half and keeps it as f32, so both compute on the same values), or automatic (f16 on
+    // the CUDA backend, f32 on the CPU: the server's default).
+    kv_type kv = kv_type::f32;
+    // CUDA: make the rows' draws on the device that holds the head (a tensor-parallel pair: the
+    // first half's device, the other half sent to it), else on the host from the downloaded rows
+    // (the same tokens, slower). counters()["device_draws"]: whether the plan does.
     bool device_draws = true;
 };
 
-// options.kv_type with "auto" resolved by the backend (options.backend, resolved first when
-// "auto"); other names as given (engine_kv_bytes rejects unknown ones).
-std::string engine_kv_type_resolve(const engine_options &options);
-// Bytes of one KV cache element for the resolved options.kv_type (4 or 2); throws config for an
-// unknown name.
+// options.kv with automatic resolved by the backend (options.backend, resolved first when automatic).
+kv_type engine_kv_type_resolve(const engine_options &options);
+// Bytes of one KV cache element for the resolved options.kv (4 or 2).
 uint32_t engine_kv_bytes(const engine_options &options);
 
 class engine {
@@ -79,58 +112,10 @@ public:
 
     // Runs all rows in one call. Within a slot, rows must have consecutive positions starting
     // at the slot's cached length (slot_length); a slot may appear with several rows (prefill)
-    // and any number of slots may appear (decode). Logits of rows with want_logits are written
-    // to `logits` in row order, n_vocab floats each. A row's logits do not depend on the other
-    // rows of the call (batch invariance, bitwise).
-    virtual void forward(std::span<const engine_row> rows, std::vector<float> &logits) = 0;
-
-    // forward, with each want_logits row reduced to its logits_top (sampler.h), in row order.
-    // The CUDA engine reduces the rows on the device and moves ~0.5 KB a row to the host instead
-    // of n_vocab floats; the default reduces forward's rows on the host (logits_top_of). The top
-    // is the same bits either way.
-    virtual void forward_top(std::span<const engine_row> rows, std::vector<logits_top> &top) {
-        std::vector<float> logits;
-        forward(rows, logits);
-        const size_t vocab = size_t(hparams().n_vocab);
-        top.clear();
-        for (size_t i = 0; i < logits.size() / vocab; ++i) top.push_back(logits_top_of({logits.data() + i * vocab, vocab}));
-    }
-
-    // forward_draw for rows that need nothing of their summary but the best token and the draw
-    // (no logprobs; greedy, or a draw the engine makes): top[j].top[0] is the row's best (id, logit)
-    // in the sampler's order, has_nan its NaN flag and drawn / drawn_logit / drawn_u its draw, all
-    // bitwise forward_draw's; nothing else is promised (log_norm may be NaN, the top may hold that
-    // one entry). The CUDA engine reduces each row to its best on the device in one launch
-    // (cuda/logits_top.h: logits_best) instead of selecting 64 and summing the normaliser; the
-    // default is forward_draw.
-    virtual void forward_best(std::span<const engine_row> rows, std::span<const row_draw> draws, std::vector<logits_top> &top) {
-        forward_draw(rows, draws, top);
-    }
-
-    // forward and forward_top in one call: whole rows and their summaries (a draw from a whole row
-    // takes the row's normaliser and best tokens from its summary instead of computing them). The
-    // CUDA engine reduces on the device beside the rows' download; the default reduces on the host.
-    virtual void forward_rows_top(std::span<const engine_row> rows, std::vector<float> &logits, std::vector<logits_top> &top) {
-        forward(rows, logits);
-        const size_t vocab = size_t(hparams().n_vocab);
-        top.clear();
-        for (size_t i = 0; i < logits.size() / vocab; ++i) top.push_back(logits_top_of({logits.data() + i * vocab, vocab}));
-    }
-
-    // forward_top, and for each want_logits row j with draws[j].temperature > 0 (draws: one a
-    // want_logits row, in row order, or empty) the row's exact draw (draw_exact.h) in
-    // top[j].drawn, drawn_logit and drawn_u. The CUDA engine can draw on the device (engine_options::
-    // device_draws): only the token and the summary leave it.
-    // The default draws on the host from forward_rows_top's rows: the same token either way.
-    virtual void forward_draw(std::span<const engine_row> rows, std::span<const row_draw> draws, std::vector<logits_top> &top) {
-        if (!draws_any(draws)) {
-            forward_top(rows, top);
-            return;
-        }
-        std::vector<float> logits;
-        forward_rows_top(rows, logits, top);
-        draw_rows_exact(logits, draws, top);
-    }
+    // and any number of slots may appear (decode). Each output row gets what it wants (and may
+    // get more: a call computes, for every output row, the most any row of it wants). A row's
+    // results do not depend on the other rows of the call (batch invariance, bitwise).
+    virtual void forward(std::span<const engine_row> rows, engine_outputs &out) = 0;
 
     // Tokens whose K/V the slot holds.
     virtual int32_t slot_length(int32_t slot) const = 0;
@@ -144,14 +129,25 @@ public:
     // not a number so it goes in layout()). Empty when the backend keeps none.
     virtual std::map<std::string, double> counters() const { return {}; }
 
+    // The distinct physical GPUs the engine runs on, in plan order; empty for the CPU backend.
+    virtual std::vector<int32_t> gpus() const { return {}; }
+
     // Rows routed to each expert of each layer since the engine opened ([n_layer][n_expert]),
     // when engine_options::record_expert_traffic was set; empty otherwise.
     virtual std::vector<std::vector<uint64_t>> expert_traffic() const { return {}; }
 };
 
-// "auto" -> "cuda" when this build has the CUDA backend, a GPU is visible and no CPU virtual
-// devices were asked for (n_devices 1); else "cpu". Other names are returned as they are.
-std::string engine_backend_resolve(const engine_options &options);
+// automatic -> cuda when this build has the CUDA backend, a GPU is visible and no CPU virtual
+// devices were asked for (n_devices 1); else cpu. Others are returned as they are.
+engine_backend engine_backend_resolve(const engine_options &options);
+
+// For backends that compute whole logits rows: fills out.top (each output row's summary, unless
+// tops_done) and the rows' draws from out.logits on the host, then drops out.logits when no row
+// wants them. out.logits holds n_vocab floats per output row.
+void engine_outputs_from_logits(std::span<const engine_row> rows, int32_t n_vocab, bool tops_done, engine_outputs &out);
+
+// The whole logits rows of a call whose output rows want logits (tools and tests).
+void engine_forward_logits(engine &eng, std::span<const engine_row> rows, std::vector<float> &logits);
 
 // Builds the engine for a validated model file. Throws config errors that name the problem.
 std::unique_ptr<engine> engine_open(std::shared_ptr<const gguf_file> file, const engine_options &options);
@@ -165,6 +161,17 @@ std::string engine_plan_check(const gguf_file &file, const engine_options &optio
 // Writes the engine's recorded expert traffic as the `--expert-balance` JSON (placement.h) to path.
 // Throws config when the engine did not record, or the file cannot be written.
 void engine_write_expert_traffic(const engine &eng, const std::string &path);
+
+// A GPU's memory bandwidth, the roof of a memory-bound step: the peak from its memory clock and
+// bus width (0 when the device does not report them) and a measured device-to-device copy (bytes
+// read plus bytes written a second: 1 GiB copies, median of 5). Throws unsupported without the
+// CUDA backend.
+struct engine_memory_speed {
+    int32_t gpu = 0;
+    double peak_gb_s = 0;
+    double copy_gb_s = 0;
+};
+engine_memory_speed engine_memory_measure(int32_t gpu);
 
 // Measured copy bandwidth between each ordered pair of the listed GPUs (peer-to-peer and staged
 // through host memory), one line per pair. Throws unsupported without the CUDA backend.

@@ -47,7 +47,7 @@ struct logits_top {
     double log_norm = 0.0;           // log sum_i exp(logit_i) over the whole row
     bool has_nan = false;
     std::vector<token_logit> top;    // min(logits_top_max, n_vocab) best: logit descending, then id ascending
-    // The row's exact draw (draw_exact.h), when the engine was asked for one (engine::forward_draw): the id
+    // The row's exact draw (draw_exact.h), when the engine was asked for one (engine_row::draw): the id
     // (-1: none), its logit and the uniform number it was drawn with.
     int32_t drawn = -1;
     float drawn_logit = 0.0f;
@@ -66,21 +66,21 @@ int32_t draw_exact(std::span<const float> logits, float max_logit, const row_dra
 std::optional<token_logit> draw_exact_top(const logits_top &top, const row_draw &d);
 // Whether any of a step's rows asks for a draw.
 bool draws_any(std::span<const row_draw> draws);
-// engine::forward_draw's host draws: top[j] (the summary of logits row j, n_vocab floats a row)
+// The engine's host draws: top[j] (the summary of logits row j, n_vocab floats a row)
 // gets row j's exact draw when draws[j] asks for one; rows on up to 8 threads.
 void draw_rows_exact(std::span<const float> logits, std::span<const row_draw> draws, std::vector<logits_top> &top);
 
 class sampler {
 public:
     explicit sampler(const sampling_params &params);
-    // summary, when given, must be the row's logits_top (engine::forward_rows_top): its maximum, NaN
+    // summary, when given, must be the row's logits_top (engine_outputs::top): its maximum, NaN
     // flag, best tokens and normaliser are taken from it instead of recomputed (the same draw; the
     // normaliser, and so the logprobs, to within 1e-12 relative when a GPU reduced the row).
     sample_result sample(std::span<const float> logits, const logits_top *summary = nullptr);
     // The same draw as sample() on the whole row (same id, same random stream), from its summary
     // alone; nullopt, with no random number drawn, when the summary does not decide it: a
     // temperature draw without a top_k <= logits_top_max whose candidates run past the summary's
-    // tokens and that carries no draw of the engine's (drawn, engine::forward_draw).
+    // tokens and that carries no draw of the engine's (drawn, engine_row::draw).
     std::optional<sample_result> sample_top(const logits_top &top);
     // The draw the engine should make beside the row's summary for the draw `ahead` draws from
     // now (its uniform number read from a copy of the random stream), when the summary alone may
@@ -88,7 +88,7 @@ public:
     row_draw draw_request(size_t ahead = 0) const;
     // Whether the row's best token and the engine's draw (draw_request) decide every pick and what
     // the result reports: no logprobs, and greedy or a draw the engine makes (not a top_k within
-    // the summary). sample_top then reads only top[0], has_nan and the draw (engine::forward_best).
+    // the summary). sample_top then reads only top[0], has_nan and the draw (row_output::best).
     bool needs_best_only() const {
         const bool top_k_in_summary = params_.temperature > 0.0f && params_.top_k > 0 && params_.top_k <= logits_top_max;
         return params_.n_logprobs == 0 && !top_k_in_summary;

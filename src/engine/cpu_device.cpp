@@ -136,7 +136,7 @@ void cpu_device::head(std::span<const engine_row> rows, const float *x, std::vec
     const int64_t d = hp_.d_model;
     std::vector<size_t> picked;
     for (size_t i = 0; i < rows.size(); ++i)
-        if (rows[i].want_logits) picked.push_back(i);
+        if (rows[i].want != row_output::none) picked.push_back(i);
     const int64_t n_out = int64_t(picked.size()), n_cols = part_.head_end - part_.head_begin;
     std::vector<float> h(static_cast<size_t>(n_out * d));
     for (size_t j = 0; j < picked.size(); ++j)

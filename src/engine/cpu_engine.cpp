@@ -165,7 +165,13 @@ void cpu_engine::run_pipeline(const std::vector<std::span<const engine_row>> &gr
     if (error) std::rethrow_exception(error);
 }
 
-void cpu_engine::forward(std::span<const engine_row> rows, std::vector<float> &logits) {
+void cpu_engine::forward(std::span<const engine_row> rows, engine_outputs &out) {
+    out.top.clear();
+    forward_logits(rows, out.logits);
+    engine_outputs_from_logits(rows, hp_.n_vocab, false, out);
+}
+
+void cpu_engine::forward_logits(std::span<const engine_row> rows, std::vector<float> &logits) {
     logits.clear();
     if (rows.empty()) return;
     slots_.validate(rows);
@@ -202,13 +208,13 @@ void cpu_engine::forward(std::span<const engine_row> rows, std::vector<float> &l
 
     // Head shards: each device with head rows computes them; gather by vocab index, in row order.
     size_t n_out = 0;
-    for (const engine_row &r : rows) n_out += r.want_logits ? 1 : 0;
+    for (const engine_row &r : rows) n_out += r.want != row_output::none ? 1 : 0;
     logits.assign(n_out * size_t(hp_.n_vocab), 0.0f);
     std::vector<float> shard;
     size_t out_row = 0;
     for (int32_t m = 0; m < n_groups; ++m) {
         size_t group_out = 0;
-        for (const engine_row &r : groups[size_t(m)]) group_out += r.want_logits ? 1 : 0;
+        for (const engine_row &r : groups[size_t(m)]) group_out += r.want != row_output::none ? 1 : 0;
         for (const auto &dev : devices_) {
             const cpu_part &part = dev->part();
             if (part.head_end <= part.head_begin || group_out == 0) continue;

@@ -21,7 +21,7 @@ public:
     const model_hparams &hparams() const override { return hp_; }
     int32_t n_slots() const override { return slots_.n_slots(); }
     int32_t n_ctx() const override { return slots_.n_ctx(); }
-    void forward(std::span<const engine_row> rows, std::vector<float> &logits) override;
+    void forward(std::span<const engine_row> rows, engine_outputs &out) override;
     int32_t slot_length(int32_t slot) const override;
     void slot_truncate(int32_t slot, int32_t n_keep) override;
     std::string layout() const override;
@@ -31,6 +31,8 @@ public:
     const placement_plan &plan() const { return plan_; }
 
 private:
+    // The logits of the output rows, n_vocab floats each in row order.
+    void forward_logits(std::span<const engine_row> rows, std::vector<float> &logits);
     struct stage_stats {
         int64_t experts_touched = 0;  // summed over the stage's layers
         uint64_t bytes_moved = 0;
@@ -50,7 +52,7 @@ private:
     std::vector<std::vector<int32_t>> stage_members_;     // [stage] -> logical devices (host first)
     slot_table slots_;
     int32_t n_threads_ = 0, micro_batches_ = 0;
-    bool kv_f16_ = false;  // engine_options::kv_type "f16": keys and values rounded to halves
+    bool kv_f16_ = false;  // engine_options::kv f16: keys and values rounded to halves
     double experts_touched_ = 0;     // distinct experts per layer in the last forward (average)
     uint64_t bytes_moved_ = 0;       // hidden states, expert outputs and logits between devices
     std::vector<std::vector<uint64_t>> traffic_;  // [n_layer][n_expert] when recording (each stage

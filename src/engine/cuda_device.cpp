@@ -233,7 +233,7 @@ cuda_device::cuda_device(const model_hparams &hp, const model_tensors &tensors, 
     }
     if (part.embedding) m.tok_embd = mat(embd_off, tensors.tok_embd, rows_of(tensors.tok_embd));
 
-    // K/V of the layers here (F32 like the CPU twin, or F16: engine_options::kv_type); RoPE
+    // K/V of the layers here (F32 like the CPU twin, or F16: engine_options::kv); RoPE
     // frequencies computed as the CPU does.
     m.n_chunks = cuda::attention_chunks(n_ctx);
     m.kv_f16 = kv_f16;

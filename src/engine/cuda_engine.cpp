@@ -133,7 +133,7 @@ placement_plan cuda_plan_make(const gguf_file &file, const model_hparams &hp, co
         fail(error_kind::unsupported, "the CUDA attention needs d_head 32, 64, 128 or 256 and 1, 2, 4 or a multiple of 8 "
              "query heads per KV head (8+ only with d_head <= 128); the model has d_head {} and {} / {} heads",
              hp.d_head, hp.n_head, hp.n_head_kv);
-    cuda_transport_parse(options.transport);  // a bad name fails here, before anything loads
+    cuda_transport_check(options.transport);  // fails here, before anything loads
 
     // The plan, checked against the budgets before anything is allocated.
     const topology topo = cuda_topology_probe();
@@ -187,17 +187,14 @@ cuda_engine::cuda_engine(std::shared_ptr<const gguf_file> file, const engine_opt
     if (options.n_devices != 1)
         fail(error_kind::config, "--devices chooses CPU virtual devices; with --backend cuda list GPUs with --gpu-devices "
                                  "(e.g. 0,0 for two logical devices on GPU 0)");
-    const cuda_transport transport = cuda_transport_parse(options.transport);
     plan_ = cuda_plan_make(*file_, hp_, options);
 
     stage_members_ = placement_stage_members(plan_);
     for (const placement_device_plan &dp : plan_.devices)
         devices_.push_back(std::make_unique<cuda_device>(hp_, tensors_, dp, n_slots_, n_ctx_, options.record_expert_traffic,
                                                          kv_f16_));
-    links_ = std::make_unique<cuda_links>(devices_, transport);
-    // TANDEM_CUDA_MULTI_GRAPHS=0 turns the multi-device graphs off (a diagnostic switch).
-    const char *env_graphs = std::getenv("TANDEM_CUDA_MULTI_GRAPHS");
-    multi_graphs_ = options.cuda_graphs_multi && !(env_graphs && std::string(env_graphs) == "0");
+    links_ = std::make_unique<cuda_links>(devices_, options.transport);
+    multi_graphs_ = options.cuda_graphs_multi;
     // Host-staged transfers allocate their pinned buffers on first use: no graphs with them; NCCL
     // calls are not captured across GPUs here either.
     if (multi_graphs_ && devices_.size() > 1 && (links_->staged(devices_) || links_->nccl())) multi_graphs_ = false;
@@ -219,8 +216,8 @@ cuda_engine::cuda_engine(std::shared_ptr<const gguf_file> file, const engine_opt
     TANDEM_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void **>(&h.tops),
                                     devices_.size() * size_t(cuda_device::max_logit_rows) * sizeof(cuda::logits_top_row),
                                     cudaHostAllocPortable));
-    // The summaries run on every device holding head columns, or nowhere (forward_top then
-    // reduces whole rows on the host).
+    // The summaries run on every device holding head columns, or nowhere (forward then reduces
+    // whole rows on the host).
     device_top_ = false;
     for (const auto &d : devices_) {
         const bool head = d->part().head_end > d->part().head_begin;
@@ -280,6 +277,13 @@ std::string cuda_engine::layout() const {
         : fmt::format("{} devices on {} GPU{}", devices_.size(), gpus.size(), gpus.size() == 1 ? "" : "s");
     return fmt::format("{} | cuda {} ({}) {} kv={} {:.2f} GiB {}", placement_layout_line(plan_), devices_.front()->name(),
                        where, links_->describe(), kv_f16_ ? "f16" : "f32", double(kv) / gib, steps);
+}
+
+std::vector<int32_t> cuda_engine::gpus() const {
+    std::vector<int32_t> out;
+    for (const auto &d : devices_)
+        if (std::find(out.begin(), out.end(), d->physical()) == out.end()) out.push_back(d->physical());
+    return out;
 }
 
 std::map<std::string, double> cuda_engine::counters() const {
@@ -465,7 +469,7 @@ void cuda_engine::run_step(std::span<const engine_row> rows, bool prompt, float 
             h.rows[i] = real ? rows[size_t(i)].token : 0;
             h.rows[R + i] = real ? rows[size_t(i)].slot : -1;
             h.rows[2 * R + i] = real ? rows[size_t(i)].pos : 0;
-            if (real && rows[size_t(i)].want_logits) {
+            if (real && rows[size_t(i)].want != row_output::none) {
                 h.rows[3 * R + mb_begin[size_t(m)] + mb_out[size_t(m)]++] = i - mb_begin[size_t(m)];
                 ++n_wanted;
             }
@@ -480,7 +484,7 @@ void cuda_engine::run_step(std::span<const engine_row> rows, bool prompt, float 
             for (int32_t j = 0; j < mb_out[size_t(m)]; ++j) h.rows[3 * R + mb_begin[size_t(m)] + j] = j;
         }
         for (int32_t i = 0; i < n_real; ++i)
-            if (rows[size_t(i)].want_logits) keep.push_back(i);
+            if (rows[size_t(i)].want != row_output::none) keep.push_back(i);
         n_download = keep.empty() ? 0 : keep.back() + 1;
     }
     // The draw requests by logits row: a graph computes every row of its bucket (the rows kept
@@ -589,40 +593,27 @@ int64_t cuda_engine::enqueue_logits_top(int32_t n_out, bool best_only) {
     return launches;
 }
 
-void cuda_engine::forward(std::span<const engine_row> rows, std::vector<float> &logits) {
-    forward_rows(rows, &logits, nullptr);
-}
-
-void cuda_engine::forward_top(std::span<const engine_row> rows, std::vector<logits_top> &top) {
-    if (!device_top_) {
-        engine::forward_top(rows, top);
+void cuda_engine::forward(std::span<const engine_row> rows, engine_outputs &out) {
+    bool want_logits = false, want_summary = false, draws = false;
+    for (const engine_row &r : rows) {
+        if (r.want == row_output::none) continue;
+        want_logits = want_logits || r.want == row_output::logits;
+        want_summary = want_summary || r.want == row_output::summary;
+        draws = draws || r.draw.temperature > 0.0f;
+    }
+    // Whole rows when a row wants them, or when the device cannot reduce (the head's devices
+    // make no summaries) or draw (a plan without device draws): summaries and draws then come
+    // from the rows on the host, the same bits.
+    if (want_logits || !device_top_ || (draws && draw_device_ < 0)) {
+        forward_rows(rows, &out.logits, device_top_ ? &out.top : nullptr);
+        engine_outputs_from_logits(rows, hp_.n_vocab, device_top_, out);
         return;
     }
-    forward_rows(rows, nullptr, &top);
-}
-
-void cuda_engine::forward_best(std::span<const engine_row> rows, std::span<const row_draw> draws, std::vector<logits_top> &top) {
-    if (!device_top_ || (draw_device_ < 0 && draws_any(draws))) {
-        engine::forward_best(rows, draws, top);  // host reductions or host draws: whole summaries
-        return;
-    }
-    forward_rows(rows, nullptr, &top, draws, true);
-}
-
-void cuda_engine::forward_rows_top(std::span<const engine_row> rows, std::vector<float> &logits, std::vector<logits_top> &top) {
-    if (!device_top_) {
-        engine::forward_rows_top(rows, logits, top);
-        return;
-    }
-    forward_rows(rows, &logits, &top);
-}
-
-void cuda_engine::forward_draw(std::span<const engine_row> rows, std::span<const row_draw> draws, std::vector<logits_top> &top) {
-    if (draw_device_ < 0 || !draws_any(draws)) {
-        engine::forward_draw(rows, draws, top);
-        return;
-    }
-    forward_rows(rows, nullptr, &top, draws);
+    std::vector<row_draw> row_draws;
+    for (const engine_row &r : rows)
+        if (r.want != row_output::none && draws) row_draws.push_back(r.draw);
+    out.logits.clear();
+    forward_rows(rows, nullptr, &out.top, row_draws, !want_summary);
 }
 
 void cuda_engine::forward_rows(std::span<const engine_row> rows, std::vector<float> *logits, std::vector<logits_top> *top,
@@ -633,7 +624,7 @@ void cuda_engine::forward_rows(std::span<const engine_row> rows, std::vector<flo
     slots_.validate(rows);
     const size_t vocab = size_t(hp_.n_vocab);
     size_t n_wanted = 0;
-    for (const engine_row &r : rows) n_wanted += r.want_logits ? 1 : 0;
+    for (const engine_row &r : rows) n_wanted += r.want != row_output::none ? 1 : 0;
     if (logits) logits->resize(n_wanted * vocab);
     if (top) top->resize(n_wanted);
     TANDEM_ASSERT(draws.empty() || (top && draws.size() == n_wanted), "{} draw requests for {} logits rows", draws.size(), n_wanted);

@@ -27,15 +27,12 @@ public:
     const model_hparams &hparams() const override { return hp_; }
     int32_t n_slots() const override { return n_slots_; }
     int32_t n_ctx() const override { return n_ctx_; }
-    void forward(std::span<const engine_row> rows, std::vector<float> &logits) override;
-    void forward_top(std::span<const engine_row> rows, std::vector<logits_top> &top) override;
-    void forward_best(std::span<const engine_row> rows, std::span<const row_draw> draws, std::vector<logits_top> &top) override;
-    void forward_rows_top(std::span<const engine_row> rows, std::vector<float> &logits, std::vector<logits_top> &top) override;
-    void forward_draw(std::span<const engine_row> rows, std::span<const row_draw> draws, std::vector<logits_top> &top) override;
+    void forward(std::span<const engine_row> rows, engine_outputs &out) override;
     int32_t slot_length(int32_t slot) const override;
     void slot_truncate(int32_t slot, int32_t n_keep) override;
     std::string layout() const override;
     std::map<std::string, double> counters() const override;
+    std::vector<int32_t> gpus() const override;
     std::vector<std::vector<uint64_t>> expert_traffic() const override;
 
     const placement_plan &plan() const { return plan_; }
@@ -49,9 +46,9 @@ public:
     struct host_state;  // pinned buffers and graphs (opaque here: no CUDA types in this header)
 
 private:
-    // forward and forward_top: whole rows into *logits and / or summaries into *top (either may be
-    // null); with draws (one a logits row, or empty) the summaries carry the device's draws; with
-    // best_only (no logits) each summary is the row's best token alone (forward_best).
+    // Whole rows into *logits and / or summaries into *top (either may be null) for the output
+    // rows; with draws (one an output row, or empty) the summaries carry the device's draws; with
+    // best_only (no logits) each summary is the row's best token alone.
     void forward_rows(std::span<const engine_row> rows, std::vector<float> *logits, std::vector<logits_top> *top,
                       std::span<const row_draw> draws = {}, bool best_only = false);
     // One step of rows of one kind (engine_row::prompt), within cuda_device's row limits; the
@@ -76,7 +73,7 @@ private:
     int32_t n_slots_ = 0, n_ctx_ = 0, micro_batches_ = 0;
     bool kv_f16_ = false;  // engine_options::kv_type "f16"
     bool multi_graphs_ = false;
-    bool device_top_ = false;      // the head's devices reduce logits rows (forward_top)
+    bool device_top_ = false;      // the head's devices reduce logits rows to summaries
     // engine_options::device_draws where the plan allows: the device that draws (it holds the
     // head's first columns), and the one whose columns it gets first (a split head; -1: none).
     int32_t draw_device_ = -1, draw_rest_ = -1;

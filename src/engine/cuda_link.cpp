@@ -17,31 +17,16 @@
 
 namespace tandem {
 
-cuda_transport cuda_transport_parse(const std::string &name) {
-    if (name == "auto") return cuda_transport::automatic;
-    if (name == "p2p") return cuda_transport::p2p;
-    if (name == "host") return cuda_transport::host;
-    if (name == "nccl") {
-#ifdef TANDEM_HAVE_NCCL
-        return cuda_transport::nccl;
-#else
+void cuda_transport_check(engine_transport transport) {
+#ifndef TANDEM_HAVE_NCCL
+    if (transport == engine_transport::nccl)
         fail(error_kind::unsupported, "--transport nccl: this build has no NCCL (use auto, p2p or host)");
+#else
+    (void)transport;
 #endif
-    }
-    fail(error_kind::config, "--transport '{}': expected auto, p2p, host or nccl", name);
 }
 
-const char *cuda_transport_name(cuda_transport t) {
-    switch (t) {
-    case cuda_transport::automatic: return "auto";
-    case cuda_transport::p2p: return "p2p";
-    case cuda_transport::host: return "host";
-    case cuda_transport::nccl: return "nccl";
-    }
-    return "?";
-}
-
-cuda_links::cuda_links(const std::vector<std::unique_ptr<cuda_device>> &devices, cuda_transport mode) : mode_(mode) {
+cuda_links::cuda_links(const std::vector<std::unique_ptr<cuda_device>> &devices, engine_transport mode) : mode_(mode) {
     std::set<int> physical;
     for (const auto &d : devices) physical.insert(d->physical());
     for (int a : physical)
@@ -49,19 +34,19 @@ cuda_links::cuda_links(const std::vector<std::unique_ptr<cuda_device>> &devices,
             if (a == b) continue;
             int can = 0;
             TANDEM_CUDA_CHECK(cudaDeviceCanAccessPeer(&can, a, b));
-            if (mode_ == cuda_transport::p2p && !can)
+            if (mode_ == engine_transport::p2p && !can)
                 fail(error_kind::config, "--transport p2p: GPU {} cannot access GPU {} peer-to-peer (use --transport auto)",
                      a, b);
-            if (can && mode_ != cuda_transport::host) {
+            if (can && mode_ != engine_transport::host) {
                 TANDEM_CUDA_CHECK(cudaSetDevice(a));
                 const cudaError_t err = cudaDeviceEnablePeerAccess(b, 0);
                 if (err == cudaErrorPeerAccessAlreadyEnabled) cudaGetLastError();
                 else TANDEM_CUDA_CHECK(err);
             }
-            peer_[{a, b}] = can && mode_ != cuda_transport::host;
+            peer_[{a, b}] = can && mode_ != engine_transport::host;
         }
 #ifdef TANDEM_HAVE_NCCL
-    if (mode_ == cuda_transport::nccl && physical.size() > 1) {
+    if (mode_ == engine_transport::nccl && physical.size() > 1) {
         // One communicator per GPU, all made here; NVLink multicast stays off (DEVICE.md).
         setenv("NCCL_NVLS_ENABLE", "0", 0);
         nccl_gpus_.assign(physical.begin(), physical.end());
@@ -101,8 +86,8 @@ bool cuda_links::peer(int a, int b) const {
 }
 
 cuda_links::way cuda_links::route(const cuda_device &a, const cuda_device &b) const {
-    if (a.physical() == b.physical()) return mode_ == cuda_transport::host ? way::host : way::same_gpu;
-    if (mode_ == cuda_transport::nccl) return way::nccl;
+    if (a.physical() == b.physical()) return mode_ == engine_transport::host ? way::host : way::same_gpu;
+    if (mode_ == engine_transport::nccl) return way::nccl;
     return peer(a.physical(), b.physical()) ? way::p2p : way::host;
 }
 
@@ -121,7 +106,7 @@ std::string cuda_links::describe() const {
     for (const auto &[ab, on] : peer_)
         if (ab.first < ab.second) links += fmt::format("{}{}<->{} {}", links.empty() ? "" : ", ", ab.first, ab.second,
                                                         nccl() ? "nccl" : on ? "p2p" : "host");
-    return fmt::format("transport={}{}", cuda_transport_name(mode_), links.empty() ? "" : " (" + links + ")");
+    return fmt::format("transport={}{}", engine_transport_name(mode_), links.empty() ? "" : " (" + links + ")");
 }
 
 void cuda_links::send(cuda_device &src, const void *src_ptr, cuda_device &dst, void *dst_ptr, size_t bytes,
@@ -240,6 +225,33 @@ std::vector<cuda_link_speed> cuda_links_measure(const std::vector<int> &gpus, si
         cudaStreamDestroy(streams[i]);
     }
     return out;
+}
+
+cuda_memory_speed cuda_memory_measure(int gpu, size_t bytes, int repeats) {
+    cuda_memory_speed sp;
+    sp.gpu = gpu;
+    int clock_khz = 0, bus_bits = 0;
+    if (cudaDeviceGetAttribute(&clock_khz, cudaDevAttrMemoryClockRate, gpu) != cudaSuccess ||
+        cudaDeviceGetAttribute(&bus_bits, cudaDevAttrGlobalMemoryBusWidth, gpu) != cudaSuccess) {
+        cudaGetLastError();
+        clock_khz = bus_bits = 0;
+    }
+    sp.peak_gb_s = 2.0 * double(clock_khz) * 1e3 * double(bus_bits) / 8.0 / 1e9;
+    TANDEM_CUDA_CHECK(cudaSetDevice(gpu));
+    void *src = nullptr, *dst = nullptr;
+    cudaStream_t stream = nullptr;
+    TANDEM_CUDA_CHECK(cudaMalloc(&src, bytes));
+    TANDEM_CUDA_CHECK(cudaMalloc(&dst, bytes));
+    TANDEM_CUDA_CHECK(cudaMemset(src, 1, bytes));
+    TANDEM_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    const double ms = median_ms(stream, repeats, [&] {
+        TANDEM_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream));
+    });
+    sp.copy_gb_s = 2.0 * double(bytes) / (ms * 1e6);
+    cudaFree(src);
+    cudaFree(dst);
+    cudaStreamDestroy(stream);
+    return sp;
 }
 
 }  // namespace tandem

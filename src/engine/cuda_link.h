@@ -7,6 +7,7 @@
 #pragma once
 
 #include "cuda_device.h"
+#include "tandem/engine.h"
 
 #include <cstdint>
 #include <map>
@@ -16,9 +17,8 @@
 
 namespace tandem {
 
-enum class cuda_transport { automatic, p2p, host, nccl };
-cuda_transport cuda_transport_parse(const std::string &name);  // "auto", "p2p", "host", "nccl"
-const char *cuda_transport_name(cuda_transport t);
+// Throws unsupported for a transport this build cannot make (nccl without NCCL).
+void cuda_transport_check(engine_transport transport);
 
 // Measured copy bandwidth between two GPUs (each direction): peer-to-peer when the pair has
 // peer access, and through pinned host memory; `bytes` per copy, median of `repeats` after a
@@ -30,9 +30,19 @@ struct cuda_link_speed {
 };
 std::vector<cuda_link_speed> cuda_links_measure(const std::vector<int> &gpus, size_t bytes, int repeats);
 
+// A GPU's memory bandwidth, the roof of a memory-bound step: the peak from its memory clock and
+// bus width (two transfers a clock), and a device-to-device copy of `bytes` (bytes read plus bytes
+// written a second; median of `repeats` after a warm-up).
+struct cuda_memory_speed {
+    int gpu = 0;
+    double peak_gb_s = 0;  // 0 when the device does not report its memory clock
+    double copy_gb_s = 0;
+};
+cuda_memory_speed cuda_memory_measure(int gpu, size_t bytes, int repeats);
+
 class cuda_links {
 public:
-    cuda_links(const std::vector<std::unique_ptr<cuda_device>> &devices, cuda_transport mode);
+    cuda_links(const std::vector<std::unique_ptr<cuda_device>> &devices, engine_transport mode);
     ~cuda_links();
     cuda_links(const cuda_links &) = delete;
     cuda_links &operator=(const cuda_links &) = delete;
@@ -46,7 +56,7 @@ public:
     const char *path(const cuda_device &a, const cuda_device &b) const;
     // Whether any two of the devices exchange data through host memory.
     bool staged(const std::vector<std::unique_ptr<cuda_device>> &devices) const;
-    bool nccl() const { return mode_ == cuda_transport::nccl; }
+    bool nccl() const { return mode_ == engine_transport::nccl; }
     uint64_t bytes_moved() const { return bytes_moved_; }
     void reset_counters() { bytes_moved_ = 0; }
     std::string describe() const;  // e.g. "transport=p2p (0<->1 p2p)"
@@ -58,7 +68,7 @@ private:
     enum class way { same_gpu, p2p, host, nccl };
     way route(const cuda_device &a, const cuda_device &b) const;
 
-    cuda_transport mode_;
+    engine_transport mode_;
     std::vector<int> nccl_gpus_;     // physical ids, rank order
     std::vector<void *> nccl_comms_; // ncclComm_t per rank
     std::map<std::pair<int, int>, bool> peer_;  // physical pairs with peer access enabled

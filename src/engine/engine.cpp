@@ -24,59 +24,54 @@ const bool cuda_probe_registered = [] {
 }  // namespace
 #endif
 
-std::string engine_backend_resolve(const engine_options &options) {
-    if (options.backend != "auto") return options.backend;
+engine_backend engine_backend_resolve(const engine_options &options) {
+    if (options.backend != engine_backend::automatic) return options.backend;
 #ifdef TANDEM_HAVE_CUDA
     if (options.n_devices == 1) {
         int n = 0;
-        if (cudaGetDeviceCount(&n) == cudaSuccess && n > 0) return "cuda";
+        if (cudaGetDeviceCount(&n) == cudaSuccess && n > 0) return engine_backend::cuda;
         cudaGetLastError();
     }
 #endif
-    return "cpu";
+    return engine_backend::cpu;
 }
 
-std::string engine_kv_type_resolve(const engine_options &options) {
-    if (options.kv_type != "auto") return options.kv_type;
-    const std::string backend = options.backend == "auto" ? engine_backend_resolve(options) : options.backend;
-    return backend == "cuda" ? "f16" : "f32";
+kv_type engine_kv_type_resolve(const engine_options &options) {
+    if (options.kv != kv_type::automatic) return options.kv;
+    return engine_backend_resolve(options) == engine_backend::cuda ? kv_type::f16 : kv_type::f32;
 }
 
 uint32_t engine_kv_bytes(const engine_options &options) {
-    const std::string kv = engine_kv_type_resolve(options);
-    if (kv == "f32") return 4;
-    if (kv == "f16") return 2;
-    fail(error_kind::config, "unknown KV cache type '{}' (allowed: f32, f16, auto)", options.kv_type);
+    return engine_kv_type_resolve(options) == kv_type::f16 ? 2 : 4;
 }
+
+#ifndef TANDEM_HAVE_CUDA
+[[noreturn]] static void no_cuda_backend() {
+    fail(error_kind::unsupported, "this build has no CUDA backend (configure with -DTANDEM_CUDA=ON; use --backend cpu)");
+}
+#endif
 
 std::unique_ptr<engine> engine_open(std::shared_ptr<const gguf_file> file, const engine_options &options_in) {
     engine_options options = options_in;
-    engine_kv_bytes(options);  // a bad --kv-type fails before anything loads
     options.backend = engine_backend_resolve(options_in);
-    options.kv_type = engine_kv_type_resolve(options);
-    if (options.backend == "cpu") return std::make_unique<cpu_engine>(std::move(file), options);
-    if (options.backend == "cuda") {
+    options.kv = engine_kv_type_resolve(options);
+    if (options.backend == engine_backend::cpu) return std::make_unique<cpu_engine>(std::move(file), options);
 #ifdef TANDEM_HAVE_CUDA
-        return std::make_unique<cuda_engine>(std::move(file), options);
+    return std::make_unique<cuda_engine>(std::move(file), options);
 #else
-        fail(error_kind::unsupported, "this build has no CUDA backend (configure with -DTANDEM_CUDA=ON; use --backend cpu)");
+    no_cuda_backend();
 #endif
-    }
-    fail(error_kind::config, "unknown backend '{}' (allowed: auto, cpu, cuda)", options.backend);
 }
 
 std::string engine_plan_check(const gguf_file &file, const engine_options &options_in) {
     engine_options options = options_in;
     options.backend = engine_backend_resolve(options_in);
-    if (options.backend == "cpu") return "";
-    if (options.backend == "cuda") {
+    if (options.backend == engine_backend::cpu) return "";
 #ifdef TANDEM_HAVE_CUDA
-        return placement_layout_line(cuda_plan_make(file, model_hparams_read(file), options));
+    return placement_layout_line(cuda_plan_make(file, model_hparams_read(file), options));
 #else
-        fail(error_kind::unsupported, "this build has no CUDA backend (configure with -DTANDEM_CUDA=ON; use --backend cpu)");
+    no_cuda_backend();
 #endif
-    }
-    fail(error_kind::config, "unknown backend '{}' (allowed: auto, cpu, cuda)", options.backend);
 }
 
 void engine_write_expert_traffic(const engine &eng, const std::string &path) {
@@ -102,6 +97,16 @@ std::string engine_link_report(const std::vector<int32_t> &gpus) {
 #else
     (void)gpus;
     fail(error_kind::unsupported, "this build has no CUDA backend: no links to measure");
+#endif
+}
+
+engine_memory_speed engine_memory_measure(int32_t gpu) {
+#ifdef TANDEM_HAVE_CUDA
+    const cuda_memory_speed sp = cuda_memory_measure(gpu, size_t(1) << 30, 5);
+    return {gpu, sp.peak_gb_s, sp.copy_gb_s};
+#else
+    (void)gpu;
+    fail(error_kind::unsupported, "this build has no CUDA backend: no GPU memory to measure");
 #endif
 }
 

@@ -9,7 +9,7 @@ std::vector<engine_step> engine_steps_split(std::span<const engine_row> rows, in
     TANDEM_ASSERT(limits.decode_rows >= 1 && limits.prompt_rows >= 1 && limits.logit_rows >= 1, "step limits must be >= 1");
     std::vector<size_t> out_index(rows.size(), 0);  // each wanted row's place in the output
     size_t n_wanted = 0;
-    for (size_t i = 0; i < rows.size(); ++i) out_index[i] = rows[i].want_logits ? n_wanted++ : 0;
+    for (size_t i = 0; i < rows.size(); ++i) out_index[i] = rows[i].want != row_output::none ? n_wanted++ : 0;
 
     // The kinds' runs: two (decode, then prompt) when that keeps each slot's rows in order.
     std::vector<std::vector<size_t>> runs;
@@ -51,7 +51,7 @@ std::vector<engine_step> engine_steps_split(std::span<const engine_row> rows, in
             s.prompt = run_prompt[k];
             size_t end = begin;
             for (; end < idx.size() && end - begin < limit; ++end) {
-                if (rows[idx[end]].want_logits) {
+                if (rows[idx[end]].want != row_output::none) {
                     if (s.out.size() == limits.logit_rows) break;
                     s.out.push_back(out_index[idx[end]]);
                 }

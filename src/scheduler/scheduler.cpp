@@ -359,6 +359,27 @@ void scheduler::emit_token(active &a, const sample_result &r, bool &done) {
     a.decoding = true;
 }
 
+// One step's rows and what they are for, built by the plan_* phases of step().
+struct scheduler::step_plan {
+    std::vector<engine_row> rows;
+    std::vector<active *> owner;  // the session of each output row (want != none), in row order
+    int32_t n_decode = 0;         // decode rows (drafts included)
+    int32_t n_prefill = 0;        // prompt rows
+    int32_t budget = 0;           // prompt tokens the step could carry
+    uint64_t n_drafted = 0;
+    bool yielded = false;         // a prefill was held back for the decoders
+    bool whole_rows = false;      // some output row wants its whole logits
+};
+
+// One session's picks from its output rows of a step (its next token's row, then one a draft).
+struct scheduler::session_picks {
+    active *a;
+    size_t first_row;
+    bool decode;
+    std::vector<sample_result> picks;
+    std::string error;
+};
+
 bool scheduler::step() {
     admit();
     drain_cancels();
@@ -367,152 +388,168 @@ bool scheduler::step() {
         publish();
         return false;
     }
-
-    // Decode rows first: every generating session, one row each, in one call; then, with --draft,
-    // each session's drafted tokens as more decode rows of its slot (in admission order, while the
-    // step's decode rows stay within --draft-step-rows).
-    std::vector<engine_row> rows;
-    std::vector<active *> logit_owner;  // per row with want_logits
-    int32_t n_decode = 0, n_sessions_decoding = 0;
-    for (auto &a : active_) n_sessions_decoding += a->decoding ? 1 : 0;
-    int32_t spare_rows = options_.draft.n_max > 0 ? std::max(0, options_.draft_step_rows - n_sessions_decoding) : 0;
-    uint64_t n_drafted = 0;
-    for (auto &a : active_) {
-        if (!a->decoding) continue;
-        auto &st = slots_[a->slot];
-        rows.push_back({a->slot, static_cast<int32_t>(st.tokens.size()), a->next_token, true});
-        st.tokens.push_back(a->next_token);
-        logit_owner.push_back(a.get());
-        ++n_decode;
-        a->draft.clear();
-        if (a->drafts && spare_rows > 0) {
-            // The history ends with next_token (emit_token appended it).
-            a->draft = a->drafts->propose(std::min(spare_rows, draft_room(*a)));
-            for (int32_t d : a->draft) {
-                rows.push_back({a->slot, static_cast<int32_t>(st.tokens.size()), d, true});
-                st.tokens.push_back(d);
-                logit_owner.push_back(a.get());
-            }
-            spare_rows -= static_cast<int32_t>(a->draft.size());
-            n_decode += static_cast<int32_t>(a->draft.size());
-            n_drafted += a->draft.size();
-        }
-    }
-    // Then prefill, FIFO, within this step's budget: while anyone decodes, as many prompt tokens
-    // as keep the step within --itl-budget x a decode-only step, at most --prefill-yield.
-    int32_t n_waiting = 0;  // sessions with a slot still prefilling
-    for (auto &a : active_) n_waiting += a->decoding ? 0 : 1;
-    const int32_t step_budget = n_decode > 0 ? budget_.tokens(n_decode, n_waiting) : options_.prefill_chunk;
-    int32_t budget = step_budget;
-    int32_t n_prefill = 0;
-    bool yielded = false;
-    for (auto &a : active_) {
-        if (a->decoding) continue;
-        int32_t left = static_cast<int32_t>(a->req.prompt.size()) - a->n_past;
-        if (budget <= 0) {
-            yielded = yielded || n_decode > 0;
-            continue;
-        }
-        int32_t n = std::min(budget, left);
-        if (n < left && n_decode > 0) yielded = true;
-        auto &st = slots_[a->slot];
-        for (int32_t i = 0; i < n; ++i) {
-            int32_t tok = a->req.prompt[static_cast<size_t>(a->n_past + i)];
-            bool last = a->n_past + i + 1 == static_cast<int32_t>(a->req.prompt.size());
-            rows.push_back({a->slot, static_cast<int32_t>(st.tokens.size()), tok, last, true});
-            st.tokens.push_back(tok);
-            if (last) logit_owner.push_back(a.get());
-        }
-        a->n_past += n;
-        budget -= n;
-        n_prefill += n;
-    }
-
-    // Whole rows only when some picker needs one (a temperature draw with a top_k over 64): else
-    // each row leaves the engine as its best tokens (on CUDA: reduced on the device),
-    // with its exact draw when the picker asks for one (a session's row j draws with the
-    // uniform number j draws ahead: a draw is made for row j only after the j before it).
-    // Rows without logprobs, greedy or drawn by the engine, need only their best token beside the
-    // draw (one launch on CUDA instead of the 64-token summaries' two).
-    bool from_top = true, best_only = true;
-    for (const active *a : logit_owner) {
-        from_top = from_top && a->picker->picks_from_top();
-        best_only = best_only && a->picker->needs_best_only();
-    }
-    best_only = best_only && from_top;
-    draws_.clear();
-    if (from_top)
-        for (size_t i = 0; i < logit_owner.size(); i += 1 + logit_owner[i]->draft.size())
-            for (size_t j = 0; j <= logit_owner[i]->draft.size(); ++j) draws_.push_back(logit_owner[i]->picker->draw_request(j));
+    step_plan plan;
+    plan_decode_rows(plan);
+    plan_prompt_rows(plan);
+    plan_outputs(plan);
     auto t0 = clock_type::now();
     try {
-        if (best_only)
-            engine_.forward_best(rows, draws_, tops_);
-        else if (from_top)
-            engine_.forward_draw(rows, draws_, tops_);
-        else
-            engine_.forward_rows_top(rows, logits_, tops_);
+        engine_.forward(plan.rows, outputs_);
     } catch (const std::exception &e) {
-        log_error("engine forward failed ({} rows): {}", rows.size(), e.what());
+        log_error("engine forward failed ({} rows): {}", plan.rows.size(), e.what());
         abandon_active(std::string("engine error: ") + e.what());
         return true;
     }
-    double dt = std::chrono::duration<double>(clock_type::now() - t0).count();
-    budget_.record(n_decode, n_prefill, dt);
-    log_debug("step: {} decode rows, {} prompt rows (share {}), {:.3f} ms", n_decode, n_prefill, step_budget, dt * 1e3);
+    const double dt = std::chrono::duration<double>(clock_type::now() - t0).count();
+    budget_.record(plan.n_decode, plan.n_prefill, dt);
+    log_debug("step: {} decode rows, {} prompt rows (share {}), {:.3f} ms", plan.n_decode, plan.n_prefill, plan.budget,
+              dt * 1e3);
+    TANDEM_ASSERT(outputs_.top.size() == plan.owner.size(), "engine returned {} summaries for {} rows", outputs_.top.size(),
+                  plan.owner.size());
+    if (plan.whole_rows)
+        TANDEM_ASSERT(outputs_.logits.size() >= plan.owner.size() * size_t(engine_.hparams().n_vocab),
+                      "engine returned {} logits for {} rows", outputs_.logits.size(), plan.owner.size());
+    std::vector<session_picks> picks = pick_tokens(plan);
+    const auto [n_decode_tokens, n_accepted] = apply_picks(picks);
+    send_events();
+    std::erase_if(active_, [](const std::unique_ptr<active> &a) { return a->finished; });
+    record_step(plan, dt, n_decode_tokens, n_accepted);
+    publish();
+    return true;
+}
 
+// Decode rows first: every generating session, one row each, in one call; then, with --draft,
+// each session's drafted tokens as more decode rows of its slot (in admission order, while the
+// step's decode rows stay within --draft-step-rows).
+void scheduler::plan_decode_rows(step_plan &plan) {
+    int32_t n_sessions_decoding = 0;
+    for (auto &a : active_) n_sessions_decoding += a->decoding ? 1 : 0;
+    int32_t spare_rows = options_.draft.n_max > 0 ? std::max(0, options_.draft_step_rows - n_sessions_decoding) : 0;
+    for (auto &a : active_) {
+        if (!a->decoding) continue;
+        auto &st = slots_[a->slot];
+        plan.rows.push_back({a->slot, static_cast<int32_t>(st.tokens.size()), a->next_token, row_output::summary});
+        st.tokens.push_back(a->next_token);
+        plan.owner.push_back(a.get());
+        ++plan.n_decode;
+        a->draft.clear();
+        if (!a->drafts || spare_rows <= 0) continue;
+        // The history ends with next_token (emit_token appended it).
+        a->draft = a->drafts->propose(std::min(spare_rows, draft_room(*a)));
+        for (int32_t d : a->draft) {
+            plan.rows.push_back({a->slot, static_cast<int32_t>(st.tokens.size()), d, row_output::summary});
+            st.tokens.push_back(d);
+            plan.owner.push_back(a.get());
+        }
+        spare_rows -= static_cast<int32_t>(a->draft.size());
+        plan.n_decode += static_cast<int32_t>(a->draft.size());
+        plan.n_drafted += a->draft.size();
+    }
+}
+
+// Then prefill, FIFO, within this step's budget: while anyone decodes, as many prompt tokens as
+// keep the step within --itl-budget x a decode-only step, at most --prefill-yield.
+void scheduler::plan_prompt_rows(step_plan &plan) {
+    int32_t n_waiting = 0;  // sessions with a slot still prefilling
+    for (auto &a : active_) n_waiting += a->decoding ? 0 : 1;
+    plan.budget = plan.n_decode > 0 ? budget_.tokens(plan.n_decode, n_waiting) : options_.prefill_chunk;
+    int32_t budget = plan.budget;
+    for (auto &a : active_) {
+        if (a->decoding) continue;
+        const int32_t left = static_cast<int32_t>(a->req.prompt.size()) - a->n_past;
+        if (budget <= 0) {
+            plan.yielded = plan.yielded || plan.n_decode > 0;
+            continue;
+        }
+        const int32_t n = std::min(budget, left);
+        if (n < left && plan.n_decode > 0) plan.yielded = true;
+        auto &st = slots_[a->slot];
+        for (int32_t i = 0; i < n; ++i) {
+            const int32_t tok = a->req.prompt[static_cast<size_t>(a->n_past + i)];
+            const bool last = a->n_past + i + 1 == static_cast<int32_t>(a->req.prompt.size());
+            plan.rows.push_back(
+                {a->slot, static_cast<int32_t>(st.tokens.size()), tok, last ? row_output::summary : row_output::none, true});
+            st.tokens.push_back(tok);
+            if (last) plan.owner.push_back(a.get());
+        }
+        a->n_past += n;
+        budget -= n;
+        plan.n_prefill += n;
+    }
+}
+
+// What each output row needs back, as its session's picker says: its whole row for a draw the
+// summary cannot decide (a temperature draw with a top_k over 64), its best token alone for rows
+// without logprobs (greedy, or drawn by the engine: one launch on CUDA instead of the summaries'
+// two), else its 64 best tokens; with the exact draw the picker asks the engine for (a session's
+// row j draws with the uniform number j draws ahead: a draw is made for row j only after the j
+// before it).
+void scheduler::plan_outputs(step_plan &plan) {
+    size_t out = 0, j = 0;
+    for (engine_row &r : plan.rows) {
+        if (r.want == row_output::none) continue;
+        const active &a = *plan.owner[out];
+        j = out > 0 && plan.owner[out - 1] == &a ? j + 1 : 0;  // a session's rows are adjacent
+        ++out;
+        if (!a.picker->picks_from_top()) {
+            r.want = row_output::logits;
+            plan.whole_rows = true;
+            continue;
+        }
+        r.want = a.picker->needs_best_only() ? row_output::best : row_output::summary;
+        r.draw = a.picker->draw_request(j);
+    }
+}
+
+// A session's rows come together: its next token's row, then one a draft. The draw from row j is
+// kept only while every earlier draw equalled the draft fed after it, and draws are made in row
+// order and stop at the first miss, so the sampler's random stream advances exactly as it would one
+// token a step: the output does not depend on the drafts. Sessions that pick from whole rows do so
+// on several threads (~1 ms each for a 150k vocabulary; the sessions' samplers are independent). A
+// draw that throws (NaN logits: a broken model file or kernel) ends its own request with the error;
+// the step's other sessions go on.
+std::vector<scheduler::session_picks> scheduler::pick_tokens(const step_plan &plan) {
     const size_t n_vocab = static_cast<size_t>(engine_.hparams().n_vocab);
-    TANDEM_ASSERT(tops_.size() == logit_owner.size(), "engine returned {} summaries for {} rows", tops_.size(),
-                  logit_owner.size());
-    if (!from_top)
-        TANDEM_ASSERT(logits_.size() >= logit_owner.size() * n_vocab, "engine returned {} logits for {} rows",
-                      logits_.size(), logit_owner.size());
-    // A session's rows come together: its next token's row, then one a draft. The draw from row j
-    // is kept only while every earlier draw equalled the draft fed after it, and draws are made in
-    // row order and stop at the first miss, so the sampler's random stream advances exactly as it
-    // would one token a step: the output does not depend on the drafts. First every session's
-    // draws (on several threads when they take whole rows: ~1 ms each for a 150k vocabulary, and
-    // the sessions' samplers are independent); then, in row order, the tokens they emit. A draw
-    // past a token that ends the session is made and dropped with its sampler.
-    // A draw that throws (NaN logits: a broken model file or kernel) ends its own request with
-    // the error; the step's other sessions go on.
-    struct session_draws {
-        active *a;
-        size_t first_row;
-        bool decode;
-        std::vector<sample_result> picks;
-        std::string error;
-    };
-    std::vector<session_draws> draws;
-    for (size_t i = 0; i < logit_owner.size(); i += 1 + logit_owner[i]->draft.size())
-        draws.push_back({logit_owner[i], i, i < static_cast<size_t>(n_decode), {}, {}});
-    auto draw_session = [&](session_draws &d) {
+    const std::vector<logits_top> &tops = outputs_.top;
+    const std::vector<float> &logits = outputs_.logits;
+    std::vector<session_picks> picks;
+    for (size_t i = 0; i < plan.owner.size(); i += 1 + plan.owner[i]->draft.size())
+        picks.push_back({plan.owner[i], i, i < static_cast<size_t>(plan.n_decode), {}, {}});
+    auto pick_session = [&](session_picks &d) {
         active &a = *d.a;
         try {
             for (size_t j = 0; j <= a.draft.size(); ++j) {
                 const size_t row = d.first_row + j;
-                d.picks.push_back(from_top ? a.picker->pick_top(tops_[row])
-                                           : a.picker->pick(std::span<const float>(logits_.data() + row * n_vocab, n_vocab), &tops_[row]));
+                d.picks.push_back(a.picker->picks_from_top()
+                                      ? a.picker->pick_top(tops[row])
+                                      : a.picker->pick(std::span<const float>(logits.data() + row * n_vocab, n_vocab), &tops[row]));
                 if (j == a.draft.size() || d.picks.back().id != a.draft[j]) break;
             }
         } catch (const std::exception &e) {
             d.error = e.what();
         }
     };
-    const size_t n_workers = from_top ? 1 : std::min<size_t>(draws.size(), max_pick_threads);
+    const size_t n_workers = plan.whole_rows ? std::min<size_t>(picks.size(), max_pick_threads) : 1;
     if (n_workers <= 1) {
-        for (auto &d : draws) draw_session(d);
-    } else {
-        std::vector<std::thread> workers;
-        std::atomic<size_t> next{0};
-        for (size_t w = 0; w < n_workers; ++w)
-            workers.emplace_back([&] {
-                for (size_t k; (k = next.fetch_add(1)) < draws.size();) draw_session(draws[k]);
-            });
-        for (auto &t : workers) t.join();
+        for (auto &d : picks) pick_session(d);
+        return picks;
     }
+    std::vector<std::thread> workers;
+    std::atomic<size_t> next{0};
+    for (size_t w = 0; w < n_workers; ++w)
+        workers.emplace_back([&] {
+            for (size_t k; (k = next.fetch_add(1)) < picks.size();) pick_session(picks[k]);
+        });
+    for (auto &t : workers) t.join();
+    return picks;
+}
+
+// In row order, the tokens each session's picks emit; a draft's row stands while the pick before
+// it equalled it, and the slot forgets the rows past the last that stands. A pick past a token
+// that ends the session is dropped with its sampler. Returns (decode tokens emitted, drafts kept).
+std::pair<uint64_t, uint64_t> scheduler::apply_picks(std::vector<session_picks> &picks) {
     uint64_t n_accepted = 0, n_decode_tokens = 0;
-    for (session_draws &d : draws) {
+    for (session_picks &d : picks) {
         active &a = *d.a;
         auto &st = slots_[a.slot];
         const size_t held = st.tokens.size();
@@ -542,6 +579,11 @@ bool scheduler::step() {
             a.draft.clear();
         }
     }
+    return {n_decode_tokens, n_accepted};
+}
+
+// Each session's new text and tokens since the last step, or its prefill progress.
+void scheduler::send_events() {
     for (auto &a : active_) {
         if (a->finished) continue;
         if (!a->pending.text.empty() || !a->pending.tokens.empty()) {
@@ -558,33 +600,31 @@ bool scheduler::step() {
             a->req.sink->on_event(std::move(ev));
         }
     }
-    std::erase_if(active_, [](const std::unique_ptr<active> &a) { return a->finished; });
+}
 
-    {
-        std::lock_guard lock(mutex_);
-        size_t n_rows = rows.size();
-        stats_.n_steps += 1;
-        std::vector<int32_t> in_call;
-        for (const auto &r : rows) in_call.push_back(r.slot);
-        std::sort(in_call.begin(), in_call.end());
-        stats_.busy_slot_steps += static_cast<uint64_t>(std::unique(in_call.begin(), in_call.end()) - in_call.begin());
-        stats_.prompt_tokens += static_cast<uint64_t>(n_prefill);
-        stats_.predicted_tokens += n_decode_tokens;
-        stats_.draft_tokens += n_drafted;
-        stats_.draft_accepted += n_accepted;
-        // A mixed call's time is split between prompt and decode by rows.
-        stats_.prompt_seconds += n_rows ? dt * n_prefill / static_cast<double>(n_rows) : 0.0;
-        stats_.predicted_seconds += n_rows ? dt * n_decode / static_cast<double>(n_rows) : 0.0;
-        if (n_decode > 0) {
-            stats_.decode_steps += 1;
-            stats_.decode_rows += static_cast<uint64_t>(n_decode);
-            stats_.max_rows_per_decode = std::max(stats_.max_rows_per_decode, n_decode);
-        }
-        if (yielded) stats_.prefill_yields += 1;
-        if (n_decode > 0) stats_.prefill_budget = step_budget;
+void scheduler::record_step(const step_plan &plan, double dt, uint64_t n_decode_tokens, uint64_t n_accepted) {
+    std::vector<int32_t> in_call;
+    for (const auto &r : plan.rows) in_call.push_back(r.slot);
+    std::sort(in_call.begin(), in_call.end());
+    const auto busy = static_cast<uint64_t>(std::unique(in_call.begin(), in_call.end()) - in_call.begin());
+    const double n_rows = static_cast<double>(plan.rows.size());
+    std::lock_guard lock(mutex_);
+    stats_.n_steps += 1;
+    stats_.busy_slot_steps += busy;
+    stats_.prompt_tokens += static_cast<uint64_t>(plan.n_prefill);
+    stats_.predicted_tokens += n_decode_tokens;
+    stats_.draft_tokens += plan.n_drafted;
+    stats_.draft_accepted += n_accepted;
+    // A mixed call's time is split between prompt and decode by rows.
+    stats_.prompt_seconds += n_rows > 0 ? dt * plan.n_prefill / n_rows : 0.0;
+    stats_.predicted_seconds += n_rows > 0 ? dt * plan.n_decode / n_rows : 0.0;
+    if (plan.n_decode > 0) {
+        stats_.decode_steps += 1;
+        stats_.decode_rows += static_cast<uint64_t>(plan.n_decode);
+        stats_.max_rows_per_decode = std::max(stats_.max_rows_per_decode, plan.n_decode);
+        stats_.prefill_budget = plan.budget;
     }
-    publish();
-    return true;
+    if (plan.yielded) stats_.prefill_yields += 1;
 }
 
 void scheduler::publish() {

@@ -21,6 +21,7 @@
 #include <span>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 namespace tandem {
@@ -41,7 +42,7 @@ public:
     virtual sample_result pick(std::span<const float> logits, const logits_top *summary = nullptr) = 0;
     // Whether pick_top can decide this picker's draws (the sampler's always can, given the draws
     // it requests): when every row of a step's pickers can, the step asks the engine for
-    // summaries (engine::forward_draw) instead of whole rows.
+    // summaries (row_output::summary) instead of whole rows.
     virtual bool picks_from_top() const { return false; }
     // The exact draw (draw_exact.h) the engine should make beside the row's top for this
     // picker's draw `ahead` draws from now; temperature 0 (the default): none.
@@ -51,7 +52,7 @@ public:
     }
     // Whether the row's best token and its draw (draw_request) decide pick_top and what it
     // reports: when every row of a step's pickers says so, the step asks the engine for those
-    // alone (engine::forward_best).
+    // alone (row_output::best).
     virtual bool needs_best_only() const { return false; }
     // The pick from the row's top; called only when picks_from_top().
     virtual sample_result pick_top(const logits_top &top) {
@@ -198,6 +199,16 @@ private:
     void finish(active &a, finish_reason reason, const std::string &error);
     void emit_token(active &a, const sample_result &r, bool &done);
     int32_t draft_room(const active &a) const;
+    // The phases of step().
+    struct step_plan;
+    struct session_picks;
+    void plan_decode_rows(step_plan &plan);
+    void plan_prompt_rows(step_plan &plan);
+    void plan_outputs(step_plan &plan);
+    std::vector<session_picks> pick_tokens(const step_plan &plan);
+    std::pair<uint64_t, uint64_t> apply_picks(std::vector<session_picks> &picks);
+    void send_events();
+    void record_step(const step_plan &plan, double dt, uint64_t n_decode_tokens, uint64_t n_accepted);
     void publish();
     void abandon_active(const std::string &why);
 
@@ -231,9 +242,7 @@ private:
     std::vector<slot_state> slots_;
     std::vector<std::unique_ptr<active>> active_;  // in admission order
     uint64_t use_clock_ = 0;
-    std::vector<float> logits_;
-    std::vector<row_draw> draws_;   // the step's draw requests (engine::forward_draw)
-    std::vector<logits_top> tops_;  // the step's rows as summaries (engine::forward_top)
+    engine_outputs outputs_;  // the last step's output rows
     prefill_budget budget_;
     std::thread thread_;
 };

@@ -82,6 +82,41 @@ double step_bytes(const tandem::model_hparams &hp, const tandem::model_bytes &by
     return rep + double(bytes.head) + exp * touched / hp.n_expert;
 }
 
+// The bandwidth a memory-bound step could reach: --bandwidth when given, else on CUDA the sum of a
+// measured device copy on each GPU of the plan (what kernels can actually stream; the peak from
+// the memory clock is reported beside it), and none for the CPU backend.
+struct bench_roof {
+    double gb_s = 0, peak_gb_s = 0;
+    std::string source;
+};
+
+bench_roof bench_roof_measure(const tandem::engine &eng, double flag_gb_s) {
+    bench_roof roof;
+    if (flag_gb_s > 0) {
+        roof.gb_s = flag_gb_s;
+        roof.source = "--bandwidth";
+        return roof;
+    }
+    const std::vector<int32_t> gpus = eng.gpus();
+    for (const int32_t gpu : gpus) {
+        const tandem::engine_memory_speed sp = tandem::engine_memory_measure(gpu);
+        roof.gb_s += sp.copy_gb_s;
+        roof.peak_gb_s += sp.peak_gb_s;
+    }
+    if (!gpus.empty())
+        roof.source = fmt::format("measured device copy, 1 GiB, on {} GPU{}", gpus.size(), gpus.size() == 1 ? "" : "s");
+    return roof;
+}
+
+// One engine call whose output rows want summaries (or their best token): their logits_top.
+void forward_tops(tandem::engine &eng, std::span<const tandem::engine_row> rows, std::vector<tandem::logits_top> &tops) {
+    tandem::engine_outputs out;
+    eng.forward(rows, out);
+    tops = std::move(out.top);
+}
+
+tandem::row_output summary_if(bool wanted) { return wanted ? tandem::row_output::summary : tandem::row_output::none; }
+
 }  // namespace
 
 // Greedy decode of n sessions with drafts (draft_options' default n-grams, as the server's), fed
@@ -106,8 +141,8 @@ nlohmann::json decode_with_drafts(tandem::engine &eng, int n, int decode_prompt,
     auto start = [&](int s) {
         eng.slot_truncate(s, 0);
         std::vector<engine_row> rows;
-        for (int i = 0; i < decode_prompt; ++i) rows.push_back({s, i, prompts[size_t(s)][size_t(i)], i + 1 == decode_prompt, true});
-        eng.forward_top(rows, tops);
+        for (int i = 0; i < decode_prompt; ++i) rows.push_back({s, i, prompts[size_t(s)][size_t(i)], summary_if(i + 1 == decode_prompt), true});
+        forward_tops(eng, rows, tops);
         return tops[0].top[0].id;
     };
     for (int s = 0; s < n; ++s) prompts[size_t(s)] = random_ids(decode_prompt);
@@ -117,8 +152,8 @@ nlohmann::json decode_with_drafts(tandem::engine &eng, int n, int decode_prompt,
         for (int s = 0; s < n; ++s) continuation[size_t(s)].push_back(start(s));
         for (size_t i = 1; i < needed && decode_prompt + int(i) < eng.n_ctx(); ++i) {
             std::vector<engine_row> rows;
-            for (int s = 0; s < n; ++s) rows.push_back({s, decode_prompt + int32_t(i) - 1, continuation[size_t(s)].back(), true});
-            eng.forward_top(rows, tops);
+            for (int s = 0; s < n; ++s) rows.push_back({s, decode_prompt + int32_t(i) - 1, continuation[size_t(s)].back(), row_output::summary});
+            forward_tops(eng, rows, tops);
             for (int s = 0; s < n; ++s) continuation[size_t(s)].push_back(tops[size_t(s)].top[0].id);
         }
     }
@@ -150,14 +185,14 @@ nlohmann::json decode_with_drafts(tandem::engine &eng, int n, int decode_prompt,
             int spare = step_rows - n;
             for (int s = 0; s < n; ++s) {
                 const int32_t pos = eng.slot_length(s);
-                rows.push_back({s, pos, next[size_t(s)], true});
+                rows.push_back({s, pos, next[size_t(s)], row_output::summary});
                 const int room = std::min({spare, oracle ? draft : lengths[size_t(s)].next(), eng.n_ctx() - 1 - pos});
                 if (room > 0) drafts[size_t(s)] = propose(s, room);
-                for (size_t i = 0; i < drafts[size_t(s)].size(); ++i) rows.push_back({s, pos + 1 + int32_t(i), drafts[size_t(s)][i], true});
+                for (size_t i = 0; i < drafts[size_t(s)].size(); ++i) rows.push_back({s, pos + 1 + int32_t(i), drafts[size_t(s)][i], row_output::summary});
                 spare -= int(drafts[size_t(s)].size());
             }
             const auto t0 = clock_type::now();
-            eng.forward_top(rows, tops);
+            forward_tops(eng, rows, tops);
             const double dt = seconds_since(t0);
             size_t row = 0;
             uint64_t step_emitted = 0;
@@ -200,16 +235,16 @@ TANDEM_COMMAND(bench, "Measure prefill and multi-session decode throughput", [](
     sub.add_option("--decode-prompt", cli->decode_prompt, "Tokens each decoding session starts with");
     sub.add_option("--prefill-chunk", cli->prefill_chunk, "Rows per prefill call");
     sub.add_option("--repeats", cli->repeats, "Prefill repeats (median)");
-    sub.add_option("--bandwidth", cli->bandwidth_gbps, "Memory bandwidth roof in GB/s for % of roof (cuda default 4300 per GPU of the plan)");
+    sub.add_option("--bandwidth", cli->bandwidth_gbps,
+                   "Memory bandwidth roof in GB/s for % of roof (default on CUDA: a measured device copy on each GPU of the plan, summed)");
     sub.add_flag("--full-logits", cli->full_logits,
                  "Decode steps take whole logits rows (as a temperature draw with --no-device-draws does) instead of each row's best tokens");
     sub.add_flag("--summaries", cli->summaries,
                  "Decode steps reduce each row to its 64 best tokens and normaliser (what requests with logprobs or a top_k "
-                 "up to 64 take: engine::forward_draw) instead of its best token alone beside the draw (engine::forward_best, "
-                 "the server's other requests)");
+                 "up to 64 take) instead of its best token alone beside the draw (the server's other requests)");
     sub.add_option("--temperature", cli->temperature,
-                   "Decode steps draw each session's token at this temperature (an exact draw: engine::forward_best, or "
-                   "forward_draw with --summaries; on the GPU unless --no-device-draws, else from whole rows on the host) "
+                   "Decode steps draw each session's token at this temperature (an exact draw beside each row's best token, "
+                   "or its summary with --summaries; on the GPU unless --no-device-draws, else from whole rows on the host) "
                    "instead of taking the best");
     sub.add_option("--top-p", cli->top_p, "With --temperature: draw from the nucleus of this mass (0, 1]")->check(CLI::Range(0.0f, 1.0f));
     sub.add_option("--draft", cli->draft,
@@ -223,7 +258,7 @@ TANDEM_COMMAND(bench, "Measure prefill and multi-session decode throughput", [](
                    "Record the rows routed to each expert and write them here (the --expert-balance format)");
     // The KV type the server runs (auto: f16 on CUDA, f32 on the CPU), so the bench measures what a
     // server serves; `logits` and `generate`, the reference tools, keep f32 (engine_options).
-    cli->engine.kv_type = "auto";
+    cli->engine.kv = tandem::kv_type::automatic;
     tandem::tools::add_engine_flags(sub, cli->engine);
     const CLI::Option *ctx_flag = sub.get_option("--ctx");
     return [cli, ctx_flag] {
@@ -245,21 +280,17 @@ TANDEM_COMMAND(bench, "Measure prefill and multi-session decode throughput", [](
         opt.backend = engine_backend_resolve(opt);
         opt.record_expert_traffic = !cli->traffic_path.empty();
         auto eng = engine_open(file, opt);
-        // The roof: --bandwidth, else 4.3 TB/s (an H200's measured device copy) per GPU of the plan.
-        const auto engine_counters = eng->counters();
-        const auto gpus = engine_counters.find("gpus");
-        const double n_gpus = gpus != engine_counters.end() ? gpus->second : 1.0;
-        const double roof = cli->bandwidth_gbps > 0 ? cli->bandwidth_gbps : (opt.backend == "cuda" ? 4300.0 * n_gpus : 0.0);
+        const bench_roof roof_info = bench_roof_measure(*eng, cli->bandwidth_gbps);
+        const double roof = roof_info.gb_s;
         std::mt19937 rng(1234);
         auto random_ids = [&](int n) {
             std::vector<int32_t> ids(static_cast<size_t>(n));
             for (auto &t : ids) t = int32_t(rng() % uint32_t(hp.n_vocab));
             return ids;
         };
-        std::vector<logits_top> tops;  // the logits rows as the server takes them (engine::forward_best or forward_top)
-        std::vector<float> logits;     // --full-logits
-        // --temperature: each decode row's draw request (engine::forward_best or forward_draw), a fixed stream.
-        std::vector<row_draw> draws;
+        std::vector<logits_top> tops;  // prompt rows' summaries
+        engine_outputs outputs;        // a decode step's rows as the server takes them
+        // --temperature: each decode row's exact draw, from a fixed stream of uniform numbers.
         row_draw draw;
         draw.temperature = cli->temperature;
         draw.inv_temp = cli->temperature > 0.0f ? float(1.0 / double(cli->temperature)) : 0.0f;
@@ -269,6 +300,12 @@ TANDEM_COMMAND(bench, "Measure prefill and multi-session decode throughput", [](
         if (int(cli->full_logits) + int(cli->temperature > 0.0f || cli->summaries) > 1)
             fail(error_kind::config, "--full-logits takes whole rows: not with --temperature or --summaries");
         nlohmann::json result;
+        if (roof > 0) {
+            result["roof"] = {{"gb_per_s", roof}, {"source", roof_info.source}};
+            if (roof_info.peak_gb_s > 0) result["roof"]["peak_gb_per_s"] = roof_info.peak_gb_s;
+            fmt::print("roof     {:.0f} GB/s ({}{})\n", roof, roof_info.source,
+                       roof_info.peak_gb_s > 0 ? fmt::format("; peak from memory clock and bus width {:.0f} GB/s", roof_info.peak_gb_s) : "");
+        }
 
         // Prefill: one session, the prompt in chunks; median over repeats (first one warms up).
         if (cli->prompt > 0) {
@@ -280,8 +317,8 @@ TANDEM_COMMAND(bench, "Measure prefill and multi-session decode throughput", [](
                 for (int begin = 0; begin < cli->prompt; begin += cli->prefill_chunk) {
                     const int end = std::min(cli->prompt, begin + cli->prefill_chunk);
                     std::vector<engine_row> rows;
-                    for (int i = begin; i < end; ++i) rows.push_back({0, i, ids[size_t(i)], i + 1 == cli->prompt, true});
-                    eng->forward_top(rows, tops);
+                    for (int i = begin; i < end; ++i) rows.push_back({0, i, ids[size_t(i)], summary_if(i + 1 == cli->prompt), true});
+                    forward_tops(*eng, rows, tops);
                 }
                 if (rep > 0 || cli->repeats == 0) times.push_back(seconds_since(t0));
             }
@@ -301,8 +338,8 @@ TANDEM_COMMAND(bench, "Measure prefill and multi-session decode throughput", [](
                 const std::vector<int32_t> ids = random_ids(cli->decode_prompt);
                 std::vector<engine_row> rows;
                 for (int i = 0; i < cli->decode_prompt; ++i)
-                    rows.push_back({s, i, ids[size_t(i)], i + 1 == cli->decode_prompt, true});
-                eng->forward_top(rows, tops);
+                    rows.push_back({s, i, ids[size_t(i)], summary_if(i + 1 == cli->decode_prompt), true});
+                forward_tops(*eng, rows, tops);
             }
             std::vector<int32_t> next(static_cast<size_t>(n));
             for (int s = 0; s < n; ++s) next[size_t(s)] = int32_t(rng() % uint32_t(hp.n_vocab));
@@ -311,22 +348,24 @@ TANDEM_COMMAND(bench, "Measure prefill and multi-session decode throughput", [](
             double touched_sum = 0;
             int touched_n = 0;
             for (int step = 0; step < cli->gen + 2; ++step) {
+                const row_output want = cli->full_logits ? row_output::logits
+                                        : cli->summaries     ? row_output::summary
+                                                             : row_output::best;
                 std::vector<engine_row> rows;
-                for (int s = 0; s < n; ++s) rows.push_back({s, cli->decode_prompt + step, next[size_t(s)], true});
-                draws.assign(cli->temperature > 0.0f ? size_t(n) : 0, draw);
-                for (row_draw &d : draws) d.u = std::generate_canonical<double, 53>(draw_rng);
+                for (int s = 0; s < n; ++s) {
+                    rows.push_back({s, cli->decode_prompt + step, next[size_t(s)], want});
+                    if (cli->temperature > 0.0f && !cli->full_logits) {
+                        rows.back().draw = draw;
+                        rows.back().draw.u = std::generate_canonical<double, 53>(draw_rng);
+                    }
+                }
                 const auto t0 = clock_type::now();
-                if (cli->full_logits)
-                    eng->forward(rows, logits);
-                else if (!cli->summaries)
-                    eng->forward_best(rows, draws, tops);
-                else
-                    eng->forward_draw(rows, draws, tops);
+                eng->forward(rows, outputs);
                 const double dt = seconds_since(t0);
                 for (int s = 0; s < n; ++s)
-                    next[size_t(s)] = cli->full_logits ? argmax({logits.data() + size_t(s) * size_t(hp.n_vocab), size_t(hp.n_vocab)})
-                                      : draws.empty() ? tops[size_t(s)].top[0].id
-                                                      : tops[size_t(s)].drawn;
+                    next[size_t(s)] = cli->full_logits ? argmax({outputs.logits.data() + size_t(s) * size_t(hp.n_vocab), size_t(hp.n_vocab)})
+                                      : cli->temperature > 0.0f ? outputs.top[size_t(s)].drawn
+                                                                : outputs.top[size_t(s)].top[0].id;
                 for (int s = 0; s < n; ++s) {
                     if (next[size_t(s)] < 0) fail(error_kind::internal, "decode row {} was not drawn (NaN logits?)", s);
                     tokens_fnv = (tokens_fnv ^ uint64_t(uint32_t(next[size_t(s)]))) * 1099511628211ull;
@@ -377,7 +416,7 @@ TANDEM_COMMAND(bench, "Measure prefill and multi-session decode throughput", [](
         if (d.size() >= 2)
             result["aggregate_ratio_last_vs_first"] = d.back()["tok_per_s"].get<double>() / d.front()["tok_per_s"].get<double>();
         result["commit"] = TANDEM_GIT_COMMIT;
-        result["backend"] = opt.backend;
+        result["backend"] = engine_backend_name(opt.backend);
         result["layout"] = eng->layout();
         result["hardware"] = {{"cpu", cpu_model_name()}};
         result["model"] = {{"file", cli->model}, {"arch", hp.arch_name}, {"name", hp.name}, {"layers", hp.n_layer},
@@ -385,7 +424,7 @@ TANDEM_COMMAND(bench, "Measure prefill and multi-session decode throughput", [](
                            {"file_type", file->get_int("general.file_type", -1)}, {"bytes", bytes.total()}};
         result["flags"] = {{"prompt", cli->prompt}, {"gen", cli->gen}, {"sessions", counts},
                            {"decode_prompt", cli->decode_prompt}, {"prefill_chunk", cli->prefill_chunk}, {"full_logits", cli->full_logits}, {"summaries", cli->summaries}, {"temperature", cli->temperature}, {"top_p", cli->top_p}, {"device_draws", opt.device_draws},
-                           {"draft", cli->draft}, {"draft_step_rows", cli->draft_step_rows}, {"draft_oracle", cli->draft_oracle}, {"threads", opt.n_threads}, {"devices", opt.n_devices}, {"n_ctx", opt.n_ctx}, {"kv_type", engine_kv_type_resolve(opt)}};
+                           {"draft", cli->draft}, {"draft_step_rows", cli->draft_step_rows}, {"draft_oracle", cli->draft_oracle}, {"threads", opt.n_threads}, {"devices", opt.n_devices}, {"n_ctx", opt.n_ctx}, {"kv_type", kv_type_name(engine_kv_type_resolve(opt))}};
         fmt::print("{}\n", eng->layout());
         if (!cli->traffic_path.empty()) engine_write_expert_traffic(*eng, cli->traffic_path);
         if (!cli->json_path.empty()) {

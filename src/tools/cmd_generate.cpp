@@ -64,13 +64,16 @@ TANDEM_COMMAND(generate, "Generate text from a prompt", [](CLI::App &sub) {
         token_streamer stream(tok);
 
         std::vector<engine_row> rows;
-        for (size_t i = 0; i < ids.size(); ++i) rows.push_back({0, int32_t(i), ids[i], i + 1 == ids.size(), true});
+        for (size_t i = 0; i < ids.size(); ++i)
+            rows.push_back({0, int32_t(i), ids[i], i + 1 == ids.size() ? row_output::summary : row_output::none, true});
         // As the server steps: the row's summary, with the engine's draw where the sampler asks for
         // one (on the GPU unless --no-device-draws).
-        std::vector<logits_top> tops;
+        engine_outputs out;
+        const std::vector<logits_top> &tops = out.top;
         auto forward = [&](std::span<const engine_row> step_rows) {
-            const row_draw d = samp.draw_request();
-            eng->forward_draw(step_rows, d.temperature > 0.0f ? std::span<const row_draw>(&d, 1) : std::span<const row_draw>(), tops);
+            std::vector<engine_row> asked(step_rows.begin(), step_rows.end());
+            asked.back().draw = samp.draw_request();
+            eng->forward(asked, out);
         };
         const auto t0 = clock::now();
         forward(rows);
@@ -90,7 +93,7 @@ TANDEM_COMMAND(generate, "Generate text from a prompt", [](CLI::App &sub) {
                 ++n_gen;
                 break;
             }
-            const engine_row row{0, pos++, next, true};
+            const engine_row row{0, pos++, next, row_output::summary};
             forward({&row, 1});
         }
         const std::string rest = stream.flush();

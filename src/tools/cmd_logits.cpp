@@ -61,9 +61,10 @@ TANDEM_COMMAND(logits, "Print the last position's logits (and a greedy continuat
         opt.n_ctx = std::min<int32_t>(opt.n_ctx, model_hparams_read(*file).n_ctx_train);
         auto eng = engine_open(file, opt);
         std::vector<engine_row> rows;
-        for (size_t i = 0; i < ids.size(); ++i) rows.push_back({0, int32_t(i), ids[i], i + 1 == ids.size(), true});
+        for (size_t i = 0; i < ids.size(); ++i)
+            rows.push_back({0, int32_t(i), ids[i], i + 1 == ids.size() ? row_output::logits : row_output::none, true});
         std::vector<float> logits;
-        eng->forward(rows, logits);
+        engine_forward_logits(*eng, rows, logits);
         const std::vector<float> last = logits;
         std::vector<int32_t> greedy;
         std::vector<std::vector<float>> decoded;  // --decode-logits: each decode step's row
@@ -71,8 +72,8 @@ TANDEM_COMMAND(logits, "Print the last position's logits (and a greedy continuat
             const int32_t next = argmax(logits);
             greedy.push_back(next);
             if (i + 1 == cli->greedy) break;
-            const engine_row row{0, int32_t(ids.size() + greedy.size() - 1), next, true};
-            eng->forward({&row, 1}, logits);
+            const engine_row row{0, int32_t(ids.size() + greedy.size() - 1), next, row_output::logits};
+            engine_forward_logits(*eng, {&row, 1}, logits);
             if (cli->decode_logits) decoded.push_back(logits);
         }
         if (cli->json) {

@@ -1,6 +1,7 @@
 // src/tools/cmd_plan.cpp - `tandem plan`: resolves devices, topology and budgets for a model file and
 // prints the placement plan (the server's start-up layout line and a per-device table, or JSON).
 #include "commands.h"
+#include "engine_flags.h"
 
 #include "src/engine/host_memory.h"
 #include "tandem/engine.h"
@@ -24,27 +25,25 @@ struct plan_cli {
     std::string gpu_vram = "auto";
     bool tensor_parallel = false;
     int64_t n_ctx = 4096;
-    std::string kv_type = "auto";  // as the server: f16 on CUDA
+    tandem::kv_type kv = tandem::kv_type::automatic;  // as the server: f16 on CUDA
     int64_t n_sessions = 16;
     std::string topology_path;
     std::string traffic_path;
     bool json = false;
     bool measure_links = false;
-    std::string backend = "auto";
+    tandem::engine_backend backend = tandem::engine_backend::automatic;
     int32_t n_devices = 0;          // CPU virtual devices; 0: enough for the ids --gpu-devices lists, else 1
     double scratch_mib = 512.0;
 };
 
 int plan_run(plan_cli cli) {
     using namespace tandem;
-    if (cli.backend == "auto") {  // GPUs when they are visible, unless CPU virtual devices were asked for
+    if (cli.backend == engine_backend::automatic) {  // GPUs when they are visible, unless CPU virtual devices were asked for
         engine_options probe;
-        probe.backend = "auto";
+        probe.backend = engine_backend::automatic;
         probe.n_devices = cli.n_devices > 1 ? cli.n_devices : 1;
         cli.backend = engine_backend_resolve(probe);
     }
-    if (cli.backend != "cpu" && cli.backend != "cuda")
-        fail(error_kind::config, "--backend '{}': expected cpu or cuda", cli.backend);
     if (cli.n_ctx < 1 || cli.n_sessions < 1)
         fail(error_kind::config, "--ctx ({}) and --batched-session ({}) must be >= 1", cli.n_ctx, cli.n_sessions);
     if (!(cli.scratch_mib >= 0.0) || cli.scratch_mib > 1e7)
@@ -57,7 +56,7 @@ int plan_run(plan_cli cli) {
     topology topo;
     if (!cli.topology_path.empty()) {
         topo = topology_load(cli.topology_path);
-    } else if (cli.backend == "cpu") {
+    } else if (cli.backend == engine_backend::cpu) {
         // Enough virtual devices for every id listed (0,0,0,0 is one device shared four ways).
         const int32_t listed = devices.ids.empty() ? 1 : *std::max_element(devices.ids.begin(), devices.ids.end()) + 1;
         const int32_t n = cli.n_devices > 0 ? cli.n_devices : listed;
@@ -66,7 +65,7 @@ int plan_run(plan_cli cli) {
         topo = topology_probe();
     }
     if (!devices.auto_order && devices.ids.empty()) {
-        if (cli.backend == "cpu" && cli.topology_path.empty()) {
+        if (cli.backend == engine_backend::cpu && cli.topology_path.empty()) {
             devices.ids.resize(topo.devices.size());
             std::iota(devices.ids.begin(), devices.ids.end(), 0);
         } else {
@@ -90,8 +89,8 @@ int plan_run(plan_cli cli) {
     auto file = gguf_file::open(cli.model);
     const model_hparams hp = model_hparams_read(*file);
     engine_options kv_opt;
-    kv_opt.kv_type = cli.kv_type;
-    kv_opt.backend = "cuda";  // the plan places CUDA devices: auto is f16
+    kv_opt.kv = cli.kv;
+    kv_opt.backend = engine_backend::cuda;  // the plan places CUDA devices: auto is f16
     const uint32_t kv_elem_bytes = engine_kv_bytes(kv_opt);  // the CUDA engine's (the CPU engine keeps f32)
     placement_model model;
     model.bytes = model_bytes_read(*file, hp, kv_elem_bytes);
@@ -106,7 +105,7 @@ int plan_run(plan_cli cli) {
         fmt::print("{}\n\n{}", placement_layout_line(plan), placement_table(plan));
     }
     if (cli.measure_links) {
-        if (cli.backend != "cuda") fail(error_kind::config, "--measure-links needs --backend cuda (it copies between GPUs)");
+        if (cli.backend != engine_backend::cuda) fail(error_kind::config, "--measure-links needs --backend cuda (it copies between GPUs)");
         std::vector<int32_t> gpus;
         for (const placement_device_plan &dp : plan.devices)
             if (std::find(gpus.begin(), gpus.end(), dp.physical) == gpus.end()) gpus.push_back(dp.physical);
@@ -125,14 +124,15 @@ TANDEM_COMMAND(plan, "Plan devices, pairs and budgets for a model and print the 
         ->capture_default_str();
     sub.add_flag("--tensor-parallel", cli->tensor_parallel, "Pair device i with i+N/2 and split routed experts");
     sub.add_option("--ctx", cli->n_ctx, "Tokens per session (KV)")->capture_default_str();
-    sub.add_option("--kv-type", cli->kv_type, "KV cache element type: f32, f16, or auto (f16, as the server on CUDA)")->capture_default_str();
+    tandem::tools::add_enum_option(sub, "--kv-type", cli->kv, tandem::kv_type_parse, tandem::kv_type_name,
+                                   "KV cache element type: f32, f16, or auto (f16, as the server on CUDA)");
     sub.add_option("--batched-session", cli->n_sessions, "Resident sessions (KV slots)")->capture_default_str();
     sub.add_option("--topology", cli->topology_path, "Topology JSON file (see docs/placement.md)");
     sub.add_option("--expert-balance", cli->traffic_path, "Expert traffic JSON: split experts by routed rows");
     sub.add_flag("--json", cli->json, "Print the plan as JSON");
     sub.add_flag("--measure-links", cli->measure_links, "Also measure copy bandwidth between the plan's GPUs (--backend cuda)");
-    sub.add_option("--backend", cli->backend, "auto (cuda when a GPU is visible), cpu (virtual devices) or cuda")
-        ->capture_default_str();
+    tandem::tools::add_enum_option(sub, "--backend", cli->backend, tandem::engine_backend_parse, tandem::engine_backend_name,
+                                   "auto (cuda when a GPU is visible), cpu (virtual devices) or cuda");
     sub.add_option("--devices", cli->n_devices, "CPU virtual devices (default: enough for the --gpu-devices ids)");
     sub.add_option("--scratch-mib", cli->scratch_mib, "Scratch (activations, workspaces) per device in MiB")
         ->capture_default_str();

@@ -2,19 +2,39 @@
 #pragma once
 
 #include "tandem/engine.h"
+#include "tandem/error.h"
 #include "tandem/placement.h"
 
 #include <CLI/CLI.hpp>
 
 namespace tandem::tools {
 
+// A flag whose text names an enum value (engine.h's *_parse / *_name); a bad name is a usage error
+// that lists the allowed ones.
+template <typename E>
+CLI::Option *add_enum_option(CLI::App &app, const std::string &flag, E &value, E (*parse)(const std::string &),
+                             const char *(*name)(E), const std::string &help) {
+    CLI::Option *opt = app.add_option_function<std::string>(
+        flag,
+        [&value, parse, flag](const std::string &text) {
+            try {
+                value = parse(text);
+            } catch (const tandem::error &e) {
+                throw CLI::ValidationError(flag, e.what());
+            }
+        },
+        help);
+    return opt->default_str(name(value));
+}
+
 inline void add_engine_flags(CLI::App &sub, engine_options &opt) {
-    opt.backend = "auto";
-    sub.add_option("--backend", opt.backend, "auto (cuda when a GPU is visible), cpu or cuda")->capture_default_str();
+    opt.backend = engine_backend::automatic;
+    add_enum_option(sub, "--backend", opt.backend, engine_backend_parse, engine_backend_name,
+                    "auto (cuda when a GPU is visible), cpu or cuda");
     sub.add_option("--threads", opt.n_threads, "CPU threads (default: all cores)");
     sub.add_option("--ctx", opt.n_ctx, "Tokens per KV slot");
-    sub.add_option("--kv-type", opt.kv_type, "KV cache element type: f32, f16 (half the memory, tensor-core decode attention), or auto: f16 on CUDA, f32 on the CPU")
-        ->capture_default_str();
+    add_enum_option(sub, "--kv-type", opt.kv, kv_type_parse, kv_type_name,
+                    "KV cache element type: f32, f16 (half the memory, tensor-core decode attention), or auto: f16 on CUDA, f32 on the CPU");
     sub.add_option("--devices", opt.n_devices, "CPU virtual devices (placement)");
     sub.add_option_function<std::string>(
         "--gpu-devices",
@@ -24,10 +44,11 @@ inline void add_engine_flags(CLI::App &sub, engine_options &opt) {
         },
         "CUDA devices in logical order, e.g. 0,1 or 0,0,0,0 (logical devices sharing GPU 0), or auto");
     sub.add_option("--gpu-vram", opt.gpu_vram, "Per-GPU budget: auto (free memory minus a reserve), or GiB for all / per device");
-    sub.add_option("--transport", opt.transport, "CUDA transfers between devices: auto, p2p or host (staged, the fallback)");
+    add_enum_option(sub, "--transport", opt.transport, engine_transport_parse, engine_transport_name,
+                    "CUDA transfers between devices: auto, p2p, host (staged, the fallback) or nccl");
     sub.add_flag("--tensor-parallel", opt.tensor_parallel, "Pair devices: split routed experts 50/50");
     sub.add_flag("--device-draws,!--no-device-draws", opt.device_draws,
-                 "CUDA: temperature draws (engine::forward_draw) on the GPU holding the head (a tensor-parallel pair: its "
+                 "CUDA: temperature draws on the GPU holding the head (a tensor-parallel pair: its "
                  "first half's GPU; the default); "
                  "--no-device-draws: on the host from whole rows (the same tokens)");
     sub.add_option("--micro-batches", opt.micro_batches,

@@ -92,22 +92,24 @@ int serve(server_config cfg) {
     if (cfg.alias.empty()) cfg.alias = std::filesystem::path(cfg.model_path).filename().string();
 
     engine_options eo;
-    eo.backend = cfg.backend;
+    eo.backend = engine_backend_parse(cfg.backend);
     eo.n_slots = cfg.n_slots;
     eo.n_ctx = cfg.n_ctx;
     eo.n_threads = cfg.n_threads;
     eo.n_devices = cfg.n_devices;
     eo.gpu_devices = cfg.gpu_devices;
     eo.gpu_vram = cfg.gpu_vram;
-    eo.transport = cfg.transport;
+    eo.transport = engine_transport_parse(cfg.transport);
     eo.tensor_parallel = cfg.tensor_parallel;
     eo.record_expert_traffic = !cfg.expert_traffic_out.empty();
-    eo.kv_type = cfg.kv_type;
+    eo.kv = kv_type_parse(cfg.kv_type);
     eo.device_draws = cfg.device_draws;
-    eo.backend = cfg.backend = engine_backend_resolve(eo);
-    eo.kv_type = cfg.kv_type = engine_kv_type_resolve(eo);  // auto: f16 on CUDA, f32 on the CPU
+    eo.backend = engine_backend_resolve(eo);
+    eo.kv = engine_kv_type_resolve(eo);  // auto: f16 on CUDA, f32 on the CPU
+    cfg.backend = engine_backend_name(eo.backend);
+    cfg.kv_type = kv_type_name(eo.kv);
     // The CPU engine keeps f16 keys and values as f32 (rounded), so only CUDA's KV shrinks.
-    const uint32_t kv_elem_bytes = cfg.backend == "cuda" ? engine_kv_bytes(eo) : 4;
+    const uint32_t kv_elem_bytes = eo.backend == engine_backend::cuda ? engine_kv_bytes(eo) : 4;
     const model_bytes bytes = model_bytes_read(*file, hp, kv_elem_bytes);
 
     // Memory plan before listening: the CPU backend's budget is the machine's available RAM.

@@ -19,14 +19,14 @@ using namespace tandem::test;
 
 namespace {
 
-std::unique_ptr<engine> open_cuda(const std::string &path, int32_t n_slots, int32_t n_ctx, const std::string &kv_type = "f32",
+std::unique_ptr<engine> open_cuda(const std::string &path, int32_t n_slots, int32_t n_ctx, const std::string &kv = "f32",
                                   bool device_draws = false) {
     engine_options opt;
-    opt.backend = "cuda";
+    opt.backend = engine_backend::cuda;
     opt.device_draws = device_draws;
     opt.n_slots = n_slots;
     opt.n_ctx = n_ctx;
-    opt.kv_type = kv_type;
+    opt.kv = kv_type_parse(kv);
     return engine_open(gguf_file::open(path), opt);
 }
 
@@ -43,7 +43,7 @@ bool same_bits(const std::vector<float> &a, const std::vector<float> &b) {
 // Prefill (all logits) then greedy decode on both engines; every row's logits within the bound,
 // greedy tokens identical. Prints the first divergent position.
 void compare_engines(const std::string &path, size_t prompt_len, size_t n_steps, uint32_t seed, const std::string &kv = "f32") {
-    auto cpu = open_cpu(path, 2, 128, kv);
+    auto cpu = open_cpu(path, 2, 128, kv_type_parse(kv));
     auto gpu = open_cuda(path, 2, 128, kv);
     const int32_t nv = cpu->hparams().n_vocab;
     std::mt19937 rng(seed);
@@ -62,9 +62,9 @@ void compare_engines(const std::string &path, size_t prompt_len, size_t n_steps,
         const int32_t tc = argmax(c), tg = argmax(g);
         INFO("first divergent greedy token at decode step " << step);
         REQUIRE(tc == tg);
-        const engine_row row{1, cpu->slot_length(1), tc, true};
-        cpu->forward({&row, 1}, c);
-        gpu->forward({&row, 1}, g);
+        const engine_row row{1, cpu->slot_length(1), tc, row_output::logits};
+        engine_forward_logits(*cpu, {&row, 1}, c);
+        engine_forward_logits(*gpu, {&row, 1}, g);
         const double e = rel_err(g.data(), c.data(), size_t(nv));
         worst = std::max(worst, e);
         CHECK(e <= tolerance::model_logits);
@@ -120,13 +120,13 @@ TEST_CASE("CUDA decode rows that share a slot (a prompt fed without engine_row::
         std::mt19937 rng(uint32_t(600 + n));
         const std::vector<int32_t> tokens = random_tokens(rng, size_t(n), nv);
         std::vector<engine_row> rows;
-        for (int32_t i = 0; i < n; ++i) rows.push_back({1, i, tokens[size_t(i)], true});
+        for (int32_t i = 0; i < n; ++i) rows.push_back({1, i, tokens[size_t(i)], row_output::logits});
         std::vector<float> lc, first;
-        cpu->forward(rows, lc);
+        engine_forward_logits(*cpu, rows, lc);
         for (int run = 0; run < 2; ++run) {
             auto gpu = open_cuda(model, 2, 128);
             std::vector<float> lg;
-            gpu->forward(rows, lg);
+            engine_forward_logits(*gpu, rows, lg);
             REQUIRE(lg.size() == lc.size());
             for (int32_t r = 0; r < n; ++r) {
                 INFO("row " << r);
@@ -165,8 +165,8 @@ TEST_CASE("CUDA decode logits are bitwise independent of the other rows of the s
         for (size_t step = 0; step < n_steps; ++step) {
             const int32_t next = argmax(logits);
             tokens[s].push_back(next);
-            const engine_row row{int32_t(s), alone_eng->slot_length(int32_t(s)), next, true};
-            alone_eng->forward({&row, 1}, logits);
+            const engine_row row{int32_t(s), alone_eng->slot_length(int32_t(s)), next, row_output::logits};
+            engine_forward_logits(*alone_eng, {&row, 1}, logits);
             alone[s].push_back(logits);
         }
     }
@@ -181,13 +181,13 @@ TEST_CASE("CUDA decode logits are bitwise independent of the other rows of the s
         std::vector<size_t> order;
         for (size_t i = 0; i < n_sessions; ++i) order.push_back(step % 2 ? n_sessions - 1 - i : i);
         for (size_t s : order)
-            rows.push_back({int32_t(s), batch_eng->slot_length(int32_t(s)), tokens[s][step], true});
+            rows.push_back({int32_t(s), batch_eng->slot_length(int32_t(s)), tokens[s][step], row_output::logits});
         if (step == 5)
-            for (size_t i = 0; i < stranger.size(); ++i) rows.push_back({int32_t(n_sessions), int32_t(i), stranger[i], false, true});
+            for (size_t i = 0; i < stranger.size(); ++i) rows.push_back({int32_t(n_sessions), int32_t(i), stranger[i], row_output::none, true});
         if (step == 7)
             for (int32_t i = 0; i < 60; ++i)
-                rows.push_back({int32_t(n_sessions), int32_t(stranger.size()) + i, stranger[size_t(i) % stranger.size()], false, true});
-        batch_eng->forward(rows, logits);
+                rows.push_back({int32_t(n_sessions), int32_t(stranger.size()) + i, stranger[size_t(i) % stranger.size()], row_output::none, true});
+        engine_forward_logits(*batch_eng, rows, logits);
         REQUIRE(logits.size() == n_sessions * size_t(nv));
         for (size_t i = 0; i < n_sessions; ++i) {
             const size_t s = order[i];
@@ -216,28 +216,28 @@ TEST_CASE("CUDA engine rejects malformed rows exactly like the CPU engine and st
     auto gpu = open_cuda(model, 2, 16);
     const int32_t nv = cpu->hparams().n_vocab;
     const std::vector<std::vector<engine_row>> bad = {
-        {{2, 0, 1, true}},                    // slot out of range
-        {{0, 0, nv, true}},                   // token out of range
-        {{0, 1, 1, true}},                    // position not at the slot's length
-        {{0, 0, 1, false}, {0, 2, 1, true}},  // gap inside the call
+        {{2, 0, 1, row_output::logits}},                                          // slot out of range
+        {{0, 0, nv, row_output::logits}},                                         // token out of range
+        {{0, 1, 1, row_output::logits}},                                          // position not at the slot's length
+        {{0, 0, 1, row_output::none}, {0, 2, 1, row_output::logits}},             // gap inside the call
     };
     for (const auto &rows : bad) {
         std::string cpu_msg, gpu_msg;
         error_kind cpu_kind = error_kind::internal, gpu_kind = error_kind::internal;
         std::vector<float> logits;
-        try { cpu->forward(rows, logits); } catch (const error &e) { cpu_msg = e.what(); cpu_kind = e.kind(); }
-        try { gpu->forward(rows, logits); } catch (const error &e) { gpu_msg = e.what(); gpu_kind = e.kind(); }
+        try { engine_forward_logits(*cpu, rows, logits); } catch (const error &e) { cpu_msg = e.what(); cpu_kind = e.kind(); }
+        try { engine_forward_logits(*gpu, rows, logits); } catch (const error &e) { gpu_msg = e.what(); gpu_kind = e.kind(); }
         CHECK(!cpu_msg.empty());
         CHECK(gpu_msg == cpu_msg);
         CHECK(int(gpu_kind) == int(cpu_kind));
     }
     // Context overflow: too_large, same message.
     std::vector<engine_row> rows;
-    for (int32_t i = 0; i < 17; ++i) rows.push_back({0, i, 1, false});
+    for (int32_t i = 0; i < 17; ++i) rows.push_back({0, i, 1, row_output::none});
     std::string cpu_msg, gpu_msg;
     std::vector<float> logits;
-    try { cpu->forward(rows, logits); } catch (const error &e) { cpu_msg = e.what(); }
-    try { gpu->forward(rows, logits); } catch (const error &e) { gpu_msg = e.what(); }
+    try { engine_forward_logits(*cpu, rows, logits); } catch (const error &e) { cpu_msg = e.what(); }
+    try { engine_forward_logits(*gpu, rows, logits); } catch (const error &e) { gpu_msg = e.what(); }
     CHECK(gpu_msg == cpu_msg);
     CHECK(gpu->slot_length(0) == 0);
     CHECK(prefill(*gpu, 0, {1, 2, 3}).size() == size_t(nv));
@@ -279,10 +279,10 @@ TEST_CASE("CUDA prompt rows are bitwise independent of chunking and of the decod
     size_t at = 0;
     for (size_t len : {size_t(1), size_t(5), size_t(30), size_t(64), size_t(50)}) {
         std::vector<engine_row> rows;
-        rows.push_back({1, chunked->slot_length(1), next_other, true});
-        for (size_t i = 0; i < len; ++i) rows.push_back({0, int32_t(at + i), prompt[at + i], true, true});
+        rows.push_back({1, chunked->slot_length(1), next_other, row_output::logits});
+        for (size_t i = 0; i < len; ++i) rows.push_back({0, int32_t(at + i), prompt[at + i], row_output::logits, true});
         std::vector<float> logits;
-        chunked->forward(rows, logits);
+        engine_forward_logits(*chunked, rows, logits);
         REQUIRE(logits.size() == (len + 1) * size_t(nv));
         next_other = argmax({logits.data(), size_t(nv)});
         for (size_t i = 0; i < len; ++i) {
@@ -296,23 +296,23 @@ TEST_CASE("CUDA prompt rows are bitwise independent of chunking and of the decod
     std::vector<float> a(ref.end() - nv, ref.end()), b = a;
     for (int step = 0; step < 6; ++step) {
         const int32_t tok = argmax(a);
-        const engine_row ra{0, whole->slot_length(0), tok, true}, rb{0, chunked->slot_length(0), tok, true};
-        whole->forward({&ra, 1}, a);
-        chunked->forward({&rb, 1}, b);
+        const engine_row ra{0, whole->slot_length(0), tok, row_output::logits}, rb{0, chunked->slot_length(0), tok, row_output::logits};
+        engine_forward_logits(*whole, {&ra, 1}, a);
+        engine_forward_logits(*chunked, {&rb, 1}, b);
         INFO("decode step " << step);
         CHECK(same_bits(a, b));
     }
 }
 
-// forward_top reduces the logits rows on the device: the same top (ids and logits bitwise) and
-// normaliser (to double rounding) as the host reduction of forward's whole rows, on graph steps
-// (decode) and direct steps (a prompt with every row's logits). forward_best: each row's best token
-// alone, bitwise forward_top's first.
-TEST_CASE("CUDA forward_top equals the host reduction of forward's rows", "[gpu][engine][logits_top]") {
+// Rows that want summaries are reduced on the device: the same top (ids and logits bitwise) and
+// normaliser (to double rounding) as the host reduction of whole rows, on graph steps (decode) and
+// direct steps (a prompt with every row's logits). Rows that want their best token: bitwise the
+// summary's first.
+TEST_CASE("CUDA row summaries equal the host reduction of whole rows", "[gpu][engine][logits_top]") {
     if (!gpu_present()) return;
     const std::string model = synth_gguf("tiny", ggml_type::q4_k, 2);
     auto whole = open_cuda(model, 3, 160), reduced = open_cuda(model, 3, 160), both = open_cuda(model, 3, 160);
-    auto best = open_cuda(model, 3, 160);  // forward_best without draws
+    auto best = open_cuda(model, 3, 160);  // best tokens without draws
     const int32_t nv = whole->hparams().n_vocab;
     std::mt19937 rng(707);
     auto check = [&](const std::vector<float> &rows_logits, const std::vector<logits_top> &tops) {
@@ -334,12 +334,16 @@ TEST_CASE("CUDA forward_top equals the host reduction of forward's rows", "[gpu]
     const int lengths[3] = {7, 1, 80};
     for (int32_t s = 0; s < 3; ++s)
         for (int32_t i = 0; i < lengths[s]; ++i)
-            rows.push_back({s, i, int32_t(rng() % uint32_t(nv)), s == 2 || i + 1 == lengths[s], true});
+            rows.push_back({s, i, int32_t(rng() % uint32_t(nv)), logits_if(s == 2 || i + 1 == lengths[s]), true});
     std::vector<float> a, b;
     std::vector<logits_top> tops, tops_b, bests;
-    // forward_rows_top: forward's rows and forward_top's summaries, bitwise, from one call.
+    // Whole rows with their summaries from one call: the same bits as either alone.
     auto check_both = [&] {
-        both->forward_rows_top(rows, b, tops_b);
+        {
+            engine_outputs o = forward_as(*both, rows, row_output::logits);
+            b = std::move(o.logits);
+            tops_b = std::move(o.top);
+        }
         REQUIRE(b.size() == a.size());
         REQUIRE(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
         REQUIRE(tops_b.size() == tops.size());
@@ -348,7 +352,7 @@ TEST_CASE("CUDA forward_top equals the host reduction of forward's rows", "[gpu]
             REQUIRE(tops_b[j].top.size() == tops[j].top.size());
             for (size_t i = 0; i < tops[j].top.size(); ++i) REQUIRE(tops_b[j].top[i].id == tops[j].top[i].id);
         }
-        best->forward_best(rows, {}, bests);
+        bests = forward_as(*best, rows, row_output::best).top;
         REQUIRE(bests.size() == tops.size());
         for (size_t j = 0; j < tops.size(); ++j) {
             INFO("best of logits row " << j);
@@ -360,26 +364,25 @@ TEST_CASE("CUDA forward_top equals the host reduction of forward's rows", "[gpu]
             REQUIRE(std::isnan(bests[j].log_norm));
         }
     };
-    whole->forward(rows, a);
-    reduced->forward_top(rows, tops);
+    engine_forward_logits(*whole, rows, a);
+    tops = forward_as(*reduced, rows, row_output::summary).top;
     check(a, tops);
     check_both();
     for (int step = 0; step < 6; ++step) {
         rows.clear();
-        for (int32_t s = 0; s < 3; ++s) rows.push_back({s, whole->slot_length(s), tops[size_t(s) < 2 ? s : tops.size() - 1].top[0].id, true});
-        whole->forward(rows, a);
-        reduced->forward_top(rows, tops);
+        for (int32_t s = 0; s < 3; ++s) rows.push_back({s, whole->slot_length(s), tops[size_t(s) < 2 ? s : tops.size() - 1].top[0].id, row_output::logits});
+        engine_forward_logits(*whole, rows, a);
+        tops = forward_as(*reduced, rows, row_output::summary).top;
         check(a, tops);
         check_both();
     }
 }
 
-// forward_draw with the draws on the device (engine_options::device_draws): the summaries of
-// forward_top and, for each requesting row (temperature, top_k, min_p, top_p), the host twin's token
+// Draws on the device (engine_options::device_draws): the rows' summaries and, for each requesting row (temperature, top_k, min_p, top_p), the host twin's token
 // (draw_exact on forward's row), on graph steps with padding rows (3 and 5 rows: buckets 4 and 8), with a row that asks
-// for nothing, and on a direct step (a prompt with every row's logits). forward_best on a third
+// for nothing, and on a direct step (a prompt with every row's logits). Best tokens on a third
 // engine fed the same rows: the same draws beside each row's best token alone.
-TEST_CASE("CUDA forward_draw draws the host's tokens on the device", "[gpu][engine][draw]") {
+TEST_CASE("CUDA draws the host's tokens on the device", "[gpu][engine][draw]") {
     if (!gpu_present()) return;
     for (const char *preset : {"tiny", "tiny-moe64"}) {
         const std::string model = synth_gguf(preset, ggml_type::q4_k, 2);
@@ -395,13 +398,13 @@ TEST_CASE("CUDA forward_draw draws the host's tokens on the device", "[gpu][engi
         const int lengths[5] = {7, 1, 80, 3, 12};
         for (int32_t s = 0; s < 5; ++s)
             for (int32_t i = 0; i < lengths[s]; ++i)
-                rows.push_back({s, i, int32_t(rng() % uint32_t(nv)), s == 2 || i + 1 == lengths[s], true});
+                rows.push_back({s, i, int32_t(rng() % uint32_t(nv)), logits_if(s == 2 || i + 1 == lengths[s]), true});
         std::vector<float> a;
         std::vector<logits_top> tops;
         int64_t drawn = 0;
         for (int step = 0; step < 8; ++step) {
             size_t n_out = 0;
-            for (const engine_row &r : rows) n_out += r.want_logits ? 1 : 0;
+            for (const engine_row &r : rows) n_out += r.want != row_output::none ? 1 : 0;
             std::vector<row_draw> draws(n_out);
             for (size_t j = 0; j < n_out; ++j) {
                 if (j % 4 == 3) continue;  // no draw for this row
@@ -412,9 +415,9 @@ TEST_CASE("CUDA forward_draw draws the host's tokens on the device", "[gpu][engi
                 draws[j].top_k = j % 5 == 2 ? 80 : 0;
                 draws[j].u = uniform(rng);
             }
-            whole->forward(rows, a);
-            drawing->forward_draw(rows, draws, tops);
-            best->forward_best(rows, draws, bests);
+            engine_forward_logits(*whole, rows, a);
+            tops = forward_as(*drawing, rows, row_output::summary, draws).top;
+            bests = forward_as(*best, rows, row_output::best, draws).top;
             REQUIRE(tops.size() == n_out);
             REQUIRE(bests.size() == n_out);
             for (size_t j = 0; j < n_out; ++j) {
@@ -443,7 +446,7 @@ TEST_CASE("CUDA forward_draw draws the host's tokens on the device", "[gpu][engi
             rows.clear();
             for (int32_t s = 0; s < n_slots; ++s) {
                 const size_t j = std::min<size_t>(size_t(s), tops.size() - 1);
-                rows.push_back({s, whole->slot_length(s), tops[j].drawn >= 0 ? tops[j].drawn : tops[j].top[0].id, true});
+                rows.push_back({s, whole->slot_length(s), tops[j].drawn >= 0 ? tops[j].drawn : tops[j].top[0].id, row_output::logits});
             }
         }
         REQUIRE(drawn > 20);

@@ -28,7 +28,7 @@ struct gpu_plan {
 // The options of every engine below: CUDA, 4 slots of 160 tokens, the plan's devices.
 engine_options cuda_options(std::vector<int32_t> devices, bool tensor_parallel, int32_t n_slots = 4) {
     engine_options opt;
-    opt.backend = "cuda";
+    opt.backend = engine_backend::cuda;
     opt.n_slots = n_slots;
     opt.n_ctx = 160;
     opt.gpu_devices = std::move(devices);
@@ -40,7 +40,7 @@ engine_options cuda_options(std::vector<int32_t> devices, bool tensor_parallel, 
 engine_options plan_options(const gpu_plan &p) {
     engine_options opt = cuda_options(p.devices, p.tensor_parallel);
     opt.micro_batches = p.micro_batches;
-    opt.transport = p.transport;
+    opt.transport = engine_transport_parse(p.transport);
     return opt;
 }
 
@@ -64,20 +64,20 @@ std::vector<std::vector<float>> run_sessions(const std::string &model, const gpu
     const int lengths[3] = {7, 1, 40};
     for (int32_t s = 0; s < 3; ++s)
         for (int32_t i = 0; i < lengths[s]; ++i)
-            rows.push_back({s, i, int32_t(rng() % uint32_t(nv)), i + 1 == lengths[s], true});
+            rows.push_back({s, i, int32_t(rng() % uint32_t(nv)), logits_if(i + 1 == lengths[s]), true});
     std::vector<std::vector<float>> out;
     std::vector<float> logits;
-    eng->forward(rows, logits);
+    engine_forward_logits(*eng, rows, logits);
     out.push_back(logits);
     for (int step = 0; step < 8; ++step) {
         rows.clear();
         for (int32_t s = 0; s < 3; ++s) {
             const int32_t next = argmax({logits.data() + size_t(s) * size_t(nv), size_t(nv)});
-            rows.push_back({s, eng->slot_length(s), next, true});
+            rows.push_back({s, eng->slot_length(s), next, row_output::logits});
         }
         if (step >= 5)  // a stranger's prefill in the same call (rows without logits)
-            for (int32_t i = 0; i < 9; ++i) rows.push_back({3, eng->slot_length(3) + i, int32_t(rng() % uint32_t(nv)), false, true});
-        eng->forward(rows, logits);
+            for (int32_t i = 0; i < 9; ++i) rows.push_back({3, eng->slot_length(3) + i, int32_t(rng() % uint32_t(nv)), row_output::none, true});
+        engine_forward_logits(*eng, rows, logits);
         logits.resize(3 * size_t(nv));
         out.push_back(logits);
     }
@@ -137,8 +137,8 @@ TEST_CASE("CUDA decode logits are bitwise equal on every placement plan", "[gpu]
     }
 }
 
-// forward_top on a plan: each device holding head columns reduces its shard, the engine merges
-// them; ids and logits bitwise those of one GPU, the normaliser to double rounding. forward_best
+// Summaries on a plan: each device holding head columns reduces its shard, the engine merges
+// them; ids and logits bitwise those of one GPU, the normaliser to double rounding. Best tokens
 // on a second engine of the plan fed the same rows: each row's best token, bitwise the summary's
 // first.
 TEST_CASE("CUDA logits summaries are equal on every placement plan", "[gpu][placement][logits_top]") {
@@ -149,7 +149,7 @@ TEST_CASE("CUDA logits summaries are equal on every placement plan", "[gpu][plac
         auto eng_best = engine_open(gguf_file::open(model), plan_options(p));
         std::vector<logits_top> bests;
         auto check_best = [&](const std::vector<engine_row> &rows, const std::vector<logits_top> &tops) {
-            eng_best->forward_best(rows, {}, bests);
+            bests = forward_as(*eng_best, rows, row_output::best).top;
             REQUIRE(bests.size() == tops.size());
             for (size_t j = 0; j < tops.size(); ++j) {
                 REQUIRE(bests[j].top.size() == 1);
@@ -162,18 +162,18 @@ TEST_CASE("CUDA logits summaries are equal on every placement plan", "[gpu][plac
         const int32_t nv = eng->hparams().n_vocab;
         std::vector<engine_row> rows;
         for (int32_t s = 0; s < 3; ++s)
-            for (int32_t i = 0; i < 5 + 3 * s; ++i) rows.push_back({s, i, int32_t(rng() % uint32_t(nv)), true, true});
+            for (int32_t i = 0; i < 5 + 3 * s; ++i) rows.push_back({s, i, int32_t(rng() % uint32_t(nv)), row_output::logits, true});
         std::vector<std::vector<logits_top>> out;
         std::vector<logits_top> tops;
-        eng->forward_top(rows, tops);
+        tops = forward_as(*eng, rows, row_output::summary).top;
         check_best(rows, tops);
         out.push_back(tops);
         for (int step = 0; step < 5; ++step) {
             std::vector<int32_t> next;
             for (int32_t s = 0, at = 0; s < 3; ++s) next.push_back(tops[size_t(at += (step == 0 ? 5 + 3 * s : 1)) - 1].top[0].id);
             rows.clear();
-            for (int32_t s = 0; s < 3; ++s) rows.push_back({s, eng->slot_length(s), next[size_t(s)], true});
-            eng->forward_top(rows, tops);
+            for (int32_t s = 0; s < 3; ++s) rows.push_back({s, eng->slot_length(s), next[size_t(s)], row_output::logits});
+            tops = forward_as(*eng, rows, row_output::summary).top;
             check_best(rows, tops);
             out.push_back(tops);
         }
@@ -205,10 +205,10 @@ TEST_CASE("CUDA logits summaries are equal on every placement plan", "[gpu][plac
     }
 }
 
-// forward_draw on a plan with device draws asked for: a pipeline's last stage draws on the
+// Draws on a plan with device draws asked for: a pipeline's last stage draws on the
 // device (its head is whole), a tensor-parallel pair on the device holding the head's first half
 // (the other half sent to it), and every plan draws the one-GPU tokens (temperature, min_p and
-// top_p requests; decode graphs with micro-batches included), by forward_draw and by forward_best.
+// top_p requests; decode graphs with micro-batches included), beside summaries and beside best tokens.
 TEST_CASE("CUDA draws are the same tokens on every placement plan", "[gpu][placement][draw]") {
     if (!gpu_present()) return;
     const std::string model = synth_gguf("tiny", ggml_type::q4_k, 4);
@@ -222,7 +222,7 @@ TEST_CASE("CUDA draws are the same tokens on every placement plan", "[gpu][place
         const int32_t nv = eng->hparams().n_vocab;
         std::vector<engine_row> rows;
         for (int32_t s = 0; s < 3; ++s)
-            for (int32_t i = 0; i < 4 + 2 * s; ++i) rows.push_back({s, i, int32_t(rng() % uint32_t(nv)), i + 1 == 4 + 2 * s, true});
+            for (int32_t i = 0; i < 4 + 2 * s; ++i) rows.push_back({s, i, int32_t(rng() % uint32_t(nv)), logits_if(i + 1 == 4 + 2 * s), true});
         std::vector<int32_t> drawn;
         std::vector<logits_top> tops;
         for (int step = 0; step < 8; ++step) {
@@ -236,15 +236,15 @@ TEST_CASE("CUDA draws are the same tokens on every placement plan", "[gpu][place
                 draws[j].u = uniform(rng);
             }
             if (best)
-                eng->forward_best(rows, draws, tops);
+                tops = forward_as(*eng, rows, row_output::best, draws).top;
             else
-                eng->forward_draw(rows, draws, tops);
+                tops = forward_as(*eng, rows, row_output::summary, draws).top;
             REQUIRE(tops.size() == 3);
             rows.clear();
             for (int32_t s = 0; s < 3; ++s) {
                 REQUIRE(tops[size_t(s)].drawn >= 0);
                 drawn.push_back(tops[size_t(s)].drawn);
-                rows.push_back({s, eng->slot_length(s), tops[size_t(s)].drawn, true});
+                rows.push_back({s, eng->slot_length(s), tops[size_t(s)].drawn, row_output::logits});
             }
         }
         return drawn;
@@ -280,13 +280,13 @@ TEST_CASE("CUDA placements that cannot work are refused with a clear error", "[g
                     const std::string &transport = "auto") {
         engine_options opt = cuda_options(std::move(devices), tp, 2);
         opt.gpu_vram = vram;
-        opt.transport = transport;
+        opt.transport = engine_transport_parse(transport);
         return engine_open(gguf_file::open(model), opt);
     };
     CHECK_THROWS_WITH(open({0, 0, 0}, true), Catch::Contains("even"));
     CHECK_THROWS_WITH(open({0, 99}, false), Catch::Contains("99"));
     CHECK_THROWS_WITH(open({0, 0}, true, "0.001"), Catch::Contains("GiB"));
-    CHECK_THROWS_WITH(open({0}, false, "auto", "pigeon"), Catch::Contains("--transport"));
+    CHECK_THROWS_WITH(open({0}, false, "auto", "pigeon"), Catch::Contains("unknown transport"));
     // Still usable after the refusals.
     CHECK(run_sessions(model, {{0, 0}, true}, 3).size() == 9);
 }
@@ -319,11 +319,11 @@ TEST_CASE("CUDA expert traffic: every routed row counted once, equal on a pair a
         opt.record_expert_traffic = true;
         auto eng = engine_open(gguf_file::open(model), opt);
         std::vector<engine_row> rows;
-        for (int32_t i = 0; i < 11; ++i) rows.push_back({0, i, 3 + 7 * i, i == 10});
+        for (int32_t i = 0; i < 11; ++i) rows.push_back({0, i, 3 + 7 * i, logits_if(i == 10)});
         std::vector<float> logits;
-        eng->forward(rows, logits);  // 11 rows: a graph bucket of 16 with 5 padding rows
-        const engine_row one{1, 0, 42, true};
-        eng->forward({&one, 1}, logits);
+        engine_forward_logits(*eng, rows, logits);  // 11 rows: a graph bucket of 16 with 5 padding rows
+        const engine_row one{1, 0, 42, row_output::logits};
+        engine_forward_logits(*eng, {&one, 1}, logits);
         return std::make_pair(eng->expert_traffic(), eng->hparams());
     };
     const auto [single, hp] = record({0}, false);

@@ -76,12 +76,27 @@ std::string dequantized_copy(const std::string &path) {
     return out;
 }
 
-std::unique_ptr<engine> open_cpu(const std::string &path, int32_t n_slots, int32_t n_ctx, const std::string &kv_type) {
+std::unique_ptr<engine> open_cpu(const std::string &path, int32_t n_slots, int32_t n_ctx, kv_type kv) {
     engine_options opt;
     opt.n_slots = n_slots;
     opt.n_ctx = n_ctx;
-    opt.kv_type = kv_type;
+    opt.kv = kv;
     return engine_open(gguf_file::open(path), opt);
+}
+
+engine_outputs forward_as(engine &eng, std::span<const engine_row> rows, row_output want, std::span<const row_draw> draws) {
+    std::vector<engine_row> asked(rows.begin(), rows.end());
+    size_t out = 0;
+    for (engine_row &r : asked) {
+        if (r.want == row_output::none) continue;
+        r.want = want;
+        if (!draws.empty()) r.draw = draws[out];
+        ++out;
+    }
+    REQUIRE((draws.empty() || draws.size() == out));
+    engine_outputs result;
+    eng.forward(asked, result);
+    return result;
 }
 
 double rel_l2(std::span<const float> a, std::span<const double> b) {
@@ -103,9 +118,9 @@ std::vector<float> prefill(engine &eng, int32_t slot, const std::vector<int32_t>
     std::vector<engine_row> rows;
     const int32_t start = eng.slot_length(slot);
     for (size_t i = 0; i < ids.size(); ++i)
-        rows.push_back({slot, start + int32_t(i), ids[i], all_logits || i + 1 == ids.size(), true});
+        rows.push_back({slot, start + int32_t(i), ids[i], logits_if(all_logits || i + 1 == ids.size()), true});
     std::vector<float> logits;
-    eng.forward(rows, logits);
+    engine_forward_logits(eng, rows, logits);
     return logits;
 }
 
@@ -123,8 +138,8 @@ void check_draft_rows_bitwise(const std::function<std::unique_ptr<engine>(int32_
         std::vector<float> logits = prefill(*alone_eng, int32_t(s), prompts[s]);
         for (size_t i = 0; i < n_tokens; ++i) {
             tokens[s].push_back(argmax(logits));
-            const engine_row row{int32_t(s), alone_eng->slot_length(int32_t(s)), tokens[s].back(), true};
-            alone_eng->forward({&row, 1}, logits);
+            const engine_row row{int32_t(s), alone_eng->slot_length(int32_t(s)), tokens[s].back(), row_output::logits};
+            engine_forward_logits(*alone_eng, {&row, 1}, logits);
             alone[s].push_back(logits);
         }
     }
@@ -142,12 +157,12 @@ void check_draft_rows_bitwise(const std::function<std::unique_ptr<engine>(int32_
             const size_t s = call % 2 ? n_sessions - 1 - k : k;
             const size_t n = std::min<size_t>(1 + rng() % 5, n_tokens - fed[s]);
             for (size_t j = 0; j < n; ++j) {
-                rows.push_back({int32_t(s), int32_t(prompts[s].size() + fed[s] + j), tokens[s][fed[s] + j], true});
+                rows.push_back({int32_t(s), int32_t(prompts[s].size() + fed[s] + j), tokens[s][fed[s] + j], row_output::logits});
                 owner.emplace_back(s, fed[s] + j);
             }
         }
         if (rows.empty()) break;
-        eng->forward(rows, logits);
+        engine_forward_logits(*eng, rows, logits);
         REQUIRE(logits.size() == rows.size() * nv);
         std::vector<size_t> n_fed(n_sessions, 0);
         for (size_t r = 0; r < rows.size(); ++r) {

@@ -24,7 +24,13 @@ std::string synth_gguf(const std::string &preset, ggml_type type, int32_t layers
 // Copy of `path` with every tensor dequantised to F32 (same keys, same names).
 std::string dequantized_copy(const std::string &path);
 
-std::unique_ptr<engine> open_cpu(const std::string &path, int32_t n_slots, int32_t n_ctx, const std::string &kv_type = "f32");
+std::unique_ptr<engine> open_cpu(const std::string &path, int32_t n_slots, int32_t n_ctx, kv_type kv = kv_type::f32);
+
+inline row_output logits_if(bool wanted) { return wanted ? row_output::logits : row_output::none; }
+
+// One engine call with every output row (want != none) asking for `want`, and output row j for
+// draws[j] when draws are given (one an output row).
+engine_outputs forward_as(engine &eng, std::span<const engine_row> rows, row_output want, std::span<const row_draw> draws = {});
 
 // ||a - b|| / ||b|| in double.
 double rel_l2(std::span<const float> a, std::span<const double> b);

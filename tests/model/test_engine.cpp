@@ -53,8 +53,8 @@ TEST_CASE("a row's logits do not depend on the other rows of the call", "[engine
         for (size_t step = 0; step < n_steps; ++step) {
             const int32_t next = argmax(logits);
             tokens[s].push_back(next);
-            const engine_row row{0, eng->slot_length(0), next, true};
-            eng->forward({&row, 1}, logits);
+            const engine_row row{0, eng->slot_length(0), next, row_output::logits};
+            engine_forward_logits(*eng, {&row, 1}, logits);
             alone[s].push_back(logits);
         }
     }
@@ -69,17 +69,17 @@ TEST_CASE("a row's logits do not depend on the other rows of the call", "[engine
         for (size_t s = 0; s < n_sessions; ++s)
             if (cursor[s] < prompts[s].size()) {
                 const size_t i = cursor[s]++;
-                rows.push_back({int32_t(s), int32_t(i), prompts[s][i], i + 1 == prompts[s].size()});
+                rows.push_back({int32_t(s), int32_t(i), prompts[s][i], logits_if(i + 1 == prompts[s].size())});
                 more = true;
             }
     }
     std::vector<float> logits;
-    eng->forward(rows, logits);
+    engine_forward_logits(*eng, rows, logits);
     const size_t nvs = size_t(nv);
     // Logits come in row order: find each session's last prompt row.
     size_t out_index = 0;
     for (const engine_row &r : rows)
-        if (r.want_logits) {
+        if (r.want != row_output::none) {
             CHECK(same_bits({logits.data() + out_index * nvs, nvs}, alone[r.slot][0]));
             ++out_index;
         }
@@ -88,16 +88,16 @@ TEST_CASE("a row's logits do not depend on the other rows of the call", "[engine
         rows.clear();
         for (size_t i = 0; i < n_sessions; ++i) {
             const size_t s = step % 2 ? n_sessions - 1 - i : i;
-            rows.push_back({int32_t(s), eng->slot_length(int32_t(s)), tokens[s][step], true});
+            rows.push_back({int32_t(s), eng->slot_length(int32_t(s)), tokens[s][step], row_output::logits});
         }
         if (step == 3)
             for (size_t i = 0; i < stranger.size(); ++i)
                 rows.insert(rows.begin() + 2, engine_row{7, int32_t(stranger.size() - 1 - i),
-                                                         stranger[stranger.size() - 1 - i], i == 0});
-        eng->forward(rows, logits);
+                                                         stranger[stranger.size() - 1 - i], logits_if(i == 0)});
+        engine_forward_logits(*eng, rows, logits);
         out_index = 0;
         for (const engine_row &r : rows) {
-            if (!r.want_logits) continue;
+            if (r.want == row_output::none) continue;
             if (r.slot != 7) {
                 INFO("step " << step << " session " << r.slot);
                 CHECK(same_bits({logits.data() + out_index * nvs, nvs}, alone[r.slot][step + 1]));
@@ -112,7 +112,7 @@ TEST_CASE("a session's decode rows fed several a call and truncated back match o
     const std::string kv = GENERATE(std::string("f32"), std::string("f16"));
     INFO("type " << ggml_type_name(type) << ", kv " << kv);
     const std::string model = synth_gguf("tiny", type, 2);
-    check_draft_rows_bitwise([&](int32_t n_slots, int32_t n_ctx) { return open_cpu(model, n_slots, n_ctx, kv); }, 515);
+    check_draft_rows_bitwise([&](int32_t n_slots, int32_t n_ctx) { return open_cpu(model, n_slots, n_ctx, kv_type_parse(kv)); }, 515);
 }
 
 TEST_CASE("slot_truncate then re-prefill reproduces the logits", "[engine]") {
@@ -137,19 +137,19 @@ TEST_CASE("malformed rows are rejected with a clear error and leave the engine u
     std::vector<float> logits;
     auto expect_error = [&](std::vector<engine_row> rows, error_kind kind, const std::string &fragment) {
         try {
-            eng->forward(rows, logits);
+            engine_forward_logits(*eng, rows, logits);
             FAIL("no error for " << fragment);
         } catch (const tandem::error &e) {
             CHECK(e.kind() == kind);
             CHECK_THAT(e.what(), Catch::Contains(fragment));
         }
     };
-    expect_error({{5, 0, 1, true}}, error_kind::invalid_request, "slot 5 out of range");
-    expect_error({{0, 4, 1, true}}, error_kind::invalid_request, "expects position 3");
-    expect_error({{0, 3, nv, true}}, error_kind::invalid_request, "token");
-    expect_error({{1, 0, 1, false}, {1, 0, 2, true}}, error_kind::invalid_request, "expects position 1");
+    expect_error({{5, 0, 1, row_output::logits}}, error_kind::invalid_request, "slot 5 out of range");
+    expect_error({{0, 4, 1, row_output::logits}}, error_kind::invalid_request, "expects position 3");
+    expect_error({{0, 3, nv, row_output::logits}}, error_kind::invalid_request, "token");
+    expect_error({{1, 0, 1, row_output::none}, {1, 0, 2, row_output::logits}}, error_kind::invalid_request, "expects position 1");
     std::vector<engine_row> too_long;
-    for (int32_t i = 0; i < 17; ++i) too_long.push_back({1, i, 1, false});
+    for (int32_t i = 0; i < 17; ++i) too_long.push_back({1, i, 1, row_output::none});
     expect_error(too_long, error_kind::too_large, "does not fit the context");
     CHECK(eng->slot_length(0) == 3);
     CHECK(eng->slot_length(1) == 0);
@@ -167,32 +167,33 @@ TEST_CASE("engine options are validated", "[engine]") {
     opt.n_ctx = 1 << 30;
     CHECK_THROWS_WITH(engine_open(file, opt), Catch::Contains("trained context"));
     opt.n_ctx = 64;
-    opt.backend = "tpu";
-    CHECK_THROWS_WITH(engine_open(file, opt), Catch::Contains("unknown backend"));
-    opt.backend = "cpu";
-    opt.kv_type = "q8";
-    CHECK_THROWS_WITH(engine_open(file, opt), Catch::Contains("unknown KV cache type 'q8'"));
-    CHECK_THROWS_AS(engine_kv_bytes(opt), tandem::error);
-    opt.kv_type = "f16";
+    CHECK_THROWS_WITH(engine_backend_parse("tpu"), Catch::Contains("unknown backend 'tpu'"));
+    CHECK_THROWS_WITH(kv_type_parse("q8"), Catch::Contains("unknown KV cache type 'q8'"));
+    CHECK_THROWS_WITH(engine_transport_parse("pigeon"), Catch::Contains("unknown transport 'pigeon'"));
+    for (const engine_backend b : {engine_backend::automatic, engine_backend::cpu, engine_backend::cuda})
+        CHECK(engine_backend_parse(engine_backend_name(b)) == b);
+    for (const kv_type k : {kv_type::automatic, kv_type::f32, kv_type::f16}) CHECK(kv_type_parse(kv_type_name(k)) == k);
+    opt.backend = engine_backend::cpu;
+    opt.kv = kv_type::f16;
     CHECK(engine_kv_bytes(opt) == 2);
-    opt.kv_type = "f32";
+    opt.kv = kv_type::f32;
     CHECK(engine_kv_bytes(opt) == 4);
     // auto: f16 on the CUDA backend, f32 on the CPU (the server's default).
-    opt.kv_type = "auto";
-    CHECK(engine_kv_type_resolve(opt) == "f32");
+    opt.kv = kv_type::automatic;
+    CHECK(engine_kv_type_resolve(opt) == kv_type::f32);
     CHECK(engine_kv_bytes(opt) == 4);
-    opt.backend = "cuda";
-    CHECK(engine_kv_type_resolve(opt) == "f16");
+    opt.backend = engine_backend::cuda;
+    CHECK(engine_kv_type_resolve(opt) == kv_type::f16);
     CHECK(engine_kv_bytes(opt) == 2);
-    opt.backend = "cpu";
+    opt.backend = engine_backend::cpu;
     CHECK_NOTHROW(engine_open(file, opt));  // auto opens on the CPU (as f32)
-    opt.kv_type = "f32";
-    CHECK(engine_kv_type_resolve(opt) == "f32");
+    opt.kv = kv_type::f32;
+    CHECK(engine_kv_type_resolve(opt) == kv_type::f32);
 }
 
 TEST_CASE("an f16 KV cache rounds keys and values and stays close to f32", "[engine]") {
     const std::string model = synth_gguf("tiny", ggml_type::q4_k, 2);
-    auto f32 = open_cpu(model, 2, 128), f16 = open_cpu(model, 2, 128, "f16");
+    auto f32 = open_cpu(model, 2, 128), f16 = open_cpu(model, 2, 128, kv_type::f16);
     std::mt19937 rng(31);
     const int32_t nv = f32->hparams().n_vocab;
     const std::vector<int32_t> prompt = random_tokens(rng, 40, nv);
@@ -203,20 +204,20 @@ TEST_CASE("an f16 KV cache rounds keys and values and stays close to f32", "[eng
     CHECK(rel_l2(std::span<const float>(b), std::span<const float>(a)) < 2e-3);
     for (int step = 0; step < 8; ++step) {
         const int32_t next = int32_t(std::max_element(a.begin(), a.end()) - a.begin());
-        const engine_row r{1, f32->slot_length(1), next, true};
-        f32->forward({&r, 1}, a);
-        f16->forward({&r, 1}, b);
+        const engine_row r{1, f32->slot_length(1), next, row_output::logits};
+        engine_forward_logits(*f32, {&r, 1}, a);
+        engine_forward_logits(*f16, {&r, 1}, b);
         CHECK(rel_l2(std::span<const float>(b), std::span<const float>(a)) < 2e-3);
     }
     // Batch invariance holds with the f16 cache too: slot 0's row alone and beside slot 1's.
-    auto alone = open_cpu(model, 2, 128, "f16");
+    auto alone = open_cpu(model, 2, 128, kv_type::f16);
     std::vector<float> la = prefill(*alone, 0, prompt);
     prefill(*f16, 0, prompt);
-    const engine_row r0{0, int32_t(prompt.size()), 5, true}, r1{1, f16->slot_length(1), 7, true};
+    const engine_row r0{0, int32_t(prompt.size()), 5, row_output::logits}, r1{1, f16->slot_length(1), 7, row_output::logits};
     std::vector<float> lone, both;
-    alone->forward({&r0, 1}, lone);
+    engine_forward_logits(*alone, {&r0, 1}, lone);
     const std::vector<engine_row> rows = {r1, r0};
-    f16->forward(rows, both);
+    engine_forward_logits(*f16, rows, both);
     CHECK(same_bits(lone, std::span<const float>(both).subspan(size_t(nv))));
 }
 

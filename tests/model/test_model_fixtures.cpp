@@ -40,9 +40,9 @@ run_result run_prompt(const std::string &gguf, const reference_prompt &p, int n_
     auto eng = open_cpu(gguf, 1, int32_t(p.ids.size()) + n_greedy + 1);
     std::vector<engine_row> rows;
     for (size_t i = 0; i < p.ids.size(); ++i)
-        rows.push_back({0, int32_t(i), p.ids[i], i == 0 || i + 1 == p.ids.size()});
+        rows.push_back({0, int32_t(i), p.ids[i], logits_if(i == 0 || i + 1 == p.ids.size())});
     std::vector<float> logits;
-    eng->forward(rows, logits);
+    engine_forward_logits(*eng, rows, logits);
     const size_t nv = size_t(eng->hparams().n_vocab);
     run_result r;
     if (p.ids.size() == 1) {
@@ -58,8 +58,8 @@ run_result run_prompt(const std::string &gguf, const reference_prompt &p, int n_
         const int32_t next = argmax(cur);
         r.greedy.push_back(next);
         if (i + 1 == n_greedy) break;
-        const engine_row row{0, pos++, next, true};
-        eng->forward({&row, 1}, cur);
+        const engine_row row{0, pos++, next, row_output::logits};
+        engine_forward_logits(*eng, {&row, 1}, cur);
     }
     return r;
 }

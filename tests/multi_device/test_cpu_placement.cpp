@@ -41,18 +41,18 @@ std::vector<std::vector<float>> run_sessions(const std::string &model, plan_case
     const int lengths[3] = {7, 1, 23};
     for (int32_t s = 0; s < 3; ++s)
         for (int32_t i = 0; i < lengths[s]; ++i)
-            rows.push_back({s, i, int32_t(rng() % uint32_t(nv)), i + 1 == lengths[s]});
+            rows.push_back({s, i, int32_t(rng() % uint32_t(nv)), logits_if(i + 1 == lengths[s])});
     std::vector<std::vector<float>> out;
     std::vector<float> logits;
-    eng->forward(rows, logits);
+    engine_forward_logits(*eng, rows, logits);
     out.push_back(logits);
     for (int step = 0; step < 6; ++step) {
         rows.clear();
         for (int32_t s = 0; s < 3; ++s) {
             const int32_t next = argmax({logits.data() + size_t(s) * size_t(nv), size_t(nv)});
-            rows.push_back({s, eng->slot_length(s), next, true});
+            rows.push_back({s, eng->slot_length(s), next, row_output::logits});
         }
-        eng->forward(rows, logits);
+        engine_forward_logits(*eng, rows, logits);
         out.push_back(logits);
     }
     return out;
@@ -113,10 +113,10 @@ TEST_CASE("recorded expert traffic counts every routed row, alike on every plan,
         opt.record_expert_traffic = true;
         auto eng = engine_open(gguf_file::open(model), opt);
         std::vector<engine_row> rows;
-        for (int32_t i = 0; i < 11; ++i) rows.push_back({0, i, 3 + 7 * i, i == 10});
-        for (int32_t i = 0; i < 5; ++i) rows.push_back({1, i, 100 + i, i == 4});
+        for (int32_t i = 0; i < 11; ++i) rows.push_back({0, i, 3 + 7 * i, logits_if(i == 10)});
+        for (int32_t i = 0; i < 5; ++i) rows.push_back({1, i, 100 + i, logits_if(i == 4)});
         std::vector<float> logits;
-        eng->forward(rows, logits);
+        engine_forward_logits(*eng, rows, logits);
         return std::make_pair(eng->expert_traffic(), eng->hparams());
     };
     const auto [single, hp] = record(1, false);

@@ -28,73 +28,36 @@ public:
     int32_t n_slots() const override { return static_cast<int32_t>(history_.size()); }
     int32_t n_ctx() const override { return n_ctx_; }
 
-    void forward(std::span<const engine_row> rows, std::vector<float> &logits) override {
-        if (delay_.count() > 0) std::this_thread::sleep_for(delay_);  // lets shutdown tests see work in flight
+    // Whole rows for the output rows, then their summaries and draws on the host, as a backend
+    // without device reductions makes them; counts what the call's rows asked for.
+    void forward(std::span<const engine_row> rows, engine_outputs &out) override {
+        forward_logits(rows, out.logits);
+        engine_outputs_from_logits(rows, hp_.n_vocab, false, out);
+        bool logits = false, best = true, draw = false;
+        for (const engine_row &r : rows) {
+            if (r.want == row_output::none) continue;
+            logits = logits || r.want == row_output::logits;
+            best = best && r.want == row_output::best;
+            draw = draw || r.draw.temperature > 0.0f;
+        }
         std::lock_guard lock(mutex_);
-        if (fail_next_) {
-            fail_next_ = false;
-            fail(error_kind::internal, "fake engine failure (requested by the test)");
-        }
-        // Check the contract before touching any state.
-        std::vector<size_t> len(history_.size());
-        for (size_t s = 0; s < history_.size(); ++s) len[s] = history_[s].size();
-        for (const auto &r : rows) {
-            if (r.slot < 0 || r.slot >= n_slots()) fail(error_kind::internal, "row slot {} out of range", r.slot);
-            if (r.pos != static_cast<int32_t>(len[static_cast<size_t>(r.slot)]))
-                fail(error_kind::internal, "slot {}: row pos {} but the slot holds {}", r.slot, r.pos, len[static_cast<size_t>(r.slot)]);
-            if (r.pos >= n_ctx_) fail(error_kind::internal, "slot {}: pos {} beyond the context {}", r.slot, r.pos, n_ctx_);
-            if (r.token < 0 || r.token >= hp_.n_vocab) fail(error_kind::internal, "token {} out of range", r.token);
-            ++len[static_cast<size_t>(r.slot)];
-        }
-        logits.clear();
-        for (const auto &r : rows) {
-            auto &h = history_[static_cast<size_t>(r.slot)];
-            h.push_back(r.token);
-            if (r.want_logits) {
-                size_t at = logits.size();
-                logits.resize(at + static_cast<size_t>(hp_.n_vocab));
-                logits_of(h, logits.data() + at);
-                if (r.slot == nan_slot_ && h.size() > nan_after_) logits[at + 1] = std::numeric_limits<float>::quiet_NaN();
-            }
-        }
-        calls_.emplace_back(rows.begin(), rows.end());
+        logits_calls_ += logits ? 1 : 0;
+        best_calls_ += best ? 1 : 0;
+        draw_calls_ += draw ? 1 : 0;
     }
-
-    // Counted, then the default: forward's rows reduced on the host.
-    void forward_top(std::span<const engine_row> rows, std::vector<logits_top> &top) override {
-        {
-            std::lock_guard lock(mutex_);
-            ++top_calls_;
-        }
-        engine::forward_top(rows, top);
-    }
-    // Counted, then the default (forward_draw, counted there too).
-    void forward_best(std::span<const engine_row> rows, std::span<const row_draw> draws, std::vector<logits_top> &top) override {
-        {
-            std::lock_guard lock(mutex_);
-            ++best_calls_;
-        }
-        engine::forward_best(rows, draws, top);
-    }
-    // Counted (calls with at least one draw request), then the default: whole rows drawn on the host.
-    void forward_draw(std::span<const engine_row> rows, std::span<const row_draw> draws, std::vector<logits_top> &top) override {
-        {
-            std::lock_guard lock(mutex_);
-            draw_calls_ += draws_any(draws) ? 1 : 0;
-        }
-        engine::forward_draw(rows, draws, top);
-    }
-    int64_t draw_calls() const {
+    // Calls in which some row wanted whole logits; whose output rows all wanted their best token
+    // alone (calls without output rows count); with at least one draw request.
+    int64_t logits_calls() const {
         std::lock_guard lock(mutex_);
-        return draw_calls_;
-    }
-    int64_t top_calls() const {
-        std::lock_guard lock(mutex_);
-        return top_calls_;
+        return logits_calls_;
     }
     int64_t best_calls() const {
         std::lock_guard lock(mutex_);
         return best_calls_;
+    }
+    int64_t draw_calls() const {
+        std::lock_guard lock(mutex_);
+        return draw_calls_;
     }
 
     int32_t slot_length(int32_t slot) const override {
@@ -149,13 +112,45 @@ public:
     }
 
 private:
+    void forward_logits(std::span<const engine_row> rows, std::vector<float> &logits) {
+        if (delay_.count() > 0) std::this_thread::sleep_for(delay_);  // lets shutdown tests see work in flight
+        std::lock_guard lock(mutex_);
+        if (fail_next_) {
+            fail_next_ = false;
+            fail(error_kind::internal, "fake engine failure (requested by the test)");
+        }
+        // Check the contract before touching any state.
+        std::vector<size_t> len(history_.size());
+        for (size_t s = 0; s < history_.size(); ++s) len[s] = history_[s].size();
+        for (const auto &r : rows) {
+            if (r.slot < 0 || r.slot >= n_slots()) fail(error_kind::internal, "row slot {} out of range", r.slot);
+            if (r.pos != static_cast<int32_t>(len[static_cast<size_t>(r.slot)]))
+                fail(error_kind::internal, "slot {}: row pos {} but the slot holds {}", r.slot, r.pos, len[static_cast<size_t>(r.slot)]);
+            if (r.pos >= n_ctx_) fail(error_kind::internal, "slot {}: pos {} beyond the context {}", r.slot, r.pos, n_ctx_);
+            if (r.token < 0 || r.token >= hp_.n_vocab) fail(error_kind::internal, "token {} out of range", r.token);
+            ++len[static_cast<size_t>(r.slot)];
+        }
+        logits.clear();
+        for (const auto &r : rows) {
+            auto &h = history_[static_cast<size_t>(r.slot)];
+            h.push_back(r.token);
+            if (r.want != row_output::none) {
+                size_t at = logits.size();
+                logits.resize(at + static_cast<size_t>(hp_.n_vocab));
+                logits_of(h, logits.data() + at);
+                if (r.slot == nan_slot_ && h.size() > nan_after_) logits[at + 1] = std::numeric_limits<float>::quiet_NaN();
+            }
+        }
+        calls_.emplace_back(rows.begin(), rows.end());
+    }
+
     model_hparams hp_;
     int32_t n_ctx_;
     mutable std::mutex mutex_;
     std::vector<std::vector<int32_t>> history_;
     std::vector<std::vector<engine_row>> calls_;
     bool fail_next_ = false;
-    int64_t top_calls_ = 0, draw_calls_ = 0, best_calls_ = 0;
+    int64_t logits_calls_ = 0, draw_calls_ = 0, best_calls_ = 0;
     size_t context_ = 0;
     int32_t nan_slot_ = -1;
     size_t nan_after_ = 0;

@@ -72,17 +72,19 @@ TEST_CASE("steps ask for row summaries unless a picker needs whole rows", "[sche
     const auto pa = make_prompt(7, 9), pb = make_prompt(8, 4);
     s.submit(make_request(pa, 10, a));
     run_until_done(s, {a});
-    const int64_t summaries = eng.top_calls();
-    CHECK(summaries == int64_t(eng.calls().size()));  // every call of a greedy request: summaries
+    CHECK(eng.logits_calls() == 0);  // no call of a greedy request asked for whole rows
     eng.clear_calls();
-    // A temperature draw with a top_k over 64 needs whole rows: every call it has a row in takes forward.
+    // A temperature draw with a top_k over 64 needs whole rows: every call it has a row in asks for them.
     gen_request rb = make_request(pb, 10, b);
     rb.sampling.temperature = 0.7f;
     rb.sampling.top_k = 100;
     s.submit(std::move(rb));
     run_until_done(s, {b});
-    CHECK(eng.top_calls() == summaries);
     CHECK_FALSE(eng.calls().empty());
+    int64_t with_output = 0;
+    for (const auto &call : eng.calls())
+        with_output += std::any_of(call.begin(), call.end(), [](const engine_row &r) { return r.want != row_output::none; });
+    CHECK(eng.logits_calls() == with_output);
     // Both paths pick the same greedy tokens (the fake picker is greedy either way).
     CHECK(a->tokens() == fake_greedy_reference(n_vocab, pa, 10));
     CHECK(b->tokens() == fake_greedy_reference(n_vocab, pb, 10));
@@ -90,7 +92,7 @@ TEST_CASE("steps ask for row summaries unless a picker needs whole rows", "[sche
 
 TEST_CASE("greedy requests without logprobs ask for each row's best token alone", "[scheduler]") {
     // Real samplers: a greedy request reporting no logprobs needs only its rows' best tokens
-    // (engine::forward_best); one with logprobs needs the summaries' normaliser and best tokens.
+    // (row_output::best); one with logprobs needs the summaries' normaliser and best tokens.
     // (Temperature requests: the next case.)
     fake_engine eng(4, 256, n_vocab);
     scheduler_hooks hooks = fake_hooks(-1);
@@ -118,7 +120,7 @@ TEST_CASE("greedy requests without logprobs ask for each row's best token alone"
 
 TEST_CASE("temperature requests draw beside the row summaries: the sampler's own whole-row tokens", "[scheduler]") {
     // Real samplers. Requests with a temperature (maybe min_p, top_p) but no top_k ask the engine
-    // for exact draws (engine::forward_draw) and never for whole rows; each gets exactly the
+    // for exact draws beside the summaries and never for whole rows; each gets exactly the
     // tokens its sampler draws from whole rows one at a time, alone or beside other sessions.
     fake_engine eng(4, 256, n_vocab);
     scheduler_hooks hooks = fake_hooks(-1);
@@ -138,7 +140,7 @@ TEST_CASE("temperature requests draw beside the row summaries: the sampler's own
     }
     run_until_done(s, sinks);
     CHECK(eng.draw_calls() > 0);
-    CHECK(eng.draw_calls() + eng.top_calls() == int64_t(eng.calls().size()));  // no call took whole rows only
+    CHECK(eng.logits_calls() == 0);  // no call took whole rows
     CHECK(eng.best_calls() == int64_t(eng.calls().size()));  // no logprobs, no top_k: best tokens and draws only
     for (size_t i = 0; i < reqs.size(); ++i) {
         fake_engine ref(1, 256, n_vocab);
@@ -173,9 +175,9 @@ TEST_CASE("prefill goes in chunks while nobody decodes", "[scheduler]") {
     // Only the last prompt row asks for logits.
     int n_logits = 0;
     for (int c = 0; c < 4; ++c)
-        for (auto &r : calls[static_cast<size_t>(c)]) n_logits += r.want_logits;
+        for (auto &r : calls[static_cast<size_t>(c)]) n_logits += r.want != row_output::none;
     CHECK(n_logits == 1);
-    CHECK(calls[3].back().want_logits);
+    CHECK(calls[3].back().want != row_output::none);
     CHECK(sink->tokens() == fake_greedy_reference(n_vocab, prompt, 2));
 }
 

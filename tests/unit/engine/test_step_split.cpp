@@ -11,8 +11,8 @@ using namespace tandem;
 
 namespace {
 
-engine_row decode(int32_t slot, int32_t pos) { return {slot, pos, 1, true, false}; }
-engine_row prompt(int32_t slot, int32_t pos, bool want = false) { return {slot, pos, 1, want, true}; }
+engine_row decode(int32_t slot, int32_t pos) { return {slot, pos, 1, row_output::logits, false}; }
+engine_row prompt(int32_t slot, int32_t pos, bool want = false) { return {slot, pos, 1, want ? row_output::logits : row_output::none, true}; }
 
 const step_limits wide{512, 2048, 512};
 
@@ -30,9 +30,9 @@ void check_covering(const std::vector<engine_row> &rows, const std::vector<engin
             CHECK(rows[i].prompt == s.prompt);
             CHECK(rows[i].pos > last_pos[size_t(rows[i].slot)]);
             last_pos[size_t(rows[i].slot)] = rows[i].pos;
-            if (rows[i].want_logits) {
+            if ((rows[i].want != row_output::none)) {
                 size_t before = 0;  // the row's place among the call's wanted rows
-                for (size_t j = 0; j < i; ++j) before += rows[j].want_logits ? 1 : 0;
+                for (size_t j = 0; j < i; ++j) before += rows[j].want != row_output::none ? 1 : 0;
                 REQUIRE(wanted < s.out.size());
                 CHECK(s.out[wanted] == before);
                 ++wanted;

@@ -132,7 +132,7 @@ TEST_CASE("sampling from the top is the whole-row draw", "[sampler]") {
                 std::optional<sample_result> got = from_top.sample_top(summary);
                 if (!got) {
                     // Only where the engine is asked to draw; the stream did not move, and the
-                    // summary with the engine's draw (forward_draw's host twin) decides it.
+                    // summary with the engine's draw (the engine's host twin) decides it.
                     REQUIRE(requests);
                     ++undecided;
                     const row_draw d = from_top.draw_request();
@@ -322,7 +322,7 @@ TEST_CASE("samplers without logprobs need only the best token and the engine's d
     p.top_k = 0;
     p.n_logprobs = 3;
     REQUIRE_FALSE(sampler(p).needs_best_only());
-    // A summary holding only the best token (engine::forward_best: no normaliser) gives the
+    // A summary holding only the best token (row_output::best: no normaliser) gives the
     // whole row's greedy token; a NaN in the row is refused as from the whole row.
     const std::vector<float> v = {0.5f, 2.0f, 2.0f, -1.0f};
     logits_top best;
