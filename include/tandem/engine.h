@@ -57,8 +57,7 @@ struct engine_options {
     // CUDA: make forward_draw's draws on the device that holds the head (a tensor-parallel pair:
     // the first half's device, the other half sent to it), else on the host from the downloaded
     // rows (the same tokens, slower). counters()["device_draws"]: whether the plan does.
-    // On by default since its GPU run (session 46, H100: the kernel tests under memcheck and
-    // racecheck, and the same tokens as the host's draws; docs/perf-notes.md).
+    // On by default: the draw kernels pass memcheck and racecheck and give the host's tokens.
     bool device_draws = true;
 };
 
