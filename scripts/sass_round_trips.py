@@ -6,8 +6,9 @@ stalls the warp, and every load after it in program order waits too. So a loop o
 that consumes each load before issuing the next pays one memory round trip per load instead of one
 for all of them (e.g. a routing launch's logit loads, or a combine's slots, consumed one by one).
 This script marks, in program order, each instruction that reads a register an earlier global
-load (LDG, LD, a returning ATOMG) wrote and that no wait has covered yet: a "wait point". The count along straight-line code is the number of
-dependent round trips there; inside a loop, the body's wait points repeat every iteration.
+load (LDG, LD, a returning ATOMG) wrote and that no wait has covered yet: a "wait point". The
+count along straight-line code is the number of dependent round trips there; inside a loop, the
+body's wait points repeat every iteration.
 
 On the GPU machine (cuobjdump ships with the CUDA toolkit there, not on the Debian build box):
     cuobjdump -sass build/tandem > tandem.sass          # or an object file, or a test binary
