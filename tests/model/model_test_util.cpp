@@ -1,4 +1,4 @@
-// tests/model/model_test_util.cpp - helpers shared by the model tests.
+// tests/model/model_test_util.cpp - functions shared by the model tests.
 #include "model_test_util.h"
 
 #include "tandem/convert.h"
