@@ -66,7 +66,7 @@ struct attention_args {
 // depends on the row's own position only, never on the slot size or the other rows (batch and
 // placement invariance), and a short context in a large slot still spreads over several blocks.
 // 32 chunks at most, not 64: past 32 the merge of the partials costs more than the parallelism
-// gains (`bench --prompt 0 --ctx 16384 --decode-prompt 4000 --sessions 1,4,16`: +5-11%).
+// gains (`bench --prompt 0 --ctx 16384 --decode-prompt 4000 --sessions 1,4,16`: +5-12%).
 constexpr int32_t attention_max_chunks = 32;
 TANDEM_HOST_DEVICE inline constexpr int32_t attention_row_chunk(int32_t pos) {
     const int32_t per = (pos + attention_max_chunks) / attention_max_chunks;  // ceil((pos + 1) / max chunks)
