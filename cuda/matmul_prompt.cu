@@ -366,7 +366,7 @@ void launch_matmul_prompt_shape(const matvec_args &a, cudaStream_t stream) {
 }
 
 // Small tiles for steps of few rows: dense up to 64 rows, grouped up to one small tile (16 rows)
-// an expert on average (`bench --prompt 1024 --prefill-chunk 16,64,256 --sessions 1`); steps
+// an expert on average (`bench --prompt 1024 --prefill-chunk C --sessions 1`, C of 16-256); steps
 // between the two shapes' regimes (~130-2,000 rows) keep the large tile. A dense launch of up to
 // 128 rows that would get fewer large tiles than the GPU has multiprocessors takes the small ones
 // too (the F32 router of a 96- or 128-row chunk: 4 large blocks); from 256 rows small tiles lose.
