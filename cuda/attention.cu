@@ -35,8 +35,8 @@ __global__ void __launch_bounds__(rope_warps * 32) qk_rope_kv_kernel(const qk_ro
     const int dh = a.d_head, dpl = dh / 32, kv_dim = a.n_head_kv * dh;
     const int n_heads_all = a.n_head + 2 * a.n_head_kv;
     // The row's cos/sin (rope_angles' values), made once a block, thread i for lane i % 32's slot
-    // i / 32, instead of by every warp: 1/8 of the double sincos (a 2,048-token prefill +0.2%: it
-    // was mostly hidden before the PDL wait; docs/perf-notes.md, session 15).
+    // i / 32, instead of by every warp: 1/8 of the double sincos (most of which hides before the
+    // PDL wait).
     static_assert(rope_warps * 32 >= 32 * (max_dpl / 2), "a thread for every angle slot");
     __shared__ float s_cs[max_dpl / 2][32], s_sn[max_dpl / 2][32];
     if (threadIdx.x < 32 * (max_dpl / 2))
@@ -123,8 +123,8 @@ __global__ void __launch_bounds__(attn_threads) attention_partial_kernel(const a
     // Slots and positions are written before the step's first kernel (attention.h).
     const int slot = a.slots[r], pos = a.positions[r], chunk = attention_row_chunk(pos), row_chunks = pos / chunk + 1;
     // Blocks with no chunk of the row leave at once: the grid covers the whole slot (one graph
-    // serves every step), so a short context leaves many (16 sessions after a 2,048-position slot
-    // +7%, with the chunks slowest in the grid; docs/perf-notes.md, session 16). Chunk 0 of a live
+    // serves every step), so a short context leaves many (`bench --prompt 2048 --sessions 16`:
+    // +7%, with the chunks slowest in the grid). Chunk 0 of a live
     // row is never past it and padding rows stay, so blocks of every row still wait for the launch
     // before (the PDL chain: a grid none of whose blocks waits could finish first).
     if (slot >= 0 && c0 >= row_chunks) return;
@@ -391,11 +391,8 @@ __global__ void attention_combine_kernel(const attention_args a, int n_chunks) {
 // Chunk blocks a row: every chunk its own block for steps of few rows, else each block takes
 // several chunks in turn (the prologue - query norm and RoPE, the first tile before the wait - paid
 // once, fewer blocks with nothing to do), aiming at attn_live_blocks blocks. The partials are the
-// same bits either way. Measured (docs/perf-notes.md, session 16, slots of 16,385, decode tok/s at
-// 1 / 4 / 16 sessions after 1,000-position prompts): chunks sized by the slot 326 / 922 / 1,887;
-// by the row's position, a block a chunk 426 / 968 / 1,784; blocks aiming at 528, 256 and 132
-// live ones 425 / 957 / 1,805, 426 / 952 / 1,821 and 426 / 966 / 1,739 (after 16-position
-// prompts at 16 sessions: 2,457 / 2,537 / 2,547 / 2,530).
+// same bits either way. 256 by `bench --prompt 0 --ctx 16384 --decode-prompt 1000 --sessions
+// 1,4,16`: 132-528 tie at 1-4 sessions, 256 is best at 16 (see docs/performance.md).
 constexpr int attn_live_blocks = 256;
 
 // Blocks along z for row_blocks blocks of (row, query-head group) (attn_live_blocks above).

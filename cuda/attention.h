@@ -65,9 +65,8 @@ struct attention_args {
 // positions (a multiple of 32, at least 64), at most attention_max_chunks of them: the chunking
 // depends on the row's own position only, never on the slot size or the other rows (batch and
 // placement invariance), and a short context in a large slot still spreads over several blocks.
-// 32 chunks at most (measured against 64, docs/perf-notes.md, session 16: slots of 16,385 after
-// 4,000-position prompts, 1 / 4 / 16 sessions 331 / 649 / 1,029 -> 369 / 696 / 1,077 tok/s; the
-// merge of many partials costs more than the parallelism gains).
+// 32 chunks at most, not 64: past 32 the merge of the partials costs more than the parallelism
+// gains (`bench --prompt 0 --ctx 16384 --decode-prompt 4000 --sessions 1,4,16`: +5-12%).
 constexpr int32_t attention_max_chunks = 32;
 TANDEM_HOST_DEVICE inline constexpr int32_t attention_row_chunk(int32_t pos) {
     const int32_t per = (pos + attention_max_chunks) / attention_max_chunks;  // ceil((pos + 1) / max chunks)

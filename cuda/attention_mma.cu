@@ -1,8 +1,8 @@
 // cuda/attention_mma.cu - decode attention chunk partials on tensor cores over a cache of halves
 // (attention_mma.h). Why: the fp32 kernel (attention.cu) is bound by its instruction latency, not
-// by bytes: halving the cache's bytes left 16 sessions after 4,000-token prompts at 1,064 tok/s
-// against 1,069. Here a product of 16 positions with 8 query heads is 16 mma.sync for the scores
-// and 16 for P * V, with no shuffles a position: 1,778 tok/s there (docs/perf-notes.md, session 17).
+// by bytes (halving the cache's bytes alone gains nothing); here a product of 16 positions with 8
+// query heads is 16 mma.sync for the scores and 16 for P * V, with no shuffles a position
+// (`bench --prompt 0 --ctx 16384 --decode-prompt 4000 --sessions 16 --kv-type f16`: 1.7x fp32).
 //
 // Work per (row, KV head) position: Q.K^T and P.V of 8 query heads, 2 * 128 * 8 * 2 = 4,096 flops,
 // on 512 bytes of f16 key and value. Per block (4 warps): one (row, 8 query heads, run of chunks).
@@ -331,7 +331,7 @@ void attention_partial_mma(const attention_args &a, int n_chunks, cudaStream_t s
         allow_dynamic_smem(kernel, smem);
         // One wave at this kernel's occupancy (an H200: 132 SMs x 3 blocks). Sixteen rows after
         // 4,000-position prompts take 6 blocks a row and head group instead of the fp32 kernel's
-        // 4 (attn_live_blocks): 16 sessions +1.2% (docs/perf-notes.md, session 34).
+        // 4 (attn_live_blocks): `bench --decode-prompt 4000 --sessions 16` +1.2%.
         // Queried once a device (launches outside a graph would pay the queries every layer).
         static std::atomic<int> waves[max_devices] = {};
         int device = 0;

@@ -81,7 +81,7 @@ __device__ __forceinline__ void mbar_wait_parity(uint64_t *bar, uint32_t parity)
 #endif
 }
 // Until the barrier's first phase completes: its copies' bytes are then visible to this thread.
-// (A suspend-time hint measured the same: docs/perf-notes.md, session 9.)
+// (A suspend-time hint is no faster.)
 __device__ __forceinline__ void mbar_wait_first(uint64_t *bar) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     uint32_t done = 0;

@@ -45,7 +45,7 @@ CUtensorMap byte_tensor_map(const void *base, cuuint32_t rank, const cuuint64_t 
                             CUtensorMapSwizzle swizzle, const char *what);
 // Lets `kernel` take `bytes` of dynamic shared memory on the current device: the driver call the
 // first time (or when more is asked), a table look-up after that (prompt steps are launched
-// from the host, kernel by kernel: docs/perf-notes.md, session 19).
+// from the host, kernel by kernel, so the driver call would be paid every launch).
 void allow_dynamic_smem(const void *kernel, size_t bytes);
 template <class... Params>
 void allow_dynamic_smem(void (*kernel)(Params...), size_t bytes) {

@@ -175,7 +175,7 @@ __device__ radix_result radix_boundary(const row_view &x, const block_ids &ids, 
         // alone with its digit adds its value itself; a digit several lanes share (the first
         // pass sees only a few) is summed by shuffles and added by its first lane. The block adds
         // the warps' bins after, and each block the cluster's. (One shared 64-bit atomic a digit
-        // change, contended on a few addresses, cost 1.4 ms a row on an H100: session 44.)
+        // change, contended on a few addresses, costs 1.4 ms a row on an H100.)
         unsigned long long *own = own_bins(warp_bins, warp);
         unsigned *own_count = reinterpret_cast<unsigned *>(warp_bins + draw_warps * 256) + warp * 256;
         for (int j = lane; j < 256; j += 32) own[j] = 0, own_count[j] = 0;

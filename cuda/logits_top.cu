@@ -215,7 +215,7 @@ __global__ void __launch_bounds__(select_threads) logits_top_merge_kernel(const 
     }
     // The row's max and NaN flag over the slices (order-free), then slice i's term sum_i exp(max_i -
     // max) made by thread i; thread 0 adds the terms in slice order. (Thread 0 walking the slices'
-    // loads and exps in turn: the launch 26 -> 16 us under ncu, session 21.)
+    // loads and exps in turn takes the launch from 16 to 26 us under ncu.)
     float m = warp_max(m_i);
     if ((tid & 31) == 0) s_wmax[tid >> 5] = m;
     const int nan = __syncthreads_or(nan_i);  // also publishes s_wmax

@@ -38,8 +38,8 @@ constexpr int row_elems = tile_k + 8;  // bf16 per shared row: +16 bytes, so the
 // block per multiprocessor: prompts in hundreds of rows. Small: 16 rows x 64 weight rows, 4 warps
 // of 16 x 16, 44 KB of shared memory, four blocks per multiprocessor: prompt chunks of a few rows
 // beside decoding sessions, and experts that get a row or two each, where the large tile
-// converted 128 weight rows for one row on one block per multiprocessor. H200, 30b synth, a
-// 1,024-token prompt in chunks of 16 rows: 3.40 -> 1.55 s; of 64: 1.17 -> 0.58 s.
+// converted 128 weight rows for one row on one block per multiprocessor (`bench --prompt 1024
+// --prefill-chunk 16` on the 30b synth: 1.55 s against the large tile's 3.40).
 template <int warps_m_, int warps_n_, int m_frags_, int n_frags_, int min_blocks_>
 struct tile_shape {
     static constexpr int warps_m = warps_m_, warps_n = warps_n_;
@@ -366,12 +366,10 @@ void launch_matmul_prompt_shape(const matvec_args &a, cudaStream_t stream) {
 }
 
 // Small tiles for steps of few rows: dense up to 64 rows, grouped up to one small tile (16 rows)
-// an expert on average. Measured at 16- and 64-row steps (docs/perf-notes.md, session 6); steps
-// in between the two shapes' regimes (~130-2,000 rows) keep the large tile, as before. A dense
-// launch of up to 128 rows that would get fewer large tiles than the GPU has multiprocessors takes
-// the small ones too: the F32 router of a 96- or 128-row prompt chunk (4 large blocks) gave
-// prefill +3.4% / +5.5% in such chunks; at 256-2,048 rows (8-64 large blocks) small tiles measured
-// 0.3-1.4% slower (session 18, call 6).
+// an expert on average (`bench --prompt 1024 --prefill-chunk C --sessions 1`, C of 16-256); steps
+// between the two shapes' regimes (~130-2,000 rows) keep the large tile. A dense launch of up to
+// 128 rows that would get fewer large tiles than the GPU has multiprocessors takes the small ones
+// too (the F32 router of a 96- or 128-row chunk: 4 large blocks); from 256 rows small tiles lose.
 bool small_step(const matvec_args &a) {
     if (a.prompt_tile_rows > 0) return a.prompt_tile_rows == small_tiles::tile_m;
     if (a.group_off) return int64_t(a.n_pairs) <= int64_t(small_tiles::tile_m) * a.max_groups;

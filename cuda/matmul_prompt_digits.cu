@@ -15,7 +15,7 @@
 // blocks are taken in matvec_digits' partial order (v, v + V, ..., then v + 1, ...: each output the
 // same partials added in the same order), so a pair's outputs are bitwise the decode kernels'.
 // No weights are converted in shared memory and no warp waits on another except at the step's
-// barrier (the lesson of the bf16 prompt tiles, docs/perf-notes.md sessions 7-8).
+// barrier: the conversion pass and its barriers are what bound the bf16 prompt tiles.
 #include "matvec_digits.h"
 
 #include "cp_async.cuh"
@@ -35,8 +35,8 @@ namespace tandem::cuda {
 namespace {
 
 constexpr int tile_m = 32;   // pairs a block tile: two blocks an SM (shared memory), so one's start and
-                             // end overlap the other's steps (64 pairs, one block an SM: gate/up 0.98 -> 0.90 ms,
-                             // down 0.61 -> 0.56; docs/perf-notes.md, session 14)
+                             // end overlap the other's steps (`test_cuda_matmul_prompt "[.bench]"`: ~8%
+                             // faster than 64 pairs at one block an SM)
 constexpr int warps_r = 2;
 constexpr int w_frags = 2, r_frags = 2;  // a warp: 2 m16 weight tiles x 2 n8 pair tiles
 constexpr int n_stages = 2;
@@ -82,7 +82,7 @@ __global__ void __launch_bounds__(tile_shape<WW>::n_threads, 2) matmul_digits_ke
     // The tile's pairs, matrix and outputs, and the partial order below, are what
     // prompt_tile::resolve_digit_tile, fill_digit_rows and digit_block_in_order compute for the
     // warpgroup tiles; written out here because calling them moved ptxas's allocation of the SwiGLU
-    // instance (4 -> 20 bytes of spill stores, session 23) in this register-bound kernel.
+    // instance (20 bytes of spill stores instead of 4) in this register-bound kernel.
     int begin = 0, end = 0, mat = 0, m0 = 0;
     if (a.one_group) {
         end = a.n_rows;
@@ -346,10 +346,8 @@ void launch_digit_tiles(const matvec_digits_args &a, int m_tiles, cudaStream_t s
     const int col_blocks = col_blocks_of<swiglu, V, WW>(a);
     if constexpr (!swiglu) {
         // The K split: one-group products whose tiles would leave a quarter of the SMs or more
-        // without a block, on a GPU with clusters (sm_90: the same that takes PDL). Measured on one
-        // H200 (docs/perf-notes.md, session 19): wo of 64- and 96-row prompt chunks (64 and 96
-        // blocks) gained, prefill +9% / +6%; 128 to 240 blocks (wo of 128 rows, Q/K/V of 64 and 96)
-        // lost 0.4-3%.
+        // without a block, on a GPU with clusters (sm_90: the same that takes PDL).
+        // `bench --prompt 2048 --prefill-chunk 64` (and 96): +6-9%; from 128 blocks the split loses.
         const bool want = a.tile_k_blocks > 0 || (a.tile_k_blocks < 0 && 4 * col_blocks * m_tiles <= 3 * multiprocessor_count());
         if (a.one_group && want && pdl_supported()) {
             auto kernel = matmul_digits_kernel<false, V, WW, true>;
@@ -414,10 +412,10 @@ void matmul_digits(const matvec_digits_args &a, cudaStream_t stream) {
                         "matmul_digits: tile_weight_rows is 0 (by the launch's size), 64 or 128");
     TANDEM_CUDA_REQUIRE(a.tile_k_blocks >= -1 && a.tile_k_blocks <= 1, "matmul_digits: tile_k_blocks is -1 (by the launch's size), 0 or 1");
     TANDEM_CUDA_REQUIRE(a.tile_pairs == 0 || a.tile_pairs == 32 || a.tile_pairs == 64, "matmul_digits: tile_pairs is 0 (by the groups' size), 32 or 64");
-    // The warpgroup tiles where they measured faster (docs/perf-notes.md, sessions 23-24): one-group
+    // The warpgroup tiles where `bench --prompt 2048 --prefill-chunk C` finds them faster: one-group
     // products (prompt rows' Q/K/V and wo) of 512 rows or more, and grouped products (the experts)
-    // whose groups average 64 pairs or more (a 2,048-row prompt's 128: +7%; 1,024 rows' 64: +1.5%;
-    // 512 rows' 32: -9%); smaller launches stay on the mma.sync tiles. Either gives the same bits.
+    // whose groups average 64 pairs or more; smaller launches stay on the mma.sync tiles. Either
+    // gives the same bits.
     constexpr int wgmma_min_rows = 512, wgmma_min_group_pairs = 64;
     const bool wgmma_fits =
         a.one_group ? !swiglu && a.n_rows >= wgmma_min_rows && !k_split_wanted_64(a)

@@ -1,7 +1,7 @@
 // cuda/matmul_prompt_wgmma.cu - matmul_digits' tiles on the warpgroup products of sm_90a
 // (cuda/wgmma.cuh): the same outputs, bit for bit, as the mma.sync tiles (matmul_prompt_digits.cu)
 // and the decode kernels, with the sub-block scales inside the tensor-core products instead of
-// integer multiply-adds after each one (those tiles' bound: docs/perf-notes.md, sessions 14-15).
+// integer multiply-adds after each one (those multiply-adds bound the mma.sync tiles).
 //
 // A block of WG warpgroups (128 threads each) computes 64 WG weight rows (SwiGLU: each warp's 8
 // gate rows, then their 8 up rows; each warpgroup's 64 rows are the A of its own products) x TM
@@ -25,11 +25,9 @@
 // Grouped products (SwiGLU or plain) and one-group plain products with extras; the K split of
 // small one-group launches over clusters stays with the mma.sync tiles. A grouped block takes a
 // chunk of up to 128 pairs of its group, tile after tile: the block's setup once, and the next
-// tile's first copies in flight while a tile finishes and stores. Measured on one H200
-// (docs/perf-notes.md, sessions 23-24), against the mma.sync tiles: one-group products of 512 rows
-// or more (prompt rows' Q/K/V and wo) faster; the experts' products faster where the groups
-// average 64 pairs or more (2,048-row prompt +7%, 1,024-row chunks +1.5%), slower at 32 (-9%);
-// matmul_digits takes them accordingly.
+// tile's first copies in flight while a tile finishes and stores. matmul_digits takes these tiles
+// where they beat the mma.sync ones: one-group products of 512 rows or more, grouped products
+// whose groups average 64 pairs or more.
 #include "matvec_digits.h"
 
 #include "bulk_copy.cuh"
@@ -132,9 +130,9 @@ __global__ void __launch_bounds__(tile_shape<TM, WG, ST>::n_threads, tile_shape<
     //   digit d = lane / 2 % 2, 8-byte half e = lane % 2) copies bytes 32k + 16e + 8d of the pair's
     //   512 (elements 16h + 8e .. of sub-block j, digit d) to column 2r + d, bytes 8e: a warp reads
     //   8 whole 32-byte sectors and writes 256 contiguous bytes. (Digit rows laid out for 16-byte
-    //   copies measured 0.7% slower end to end: docs/perf-notes.md, session 24.)
-    // - Raw rows: thread 0's tensor copies (the weights' 16-byte copies, 4.5 a thread, kept the copy
-    //   queue full: docs/perf-notes.md, session 24).
+    //   copies are 0.7% slower end to end.)
+    // - Raw rows: thread 0's tensor copies (the weights' 16-byte copies, 4.5 a thread, would keep
+    //   the copy queue full).
     // - Sums: threads 0 .. 2 TM - 1, two copies a pair; scales: the next TM threads where the block
     //   has them, else threads 0 .. TM - 1.
     // The pairs' sources are set per tile (at its first step's copies: one shared-memory read each).
@@ -353,14 +351,12 @@ void launch_wgmma_tiles(const matvec_digits_args &a, cudaStream_t stream) {
     const int groups = a.one_group ? 1 : std::max(1, std::min(a.max_groups, a.n_pairs));
     const int rows = a.one_group ? a.n_rows : a.n_pairs;
     const int tm = a.tile_pairs ? a.tile_pairs : rows < 24 * groups ? 32 : 64;
-    // Grouped products: chunks of up to 128 pairs a block, a group's tiles one after another (the
-    // experts of a 2,048-row prompt +2.3% against a block a tile; one-group products in chunks of two
-    // tiles lost 8% at 512 rows). 64-pair tiles in blocks of two warpgroups, 128 weight rows sharing
-    // the staged digits (a 2,048-row prompt +4.6% for the experts, +2.5% more for Q/K/V and wo):
-    // docs/perf-notes.md, session 24.
+    // Grouped products: chunks of up to 128 pairs a block, a group's tiles one after another (one
+    // setup a block; one-group products stay a block a tile: chunks of two lose at 512 rows).
+    // 64-pair tiles in blocks of two warpgroups, 128 weight rows sharing the staged digits.
+    // `bench --prompt 2048 --sessions 1` justifies both (see docs/performance.md).
     if (tm == 64) {
-        // Three stages (one block an SM has the shared memory): +0.3% whole, +0.5% in 1,024-row
-        // chunks against two (session 24, call 16).
+        // Three stages (one block an SM has the shared memory): `bench --prompt 2048` +0.3-0.5%.
         if (!a.one_group)
             launch_wgmma_tiles<swiglu, V, 64, 2, 2, 3>(a, stream);
         else

@@ -16,25 +16,20 @@ constexpr int vw_swiglu_pairs = 64;  // grouped Q4_K SwiGLU above this many pair
 constexpr int vw_q6_plain_pairs = 8;  // grouped Q6_K of K = 768 (down) above this many pairs: likewise
 constexpr int head_blocks = 4096;  // dense launches of at least this many blocks (vocabulary heads)
 
-// Grouped Q4_K products: weight-row tiles per block (matvec_args::row_tiles). Measured on the
-// H200 (docs/perf-notes.md, session 6): two tiles for the experts' down (K = 768, three warps) at
-// every step size (1 / 4 / 16 sessions +5 / +2 / +4%); two for SwiGLU only at one row (+1.5%; at
-// 4 and 16 sessions -4%: 168 registers leave 3 blocks an SM); four spill and lose. Since warps
-// leave after their last pass (session 10), down of 9-64 pairs (2-8 sessions) is staged in one
-// tile: 4 sessions +1.6%, 16 sessions (above 64 pairs) -0.5%, so those keep two.
+// Grouped Q4_K products: weight-row tiles per block (matvec_args::row_tiles), by `bench --prompt 0
+// --sessions 1,4,16`: two for the experts' down (K = 768, three warps) except 9-64 pairs (2-8
+// sessions), staged in one; two for SwiGLU only at one row (168 registers leave 3 blocks an SM);
+// four spill.
 int grouped_row_tiles(const matvec_args &a, bool swiglu) {
     if (a.row_tiles > 0) return a.row_tiles;
     if (swiglu) return a.n_pairs <= 8 ? 2 : 1;
     return a.n_in == 3 * 256 && (a.n_pairs <= 8 || a.n_pairs > 64) ? 2 : 1;
 }
 
-// Grouped Q4_K launches that stage their weights (matvec_kernel's `staged`), by kind of launch.
-// Measured on the H200 (docs/perf-notes.md, session 9; tok/s at 1 / 4 / 16 sessions): SwiGLU of 9-64
-// and of more than 64 pairs staged, 849 -> 882 at 4 and 1,586 -> 1,710 at 16 (with the split
-// SwiGLU outputs); down above 8 pairs staged too, +1% / +3% more; one copy a row on one barrier
-// instead of four K ranges, +2% / +4% more. One session (up to 8 pairs, either product) measured
-// the same staged or streamed and stays streamed. The shared-memory carve-out at its maximum lost
-// 4-5% (the activations lose L1).
+// Grouped Q4_K launches that stage their weights (matvec_kernel's `staged`), by kind of launch
+// (`bench --prompt 0 --sessions 1,4,16`): SwiGLU and down above 8 pairs, one copy a row on one
+// barrier; up to 8 pairs (one row) staging gains nothing, so those stream. The shared-memory
+// carve-out is left alone: at its maximum the activations lose L1 (-4-5%).
 // A staged block's row pitch in shared memory (matvec_body's s_stride for plain products): packed
 // when a row is an odd number of 16-byte units, else 32 bytes apart.
 int64_t staged_row_stride(int64_t row_bytes) { return row_bytes % 32 == 16 ? row_bytes : row_bytes + 32; }
@@ -73,8 +68,7 @@ void launch_grouped(const matvec_args &a, dim3 grid, int64_t row_bytes, int bloc
         // block's own shape (warps, register bound, virtual warps); only matrices of whole tiles.
         const size_t smem = size_t(16) * size_t(row_bytes);
         const bool whole_tiles = a.n_out % 16 == 0 && reinterpret_cast<uintptr_t>(a.w) % 16 == 0;
-        // Staged at every step size: on the Q4_K_M mix (session 22, call 2) 1 / 4 / 16 sessions
-        // 402-403 / 1,026 / 2,118-2,121 -> 409-413 / 1,033-1,035 / 2,242-2,254 tok/s.
+        // Staged at every step size (`bench --prompt 0 --sessions 1,4,16` on the Q4_K_M mix: +1-6%).
         const bool wanted = a.stage_weights != 0;
         if (wanted && whole_tiles && smem <= 40 * 1024 && pdl_supported()) {
             launch_pdl_smem(matvec_kernel<T, false, W, split_in, false, 1, 1, min_blocks, v_warps, true>, grid, dim3(W * 32), smem,
@@ -103,9 +97,8 @@ void launch_matvec_shape(const matvec_args &a, cudaStream_t stream) {
         if (cols == 2 && !swiglu && !a.group_off && a.k_parts == 1) {
             // Staged by default (stage_weights -1 or 1): the block's 16 weight rows in one bulk copy
             // each, so the chunk loop waits on shared memory instead of a load chain a chunk (109
-            // registers instead of 128 with 16 bytes of spills). Same bits. Against streamed, 16
-            // sessions +0.6-1.0% in one A/B and a tie in another, 12 sessions +0-1.3%
-            // (docs/perf-notes.md, session 39, calls 3-4).
+            // registers instead of 128 with 16 bytes of spills). Same bits. `bench --prompt 0
+            // --sessions 12,16`: +0-1.3% over streamed.
             if (a.stage_weights != 0 && dense_stage_fits(a, row_bytes)) {
                 const size_t smem = 16 * size_t(staged_row_stride(row_bytes));
                 auto go = [&](auto kernel, int warps) {
@@ -128,8 +121,8 @@ void launch_matvec_shape(const matvec_args &a, cudaStream_t stream) {
             return;
         }
         if (tiles > 1) {
-            // Steps of several rows: at most 136 registers (5 blocks an SM), 16 sessions +4%; one row
-            // loses 2% with the cap.
+            // Steps of several rows: at most 136 registers (5 blocks an SM); `bench --prompt 0
+            // --sessions 1,16`: +4% at 16, while one row loses 2% with the cap.
             const int plain_kind = a.n_pairs > 8 ? stage_plain_large : stage_plain_small;
             if (!swiglu && a.n_in == 3 * 256 && a.n_pairs > 8)
                 launch_grouped<T, false, 3, split_in, 2, 5>(a, grid, row_bytes, blocks0, blocks1, plain_kind, stream);
@@ -161,11 +154,8 @@ void launch_matvec_shape(const matvec_args &a, cudaStream_t stream) {
                 if constexpr (T == ggml_type::q6_k) {
                     // Q6_K (a Q4_K_M file's down in half its layers): above 8 pairs one-warp blocks
                     // playing the three K warps (16 an SM), else three-warp blocks compiled for at
-                    // least 5 an SM (8 since staged: one session 431-433 -> 438, session 22 call 4);
-                    // the same arithmetic. On the Q4_K_M mix (session 21, call 14) 1 / 4 / 16
-                    // sessions: 393-396 / 961-968 / 1,922-1,923 tok/s -> 400 / 1,016 (bounded
-                    // blocks) and 2,103-2,104 (one-warp blocks; 2,083-2,085 bounded). Staged (session 22,
-                    // call 2), one-warp blocks took 4 sessions too: 1,033-1,035 -> 1,049-1,053.
+                    // least 8 an SM; the same arithmetic (`bench --prompt 0 --sessions 1,4,16` on
+                    // the Q4_K_M mix: +2-9% over unbounded three-warp blocks).
                     const int kind = a.n_pairs > 8 ? stage_plain_large : stage_plain_small;
                     if (a.n_pairs > vw_q6_plain_pairs)
                         launch_grouped<T, false, 1, split_in, 1, 16, 3>(a, grid, row_bytes, blocks0, blocks1, kind, stream);
@@ -181,8 +171,8 @@ void launch_matvec_shape(const matvec_args &a, cudaStream_t stream) {
     }
     if constexpr (T == ggml_type::q4_k && swiglu) {
         // Grouped SwiGLU of large steps: one warp playing the block's four (virtual warps; the same
-        // arithmetic), no barrier, 16 blocks an SM. Measured (docs/perf-notes.md, session 8): 16
-        // sessions +4.4%; 4 sessions -9% (too few blocks: 1.4 waves of long warps).
+        // arithmetic), no barrier, 16 blocks an SM. `bench --prompt 0 --sessions 4,16`: +4.4% at 16,
+        // -9% at 4 (too few blocks: 1.4 waves of long warps), hence vw_swiglu_pairs.
         if (a.group_off && a.n_pairs > vw_swiglu_pairs) {
             launch_grouped<T, swiglu, 1, split_in, 1, 16, block_warps>(a, grid, row_bytes, blocks0, blocks1, stage_swiglu_large,
                                                                        stream);
@@ -197,16 +187,14 @@ void launch_matvec_shape(const matvec_args &a, cudaStream_t stream) {
     }
     if constexpr (T == ggml_type::q6_k && !swiglu) {
         // A Q6_K head (Q4_K_M files): two-warp blocks playing the four K warps, 8 an SM; the same
-        // arithmetic. The head alone 143 -> 125 us at one row, 320 -> 276 at 16 (session 21, call
-        // 3); on the Q4_K_M mix +1% at 1 and 4 sessions (call 14).
+        // arithmetic, ~13% faster than four-warp blocks for the head alone.
         if (!a.group_off && grid.x >= head_blocks) {
             // A head of whole tiles and no extra matrices staged by one bulk copy a tile, in
-            // four-warp blocks (the same arithmetic again): on the Q4_K_M mix 1 / 16 sessions
-            // 431-433 / 2,323-2,324 -> 438 / 2,341 tok/s (session 22, call 4).
+            // four-warp blocks (the same arithmetic again): `bench --prompt 0 --sessions 1,16` on
+            // the Q4_K_M mix +1%.
             const size_t smem = size_t(16) * size_t(row_bytes);
             // Above 8 rows two n8 tiles of rows a pass share each unpacked weight (matvec_args::
-            // col_tiles; the same bits): on the Q4_K_M mix 16 sessions 2,424-2,440 -> 2,444-2,451 tok/s
-            // (docs/perf-notes.md, session 31).
+            // col_tiles; the same bits): +0.5% at 16 sessions on the Q4_K_M mix.
             if (a.stage_weights != 0 && a.n_out % 16 == 0 && a.n_extra == 0 && reinterpret_cast<uintptr_t>(a.w) % 16 == 0 &&
                 smem <= 40 * 1024 && pdl_supported()) {
                 if (dense_col_tiles(a) == 2)

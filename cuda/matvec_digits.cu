@@ -41,7 +41,7 @@ __global__ void __launch_bounds__(quant_warps * 32) digits_quantize_kernel(const
 
 // Tensor copies (matvec_digits_args::tensor_copies): the staged SwiGLU tile's gate rows and up rows
 // each in one tensor copy (8 rows x the row's 128-byte lines, 128-byte swizzle) instead of one bulk
-// copy a row (call 5 of session 39's ncu: 16 copies a tile were ~16% of a block's warp time).
+// copy a row (under ncu, 16 copies a tile take ~16% of a block's warp time).
 struct swiglu_maps {
     CUtensorMap gate, up;
 };
@@ -61,8 +61,7 @@ __device__ __forceinline__ q4_k_lane load_q4_k_lane_swizzled(const uint8_t *box,
 }
 
 // The one group of a one_group product: rows 0 .. n_rows - 1 of matrix 0. The kernels choose it at
-// compile time, so the decode instances keep their code as it was (runtime tests there cost decode
-// 1-2%, session 18).
+// compile time, so the decode instances carry no test of it (a runtime test there costs decode 1-2%).
 __device__ __forceinline__ bool read_one_group(const matvec_digits_args &a, int gi, int &begin, int &end, int &mat) {
     begin = 0;
     end = a.n_rows;
@@ -135,8 +134,8 @@ __device__ __forceinline__ bool route_one_group(const matvec_digits_args &a, int
 // quantize (grouped, not SwiGLU): x comes as fp32 rows (x_f32); for each of its chunks a warp
 // quantises the pass's rows' block itself (digits_of_lane, the producer's bits) into shared memory,
 // laid out as the B fragments are read: [sub-block j][lane] 8 bytes.
-// Staged blocks are held to 64 registers (8 blocks an SM): left alone, ptxas chose 56 with spills
-// (16 rows' gate/up 54.3 us) or, asked for one block, 80 (52.8); at 64, 50.4 (session 13, call 13).
+// Staged blocks are held to 64 registers (8 blocks an SM): 16 rows' gate/up 50.4 us, against 54.3
+// at ptxas's own choice (56, with spills) and 52.8 at 80 (one block asked for).
 // route (staged SwiGLU, one-row steps): the block routes the row itself (route_one_group) before the
 // PDL wait instead of reading moe_route's groups after it.
 // stride (staged, producer digits, moe_route's groups): block row y takes groups y, y + gridDim.y, ...
@@ -426,9 +425,8 @@ void digits_quantize(const digits_quantize_args &a, cudaStream_t stream) {
 namespace {
 // Whether the staged SwiGLU blocks (routing, one a group, or strided) take two tensor copies a tile
 // (tensor_copies): rows of whole 128-byte lines (K a multiple of 2,048), at most 256 of them (a box's
-// extent), 16-byte aligned matrices. Measured for the strided blocks on one H200 (docs/perf-notes.md, session 39, call 6; the 30b synth,
-// tok/s at 8 / 16 sessions): a bulk copy a row 1,986.6-1,999.4 / 2,939.5-2,945.7, two tensor copies
-// 2,012.2-2,026.5 / 2,983.0.
+// extent), 16-byte aligned matrices. `bench --prompt 0 --sessions 8,16`: +1.3-1.5% over a bulk
+// copy a row for the strided blocks.
 bool tma_wanted(const matvec_digits_args &a) {
     const int64_t row_bytes = int64_t(a.n_in / 256) * 144;
     return a.tensor_copies && row_bytes % 128 == 0 && row_bytes / 128 <= 256 &&
@@ -453,11 +451,8 @@ swiglu_maps tma_maps(const matvec_digits_args &a) {
 int32_t matvec_digits_group_rows(int32_t max_groups) {
     // Half the groups' rows from 64 groups up: about two groups a row at steps of 8 and 16 sessions
     // (~52 and ~82 of 64 and 128 groups live with 128 experts, 8 a row), a row a group below.
-    // Measured on one H200 (docs/perf-notes.md, session 38, call 3; the 30b synth, tok/s at 8 / 16
-    // sessions, rows 64 and 128 in all): a row a group 1,977.7-1,979.3 / 2,875.9-2,878.9; 32 rows
-    // 1,987.5-1,995.3 / 2,890.4-2,892.0; 48 rows - / 2,902.7-2,920.3; 64 rows - / 2,915.0-2,928.6;
-    // 96 rows - / 2,882.8-2,884.3. Below 64 groups halving lost (call 6, 2 / 4 sessions, 16 / 32
-    // groups): 776.2-780.2 / 1,263.2-1,265.8 a row a group, 755.8-762.8 / 1,251.3-1,258.0 halved.
+    // `bench --prompt 0 --sessions 2,4,8,16`: half beats 32-96 rows of 128 groups, and loses
+    // below 64 groups.
     return max_groups >= 64 ? max_groups / 2 : max_groups;
 }
 
@@ -506,8 +501,8 @@ void matvec_digits(const matvec_digits_args &a, cudaStream_t stream) {
         // Dense products as one group (prompt rows' Q, K, V and wo): instances of their own, so the
         // decode products' code stays as it was. K split as digits_grouped_k_split (no solo warps).
         // More rows than a pass: two or four passes at a time (matvec_digits_args::passes_together;
-        // a 151,936 x 2,048 head on one H200 at 8 rows: 94.9 us a pass at a time, 76.2 two, 92.7 four
-        // (159 registers: 3 blocks an SM); at 16 rows 177.5, 140.9, 125.6; docs/perf-notes.md, session 37).
+        // a 151,936 x 2,048 head: two fastest at 8 rows, four at 16, whose 159 registers leave 3
+        // blocks an SM).
         const int together = stage || a.n_rows <= digits_pass ? 1
                              : a.passes_together >= 0        ? a.passes_together
                              : a.n_rows <= 2 * digits_pass   ? 2

@@ -11,12 +11,11 @@
 // down (digits made by its own blocks, or by digits_quantize for large steps): 1.1-1.5x faster
 // than the bf16-split kernels, each product ~6x less precise (relative L2 ~4e-5 against the CPU's
 // fp32, within tolerance::moe); a one-row step's gate/up routes its row itself and
-// publishes the routing in moe_route's place (route_logits, route_out below; sessions 29 and 31: one
-// session +2.6%, +1.4%). Prompt rows' Q4_K Q, K, V and wo take the grouped arithmetic as one
-// group (one_group; the tiles from 32 rows): 1.1-1.3x faster than the bf16 exact-quant prompt
-// products (session 18). A Q4_K vocabulary head takes them too, as one group for every step size
-// (session 21: twice as fast as the bf16 split at 1-4 rows); Q/K/V on digits lost at one session and
-// moved a router near-tie (a third digit was measured and dropped: docs/perf-notes.md, sessions 11-12).
+// publishes the routing in moe_route's place (route_logits, route_out below: one session +4%).
+// Prompt rows' Q4_K Q, K, V and wo take the grouped arithmetic as one group (one_group; the tiles
+// from 32 rows): 1.1-1.3x faster than the bf16 exact-quant prompt products. A Q4_K vocabulary head
+// takes them too, as one group for every step size (twice as fast as the bf16 split at 1-4 rows).
+// Decode rows' Q/K/V stay off digits: slower at one session, and they move a router near-tie.
 // Owns: the digit format and its producer, the dense and grouped (SwiGLU, plain) products. Does not
 // own: the other decode products (cuda/matvec.h).
 #pragma once
@@ -29,8 +28,8 @@
 
 namespace tandem::cuda {
 
-// Digits per element: x ~ s (d0 + d1 / 256). (A third digit measured little faster than the bf16
-// split and no more precise: docs/perf-notes.md, session 11.)
+// Digits per element: x ~ s (d0 + d1 / 256). (A third digit would be little faster than the bf16
+// split and no more precise.)
 constexpr int digits_per_element = 2;
 
 // Per row of n elements (n a multiple of 256): digits [n / 32][4][16 bytes] (sub-block j, lane group
@@ -98,7 +97,7 @@ struct matvec_digits_args {
     // Staged SwiGLU blocks (routing, one a group or strided; sm_90) whose rows are whole 128-byte
     // lines (n_in a multiple of 2,048): the tile's 8 gate rows and its 8 up rows each in one tensor
     // copy, swizzled so the reads stay conflict-free (true), or one bulk copy a padded row (false;
-    // other rows always). The same bits either way. (docs/perf-notes.md, sessions 39-40.)
+    // other rows always). The same bits either way.
     bool tensor_copies = true;
     // One-row grouped SwiGLU (a decode step of one session): each block routes the row itself from
     // its router logits (route_logits [route_n_expert], route_slots [1]; cuda/moe_route.cuh, the

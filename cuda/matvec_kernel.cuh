@@ -31,15 +31,14 @@
 
 namespace tandem::cuda::matvec_detail {
 
-// Measured on the H200 (docs/perf-notes.md): 4 warps per block beat 8 (more, smaller blocks), and
-// one n8 tile of step rows per pass beats two (half the registers: 4 blocks per SM instead of 2);
-// more rows take more passes, whose weights then come from L1/L2. A dense matrix too narrow to
-// give every SM two blocks (wo; a router not fused with its norm) splits K 16 ways instead (16-warp
-// blocks beat 8 by 1-2% at 1-16 sessions, session 10 call 15); the split is a function of the
-// matrix's shape, never of the step's rows, so decode rows stay batch invariant. A grouped K-quant
-// matrix of three blocks a row (K = 768: Qwen3-30B's experts' down) runs three warps a block,
-// none idle: 96 registers instead of 128, 7 blocks per SM instead of 4 (16 sessions: 1,200 ->
-// 1,274 tok/s).
+// Block shapes by `bench --prompt 0 --sessions 1,4,16` on an H200: 4 warps per block beat 8 (more,
+// smaller blocks), and one n8 tile of step rows per pass beats two (half the registers: 4 blocks
+// per SM instead of 2); more rows take more passes, whose weights then come from L1/L2. A dense
+// matrix too narrow to give every SM two blocks (wo; a router not fused with its norm) splits K 16
+// ways instead (16-warp blocks beat 8 by 1-2%); the split is a function of the matrix's shape,
+// never of the step's rows, so decode rows stay batch invariant. A grouped K-quant matrix of three
+// blocks a row (K = 768: Qwen3-30B's experts' down) runs three warps a block, none idle: 96
+// registers instead of 128, 7 blocks per SM instead of 4 (16 sessions +6%).
 constexpr int block_warps = 4;   // K split 4 ways: enough warps in flight for one-row steps
 constexpr int narrow_blocks = 264;  // fewer blocks than this (2 per SM of an H200): K split 16 ways
 constexpr int block_rows = 16;   // weight rows per block (an m16 tile); SwiGLU: 8 gate + 8 up rows
@@ -116,7 +115,7 @@ __device__ __forceinline__ uint32_t load_u32_a2(const uint8_t *p) {
 // weight rows are copied whole into shared memory at its start, one bulk copy a row (or a plain
 // tile's consecutive rows in one, when they pack: s_stride below) on one barrier (bulk_copy.cuh),
 // instead of each warp keeping one chunk in flight. Same arithmetic. (Barriers over K ranges, so
-// the first chunks are computed while the rest arrive, measured slower: four copies a row cost
+// the first chunks are computed while the rest arrive, are slower: four copies a row cost
 // more instructions than the overlap saves.)
 // One block's work; matvec_kernel below is a launch of it (min_blocks: its __launch_bounds__).
 template <ggml_type T, bool swiglu, int n_warps, bool split_in, bool parted = false, int n_tiles = 1, int n_cols = 1,
@@ -365,8 +364,8 @@ __device__ __forceinline__ void matvec_body(const matvec_args &a, int64_t row_by
                         // Sums of sub-blocks 2 cc and 2 cc + 1 of step rows 2t and 2t + 1, 8 bytes a
                         // load (matvec() passes split rows only when x_stride is a multiple of 64): one
                         // session +1-3%. Two column tiles and staged blocks load them one at a time (the
-                        // pairs cost the dense two-tile kernel 9 registers, a block an SM, and measured no
-                        // gain at 16 sessions staged).
+                        // pairs cost the dense two-tile kernel 9 registers, a block an SM, and gain
+                        // nothing at 16 sessions staged).
                         constexpr bool sum_pairs = n_cols == 1 && !staged;
                         [[maybe_unused]] float2 xs_pair[n_cols][2];
                         if constexpr (split_in && sum_pairs) {
@@ -558,9 +557,8 @@ __device__ __forceinline__ void matvec_body(const matvec_args &a, int64_t row_by
             // Element (i, e) is weight row g + 8 (e >> 1) of tile i / n_cols, step row p0 + 8 (i %
             // n_cols) + 2t + (e & 1). Every element's output row (y_rows) and, accumulating, its
             // prior value are asked for before the sums: one round trip for all of them. (Asked for
-            // beside each store, every load waited behind the store before it, which may alias:
-            // wo's residual add took a round trip an element, eight at sixteen rows; perf-notes,
-            // session 33.)
+            // beside each store, every load waits behind the store before it, which may alias: wo's
+            // residual add would take a round trip an element, eight at sixteen rows.)
             constexpr int n_e = swiglu ? 2 : 4;
             auto out_col = [&](int i, int e) { return j0 + (i / n_cols) * tile_out + g + (swiglu ? 0 : 8 * (e >> 1)); };
             int y_row_of[n_tiles * n_cols][2];  // element (i, e)'s output row is y_row_of[i][e & 1]; -1: past the group

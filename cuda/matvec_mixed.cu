@@ -1,9 +1,9 @@
 // cuda/matvec_mixed.cu - a dense decode launch whose last extra matrix has a weight type of its own
-// (matvec_part::typed): a Q4_K_M file's Q6_K V beside its Q4_K Q and K, one launch where there were
-// two (one session: V alone took ~5.8 us a layer in 24 of 48 layers, session 22). Each block runs
-// the body (matvec_kernel.cuh) of its matrix's type with the launch's warps and column tiles, as
-// launch_matvec_shape would pick them for the launch's type: every output's arithmetic is that of
-// its matrix's type, never of the step's rows, so decode rows stay batch invariant.
+// (matvec_part::typed): a Q4_K_M file's Q6_K V beside its Q4_K Q and K, one launch instead of two
+// (in a launch of its own, V alone takes ~5.8 us a layer at one session, in 24 of 48 layers). Each
+// block runs the body (matvec_kernel.cuh) of its matrix's type with the launch's warps and column
+// tiles, as launch_matvec_shape would pick them for the launch's type: every output's arithmetic is
+// that of its matrix's type, never of the step's rows, so decode rows stay batch invariant.
 #include "matvec.h"
 
 #include "matvec_kernel.cuh"

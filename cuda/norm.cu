@@ -119,7 +119,7 @@ __global__ void __launch_bounds__(128) rmsnorm_router_kernel(const rmsnorm_route
     pdl_trigger();
     // The row into shared memory 16 bytes a load, a thread's loads (up to eight; four for n = 2,048) asked
     // for before any store: with scalar loads under a bounds test the compiler interleaved them
-    // with the stores, five dependent round trips a row (the SASS; docs/perf-notes.md, session 33).
+    // with the stores, five dependent round trips a row (visible in the SASS).
     const float4 *x4 = reinterpret_cast<const float4 *>(a.x + int64_t(r) * n);
     float4 *h4 = reinterpret_cast<float4 *>(s_h);
     const int n4 = n / 4;

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # scripts/ab.sh - an A/B of tandem binaries (or of one binary under environment switches) on the GPU
-# machine, as docs/perf-notes.md reports them: the variants' decode logits hashed first (bitwise
+# machine: the variants' decode logits hashed first (bitwise
 # checks of the decode path, `tandem logits --decode-logits`), then decode benches with the
 # variants alternating in each run, then each variant's range over the runs.
 #   usage: scripts/ab.sh -m MODEL [--runs N] [--short S] [--long S] [--long-prompt P] [--no-hash]

@@ -9,7 +9,7 @@ Here:
     python3 scripts/ncu_source_stalls.py k.csv [TOP] [--marks]
 prints the share of warp-stall samples by stall reason and by opcode, the TOP instructions with the
 most samples (with their reasons), and with --marks the running share at each barrier, copy, ldmatrix
-and branch instruction, which splits a kernel's loop into its phases (docs/perf-notes.md, session 15).
+and branch instruction, which splits a kernel's loop into its phases.
 """
 import collections
 import csv

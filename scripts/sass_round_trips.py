@@ -4,11 +4,11 @@
 A warp issues in order: an instruction that reads the destination of a global load still in flight
 stalls the warp, and every load after it in program order waits too. So a loop or an unrolled body
 that consumes each load before issuing the next pays one memory round trip per load instead of one
-for all of them (session 32 found four such waits in the routing launch's logit loads and one a
-slot in the decode combine; docs/perf-notes.md). This script marks, in program order, each
-instruction that reads a register an earlier global load (LDG, LD, a returning ATOMG) wrote and
-that no wait has covered yet: a "wait point". The count along straight-line code is the number of
-dependent round trips there; inside a loop, the body's wait points repeat every iteration.
+for all of them (e.g. a routing launch's logit loads, or a combine's slots, consumed one by one).
+This script marks, in program order, each instruction that reads a register an earlier global
+load (LDG, LD, a returning ATOMG) wrote and that no wait has covered yet: a "wait point". The
+count along straight-line code is the number of dependent round trips there; inside a loop, the
+body's wait points repeat every iteration.
 
 On the GPU machine (cuobjdump ships with the CUDA toolkit there, not on the Debian build box):
     cuobjdump -sass build/tandem > tandem.sass          # or an object file, or a test binary

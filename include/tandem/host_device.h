@@ -1,4 +1,4 @@
-// tandem/host_device.h - TANDEM_HOST_DEVICE: marks small helpers that host code and CUDA kernels
+// tandem/host_device.h - TANDEM_HOST_DEVICE: marks small functions that host code and CUDA kernels
 // both call (__host__ __device__ under nvcc, nothing under the host compiler).
 #pragma once
 

@@ -4,7 +4,7 @@
 // Half-precision fields are raw IEEE binary16 bits (convert with fp16_to_fp32 in quant.h).
 #pragma once
 
-#include "tandem/host_device.h"  // lets CUDA kernels call the unpacking helper below on the device
+#include "tandem/host_device.h"  // lets CUDA kernels call the unpacking function below on the device
 
 #include <cstdint>
 

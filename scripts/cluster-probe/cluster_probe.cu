@@ -1,7 +1,7 @@
 // scripts/cluster-probe/cluster_probe.cu - how many 8- and 16-CTA clusters of a given shared-memory
 // size can be resident on this GPU, what a cluster barrier costs, and the latency of a dependent
-// load from another CTA's shared memory: inputs to the planned one-launch expert FFN
-// (docs/perf-notes.md, session 12). Not part of the build; on a GPU machine:
+// load from another CTA's shared memory: inputs to the choice of a one-launch expert FFN on
+// clusters. Not part of the build; on a GPU machine:
 //   nvcc -O2 -arch=sm_90 -o /tmp/cluster_probe scripts/cluster-probe/cluster_probe.cu && /tmp/cluster_probe
 #include <cooperative_groups.h>
 #include <cstdio>

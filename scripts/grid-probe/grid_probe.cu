@@ -2,8 +2,8 @@
 // boundary between small dependent kernels in a CUDA graph (with and without programmatic
 // dependent launch, as the decode graph launches them), a software grid barrier inside one
 // persistent launch (an arrival counter and a generation word in global memory), and cooperative
-// groups' grid.sync(). Inputs to a persistent decode-layer kernel, the step that session 13's and
-// session 20's analyses say one session needs (docs/perf-notes.md). Each phase hands a value from
+// groups' grid.sync(). Inputs to the choice of a persistent decode-layer kernel for one-session
+// decode, whose steps are a chain of short dependent launches. Each phase hands a value from
 // every block to every other block through global memory, so each boundary carries a real
 // dependency. Not part of the build; on a GPU machine:
 //   nvcc -O2 -arch=sm_90 -o /tmp/grid_probe scripts/grid-probe/grid_probe.cu && /tmp/grid_probe

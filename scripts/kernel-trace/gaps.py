@@ -8,8 +8,8 @@ host had not issued the launch yet, so a small kernel can look expensive. This s
 idle time: per group of steps (split at logits_top_merge_kernel, like analyze.py; a run of prompt
 chunks that want no logits is one group), the span, the time no kernel ran, and the kernel families
 the GPU was waiting for when it sat idle, each group's first step apart from the rest (a process's
-first launches wait for CUDA's lazy module loading). Session 19 found a chunked prefill idle ~4% of
-its span; session 20 found that was the first run's module loading (the later steps: 0.1-0.7%)."""
+first launches wait for CUDA's lazy module loading: a chunked prefill's first run can sit idle ~4% of
+its span for it, where the later steps idle 0.1-0.7%)."""
 import collections
 import os
 import re
@@ -33,7 +33,7 @@ def main():
         groups[len(s)].append(s)
     for n, ss in sorted(groups.items()):
         # A group's first step is reported apart: a process's first launch of each kernel waits for
-        # CUDA's lazy module loading (~35 ms over a first prefill on an H200, session 20), which is
+        # CUDA's lazy module loading (~35 ms over a first prefill on an H200), which is
         # not the steady state the later steps show.
         for label, part in (("first step", ss[:1]), (f"{len(ss) - 1} later steps", ss[1:])):
             if not part:

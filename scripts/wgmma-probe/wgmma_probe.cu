@@ -1,7 +1,7 @@
 // scripts/wgmma-probe/wgmma_probe.cu - checks cuda/wgmma.cuh's layouts on the device (outside the
 // build): one warpgroup multiplies a random 64 x 32 u8 A (registers, the m16n8k32 fragment) by a
 // random 32 x 64 s8 B (shared memory, no-swizzle K-major core matrices) twice, the second
-// accumulating, against the host's product. (On one H200, 2026-12-01: 0 of 4,096 wrong; with the
+// accumulating, against the host's product. (An H200 gets 0 of 4,096 wrong; with the
 // descriptor's two byte offsets swapped the copy engine faults.)
 // Build: nvcc -std=c++17 -gencode arch=compute_90a,code=sm_90a -I. -o wgmma_probe scripts/wgmma-probe/wgmma_probe.cu
 #include "cuda/wgmma.cuh"

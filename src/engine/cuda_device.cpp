@@ -23,9 +23,8 @@ namespace tandem {
 
 namespace {
 
-// A Q4_K head on digits: the decode kernel up to this many rows, the prompt tiles above (on one H200
-// at 151,936 x 2,048: decode kernel 45 / 53 / 76 / 108 / 126 us at 1 / 4 / 8 / 12 / 16 rows, tiles
-// ~112-113 at any; session 37).
+// A Q4_K head on digits: the decode kernel up to this many rows, the prompt tiles above (a 151,936
+// x 2,048 head on an H200: the tiles take ~112 us at any row count, the decode kernel less up to 8).
 constexpr int32_t head_digit_tile_rows = 8;
 
 template <class T>
@@ -461,7 +460,7 @@ int64_t cuda_device::head(int32_t r0, int32_t n_out, int32_t out0) {
         // A Q4_K head on int8 digits, as one group: the rows' digits gathered once, then the
         // decode kernel for up to 8 rows and the prompt tiles above (the same bits either way, so
         // a row's logits stay batch invariant). Twice as fast as the bf16-split product at 1-4 rows
-        // and 1.8x at 16 (docs/perf-notes.md, session 21), at the digits' precision.
+        // and 1.8x at 16, at the digits' precision.
         const cuda::digit_rows dig{m.h_digits, m.h_digit_scales, m.h_digit_sums};
         cuda::digits_quantize_args q{h_rows(r0), n_out, hp.d_model, dig, m.head_rows() + r0};
         cuda::digits_quantize(q, m.stream);

@@ -23,47 +23,33 @@ namespace tandem {
 
 namespace {
 
-// Decode steps of more pairs than this split the SwiGLU outputs once for down (cuda::split_rows).
-// Measured (docs/perf-notes.md, session 9): 16 sessions +2.5%, 4 even; one session's 8 pairs keep
-// the split inside down (-2% with the launch).
+// Decode steps of more pairs than this split the SwiGLU outputs once for down (cuda::split_rows):
+// `bench --prompt 0 --sessions 1,4,16` +2.5% at 16, even at 4; one session's 8 pairs keep the split
+// inside down (the launch costs them 2%).
 constexpr int32_t split_act_min_pairs = 8;
-// The same for a Q6_K down (a Q4_K_M file's, staged one-warp blocks): on the Q4_K_M mix without the
-// launch 4 sessions 1,090-1,091 -> 1,101 tok/s, 16 sessions 2,341-2,348 -> 2,313-2,320
-// (docs/perf-notes.md, session 22, call 10), so it splits from 65 pairs.
+// The same for a Q6_K down (a Q4_K_M file's, staged one-warp blocks): on the Q4_K_M mix the launch
+// pays from 65 pairs (same bench: 16 sessions +1.2%, 4 sessions -1%).
 constexpr int32_t split_act_min_pairs_q6_k = 64;
 // Decode steps of more pairs than this quantise the SwiGLU outputs to digits once for a Q4_K down
-// (digits_quantize, then solo warps, staged); smaller ones let down's blocks make them. Measured
-// (docs/perf-notes.md, session 12, down alone, us at 1 / 2 sessions): made in the kernel 5.3 /
-// 8.6, with the launch 6.6 / 7.8; end to end at 2 sessions +1.3% (call 15).
+// (digits_quantize, then solo warps, staged); smaller ones let down's blocks make them (down alone:
+// the launch costs 1.3 us at one row and saves 0.8 at two; `bench --prompt 0 --sessions 2` +1.3%).
 constexpr int32_t down_quantize_min_pairs = 8;
 // Prompt steps whose experts are Q4_K take the grouped products on digits too (quantised once per
 // product by digits_quantize): the 32-pair tiles (cuda::matmul_digits) from this many pairs per
 // expert on average, the decode kernels below it. Both give the same bits, so how a prompt is
-// chunked changes nothing. Measured on the 30b synth (docs/perf-notes.md, session 14, calls 17-18,
-// `bench --prefill-chunk C`, prefill tok/s, decode kernels / tiles): chunks of 32 rows (2 pairs an
-// expert) 2,310 / 1,734, 64 rows 3,472 / 2,778, 128 rows 4,704 / 4,256, 256 rows (16) 6,931 /
-// 6,955, 512 rows 9,637 / 10,507, 2,048 rows 12,620 / 15,035.
+// chunked changes nothing. `bench --prompt 2048 --prefill-chunk C`: the tiles win from 256-row
+// chunks (16 pairs an expert).
 constexpr int32_t prompt_tile_min_pairs_per_expert = 16;
 // Prompt steps whose Q, K, V and wo are Q4_K take them on digits as well, each a dense product with
 // the grouped arithmetic (matvec_digits_args::one_group): the tiles from this many rows (Q, K and V
-// in one launch), the decode kernels below it (the same bits, so chunking changes nothing). Measured
-// on the 30b synth (docs/perf-notes.md, session 18, calls 3 and 5, `bench --prompt 2048
-// --prefill-chunk C`, tok/s, the bf16 exact-quant products before -> digits): chunks of 16 rows
-// 1,241 -> 1,433, 32 2,131 -> 2,242, 64 3,260 -> 3,316 (tiles; before Q/K/V shared a launch the
-// tiles gave 3,104 and the decode kernels 3,147 there), 128 4,523 -> 6,175, 512 11,124 -> 12,787,
-// 2,048 16,052 -> 16,595. From 32 rows since the small tiles split K over clusters (session 19,
-// call 14, tiles from 64 / 32 / 16 rows): chunks of 32 rows 2,290.7 / 2,459.5 / 2,459.1, of 48
-// 2,852.9 / 2,854.6 / 2,854.4, of 16 1,448.0 / 1,454.6 / 1,446.1.
+// in one launch), the decode kernels below it (the same bits, so chunking changes nothing).
+// `bench --prompt 2048 --prefill-chunk C` with the tiles from 16 / 32 / 64 rows: 32 wins at 32-row
+// chunks and ties elsewhere (the small tiles split K over clusters).
 constexpr int32_t prompt_dense_tile_min_rows = 32;
 // The grouped digit products' shapes by the step's pairs (cuda/matvec_digits.h; every shape gives
-// the same bits). Measured (docs/perf-notes.md, session 13, call 6, each product alone, us at 1 /
-// 2 / 4 / 8 / 16 sessions): gate/up streamed blocks 6.3 / 11.4 / 20.9 / 36.7 / 57.2, staged 9.1 /
-// 12.6 / 20.5 / 35.1 / 54.0, solo warps streamed 8.6 / 12.6 / 24.8 / 40.1 / 55.9; down above 8
-// pairs with its quantise launch: staged blocks - / 9.0 / 12.3 / 23.6 / 37.9, solo warps staged
-// - / 7.0 / 10.6 / 18.7 / 30.7.
-// In the engine the experts' weights come from DRAM, not from L2 as in those benches: staged gate/up
-// at every step size measured one session 445-452 -> 458-461 tok/s, 2 and 4 sessions the same
-// (session 13, call 18), so gate/up is always staged (streamed where the GPU has no bulk copies).
+// the same bits): solo warps staged for down above 8 pairs. Gate/up is always staged (streamed where
+// the GPU has no bulk copies): in the engine the experts' weights come from DRAM, not L2, and
+// `bench --prompt 0 --sessions 1,2,4` gains 2% at one session and ties above.
 
 }  // namespace
 
@@ -108,10 +94,9 @@ int64_t cuda_device::layer_experts(int32_t l, int32_t r0, int32_t n) {
     // Prompt rows: the tiled GEMMs; decode rows: the matrix-vector products (engine_row::prompt).
     // Prompt rows' grouped plain Q6_K products of K 768 (a Q4_K_M Qwen3-30B-A3B file's experts'
     // down in half its layers) take the matrix-vector products too, at every prompt size, so
-    // chunking changes no bit: with their weights staged they beat the bf16 prompt tiles (session
-    // 22, call 5, the Q4_K_M mix, `bench --prompt 2048 --prefill-chunk C`, tok/s: chunks of 128 /
-    // 512 / 2,048 rows 4,831 / 8,768 / 14,130 -> 5,925 / 10,838 / 14,343). Other shapes, not
-    // measured, keep the tiles.
+    // chunking changes no bit: with their weights staged they beat the bf16 prompt tiles at every
+    // chunk size (`bench --prompt 2048 --prefill-chunk C` on the Q4_K_M mix). Other shapes keep the
+    // tiles.
     // split_rows: rows of a.x its x_rows can name (prompt rows' Q4_K products split them first).
     auto product = [&](const cuda::matvec_args &a, int32_t split_rows) {
         if (!m.prompt_rows || (a.group_off && a.type == ggml_type::q6_k && !a.w_up && a.n_in == 3 * 256)) {
@@ -192,9 +177,8 @@ int64_t cuda_device::layer_experts(int32_t l, int32_t r0, int32_t n) {
             // A V of more bits (Q4_K_M's Q6_K in some layers): Q and K on the digit tiles, V on its own.
             prompt_dense_digits(L.wq, hd, q, q_dim, false, {{L.wk.data, L.wk.n_out, kb, kv_dim}});
             // h was written before the digits launch, so V's tiles run beside Q and K's and wait on
-            // them only before leaving (matvec_args::inputs_settled): on the Q4_K_M mix, chunks of
-            // 128 / 512 / 2,048 rows 5,691-5,696 / 10,730-10,762 / 14,259 -> 6,067-6,076 /
-            // 10,836-10,853 / 14,283-14,295 tok/s (docs/perf-notes.md, session 22, call 12).
+            // them only before leaving (matvec_args::inputs_settled): `bench --prompt 2048
+            // --prefill-chunk 128` on the Q4_K_M mix +7%, less for larger chunks.
             cuda::matvec_args va = dense_args(L.wv, h, d, hs, hm, vb, kv_dim);
             va.inputs_settled = true;
             cuda::matmul_prompt(va, s);
@@ -203,9 +187,8 @@ int64_t cuda_device::layer_experts(int32_t l, int32_t r0, int32_t n) {
     } else if (L.wq.type == L.wk.type) {
         // Q, K and V in one launch: one weight stream over the same normalised rows. A V of another
         // type (Q4_K_M's Q6_K V in half the layers) joins decode rows' launch where the pair is
-        // supported (cuda/matvec_mixed.cu; on the Q4_K_M mix 1 / 4 / 16 sessions 413 / 1,034-1,039
-        // / 2,239-2,253 -> 433 / 1,090 / 2,322-2,335 tok/s, session 22 call 3); otherwise, and for
-        // prompt rows, Q and K share one launch and V runs on its own.
+        // supported (cuda/matvec_mixed.cu; `bench --prompt 0 --sessions 1,4,16` on the Q4_K_M mix
+        // +4-5%); otherwise, and for prompt rows, Q and K share one launch and V runs on its own.
         const bool v_same = L.wq.type == L.wv.type;
         const bool v_typed =
             !v_same && !m.prompt_rows && cuda::matvec_mixed_supported(L.wq.type, L.wv.type) && L.wv.n_in == L.wq.n_in;
@@ -298,14 +281,13 @@ int64_t cuda_device::layer_experts(int32_t l, int32_t r0, int32_t n) {
                              reinterpret_cast<uintptr_t>(L.router.data) % 16 == 0;
     // Decode rows whose experts' gate and up are Q4_K: the gate/up product on int8 digits of h
     // (cuda/matvec_digits.h), written by the norm + router launch instead of h's split twin. One
-    // arithmetic at every step size (batch invariant); session 11 measured it 1.2-1.45x faster than
-    // the bf16-split kernels, with products ~6x less precise (docs/perf-notes.md).
+    // arithmetic at every step size (batch invariant); 1.2-1.45x faster than the bf16-split kernels,
+    // with products ~6x less precise.
     const bool digits = norm_router && m.h_digits && L.gate.type == ggml_type::q4_k && L.up.type == ggml_type::q4_k &&
                         L.gate.n_in % 256 == 0;
     // Prompt rows whose experts are Q4_K: gate/up and down on digits too, quantised by one launch
-    // before each (prompt_digit_product). On a 2,048-row step of the 30b shapes the tiles with their
-    // quantise launch took gate/up 1.15 -> 0.90 ms and down 0.63 -> 0.56 ms against the exact-quant
-    // bf16 tiles; a 2,048-token prefill 13.7k -> 15.1k tok/s (docs/perf-notes.md, session 14).
+    // before each (prompt_digit_product): `bench --prompt 2048 --sessions 1` 1.1x the exact-quant
+    // bf16 tiles' prefill.
     const bool prompt_digits_gate_up = m.prompt_rows && L.gate.type == ggml_type::q4_k && L.up.type == ggml_type::q4_k &&
                                        L.gate.n_in % 256 == 0;
     const bool prompt_digits_down = m.prompt_rows && L.down.type == ggml_type::q4_k && L.down.n_in % 256 == 0;
@@ -432,8 +414,8 @@ int64_t cuda_device::layer_experts(int32_t l, int32_t r0, int32_t n) {
         cuda::matvec_digits_args da = cuda::digit_args_of(g, h_dig);
         da.stage = true;
         // One-row steps: the gate/up blocks route the row themselves instead of waiting for
-        // moe_route's groups (one session 474.7-476.1 -> 487.0-489.3 tok/s, docs/perf-notes.md,
-        // session 29, call 7), and publish its outputs in its place (session 31).
+        // moe_route's groups, and publish its outputs in its place (`bench --prompt 0 --sessions 1`:
+        // +4%).
         if (route_in_gate_up) {
             da.route_logits = router_logits;
             da.route_slots = slots;
@@ -478,8 +460,8 @@ int64_t cuda_device::layer_experts(int32_t l, int32_t r0, int32_t n) {
         // same bits either way; batch invariant).
         cuda::matvec_digits_args da = cuda::digit_args_of(dn, {});
         da.groups_settled = true;  // written before the gate/up launch, or by its first block before it triggers this one
-        // Weights staged by the copy engine before the PDL wait (down alone at one row 5.10 ->
-        // 4.62 us, one session +1%: docs/perf-notes.md, session 13, call 16).
+        // Weights staged by the copy engine before the PDL wait (down alone at one row 4.62 us
+        // against 5.10 streamed; one session +1%).
         da.stage = true;
         if (n * k > down_quantize_min_pairs) {
             const size_t act_rows = size_t(r0) * size_t(k);

@@ -1,4 +1,4 @@
-// src/gguf/gguf_format.h - constants and small helpers shared by the GGUF reader and writer.
+// src/gguf/gguf_format.h - constants and small functions shared by the GGUF reader and writer.
 #pragma once
 
 #include "tandem/gguf.h"

@@ -1,5 +1,5 @@
 // src/gguf/quant_rows.h - private to tandem_gguf: per-type row kernels behind quant.h's dispatch,
-// and the inline scalar helpers they share (half/bf16 bit conversions, ggml's nearest_int).
+// and the inline scalar functions they share (half/bf16 bit conversions, ggml's nearest_int).
 #pragma once
 
 #include "tandem/quant_blocks.h"

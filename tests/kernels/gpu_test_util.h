@@ -40,7 +40,7 @@ struct tolerance {
     // errors carried through exp; the mma's fp32 accumulation truncates. Measured on an H200
     // (q std 2, K/V std 1): worst row 1.4e-5 at n_ctx 700, 4.1e-5 at 5000 (long averages shrink
     // the output, not the score errors); 1e-4 leaves 2.4x. A cache of halves takes f16 mma with K
-    // and V exact and Q, P as f16 hi + lo (~22 bits): measured 2.9e-6 to 2.0e-5 (session 17).
+    // and V exact and Q, P as f16 hi + lo (~22 bits): measured 2.9e-6 to 2.0e-5 on an H200.
     static constexpr double attention_prompt = 1e-4;
     // QK norm + RoPE: the norm is bitwise the CPU's; cos/sin in double on both sides may round
     // to different floats in rare cases (one ulp of one element).
@@ -50,13 +50,13 @@ struct tolerance {
     // grouped expert FFN: matvec's bound through two products and SwiGLU's expf. The experts'
     // Q4_K gate/up and down on int8 digits (cuda/matvec_digits.h) are held to it too: two digits
     // resolve each element to 2^-15 of its block of 256's largest (not of itself), so a product is
-    // ~4e-5 from the CPU (measured 3.4-4.1e-5 on an H200, sessions 11-12; 5.9e-5 against the split).
+    // ~4e-5 from the CPU (measured 3.4-4.1e-5 on an H200; 5.9e-5 against the split).
     static constexpr double moe = 2e-4;
     // prompt-row products on tensor cores (cuda/matmul_prompt.h): the same dequantised weights,
     // weights and activations each split into two bf16 parts (~16 significant bits) and the
     // lo x lo term dropped: ~2^-16 relative per product, plus the fp32 accumulation order. The
     // exact-quant Q4_K kernel (only x split, d and m after the mma) is held to the same bound
-    // (worst 3.7e-5 on an H200, session 7).
+    // (measured worst 3.7e-5 on an H200).
     static constexpr double matmul_prompt = 1e-4;
     // whole model, CUDA vs CPU engine logits: every op above through all layers; a router near
     // tie can pick another expert, which the greedy-token check would catch.

@@ -104,7 +104,7 @@ TEST_CASE("prompt digit tiles: grouped SwiGLU bitwise the decode kernels, within
             all_gate.insert(all_gate.end(), gate.back().begin(), gate.back().end());
             all_up.insert(all_up.end(), up.back().begin(), up.back().end());
         }
-        // No outliers here: through SwiGLU they take the error to ~2.4e-4 (session 14), the decode
+        // No outliers here: through SwiGLU they take the error to ~2.4e-4 (measured on an H200), the decode
         // kernels' as well (the bits are theirs); the plain products below have them.
         const auto x = activations(rng, size_t(sh.n_in) * sh.rows, false);
         const host_groups hg = route_random(rng, sh.rows, sh.k, sh.n_expert);

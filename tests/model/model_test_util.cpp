@@ -1,4 +1,4 @@
-// tests/model/model_test_util.cpp - helpers shared by the model tests.
+// tests/model/model_test_util.cpp - functions shared by the model tests.
 #include "model_test_util.h"
 
 #include "tandem/convert.h"
@@ -143,7 +143,7 @@ void check_draft_rows_bitwise(const std::function<std::unique_ptr<engine>(int32_
             alone[s].push_back(logits);
         }
     }
-    // Together: each call feeds every unfinished session 1-5 of its next tokens (decode rows), in
+    // Together: each forward feeds every unfinished session one to five of its next tokens (decode rows), in
     // alternating session order; then a random number of them is kept (at least the first), the
     // rest truncated away and fed again by a later call.
     auto eng = open(int32_t(n_sessions), 128);

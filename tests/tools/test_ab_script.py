@@ -50,7 +50,7 @@ with tempfile.TemporaryDirectory() as tmp:
     hashes = {m.group(1): m.group(2) for m in (re.match(r'hash (\w+): (.*)', l) for l in lines) if m}
     assert set(hashes) == {'a', 'b', 'c'}, lines
     assert hashes['a'] == hashes['b'] != hashes['c'], hashes
-    # Bench calls in order: run 1 a short, a long, b short, b long, c ...; run 2 the same (calls 7-12).
+    # Benches in order: run 1 a short, a long, b short, b long, c ...; run 2 the same (benches 7-12).
     order = [l for l in lines if re.match(r'(short|long) \d', l)]
     assert order == [
         'short 1 a: 1=101.0 16=1601.0', 'long 1 a: 16=1602.0', 'short 1 b: 1=103.0 16=1603.0', 'long 1 b: 16=1604.0',

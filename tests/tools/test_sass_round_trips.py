@@ -2,14 +2,14 @@
 """tests/tools/test_sass_round_trips.py SCRIPT_PY - scripts/sass_round_trips.py on made-up SASS.
 
 Six functions in cuobjdump's layout: one that adds each group's loads before loading the next
-group (a wait point a group, as the routing kernel did before session 32; a store of a loaded value
-waits too), one that loads everything first (one wait point; a 64- and a 128-bit load), one whose
-load is never read (none; a copy into shared memory, LDGSTS, is not a register load), one that
-writes a loaded register again before reading it (the write waits as a read would), one past
-address 0xffff (the earliest load found by value), and a branch diamond whose one side loads a
-register the other side writes (no wait there: the sides are different paths; the read after the
-join waits). The counts, the order and the addresses must
-come out exactly."""
+group (a wait point a group, like a routing kernel consuming its logits group by group; a store
+of a loaded value waits too), one that loads everything first (one wait point; a 64- and a
+128-bit load), one whose load is never read (none; a copy into shared memory, LDGSTS, is not a
+register load), one that writes a loaded register again before reading it (the write waits as a
+read would), one past address 0xffff (the earliest load found by value), and a branch diamond
+whose one side loads a register the other side writes (no wait there: the sides are different
+paths; the read after the join waits). The counts, the order and the addresses must come out
+exactly."""
 import subprocess
 import sys
 import tempfile

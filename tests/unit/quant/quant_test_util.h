@@ -1,4 +1,4 @@
-// tests/unit/quant/quant_test_util.h - shared helpers for the quant tests: IEEE half decoding from
+// tests/unit/quant/quant_test_util.h - shared functions for the quant tests: IEEE half decoding from
 // the definition, seeded test data of several shapes, relative RMS error.
 #pragma once
 
