@@ -63,8 +63,12 @@ public:
     void h_received();
     // x, h [r0, r0+n) <- embedding rows, then the first layer's attention norm.
     int64_t embed(int32_t r0, int32_t n);
-    // Attention, the FFN norm, the router, routing and this device's experts for layer l:
-    // pair outputs land in the expert-output buffer (pairs of experts held elsewhere are stale).
+    // Layer l over rows [r0, r0 + n) in the CPU twin's phases, called in this order: x += the
+    // attention of h (the attention norm of x); h <- the FFN norm of x, the router, the routing;
+    // this device's experts, whose pair outputs land in the expert-output buffer (pairs of experts
+    // held elsewhere are stale). Each returns its launches.
+    int64_t layer_attention(int32_t layer, int32_t r0, int32_t n);
+    int64_t layer_route(int32_t layer, int32_t r0, int32_t n);
     int64_t layer_experts(int32_t layer, int32_t r0, int32_t n);
     // Pairs of experts held by the partner <- the partner's outputs in exchange buffer `parity`.
     int64_t merge_partner(int32_t layer, int32_t r0, int32_t n, int32_t parity);

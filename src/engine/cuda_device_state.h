@@ -5,6 +5,7 @@
 #include "cuda/logits_draw.h"
 #include "cuda/logits_top.h"
 #include "cuda/matvec_digits.h"
+#include "cuda/moe.h"
 #include "cuda_device.h"
 #include "tandem/gguf.h"
 
@@ -14,7 +15,7 @@
 
 namespace tandem {
 
-// The router's K parts when its n_in allows (layer_experts; the scratch holds their logits).
+// The router's K parts when its n_in allows (layer_route; the scratch holds their logits).
 constexpr int32_t router_k_parts = 4;
 // Floats a step row's widest prompt-product input takes: h (d_model), att (heads x d_head) or its
 // k SwiGLU outputs (k x d_ff); rounded up to 128-element multiples (matmul_prompt_q4k rows). The
@@ -104,6 +105,17 @@ struct cuda_device::state {
     // Q/K/V (written by the combine + norm launch before it; any other writer of h clears it).
     bool h_prompt_digits_fresh = false;
     unsigned long long *traffic = nullptr;  // [layers here][n_expert] routed rows, when recording
+    // What layer_route decided for the layer_experts that follows it on the same rows.
+    struct layer_route_plan {
+        bool digits = false;                 // decode gate/up on h's digits (the norm + router launch wrote them)
+        bool prompt_digits_gate_up = false;  // prompt rows' Q4_K gate/up and down on digits
+        bool prompt_digits_down = false;
+        bool ffn_digits = false;             // the FFN norm wrote h's digits for the prompt gate/up
+        bool route_in_gate_up = false;       // a one-row step's gate/up routes its row (no moe_route launch)
+        cuda::digit_rows h_dig;
+        cuda::moe_route_args route;
+    };
+    layer_route_plan route_plan;
 
     const int32_t *tokens() const { return rows; }
     const int32_t *slots() const { return rows + max_step_rows; }

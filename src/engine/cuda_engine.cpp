@@ -329,7 +329,12 @@ int64_t cuda_engine::enqueue(const std::vector<int32_t> &mb_begin, const std::ve
             }
             const placement_device_plan &part = first.part();
             for (int32_t l = part.layer_begin; l < part.layer_end; ++l) {
-                for (int32_t i : members) launches += devices_[size_t(i)]->layer_experts(l, b, n);
+                for (int32_t i : members) {
+                    cuda_device &dev = *devices_[size_t(i)];
+                    launches += dev.layer_attention(l, b, n);  // the phases in order (a sum's operands are not)
+                    launches += dev.layer_route(l, b, n);
+                    launches += dev.layer_experts(l, b, n);
+                }
                 if (members.size() == 2) {
                     // Each member gets the other's pair outputs, then keeps the owner's value of every pair.
                     cuda_device &a = *devices_[size_t(members[0])], &c = *devices_[size_t(members[1])];
