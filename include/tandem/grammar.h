@@ -48,7 +48,7 @@ public:
     // object they come from, so pass an ordered_json (or the text) to keep the schema's order.
     // Throws error(invalid_request) "json schema at #/pointer: ..." naming the problem.
     static grammar from_json_schema(const nlohmann::ordered_json &schema, const json_schema_options &options = {});
-    static grammar from_json_schema(std::string_view schema_text, const json_schema_options &options = {});
+    static grammar from_json_schema_text(std::string_view schema_text, const json_schema_options &options = {});
     static grammar json_object(const json_schema_options &options = {});  // any JSON object
     static grammar json_value(const json_schema_options &options = {});   // any JSON value
 

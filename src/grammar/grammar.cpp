@@ -26,7 +26,7 @@ grammar grammar::from_json_schema(const nlohmann::ordered_json &schema, const js
     }
 }
 
-grammar grammar::from_json_schema(std::string_view schema_text, const json_schema_options &options) {
+grammar grammar::from_json_schema_text(std::string_view schema_text, const json_schema_options &options) {
     nlohmann::ordered_json schema;
     try {
         schema = nlohmann::ordered_json::parse(schema_text);

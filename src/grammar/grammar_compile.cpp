@@ -164,14 +164,14 @@ private:
                 }
             }
         }
-        const auto check = [&](uint32_t r) {
-            if (reachable_[r] && !productive_[r]) {
+        // Callees first: the message names the rule at the bottom of the problem.
+        for (const std::vector<uint32_t> &component : sccs_) {
+            for (uint32_t r : component) {
+                if (productive_[r]) continue;
                 fail_rule(r, "rule '{}' can never complete (every alternative needs the rule itself again, or an empty class)",
                           ast_.rules[r].name);
             }
-        };
-        check(uint32_t(ast_.root));
-        for (size_t r = 0; r < ast_.rules.size(); ++r) check(uint32_t(r));
+        }
     }
 
     uint64_t estimate(uint32_t node) const {
