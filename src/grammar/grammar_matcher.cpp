@@ -19,9 +19,11 @@ namespace grammar_detail {
 
 namespace {
 
-// Bounds on the shared rule-local walks (reset when full) and on one generation's parse.
-constexpr uint32_t local_max_nodes = 1u << 22, local_max_configs = 1u << 19;
-constexpr uint32_t matcher_max_nodes = 1u << 21, matcher_max_configs = 1u << 18;
+// Bounds on the shared rule-local walks (reset when full) and on one generation's parse: a
+// generation of 32k tokens makes a few nodes and configurations per byte at most, and a
+// configuration costs ~60 bytes plus 4 per byte class (<= 256) for its transitions.
+constexpr uint32_t local_max_nodes = 1u << 21, local_max_configs = 1u << 17;
+constexpr uint32_t matcher_max_nodes = 1u << 20, matcher_max_configs = 1u << 17;
 constexpr size_t mask_cache_slots = 32;
 
 void set_bit(std::span<uint32_t> words, int32_t id) { words[size_t(id) >> 5] |= uint32_t(1) << (id & 31); }

@@ -97,7 +97,7 @@ int main(int argc, char **argv) {
     const tandem::grammar_vocab vocab(sv.tokens, sv.special_ids, sv.eog_ids);
     const double t_vocab = ms_since(t0);
     t0 = clock_type::now();
-    const tandem::grammar g = tandem::grammar::from_json_schema(text.str());
+    const tandem::grammar g = tandem::grammar::from_json_schema_text(text.str());
     const double t_compile = ms_since(t0);
     std::printf("vocabulary: %d ids (synthetic, %.0f ms to make); index built in %.1f ms\n", vocab.n_vocab(), t_synth, t_vocab);
     std::printf("schema %s: compiled in %.2f ms (%d rules, %d states)\n", schema_path.c_str(), t_compile, g.n_rules(), g.n_states());
