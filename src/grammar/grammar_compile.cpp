@@ -221,7 +221,7 @@ private:
                 const uint32_t body = uint32_t(ast_.rules[r].body);
                 est_[r] = estimate(body);
                 wide_[r] = !recursive_[r] && is_wide(body);
-                inline_[r] = !recursive_[r] && int32_t(r) != ast_.root && !has_wide_loop(body) &&
+                inline_[r] = !recursive_[r] && int32_t(r) != ast_.root && !(uses_[r] > 1 && has_wide_loop(body)) &&
                              (est_[r] <= inline_small_max || (uses_[r] <= 1 && est_[r] <= inline_once_max));
             }
         }
@@ -245,10 +245,11 @@ private:
         }
     }
 
-    // A rule that loops over wide characters (a string rule) stays a call: its states are then
-    // the same wherever it is used, so the token set of "inside a string" is computed once per
-    // grammar; only tokens that close the string are checked against the caller. (bench_grammar
-    // on schemas/nested_objects.json: one 151,936-token walk of ~7 ms instead of one per string.)
+    // A rule used in several places that loops over wide characters (a string rule) stays a
+    // call: its states are then the same wherever it is used, so the token set of "inside a
+    // string" is computed once per grammar; only tokens that close the string are checked against
+    // the caller. (bench_grammar on schemas/nested_objects.json: one 151,936-token walk of ~6 ms
+    // instead of one per string property.) Such a rule should end with its closing delimiter.
     bool has_wide_loop(uint32_t node) const {
         const ast_node &n = ast_.nodes[node];
         if (n.kind == ast_kind::repeat && n.max == repeat_unbounded && is_wide(n.children[0])) return true;

@@ -402,6 +402,7 @@ private:
 // the names' trie: below a node, either a child's character continues the trie, or any other
 // character leaves it for good.
 std::string schema_compiler::extra_key(const std::vector<std::string> &names, const std::string &hint) {
+    if (names.empty()) return "json-string";
     struct trie {
         std::map<uint32_t, size_t> children;
         bool is_name = false;
@@ -434,7 +435,10 @@ std::string schema_compiler::extra_key(const std::vector<std::string> &names, co
         if (!other.empty()) alts.push_back(gbnf_class(other) + " json-plain*");
         define(rule_names[n], alternatives(alts));
     }
-    return R"("\"" )" + rule_names[0] + R"( "\"")";
+    // The quotes belong to the key's rule: it ends on its closing quote, not inside the text.
+    const std::string key = reserve_rule(hint + "-key");
+    define(key, R"("\"" )" + rule_names[0] + R"( "\"")");
+    return key;
 }
 
 std::string schema_compiler::object(const ordered_json &s, const std::string &ptr, const std::string &hint) {
