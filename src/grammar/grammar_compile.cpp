@@ -55,7 +55,7 @@ public:
 private:
     const ast_grammar &ast_;
     std::shared_ptr<compiled_grammar> out_;
-    std::vector<uint8_t> reachable_, recursive_, inline_, productive_, wide_;
+    std::vector<uint8_t> reachable_, recursive_, inline_, productive_, nullable_, wide_;
     std::vector<std::vector<uint32_t>> sccs_;  // callees' components before callers'
     std::vector<uint64_t> est_, uses_;
     std::vector<int32_t> ir_rule_;
@@ -156,11 +156,14 @@ private:
 
     void check_productive() {
         productive_.assign(ast_.rules.size(), 0);
+        nullable_.assign(ast_.rules.size(), 0);
         for (const std::vector<uint32_t> &component : sccs_) {
             for (bool changed = true; changed;) {
                 changed = false;
                 for (uint32_t r : component) {
-                    if (!productive_[r] && node_productive(uint32_t(ast_.rules[r].body))) productive_[r] = 1, changed = true;
+                    const uint32_t body = uint32_t(ast_.rules[r].body);
+                    if (!productive_[r] && node_productive(body)) productive_[r] = 1, changed = true;
+                    if (!nullable_[r] && node_nullable(body)) nullable_[r] = 1, changed = true;
                 }
             }
         }
@@ -333,10 +336,35 @@ private:
             cur = body;
             copies = n.min - 1;
         } else {
+            const size_t begin = out_->states.size();
             for (uint32_t i = n.min; i < n.max; ++i) cur = new_split({compile(child, cur), next});
+            add_run(begin, n.max - n.min, child);
         }
+        const size_t begin = out_->states.size();
         for (uint32_t i = 0; i < copies; ++i) cur = compile(child, cur);
+        add_run(begin, copies, child);
         return cur;
+    }
+
+    void add_run(size_t begin, uint32_t n_copies, uint32_t child) {
+        const size_t total = out_->states.size() - begin;
+        if (n_copies < 2 || node_nullable(child) || total % n_copies != 0) return;
+        out_->repeat_runs.push_back({uint32_t(begin), uint32_t(total / n_copies), n_copies});
+    }
+
+    bool node_nullable(uint32_t node) const {
+        const ast_node &n = ast_.nodes[node];
+        switch (n.kind) {
+        case ast_kind::literal: return n.bytes.empty();
+        case ast_kind::char_class: return false;
+        case ast_kind::rule_ref: return nullable_[size_t(n.rule)];
+        case ast_kind::repeat: return n.min == 0 || node_nullable(n.children[0]);
+        case ast_kind::choice:
+            return std::any_of(n.children.begin(), n.children.end(), [&](uint32_t c) { return node_nullable(c); });
+        case ast_kind::sequence:
+            return std::all_of(n.children.begin(), n.children.end(), [&](uint32_t c) { return node_nullable(c); });
+        }
+        return false;
     }
 
     // The NFA for `node` followed by the state `next`; returns its first state.

@@ -43,6 +43,15 @@ struct nfa_state {
     uint32_t next = 0;  // terminal, call: the following state; split: number of targets
 };
 
+// Copies of one item made by a counted repetition, back to back, the copy nearest the
+// repetition's end first. Each copy takes at least one byte, so no token of L bytes can tell
+// copy k from copy L when k > L: their states share token sets (constraint_cache maps them).
+struct repeat_run {
+    uint32_t begin = 0;        // first state of copy 0
+    uint32_t copy_states = 0;  // states per copy
+    uint32_t n_copies = 0;
+};
+
 struct compiled_grammar {
     std::vector<nfa_state> states;
     std::vector<uint32_t> split_targets;
@@ -55,6 +64,7 @@ struct compiled_grammar {
     // Bytes no terminal tells apart share a class: transition tables are indexed by class.
     std::array<uint8_t, 256> byte_class{};
     uint32_t n_classes = 1;
+    std::vector<repeat_run> repeat_runs;  // runs nested in a copy come before the run itself
     std::string source;  // the GBNF text
 };
 

@@ -34,6 +34,19 @@ constraint_cache::constraint_cache(std::shared_ptr<const compiled_grammar> g, st
     : grammar(std::move(g)), vocab(std::move(v)),
       local_(std::make_unique<grammar_pda>(grammar, local_max_nodes, local_max_configs)) {
     depth_config_.assign(vocab->max_depth + 1, grammar_pda::dead);
+    // Copies further than the longest token from a repetition's end behave alike: map each to
+    // the copy max_depth from the end. Runs inside a copy are mapped first, within that copy.
+    canonical_.resize(grammar->states.size());
+    for (uint32_t s = 0; s < canonical_.size(); ++s) canonical_[s] = s;
+    const uint32_t horizon = vocab->max_depth;
+    for (const repeat_run &run : grammar->repeat_runs) {
+        for (uint32_t k = horizon + 1; k < run.n_copies; ++k) {
+            for (uint32_t i = 0; i < run.copy_states; ++i) {
+                uint32_t &c = canonical_[run.begin + k * run.copy_states + i];
+                c -= (k - horizon) * run.copy_states;
+            }
+        }
+    }
 }
 
 size_t constraint_cache::n_entries() const {
@@ -55,7 +68,7 @@ std::shared_ptr<const local_entry> constraint_cache::entry(std::span<const uint3
 
 std::shared_ptr<const local_entry> constraint_cache::lookup_or_compute(std::span<const uint32_t> states) {
     scratch_.clear();
-    for (uint32_t s : states) scratch_.push_back(local_->node(s, grammar_pda::bottom));
+    for (uint32_t s : states) scratch_.push_back(local_->node(canonical_[s], grammar_pda::bottom));
     const int32_t config = local_->config_of_tops(scratch_);
     const auto it = entries_.find(config);
     if (it != entries_.end()) return it->second;

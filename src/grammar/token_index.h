@@ -63,6 +63,7 @@ private:
     mutable std::mutex mu_;
     std::unique_ptr<grammar_pda> local_;
     std::unordered_map<int32_t, std::shared_ptr<const local_entry>> entries_;
+    std::vector<uint32_t> canonical_;  // [n_states] a state with the same token sets (repeat_run)
     std::vector<int32_t> depth_config_;
     std::vector<uint32_t> scratch_, bits_;
 

@@ -132,6 +132,54 @@ TEST_CASE("masks equal brute force on JSON schemas", "[grammar][mask]") {
     check_walks(grammar::json_object(), v, 3, seed++);
 }
 
+TEST_CASE("masks equal brute force through long counted repetitions", "[grammar][mask]") {
+    // Copies further from the end than the longest token share token sets; near the end they
+    // must not. Masks are checked at every prefix of a text that runs through all copies (tokens
+    // here are at most 16 bytes).
+    grammar_test::synth_vocab v = fragment_vocab(13, 1200);
+    // Runs of every length up to the longest token, so a miscounted copy shows in some mask.
+    std::vector<std::string> runs;
+    for (size_t n = 2; n <= 24; ++n) {
+        std::string letters, digits, abs, text;
+        for (size_t i = 0; i < n; ++i) {
+            letters += char('a' + i % 26), digits += char('0' + i % 10), abs += "ab7"[i % 3];
+            text += i % 3 ? "x" : "\xC3\xA9";
+        }
+        runs.insert(runs.end(), {letters, digits, abs, "\"" + letters.substr(1)});
+        if (n <= 16) runs.push_back(text);  // the longest tokens stay one byte a character
+    }
+    v.tokens.insert(v.tokens.end(), runs.begin(), runs.end());
+    const grammar_vocab vocab(v.tokens, v.special_ids, v.eog_ids);
+    std::string digits30;
+    for (int i = 0; i < 30; ++i) digits30 += char('0' + i % 10);
+    std::string nested = "ab" + digits30;
+    for (int i = 0; i < 38; ++i) nested += "ab7";
+    nested += "ab" + digits30.substr(1) + ".";
+    std::string letters;
+    for (int i = 0; i < 60; ++i) letters += char('a' + i % 26);
+    std::string quoted = "\"";
+    for (int i = 0; i < 25; ++i) quoted += i % 3 ? "x" : "\xC3\xA9\xE4\xB8\xAD";
+    quoted += "\"123";
+    const std::pair<std::string, std::string> cases[] = {
+        {R"g(root ::= [a-z]{0,60} "!")g", letters + "!"},
+        {R"g(root ::= ("ab" [0-9]{0,30}){20,40} ".")g", nested},
+        {R"g(root ::= "\"" [^"]{25,50} "\"" [0-9]{3})g", quoted},
+    };
+    for (const auto &[text, sentence] : cases) {
+        INFO(text);
+        const grammar g = grammar::from_gbnf(text);
+        REQUIRE(grammar_test::matches(g, sentence));
+        const grammar_constraint c(g, vocab);
+        for (size_t cut = 0; cut <= sentence.size(); ++cut) {
+            grammar_matcher m(c);
+            REQUIRE(m.accept_bytes(sentence.substr(0, cut)));
+            check_mask(m, g, c, v, sentence.substr(0, cut));
+        }
+    }
+    const grammar s = grammar::from_json_schema_text(R"({"type":"string","minLength":20,"maxLength":45})");
+    check_walks(s, v, 3, 77);
+}
+
 TEST_CASE("masks over a Qwen-sized vocabulary equal brute force", "[grammar][mask][slow]") {
     const grammar_test::synth_vocab v = grammar_test::make_synth_vocab(151643, 293);
     const grammar_vocab vocab(v.tokens, v.special_ids, v.eog_ids);
