@@ -26,7 +26,6 @@ struct ast_node {
     std::vector<uint32_t> children;  // sequence, choice: items; repeat: the one repeated node
     uint32_t min = 0, max = 0;       // repeat bounds (max may be repeat_unbounded)
     int32_t rule = -1;               // rule_ref: index into ast_grammar::rules
-    uint32_t line = 0, column = 0;   // rule_ref: where it is written
 };
 
 struct ast_rule {

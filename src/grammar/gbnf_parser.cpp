@@ -83,16 +83,20 @@ private:
     ast_grammar g_;
     std::unordered_map<std::string, int32_t> rule_ids_;
     std::vector<size_t> first_use_;  // [n_rules] offset of the first mention
+    mutable size_t lc_at_ = 0;
+    mutable uint32_t lc_line_ = 1, lc_column_ = 1;
 
+    // Offsets are asked for in increasing order while parsing: scan on from the last answer.
     void line_column(size_t at, uint32_t &line, uint32_t &column) const {
-        line = 1, column = 1;
-        for (size_t i = 0; i < at && i < src_.size(); ++i) {
-            if (src_[i] == '\n') {
-                ++line, column = 1;
-            } else if ((uint8_t(src_[i]) & 0xC0) != 0x80) {
-                ++column;
+        if (at < lc_at_) lc_at_ = 0, lc_line_ = 1, lc_column_ = 1;
+        for (; lc_at_ < at && lc_at_ < src_.size(); ++lc_at_) {
+            if (src_[lc_at_] == '\n') {
+                ++lc_line_, lc_column_ = 1;
+            } else if ((uint8_t(src_[lc_at_]) & 0xC0) != 0x80) {
+                ++lc_column_;
             }
         }
+        line = lc_line_, column = lc_column_;
     }
 
     template <class... Args>
@@ -285,7 +289,6 @@ private:
             ast_node n;
             n.kind = ast_kind::rule_ref;
             n.rule = rule_id(name, at);
-            line_column(at, n.line, n.column);
             return add(std::move(n));
         }
         if (c == '<' || c == '!') fail(at, "token references (<...>, !<...>) are not supported");
