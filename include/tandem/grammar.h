@@ -70,6 +70,11 @@ private:
 // "#..." pointers (recursion included), $defs and definitions. Keywords that would constrain
 // values in ways the grammar cannot (not, if, uniqueItems, patternProperties, multipleOf, ...)
 // are refused; annotations (title, description, default, examples, ...) are ignored.
+// Outputs are always valid under the schema, sometimes a narrower set: properties come in the
+// schema's order; without additionalProperties, an object that declares properties allows no
+// others (one that declares none allows any); number bounds are rounded inwards to integers and
+// bounded numbers take no exponent; integers have at most 16 digits; strings use no \u escape
+// for surrogates; enum and const values are written exactly as in the schema (compact JSON).
 std::string json_schema_to_gbnf(const nlohmann::ordered_json &schema, const json_schema_options &options = {});
 
 class grammar_vocab {
@@ -132,13 +137,18 @@ public:
     // length limit steer towards a valid end.
     uint64_t bytes_to_complete() const;
 
-    // words: [n_mask_words] bit (id % 32) of word (id / 32) set iff token id is allowed next.
+    // words: [n_mask_words] bit (id % 32) of word (id / 32) set iff token id is allowed next
+    // (words past n_mask_words are zeroed). Special tokens are never set; end-of-generation ones
+    // exactly when complete. No bit set: terminated, or the vocabulary cannot spell any byte the
+    // grammar allows next (a vocabulary without all 256 single bytes).
     void fill_mask(std::span<uint32_t> words);
 
     grammar_snapshot snapshot() const;
-    void restore(const grammar_snapshot &s);  // a snapshot of this matcher taken since its last restore/rollback below it
-    void rollback(int32_t n_tokens);          // undoes the last n accepted tokens
-    int32_t n_tokens() const;                 // tokens accepted so far (EOG included)
+    // Back to a snapshot of this matcher at or before the current position, taken after the
+    // last rollback or restore to a position before it; later tokens are dropped.
+    void restore(const grammar_snapshot &s);
+    void rollback(int32_t n_tokens);  // undoes the last n accepted tokens (or byte strings)
+    int32_t n_tokens() const;         // tokens and byte strings accepted so far (EOG included)
 
 private:
     struct state;

@@ -7,6 +7,8 @@
 
 #include <catch2/catch.hpp>
 
+#include <random>
+
 using namespace tandem;
 using grammar_test::gbnf_matches;
 using Catch::Matchers::Contains;
@@ -180,4 +182,41 @@ TEST_CASE("gbnf repetition bounds expand within the state limit", "[grammar][gbn
     // 10000 copies of a small item fit; a large item repeated 10000 times times 1000 does not.
     CHECK(grammar::from_gbnf("root ::= [a-z]{0,10000}").n_states() > 10000);
     CHECK_THAT(gbnf_error("root ::= ([a-z]{0,1000}){0,10000}"), Contains("automaton states"));
+}
+
+TEST_CASE("mangled grammars and schemas compile or fail with a request error", "[grammar][gbnf]") {
+    // Deterministic mutations (bytes replaced, inserted, deleted, spans duplicated) of valid
+    // inputs: anything but success or tandem::error (a crash, another exception) fails the test.
+    const std::string seeds[] = {
+        "root ::= (\"a\" | [b-d]+ x)* \"\\u00e9\"{2,3} .?\nx ::= \"(\" root \")\" # c\n",
+        R"({"type":"object","properties":{"a":{"type":"array","items":{"$ref":"#/$defs/n"},"maxItems":3},)"
+        R"("b":{"type":"string","pattern":"^(x|y{2,})[^z]$"},"c":{"anyOf":[{"type":"integer","minimum":-3},{"enum":[1,"q"]}]}},)"
+        R"("required":["a"],"$defs":{"n":{"type":["number","null"],"maximum":9}}})",
+    };
+    const char alphabet[] = "()[]{}|*+?.\"\\^$-,:#\n ax0{}\xC3\xA9";
+    std::mt19937_64 rng(99);
+    int compiled = 0, refused = 0;
+    for (int i = 0; i < 3000; ++i) {
+        std::string s = seeds[i % 2];
+        for (int edits = 1 + int(rng() % 4); edits > 0; --edits) {
+            const size_t at = rng() % (s.size() + 1);
+            switch (rng() % 4) {
+            case 0: if (at < s.size()) s[at] = alphabet[rng() % (sizeof(alphabet) - 1)]; break;
+            case 1: s.insert(at, 1, alphabet[rng() % (sizeof(alphabet) - 1)]); break;
+            case 2: if (at < s.size()) s.erase(at, 1 + rng() % 3); break;
+            default: s.insert(at, s.substr(rng() % s.size(), rng() % 12)); break;
+            }
+        }
+        INFO(s);
+        try {
+            const grammar g = i % 2 ? grammar::from_json_schema_text(s) : grammar::from_gbnf(s);
+            ++compiled;
+            grammar_test::viable_prefix(g, "{\"a\":[1");
+        } catch (const error &e) {
+            REQUIRE(e.kind() == error_kind::invalid_request);
+            ++refused;
+        }
+    }
+    CHECK(compiled > 100);
+    CHECK(refused > 100);
 }
