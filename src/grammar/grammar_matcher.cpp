@@ -67,9 +67,9 @@ std::shared_ptr<const local_entry> constraint_cache::entry(std::span<const uint3
 }
 
 std::shared_ptr<const local_entry> constraint_cache::lookup_or_compute(std::span<const uint32_t> states) {
-    scratch_.clear();
-    for (uint32_t s : states) scratch_.push_back(local_->node(canonical_[s], grammar_pda::bottom));
-    const int32_t config = local_->config_of_tops(scratch_);
+    top_nodes_.clear();
+    for (uint32_t s : states) top_nodes_.push_back(local_->node(canonical_[s], grammar_pda::bottom));
+    const int32_t config = local_->config_of_tops(top_nodes_);
     const auto it = entries_.find(config);
     if (it != entries_.end()) return it->second;
     auto e = std::make_shared<local_entry>();

@@ -74,7 +74,7 @@ private:
     std::unordered_map<std::string, int32_t> config_ids_;
     std::vector<int32_t> trans_;  // [n_configs][n_classes]
 
-    // Scratch for expansions.
+    // Working buffers for expansions.
     std::vector<std::pair<uint32_t, int32_t>> work_;
     std::vector<uint32_t> new_tops_;
     std::vector<uint64_t> seen_keys_;

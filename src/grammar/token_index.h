@@ -65,7 +65,7 @@ private:
     std::unordered_map<int32_t, std::shared_ptr<const local_entry>> entries_;
     std::vector<uint32_t> canonical_;  // [n_states] a state with the same token sets (repeat_run)
     std::vector<int32_t> depth_config_;
-    std::vector<uint32_t> scratch_, bits_;
+    std::vector<uint32_t> top_nodes_, bits_;
 
     std::shared_ptr<const local_entry> lookup_or_compute(std::span<const uint32_t> states);
     void compute(int32_t config, local_entry &e);
