@@ -2,6 +2,7 @@
 // may come from several sessions, on a backend and a placement plan.
 #pragma once
 
+#include "tandem/logit_rules.h"
 #include "tandem/model.h"
 #include "tandem/sampler.h"
 
@@ -40,6 +41,9 @@ struct engine_row {
     // (logits_top::drawn, drawn_logit, drawn_u): on the device that holds the head where the
     // backend can, else on the host from the whole row; the same token either way.
     row_draw draw{};
+    // An output row's logit rules (generation controls), applied before its summary, best token
+    // and draw, and to the logits it returns; null: none. The caller keeps them alive for the call.
+    const row_rules *rules = nullptr;
 };
 
 // An engine call's results. `top` has one entry per output row, in row order: for a row that wants
@@ -141,9 +145,13 @@ public:
 // devices were asked for (n_devices 1); else cpu. Others are returned as they are.
 engine_backend engine_backend_resolve(const engine_options &options);
 
-// For backends that compute whole logits rows: fills out.top (each output row's summary, unless
-// tops_done) and the rows' draws from out.logits on the host, then drops out.logits when no row
-// wants them. out.logits holds n_vocab floats per output row.
+// Whether any output row of the call carries logit rules.
+bool engine_rows_have_rules(std::span<const engine_row> rows);
+
+// For backends that compute whole logits rows, on the host: applies the output rows' rules, fills
+// out.top (each output row's summary, unless tops_done and no row has rules) and the rows' draws
+// from out.logits, then drops out.logits when no row wants them. out.logits holds n_vocab floats
+// per output row.
 void engine_outputs_from_logits(std::span<const engine_row> rows, int32_t n_vocab, bool tops_done, engine_outputs &out);
 
 // The whole logits rows of a call whose output rows want logits (tools and tests).

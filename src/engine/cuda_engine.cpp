@@ -607,9 +607,9 @@ void cuda_engine::forward(std::span<const engine_row> rows, engine_outputs &out)
         draws = draws || r.draw.temperature > 0.0f;
     }
     // Whole rows when a row wants them, or when the device cannot reduce (the head's devices
-    // make no summaries) or draw (a plan without device draws): summaries and draws then come
-    // from the rows on the host, the same bits.
-    if (want_logits || !device_top_ || (draws && draw_device_ < 0)) {
+    // make no summaries) or draw (a plan without device draws), or a row carries logit rules:
+    // rules, summaries and draws then come from the rows on the host, the same bits.
+    if (want_logits || !device_top_ || (draws && draw_device_ < 0) || engine_rows_have_rules(rows)) {
         forward_rows(rows, &out.logits, device_top_ ? &out.top : nullptr);
         engine_outputs_from_logits(rows, hp_.n_vocab, device_top_, out);
         return;

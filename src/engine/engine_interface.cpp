@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <array>
+#include <limits>
 #include <utility>
 
 namespace tandem {
@@ -44,6 +45,23 @@ const char *kv_type_name(kv_type type) { return enum_name(kv_names, type); }
 engine_transport engine_transport_parse(const std::string &name) { return enum_parse(transport_names, name, "transport"); }
 const char *engine_transport_name(engine_transport transport) { return enum_name(transport_names, transport); }
 
+void row_rules_apply(const row_rules &rules, std::span<float> logits) {
+    const int64_t n = int64_t(logits.size());
+    for (const token_adjust &a : rules.adjust) {
+        TANDEM_ASSERT(a.id >= 0 && a.id < n, "logit rule for token {} of a {}-token row", a.id, n);
+        logits[size_t(a.id)] = token_adjust_apply(a, logits[size_t(a.id)]);
+    }
+    if (rules.allowed.empty()) return;
+    TANDEM_ASSERT(int64_t(rules.allowed.size()) * 32 >= n, "a mask of {} words for a {}-token row", rules.allowed.size(), n);
+    for (int64_t i = 0; i < n; ++i)
+        if (!token_allowed(rules.allowed.data(), int32_t(i))) logits[size_t(i)] = -std::numeric_limits<float>::infinity();
+}
+
+bool engine_rows_have_rules(std::span<const engine_row> rows) {
+    return std::any_of(rows.begin(), rows.end(),
+                       [](const engine_row &r) { return r.want != row_output::none && r.rules && !r.rules->empty(); });
+}
+
 void engine_outputs_from_logits(std::span<const engine_row> rows, int32_t n_vocab, bool tops_done, engine_outputs &out) {
     const size_t vocab = size_t(n_vocab);
     std::vector<row_draw> draws;
@@ -54,6 +72,15 @@ void engine_outputs_from_logits(std::span<const engine_row> rows, int32_t n_voca
         want_logits = want_logits || r.want == row_output::logits;
     }
     TANDEM_ASSERT(out.logits.size() == draws.size() * vocab, "{} logits for {} output rows", out.logits.size(), draws.size());
+    size_t j = 0;
+    for (const engine_row &r : rows) {
+        if (r.want == row_output::none) continue;
+        if (r.rules && !r.rules->empty()) {
+            row_rules_apply(*r.rules, {out.logits.data() + j * vocab, vocab});
+            tops_done = false;  // the summaries must be of the changed logits
+        }
+        ++j;
+    }
     if (!tops_done) {
         out.top.clear();
         for (size_t i = 0; i < draws.size(); ++i) out.top.push_back(logits_top_of({out.logits.data() + i * vocab, vocab}));
