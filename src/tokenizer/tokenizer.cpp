@@ -72,6 +72,9 @@ struct tokenizer::impl {
     void bpe(std::string_view piece, std::vector<int32_t> &out) const;
     void bpe_uncached(std::string_view piece, std::vector<int32_t> &out) const;
     void encode_text(std::string_view text, std::vector<int32_t> &out) const;
+    // Control tokens are split out only inside `runs` (sorted, disjoint [begin, end) ranges).
+    std::vector<int32_t> encode_marked(std::string_view text, const std::vector<std::pair<size_t, size_t>> &runs,
+                                       bool add_special) const;
 };
 
 // Byte-level decoding of a vocab entry. As HF's ByteLevel decoder: when a character is not in
@@ -264,7 +267,26 @@ void tokenizer::impl::encode_text(std::string_view text, std::vector<int32_t> &o
 }
 
 std::vector<int32_t> tokenizer::encode(std::string_view text, bool parse_special, bool add_special) const {
-    const impl &p = *impl_;
+    const std::vector<std::pair<size_t, size_t>> all = {{0, text.size()}};
+    return impl_->encode_marked(text, parse_special ? all : std::vector<std::pair<size_t, size_t>>{}, add_special);
+}
+
+std::vector<int32_t> tokenizer::encode(std::span<const text_piece> pieces, bool add_special) const {
+    std::string text;
+    std::vector<std::pair<size_t, size_t>> runs;  // maximal [begin, end) runs of parse_special pieces
+    for (const auto &piece : pieces) {
+        const size_t begin = text.size();
+        text.append(piece.text);
+        if (!piece.parse_special || piece.text.empty()) continue;
+        if (!runs.empty() && runs.back().second == begin) runs.back().second = text.size();
+        else runs.emplace_back(begin, text.size());
+    }
+    return impl_->encode_marked(text, runs, add_special);
+}
+
+std::vector<int32_t> tokenizer::impl::encode_marked(std::string_view text, const std::vector<std::pair<size_t, size_t>> &runs,
+                                                    bool add_special) const {
+    const impl &p = *this;
     const size_t bad = utf8::first_invalid(text);
     if (bad != std::string_view::npos)
         fail(error_kind::invalid_request, "text is not valid UTF-8 (byte 0x{:02X} at offset {})",
@@ -277,11 +299,14 @@ std::vector<int32_t> tokenizer::encode(std::string_view text, bool parse_special
     // Leftmost-longest matching of special tokens (HF's added-vocabulary split). The special
     // texts are matched on the raw text, before NFC, as HF does for non-normalized added tokens.
     size_t seg = 0;
+    size_t run = 0;  // the first run that does not end before i (i only grows)
     for (size_t i = 0; i < text.size();) {
+        while (run < runs.size() && runs[run].second <= i) ++run;
+        const bool in_run = run < runs.size() && runs[run].first <= i;
         int32_t hit = -1;
         for (int32_t id : p.specials[static_cast<uint8_t>(text[i])]) {
-            if (!parse_special && p.types[id] == token_type::control) continue;
             const std::string &t = p.texts[id];
+            if (p.types[id] == token_type::control && !(in_run && i + t.size() <= runs[run].second)) continue;
             if (text.compare(i, t.size(), t) == 0) {
                 hit = id;
                 break;
