@@ -2,6 +2,7 @@
 // Output is identical to Hugging Face `tokenizers` for the same tokenizer.json.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -56,8 +57,11 @@ public:
     // As encode() of the pieces' joined text, except that a control token is split out only where
     // its text lies wholly inside a run of parse_special pieces (user-defined tokens everywhere).
     // The text between special tokens is tokenized across piece boundaries as in the joined text,
-    // so pieces without forged markers give exactly encode(joined, true).
-    std::vector<int32_t> encode(std::span<const text_piece> pieces, bool add_special = false) const;
+    // so pieces without forged markers give exactly encode(joined, true). A budget: once more than
+    // max_tokens ids are made, encoding stops and the first max_tokens + 1 are returned (a prompt
+    // that cannot fit a context costs no more BPE work than one that just does not).
+    std::vector<int32_t> encode(std::span<const text_piece> pieces, bool add_special = false,
+                                size_t max_tokens = SIZE_MAX) const;
 
     // The raw bytes a token stands for (byte-level decoded; control and user-defined tokens as
     // their text; unused padding entries as ""). Throws invalid_request for an id out of range.

@@ -232,7 +232,7 @@ void service::check_model(const std::string &model) const {
     fail(error_kind::not_found, "model '{}' not found; this server serves '{}'", model, model_.model_id);
 }
 
-std::vector<int32_t> service::tokenize_prompt(const api_request &req) const {
+std::vector<int32_t> service::tokenize_prompt(const api_request &req, size_t max_tokens) const {
     rendered_prompt rendered;
     if (req.route == route_kind::completion) {
         // A raw completion prompt is the client's whole prompt, turn markers included, so its
@@ -244,16 +244,19 @@ std::vector<int32_t> service::tokenize_prompt(const api_request &req) const {
     }
     std::vector<text_piece> pieces;
     for (const auto &p : rendered.pieces) pieces.push_back({p.text, p.special || config_.allow_special_in_content});
-    return model_.tok->encode(pieces, /*add_special=*/true);
+    return model_.tok->encode(pieces, /*add_special=*/true, max_tokens);
 }
 
 std::unique_ptr<generation_job> service::prepare(const api_request &req) {
     check_model(req.model);
-    std::vector<int32_t> prompt = tokenize_prompt(req);
     const int32_t n_ctx = model_.eng->n_ctx();
+    // The context is the tokenizer's budget: a prompt that cannot fit stops being encoded there.
+    std::vector<int32_t> prompt = tokenize_prompt(req, static_cast<size_t>(n_ctx));
     const int32_t n_prompt = static_cast<int32_t>(prompt.size());
     if (n_prompt == 0) fail(error_kind::invalid_request, "the prompt is empty");
-    if (n_prompt >= n_ctx)
+    if (n_prompt > n_ctx)
+        fail(error_kind::too_large, "the prompt has more than {} tokens but the context holds {} (--ctx); shorten it", n_ctx, n_ctx);
+    if (n_prompt == n_ctx)
         fail(error_kind::too_large, "the prompt has {} tokens but the context holds {} (--ctx); shorten it", n_prompt, n_ctx);
     int32_t max_tokens = req.max_tokens.value_or(n_ctx - n_prompt);
     if (static_cast<int64_t>(n_prompt) + max_tokens > n_ctx)

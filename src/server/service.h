@@ -125,7 +125,8 @@ public:
 private:
     http_reply route(const http_request_view &req, const route_entry &r, std::unique_ptr<generation_job> &job);
     std::unique_ptr<generation_job> prepare(const api_request &req);
-    std::vector<int32_t> tokenize_prompt(const api_request &req) const;
+    // At most max_tokens + 1 ids (tokenizer::encode's budget); count_tokens takes them all.
+    std::vector<int32_t> tokenize_prompt(const api_request &req, size_t max_tokens = SIZE_MAX) const;
     void check_model(const std::string &model) const;
     bool authorized(const http_request_view &req, api_kind api) const;
     http_reply preflight_reply(const http_request_view &head) const;

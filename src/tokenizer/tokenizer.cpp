@@ -71,10 +71,11 @@ struct tokenizer::impl {
     }
     void bpe(std::string_view piece, std::vector<int32_t> &out) const;
     void bpe_uncached(std::string_view piece, std::vector<int32_t> &out) const;
-    void encode_text(std::string_view text, std::vector<int32_t> &out) const;
+    // Stops early once `out` holds more than `limit` ids.
+    void encode_text(std::string_view text, std::vector<int32_t> &out, size_t limit = SIZE_MAX) const;
     // Control tokens are split out only inside `runs` (sorted, disjoint [begin, end) ranges).
     std::vector<int32_t> encode_marked(std::string_view text, const std::vector<std::pair<size_t, size_t>> &runs,
-                                       bool add_special) const;
+                                       bool add_special, size_t max_tokens = SIZE_MAX) const;
 };
 
 // Byte-level decoding of a vocab entry. As HF's ByteLevel decoder: when a character is not in
@@ -257,13 +258,16 @@ void tokenizer::impl::bpe(std::string_view piece, std::vector<int32_t> &out) con
 }
 
 // One stretch of text between special tokens: NFC, regex split, BPE per piece.
-void tokenizer::impl::encode_text(std::string_view text, std::vector<int32_t> &out) const {
+void tokenizer::impl::encode_text(std::string_view text, std::vector<int32_t> &out, size_t limit) const {
     if (text.empty()) return;
     const std::string normal = nfc(text);
     std::vector<std::pair<size_t, size_t>> pieces;
     splitter->split(normal, pieces);
     const std::string_view s(normal);
-    for (const auto &[begin, end] : pieces) bpe(s.substr(begin, end - begin), out);
+    for (const auto &[begin, end] : pieces) {
+        if (out.size() > limit) return;
+        bpe(s.substr(begin, end - begin), out);
+    }
 }
 
 std::vector<int32_t> tokenizer::encode(std::string_view text, bool parse_special, bool add_special) const {
@@ -271,7 +275,7 @@ std::vector<int32_t> tokenizer::encode(std::string_view text, bool parse_special
     return impl_->encode_marked(text, parse_special ? all : std::vector<std::pair<size_t, size_t>>{}, add_special);
 }
 
-std::vector<int32_t> tokenizer::encode(std::span<const text_piece> pieces, bool add_special) const {
+std::vector<int32_t> tokenizer::encode(std::span<const text_piece> pieces, bool add_special, size_t max_tokens) const {
     std::string text;
     std::vector<std::pair<size_t, size_t>> runs;  // maximal [begin, end) runs of parse_special pieces
     for (const auto &piece : pieces) {
@@ -281,11 +285,11 @@ std::vector<int32_t> tokenizer::encode(std::span<const text_piece> pieces, bool 
         if (!runs.empty() && runs.back().second == begin) runs.back().second = text.size();
         else runs.emplace_back(begin, text.size());
     }
-    return impl_->encode_marked(text, runs, add_special);
+    return impl_->encode_marked(text, runs, add_special, max_tokens);
 }
 
 std::vector<int32_t> tokenizer::impl::encode_marked(std::string_view text, const std::vector<std::pair<size_t, size_t>> &runs,
-                                                    bool add_special) const {
+                                                    bool add_special, size_t max_tokens) const {
     const impl &p = *this;
     const size_t bad = utf8::first_invalid(text);
     if (bad != std::string_view::npos)
@@ -316,12 +320,14 @@ std::vector<int32_t> tokenizer::impl::encode_marked(std::string_view text, const
             ++i;
             continue;
         }
-        p.encode_text(text.substr(seg, i - seg), out);
+        p.encode_text(text.substr(seg, i - seg), out, max_tokens);
         out.push_back(hit);
+        if (out.size() > max_tokens) break;
         i += p.texts[hit].size();
         seg = i;
     }
-    p.encode_text(text.substr(seg), out);
+    if (out.size() <= max_tokens) p.encode_text(text.substr(seg), out, max_tokens);
+    if (out.size() > max_tokens) out.resize(max_tokens + 1);
     return out;
 }
 

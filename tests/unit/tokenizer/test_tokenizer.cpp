@@ -188,6 +188,24 @@ TEST_CASE("pieces: control tokens split only inside parse_special pieces", "[tok
     CHECK(tok.encode(empty).empty());
 }
 
+TEST_CASE("pieces: a token budget stops encoding early", "[tokenizer][special]") {
+    const tokenizer &tok = toy();
+    const std::string text = "the world's hello<|im_end|>\n aaaa 12 the world";
+    const text_piece pieces[] = {{"<|im_start|>", true}, {text, false}, {"<|im_end|>", true}};
+    const auto all = tok.encode(pieces);
+    REQUIRE(all.size() > 10);
+    for (size_t budget = 0; budget < all.size() + 3; ++budget) {
+        const auto got = tok.encode(pieces, false, budget);
+        INFO("budget " << budget);
+        if (budget >= all.size()) {
+            CHECK(got == all);
+        } else {
+            // The first budget + 1 ids: enough to tell the text does not fit, no more.
+            CHECK(got == std::vector<int32_t>(all.begin(), all.begin() + static_cast<ptrdiff_t>(budget) + 1));
+        }
+    }
+}
+
 TEST_CASE("padding entries are never produced", "[tokenizer][special]") {
     const tokenizer &tok = toy();
     for (int32_t id = 0; id < tok.n_vocab(); ++id) {
