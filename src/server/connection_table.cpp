@@ -8,6 +8,11 @@ namespace tandem::server {
 connection_table::connection_table(int32_t max_regular, int32_t max_overflow)
     : max_regular_(max_regular), max_overflow_(max_overflow) {}
 
+bool connection_table::has_room() const {
+    std::lock_guard lock(mutex_);
+    return n_regular_ < max_regular_ || n_overflow_ < max_overflow_;
+}
+
 connection_table::lane connection_table::admit() {
     std::lock_guard lock(mutex_);
     if (n_regular_ < max_regular_) {

@@ -28,12 +28,14 @@ public:
     // (/health, /metrics, ...) are served and the rest get 503.
     connection_table(int32_t max_regular, int32_t max_overflow);
 
-    // Takes a place for the next accepted connection (none: all taken); release() gives it back
-    // when the accept failed, closed() when the connection ends.
+    // Whether admit() would find a place. Only the accept loop admits, so a place seen here is
+    // still there when the connection it accepts arrives (places only free up meanwhile).
+    bool has_room() const;
+    // Takes a place for an accepted connection: regular while below the limit, else overflow
+    // (none: all taken). closed() gives it back when the connection ends.
     lane admit();
     // Takes an overflow place whatever the regular count (descriptors ran out below the limit).
     bool admit_overflow();
-    void release(lane l) { closed(l); }
     void closed(lane l);
 
     // Called (from any thread, outside the table's lock) whenever a place frees up.

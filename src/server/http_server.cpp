@@ -93,28 +93,30 @@ void http_server::listen() {
 
 void http_server::do_accept() {
     if (!accepting_ || paused_) return;
-    const connection_table::lane lane = table_.admit();
-    if (lane == connection_table::lane::none) {
+    if (!table_.has_room()) {
         return pause_accepts(fmt::format("{} connections open (--max-connections {} and {} overflow places)",
                                          table_.n_open(), config_.max_connections, config_.overflow_connections),
                              table_.reclaim_idle(reclaim_batch));
     }
-    acceptor_->async_accept(net::make_strand(*ioc_), [this, lane](const boost::system::error_code &ec, tcp::socket socket) {
-        on_accept(ec, std::move(socket), lane);
+    acceptor_->async_accept(net::make_strand(*ioc_), [this](const boost::system::error_code &ec, tcp::socket socket) {
+        on_accept(ec, std::move(socket), false);
     });
 }
 
-void http_server::on_accept(const boost::system::error_code &ec, tcp::socket socket, connection_table::lane lane) {
+void http_server::on_accept(const boost::system::error_code &ec, tcp::socket socket, bool spare) {
     if (!ec) {
         backoff_ = backoff_min;
+        // The lane is decided now, not when the accept started: places may have freed up since.
+        const connection_table::lane lane = spare ? connection_table::lane::overflow : table_.admit();
         try {
             session_start(std::move(socket), session_env{svc_, config_, table_, pool_}, lane);
         } catch (const std::bad_alloc &) {
+            table_.closed(lane);
             log_error("out of memory accepting a connection; it is closed");
         }
         return do_accept();
     }
-    table_.release(lane);
+    if (spare) table_.closed(connection_table::lane::overflow);
     if (ec == net::error::operation_aborted || !accepting_) return;
     if (!out_of_descriptors(ec)) {
         log_debug("accept: {}", ec.message());  // that connection only (e.g. reset before we took it)
@@ -127,7 +129,7 @@ void http_server::on_accept(const boost::system::error_code &ec, tcp::socket soc
         ::close(spare_fd_);
         spare_fd_ = -1;
         acceptor_->async_accept(net::make_strand(*ioc_), [this](const boost::system::error_code &e, tcp::socket s) {
-            on_accept(e, std::move(s), connection_table::lane::overflow);
+            on_accept(e, std::move(s), true);
         });
         return;
     }

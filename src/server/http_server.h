@@ -40,7 +40,8 @@ public:
 private:
     using tcp = boost::asio::ip::tcp;
     void do_accept();
-    void on_accept(const boost::system::error_code &ec, tcp::socket socket, connection_table::lane lane);
+    // spare: the connection holds the overflow place the spare descriptor was given up for.
+    void on_accept(const boost::system::error_code &ec, tcp::socket socket, bool spare);
     void pause_accepts(const std::string &why, int32_t n_reclaimed);
     void resume_accepts();
     void check_descriptor_limit();

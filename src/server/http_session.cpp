@@ -206,7 +206,7 @@ private:
     void wait_request() {
         if (closed_) return;
         if (buffer_.size() > 0) return read_header();  // a pipelined request is already here
-        if (!overflow()) idle_ticket_ = env_.table.idle(weak_from_this());
+        idle_ticket_ = env_.table.idle(weak_from_this());
         waiting_request_ = true;
         timer_.expires_after(read_timeout());
         timer_.async_wait([self = shared_from_this()](beast::error_code ec) {

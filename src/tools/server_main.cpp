@@ -30,6 +30,10 @@
 using namespace tandem;
 using namespace tandem::server;
 
+#ifdef TANDEM_TEST_HOOKS
+void alloc_failure_hook_arm(size_t min_bytes);  // tests/server/alloc_failure_hook.cpp
+#endif
+
 namespace {
 
 std::string read_key_file(const std::string &path) {
@@ -76,6 +80,20 @@ void test_load_delay() {
         fail(error_kind::config, "TANDEM_TEST_LOAD_DELAY_MS '{}' must be milliseconds in 0..600000", text);
     log_warn("TANDEM_TEST_LOAD_DELAY_MS: holding the loading state for {} ms (a test build)", ms);
     std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+}
+
+// TANDEM_TEST_FAIL_ALLOC_MIB=N: once the model is loaded, every operator new of N MiB or more
+// throws std::bad_alloc, as on a machine out of memory, so tests can see the server answer 503
+// and go on serving (the allocation functions are replaced in tests/server/alloc_failure_hook.cpp).
+void test_arm_alloc_failure() {
+    const char *text = std::getenv("TANDEM_TEST_FAIL_ALLOC_MIB");
+    if (text == nullptr || *text == '\0') return;
+    char *end = nullptr;
+    const long mib = std::strtol(text, &end, 10);
+    if (*end != '\0' || mib < 1 || mib > 1 << 20)
+        fail(error_kind::config, "TANDEM_TEST_FAIL_ALLOC_MIB '{}' must be MiB in 1..1048576", text);
+    log_warn("TANDEM_TEST_FAIL_ALLOC_MIB: allocations of {} MiB or more fail from now on (a test build)", mib);
+    alloc_failure_hook_arm(static_cast<size_t>(mib) << 20);
 }
 #endif
 
@@ -201,6 +219,9 @@ int serve(server_config cfg) {
                {"arch", hp.arch_name}, {"n_layer", hp.n_layer}, {"n_expert", hp.n_expert},
                {"size", bytes.total()}, {"chat_template", chat_template_family_name(tmpl.family)}};
     svc.set_ready(std::move(mc));
+#ifdef TANDEM_TEST_HOOKS
+    test_arm_alloc_failure();
+#endif
     log_info("ready: model '{}' ({} {} layers, {} experts) chat template {}", cfg.alias, hp.arch_name, hp.n_layer,
              hp.n_expert, chat_template_family_name(tmpl.family));
 

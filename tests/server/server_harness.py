@@ -111,8 +111,8 @@ class server:
 
 
 @contextlib.contextmanager
-def running(build_dir, args, log_name="server.log", model=None):
-    s = server(build_dir, args, log_name, model=model)
+def running(build_dir, args, log_name="server.log", model=None, binary=None):
+    s = server(build_dir, args, log_name, model=model, binary=binary)
     try:
         yield s.wait_ready()
     finally:
