@@ -6,6 +6,8 @@
 // request as soon as the client is known to be gone. All writes go through one queue.
 #include "src/server/http_session.h"
 
+#include "src/server/http_request.h"
+
 #include "tandem/error.h"
 #include "tandem/log.h"
 
@@ -29,57 +31,10 @@ using tcp = net::ip::tcp;
 
 namespace {
 
-// Beast's default is 8 KiB; long API keys and proxies' added headers fit in 16.
-constexpr uint32_t header_limit = 16u << 10;
 // A connection past --max-connections gets this long to send its head.
 constexpr auto overflow_timeout = std::chrono::seconds(2);
 // After our last byte, how long the rest of an unread body is drained before the socket closes.
 constexpr auto linger_time = std::chrono::seconds(3);
-
-beast::error_code out_of_memory_error() { return make_error_code(boost::system::errc::not_enough_memory); }
-
-// A string body whose allocation failures become a read error (answered 503) instead of an
-// exception thrown through the I/O thread.
-struct guarded_body {
-    using value_type = std::string;
-
-    class reader {
-    public:
-        template <bool is_request, class Fields>
-        reader(http::header<is_request, Fields> &, value_type &body) : body_(body) {}
-
-        void init(const boost::optional<std::uint64_t> &length, beast::error_code &ec) {
-            ec = {};
-            try {
-                if (length) body_.reserve(static_cast<size_t>(*length));
-            } catch (const std::bad_alloc &) {
-                ec = out_of_memory_error();
-            }
-        }
-
-        template <class ConstBufferSequence>
-        std::size_t put(const ConstBufferSequence &buffers, beast::error_code &ec) {
-            ec = {};
-            size_t n = 0;
-            try {
-                for (const auto b : beast::buffers_range_ref(buffers)) {
-                    body_.append(static_cast<const char *>(b.data()), b.size());
-                    n += b.size();
-                }
-            } catch (const std::bad_alloc &) {
-                ec = out_of_memory_error();
-            }
-            return n;
-        }
-
-        void finish(beast::error_code &ec) { ec = {}; }
-
-    private:
-        value_type &body_;
-    };
-};
-
-using request_parser = http::request_parser<guarded_body>;
 
 std::string serialize(const http_reply &r, bool keep_alive, const std::vector<std::pair<std::string, std::string>> &extra) {
     http::response<http::string_body> res{static_cast<http::status>(r.status), 11};
@@ -93,25 +48,6 @@ std::string serialize(const http_reply &r, bool keep_alive, const std::vector<st
     std::ostringstream os;
     os << res;
     return os.str();
-}
-
-http_request_view head_view(const request_parser &parser) {
-    const auto &req = parser.get();
-    http_request_view v;
-    v.method = std::string(req.method_string());
-    v.target = std::string(req.target());
-    v.version = static_cast<int32_t>(req.version());
-    v.n_host = static_cast<int32_t>(req.count(http::field::host));
-    v.host = std::string(req[http::field::host]);
-    v.origin = std::string(req[http::field::origin]);
-    v.content_type = std::string(req[http::field::content_type]);
-    v.authorization = std::string(req[http::field::authorization]);
-    v.x_api_key = std::string(req["x-api-key"]);
-    v.cors_request_method = std::string(req[http::field::access_control_request_method]);
-    v.cors_request_headers = std::string(req[http::field::access_control_request_headers]);
-    if (auto n = parser.content_length()) v.content_length = *n;
-    v.has_body = parser.chunked() || (v.content_length && *v.content_length > 0);
-    return v;
 }
 
 class session;
@@ -230,7 +166,7 @@ private:
         decision_ = {};
         response_started_ = false;
         parser_.emplace();
-        parser_->header_limit(header_limit);
+        parser_->header_limit(http_header_limit);
         parser_->body_limit(config_.body_limit);
         stream_.expires_after(read_timeout());
         http::async_read_header(stream_, buffer_, *parser_, beast::bind_front_handler(&session::on_header, shared_from_this()));
@@ -239,7 +175,7 @@ private:
     void on_header(beast::error_code ec, size_t) {
         if (ec) return on_read_error(ec);
         guarded([&] {
-            head_ = head_view(*parser_);
+            head_ = http_head_view(*parser_);
             api_ = service::api_of(head_.target);
             version_ = head_.version;
             decision_ = svc_.check_head(head_, overflow());
@@ -284,7 +220,7 @@ private:
                 const size_t limit = parser_->is_header_done() && decision_.body_limit ? decision_.body_limit : config_.body_limit;
                 return write_reply(svc_.error_reply(api, 413, fmt::format("the request body exceeds the limit of {} bytes", limit)), false);
             }
-            if (ec == out_of_memory_error()) {
+            if (ec == http_out_of_memory()) {
                 log_error("out of memory reading a request body");
                 return write_reply(svc_.error_reply(api, 503, "the server is out of memory; retry later"), false);
             }

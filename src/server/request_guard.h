@@ -40,10 +40,8 @@ bool is_json_content_type(std::string_view content_type);
 
 // Whom the server answers, decided from the head alone.
 struct origin_policy {
-    // A loopback server without a key is reachable by every web page the user opens: a page can
-    // POST to it directly (no preflight for text/plain) and, by rebinding its own DNS name to
-    // 127.0.0.1, read the replies. So then the Host must name this machine (a rebound name does
-    // not) and a browser's Origin must be allowed.
+    // Any web page can POST to a loopback server without a key, and read its replies by rebinding
+    // its own DNS name to 127.0.0.1: so then the Host must name this machine and Origin be allowed.
     bool guard = false;
     int32_t port = 0;                       // the port this server listens on
     std::vector<std::string> allowed_hosts; // --allowed-host: more names the Host may carry (lower case)
