@@ -186,8 +186,9 @@ private:
             }
             parser_->body_limit(decision_.body_limit);
             if (parser_->is_done()) return dispatch();
-            // curl sends "Expect: 100-continue" with bodies over 1 KiB and waits a second for it.
-            if (beast::iequals(parser_->get()[http::field::expect], "100-continue")) {
+            // curl sends "Expect: 100-continue" with bodies over 1 KiB and waits a second for it
+            // (HTTP/1.0 has no interim responses: RFC 9110 10.1.1 says to ignore it there).
+            if (version_ >= 11 && beast::iequals(parser_->get()[http::field::expect], "100-continue")) {
                 queue_raw("HTTP/1.1 100 Continue\r\n\r\n");
                 return then(after::read_body);
             }

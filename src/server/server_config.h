@@ -17,10 +17,6 @@ struct json_limits {
     int64_t max_values = int64_t{1} << 18;
 };
 
-}  // namespace tandem::server
-
-namespace tandem::server {
-
 struct server_config {
     std::string model_path;
     std::string host = "127.0.0.1";          // loopback unless told otherwise
