@@ -326,17 +326,23 @@ def test_health_under_posts(build_dir):
         threads = [threading.Thread(target=poster, args=(b,)) for b in bodies]
         for t in threads:
             t.start()
-        lat = []
+        # A probe starts every 50 ms whether or not the last one has answered, so the samples
+        # weigh each moment of the posts alike (sequential probes would undersample the stalls).
+        lat, probes = [], []
+
+        def probe():
+            lat.append(health_latency(srv.port))
         deadline = time.time() + 60
         while time.time() < deadline:
             with lock:
                 busy = outstanding[0]
-            if busy == 0 and len(lat) > 0:
+            if busy == 0 and probes:
                 break
             if busy > 0:
-                lat.append(health_latency(srv.port))
+                probes.append(threading.Thread(target=probe))
+                probes[-1].start()
             time.sleep(0.05)
-        for t in threads:
+        for t in probes + threads:
             t.join(120)
         med = statistics.median(lat) if lat else 1.0
         check(len(lat) >= 7, f"/health probed while the posts were in flight ({len(lat)} probes)")
