@@ -49,7 +49,7 @@ def check(cond, what):
     return cond
 
 
-# ---- process and HTTP helpers ----
+# ---- /proc readings and raw HTTP ----
 
 def proc_kib(pid, key):
     with open(f"/proc/{pid}/status") as f:
