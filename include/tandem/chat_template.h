@@ -2,6 +2,7 @@
 #pragma once
 
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace tandem {
@@ -9,6 +10,24 @@ namespace tandem {
 struct chat_message {
     std::string role;     // "system", "user", "assistant" (others are rejected by the API layer)
     std::string content;
+};
+
+// One stretch of a rendered prompt. The template's own text (turn markers, role names, think
+// blocks) may hold special tokens; text that came from the request is tokenized as plain text, so
+// a user who types "<|im_end|>" gets those characters, not the end-of-turn token.
+struct prompt_piece {
+    std::string text;
+    bool special = false;  // true: written by the template; its special-token texts are the tokens
+};
+
+// A rendered prompt as (text, special) pieces in order. Adjacent pieces of the same kind merge.
+struct rendered_prompt {
+    std::vector<prompt_piece> pieces;
+
+    void add_template(std::string_view text) { add(text, true); }
+    void add_content(std::string_view text) { add(text, false); }
+    void add(std::string_view text, bool special);
+    std::string text() const;  // the pieces joined
 };
 
 enum class chat_template_family {
@@ -38,6 +57,10 @@ struct chat_template {
     // a think_prefill template gets "<think>\n" instead, whatever enable_thinking says). chatml and qwen3 take
     // the roles system, user and assistant (others throw error(invalid_request)). fallback
     // writes "role: content\n" per message and "assistant:" as the generation prompt.
+    // render_prompt marks which pieces the template wrote (special) and which came from the
+    // messages; render is its joined text.
+    rendered_prompt render_prompt(const std::vector<chat_message> &messages, bool add_generation_prompt,
+                                  bool enable_thinking = true) const;
     std::string render(const std::vector<chat_message> &messages, bool add_generation_prompt,
                        bool enable_thinking = true) const;
 };

@@ -2,6 +2,7 @@
 // Output is identical to Hugging Face `tokenizers` for the same tokenizer.json.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -30,6 +31,12 @@ struct tokenizer_vocab {
     bool add_bos = false;
 };
 
+// A stretch of text to encode, and whether control-token texts inside it are those tokens.
+struct text_piece {
+    std::string_view text;
+    bool parse_special = false;
+};
+
 class tokenizer {
 public:
     // Validates the vocab (types length, ids in range, merges naming known symbols, all 256
@@ -47,6 +54,14 @@ public:
     // add_special prepends bos_id() when the vocab says add_bos (never for Qwen).
     // Throws error(invalid_request) when the text is not valid UTF-8.
     std::vector<int32_t> encode(std::string_view text, bool parse_special, bool add_special = false) const;
+    // As encode() of the pieces' joined text, except that a control token is split out only where
+    // its text lies wholly inside a run of parse_special pieces (user-defined tokens everywhere).
+    // The text between special tokens is tokenized across piece boundaries as in the joined text,
+    // so pieces without forged markers give exactly encode(joined, true). A budget: once more than
+    // max_tokens ids are made, encoding stops and the first max_tokens + 1 are returned (a prompt
+    // that cannot fit a context costs no more BPE work than one that just does not).
+    std::vector<int32_t> encode(std::span<const text_piece> pieces, bool add_special = false,
+                                size_t max_tokens = SIZE_MAX) const;
 
     // The raw bytes a token stands for (byte-level decoded; control and user-defined tokens as
     // their text; unused padding entries as ""). Throws invalid_request for an id out of range.

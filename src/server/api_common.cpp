@@ -1,6 +1,9 @@
 // src/server/api_common.cpp - strict JSON readers, error bodies and timings shared by both APIs.
 #include "src/server/api_common.h"
 
+#include <cmath>
+#include <limits>
+
 namespace tandem::server {
 
 std::string json_dump(const json &j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
@@ -38,20 +41,108 @@ std::optional<double> json_number(const json &obj, const char *key) {
 std::optional<int64_t> json_integer(const json &obj, const char *key) {
     auto it = obj.find(key);
     if (it == obj.end() || it->is_null()) return std::nullopt;
+    if (it->is_number_unsigned()) {
+        const uint64_t u = it->get<uint64_t>();
+        if (u > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
+            fail(error_kind::invalid_request, "'{}' is out of range: {}", key, u);
+        return static_cast<int64_t>(u);
+    }
     if (it->is_number_integer()) return it->get<int64_t>();
     if (it->is_number_float()) {
-        double d = it->get<double>();
+        const double d = it->get<double>();
+        // Range first: converting a double outside int64's range is undefined behaviour.
+        if (!(d > -9.0e15 && d < 9.0e15)) fail(error_kind::invalid_request, "'{}' is out of range: {}", key, d);
         // 16.0 is an integer written as a float by some clients; 16.5 is not.
-        if (d == static_cast<double>(static_cast<int64_t>(d)) && d > -9.0e15 && d < 9.0e15) return static_cast<int64_t>(d);
+        if (d == std::trunc(d)) return static_cast<int64_t>(d);
     }
     fail(error_kind::invalid_request, "'{}' must be an integer, got {}", key, type_name(*it));
 }
 
-json json_parse_body(const std::string &body) {
-    json j = json::parse(body, nullptr, false);
-    if (j.is_discarded()) fail(error_kind::invalid_request, "the request body is not valid JSON");
+namespace {
+
+// Builds the DOM from SAX events (the parser never recurses), refusing a value nested deeper
+// than max_depth or the value after max_values, so neither a "[[[[..." bomb nor a flat array
+// of tiny values can make the parsed value outgrow the body by more than a small factor.
+class limited_builder {
+public:
+    explicit limited_builder(const json_limits &limits) : limits_(limits) {}
+
+    bool null() { return put(json(nullptr)) != nullptr; }
+    bool boolean(bool v) { return put(json(v)) != nullptr; }
+    bool number_integer(json::number_integer_t v) { return put(json(v)) != nullptr; }
+    bool number_unsigned(json::number_unsigned_t v) { return put(json(v)) != nullptr; }
+    bool number_float(json::number_float_t v, const json::string_t &) { return put(json(v)) != nullptr; }
+    bool string(json::string_t &v) { return put(json(std::move(v))) != nullptr; }
+    bool binary(json::binary_t &) { return fail_with("the request body holds binary data"); }
+    bool start_object(std::size_t) { return open(json::object()); }
+    bool key(json::string_t &k) {
+        key_ = std::move(k);
+        return true;
+    }
+    bool end_object() { return close(); }
+    bool start_array(std::size_t) { return open(json::array()); }
+    bool end_array() { return close(); }
+    bool parse_error(std::size_t position, const std::string &, const json::exception &) {
+        return fail_with(fmt::format("the request body is not valid JSON (at byte {})", position));
+    }
+
+    json &root() { return root_; }
+    const std::string &error() const { return error_; }
+
+private:
+    json *put(json &&v) {
+        if (++n_values_ > limits_.max_values) {
+            fail_with(fmt::format("the request body has more than {} JSON values (the limit on values)", limits_.max_values));
+            return nullptr;
+        }
+        if (stack_.empty()) {
+            root_ = std::move(v);
+            return &root_;
+        }
+        json &parent = *stack_.back();
+        if (parent.is_array()) {
+            parent.push_back(std::move(v));
+            return &parent.back();
+        }
+        json &slot = parent[key_];  // a repeated key keeps the last value, as json::parse does
+        slot = std::move(v);
+        return &slot;
+    }
+    bool open(json &&container) {
+        if (static_cast<int32_t>(stack_.size()) >= limits_.max_depth)
+            return fail_with(fmt::format("the request body nests deeper than {} levels (the JSON depth limit)", limits_.max_depth));
+        json *at = put(std::move(container));
+        if (at == nullptr) return false;
+        stack_.push_back(at);  // a parent's elements do not move while a child is open
+        return true;
+    }
+    bool close() {
+        stack_.pop_back();
+        return true;
+    }
+    bool fail_with(std::string message) {
+        if (error_.empty()) error_ = std::move(message);
+        return false;
+    }
+
+    json_limits limits_;
+    json root_;
+    std::vector<json *> stack_;
+    std::string key_;
+    int64_t n_values_ = 0;
+    std::string error_;
+};
+
+}  // namespace
+
+json json_parse_body(const std::string &body, const json_limits &limits) {
+    limited_builder builder(limits);
+    const bool ok = json::sax_parse(body, &builder, json::input_format_t::json, /*strict=*/true);
+    if (!ok || !builder.error().empty())
+        fail(error_kind::invalid_request, "{}", builder.error().empty() ? "the request body is not valid JSON" : builder.error());
+    json &j = builder.root();
     if (!j.is_object()) fail(error_kind::invalid_request, "the request body must be a JSON object, got {}", type_name(j));
-    return j;
+    return std::move(j);
 }
 
 std::string json_text_content(const json &content, const std::string &where) {

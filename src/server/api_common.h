@@ -4,6 +4,7 @@
 #pragma once
 
 #include "src/scheduler/scheduler.h"
+#include "src/server/server_config.h"
 #include "tandem/chat_template.h"
 #include "tandem/error.h"
 
@@ -47,8 +48,9 @@ std::optional<std::string> json_string(const json &obj, const char *key);
 std::optional<bool> json_bool(const json &obj, const char *key);
 std::optional<double> json_number(const json &obj, const char *key);
 std::optional<int64_t> json_integer(const json &obj, const char *key);
-// Parses a request body; malformed JSON or a non-object is a 400.
-json json_parse_body(const std::string &body);
+// Parses a request body with nlohmann's SAX parser under `limits`; malformed JSON, a body past
+// a limit (the message names it) or a non-object is a 400.
+json json_parse_body(const std::string &body, const json_limits &limits = {});
 // A message's content: a string, or an array of {"type":"text","text":...} parts joined.
 std::string json_text_content(const json &content, const std::string &where);
 // "stop" / "stop_sequences": a string or an array of strings (at most 16).

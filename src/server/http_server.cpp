@@ -1,330 +1,207 @@
-// src/server/http_server.cpp - connections: read a request (timeout, body limit), ask the service
-// what it means, then either write a reply (keep-alive) or run a generation: submit, receive the
-// scheduler's events posted onto this connection's strand, write them (SSE chunks or one JSON
-// body), and cancel the request as soon as a read or write shows the client is gone.
+// src/server/http_server.cpp - the accept loop and its limits, the I/O threads and shutdown.
+// Out of places (--max-connections) or descriptors (EMFILE, ENFILE), accepting never spins: the
+// oldest idle connections are asked to close, accepts pause until a connection closes or a
+// backoff timer fires, and one log line says so at most every 10 seconds.
 #include "src/server/http_server.h"
 
+#include "src/server/http_session.h"
 #include "tandem/error.h"
 #include "tandem/log.h"
 
-#include <boost/asio/dispatch.hpp>
 #include <boost/asio/post.hpp>
-#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
-#include <boost/asio/write.hpp>
-#include <boost/beast/core.hpp>
-#include <boost/beast/http.hpp>
 
-#include <array>
-#include <deque>
+#include <fcntl.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
 namespace tandem::server {
 
-namespace beast = boost::beast;
-namespace http = beast::http;
 namespace net = boost::asio;
 using tcp = net::ip::tcp;
 
 namespace {
 
-class session;
+// Idle connections asked to close at once when room is needed (nginx drains 32 too).
+constexpr int32_t reclaim_batch = 32;
+constexpr auto backoff_min = std::chrono::milliseconds(20);
+constexpr auto backoff_max = std::chrono::milliseconds(1000);
+constexpr auto pause_log_every = std::chrono::seconds(10);
 
-// Hands scheduler events (engine thread) to the connection's strand; a connection that is gone
-// simply drops them (it cancelled its request when it went).
-class strand_sink : public gen_sink {
-public:
-    strand_sink(std::weak_ptr<session> owner, net::any_io_executor strand) : owner_(std::move(owner)), strand_(std::move(strand)) {}
-    void on_event(gen_event &&ev) override;
-
-private:
-    std::weak_ptr<session> owner_;
-    net::any_io_executor strand_;
-};
-
-class session : public std::enable_shared_from_this<session> {
-public:
-    session(tcp::socket &&socket, service &svc, const server_config &config)
-        : stream_(std::move(socket)), linger_(stream_.get_executor()), svc_(svc), config_(config) {}
-
-    ~session() {
-        // Last line of defence: a generation still running for a dead connection is cancelled.
-        if (gen_id_ != 0 && !gen_done_) {
-            svc_.cancel(gen_id_);
-            svc_.job_finished();
-        }
-    }
-
-    void start() { net::dispatch(stream_.get_executor(), beast::bind_front_handler(&session::do_read, shared_from_this())); }
-
-    void on_gen_event(gen_event &&ev) {
-        if (gen_done_ || !job_) return;
-        bool done = ev.type == gen_event::kind::done;
-        // Prefill progress becomes an SSE keep-alive comment at most once a second.
-        auto now = std::chrono::steady_clock::now();
-        if (ev.type == gen_event::kind::progress && now - last_sent_ < std::chrono::seconds(1)) return;
-        last_sent_ = now;
-        std::string bytes = job_->on_event(ev);
-        if (job_->streaming()) {
-            if (!bytes.empty()) queue_chunk(bytes);
-        }
-        if (!done) return;
-        gen_done_ = true;
-        svc_.job_finished();
-        if (job_->streaming()) {
-            queue_raw("0\r\n\r\n");  // last chunk
-            close_after_write_ = true;
-            if (!writing_) close();
-        } else {
-            int status = job_->final_status();
-            http_reply r;
-            r.status = status;
-            r.body = json_dump(job_->final_body());
-            if (status == 503) r.headers.emplace_back("Retry-After", "1");
-            write_reply(std::move(r), false);
-        }
-    }
-
-private:
-    void do_read() {
-        parser_.emplace();
-        parser_->body_limit(config_.body_limit);
-        stream_.expires_after(std::chrono::seconds(config_.read_timeout_s));
-        http::async_read_header(stream_, buffer_, *parser_, beast::bind_front_handler(&session::on_header, shared_from_this()));
-    }
-
-    // curl sends "Expect: 100-continue" with bodies over 1 KiB and waits a second for the go-ahead.
-    void on_header(beast::error_code ec, size_t n) {
-        if (ec || parser_->is_done()) return on_read(ec, n);
-        if (beast::iequals(parser_->get()[http::field::expect], "100-continue")) {
-            auto cont = std::make_shared<std::string>("HTTP/1.1 100 Continue\r\n\r\n");
-            net::async_write(stream_, net::buffer(*cont), [self = shared_from_this(), cont](beast::error_code wec, size_t) {
-                if (wec) return self->close();
-                self->read_body();
-            });
-            return;
-        }
-        read_body();
-    }
-
-    void read_body() {
-        http::async_read(stream_, buffer_, *parser_, beast::bind_front_handler(&session::on_read, shared_from_this()));
-    }
-
-    void on_read(beast::error_code ec, size_t) {
-        if (ec == http::error::end_of_stream || ec == beast::error::timeout || ec == net::error::connection_reset ||
-            ec == net::error::eof) {
-            return close();
-        }
-        if (ec == http::error::body_limit) {
-            // The limit trips on Content-Length while the header is being finished: the target is
-            // already parsed even though is_header_done() is still false.
-            std::string target(parser_->get().target());
-            return write_reply(svc_.error_reply(service::api_of(target), 413,
-                                                fmt::format("the request body exceeds the limit of {} bytes", config_.body_limit)),
-                               false);
-        }
-        if (ec) {
-            // Malformed HTTP: answer once and drop the connection (the stream position is unknown).
-            return write_reply(svc_.error_reply(api_kind::openai, 400, std::string("malformed HTTP request: ") + ec.message()), false);
-        }
-        auto &req = parser_->get();
-        http_request_view view;
-        view.method = std::string(req.method_string());
-        view.target = std::string(req.target());
-        view.authorization = std::string(req[http::field::authorization]);
-        view.x_api_key = std::string(req["x-api-key"]);
-        view.body = std::move(req.body());
-        keep_alive_ = req.keep_alive();
-        api_ = service::api_of(view.target);
-
-        service::outcome out = svc_.handle(view);
-        if (auto *reply = std::get_if<http_reply>(&out)) return write_reply(std::move(*reply), keep_alive_);
-        start_generation(std::move(std::get<std::unique_ptr<generation_job>>(out)));
-    }
-
-    void start_generation(std::unique_ptr<generation_job> job) {
-        job_ = std::move(job);
-        job_->request.sink = std::make_shared<strand_sink>(weak_from_this(), stream_.get_executor());
-        try {
-            gen_id_ = svc_.submit(*job_);
-        } catch (const error &e) {
-            job_.reset();
-            return write_reply(svc_.error_reply(api_, e.http_status(), e.what()), false);
-        }
-        stream_.expires_never();
-        watch_peer();
-        if (job_->streaming()) {
-            queue_raw("HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
-                      "Connection: close\r\nTransfer-Encoding: chunked\r\nX-Accel-Buffering: no\r\n\r\n");
-            std::string first = job_->stream_begin();
-            if (!first.empty()) queue_chunk(first);
-        }
-    }
-
-    // While a generation runs the client sends nothing; a read that completes with an error
-    // means it closed or reset the connection: cancel at once (this also covers queued requests).
-    void watch_peer() {
-        watching_ = true;
-        stream_.socket().async_read_some(net::buffer(scratch_), beast::bind_front_handler(&session::on_peer, shared_from_this()));
-    }
-
-    void on_peer(beast::error_code ec, size_t) {
-        watching_ = false;
-        if (closed_) {
-            // Draining after our last byte: the peer's close (or the linger timer) ends it.
-            if (ec) return hard_close();
-            return watch_peer();
-        }
-        if (ec) return peer_gone();
-        watch_peer();  // stray bytes (a pipelined request we will not serve): ignore
-    }
-
-    void peer_gone() {
-        if (gen_id_ != 0 && !gen_done_) {
-            gen_done_ = true;
-            svc_.cancel(gen_id_);
-            svc_.job_finished();
-        }
-        close();
-    }
-
-    void queue_chunk(const std::string &data) { queue_raw(fmt::format("{:x}\r\n{}\r\n", data.size(), data)); }
-
-    void queue_raw(std::string bytes) {
-        out_.push_back(std::move(bytes));
-        if (!writing_) do_write();
-    }
-
-    void do_write() {
-        if (closed_) return;
-        writing_ = true;
-        stream_.expires_after(std::chrono::seconds(config_.write_timeout_s));
-        net::async_write(stream_, net::buffer(out_.front()), beast::bind_front_handler(&session::on_write, shared_from_this()));
-    }
-
-    void on_write(beast::error_code ec, size_t) {
-        writing_ = false;
-        if (ec) return peer_gone();
-        out_.pop_front();
-        if (!out_.empty()) return do_write();
-        stream_.expires_never();
-        if (close_after_write_) close();
-    }
-
-    void write_reply(http_reply r, bool keep_alive) {
-        auto res = std::make_shared<http::response<http::string_body>>(static_cast<http::status>(r.status), 11);
-        res->set(http::field::server, "tandem");
-        res->set(http::field::content_type, r.content_type);
-        for (auto &[k, v] : r.headers) res->set(k, v);
-        res->keep_alive(keep_alive);
-        res->body() = std::move(r.body);
-        res->prepare_payload();
-        stream_.expires_after(std::chrono::seconds(config_.write_timeout_s));
-        http::async_write(stream_, *res, [self = shared_from_this(), res, keep_alive](beast::error_code ec, size_t) {
-            if (ec || !keep_alive) return self->close();
-            self->do_read();
-        });
-    }
-
-    // Graceful: stop sending, read and drop what the peer still sends (the rest of an
-    // oversized body) so it sees our reply rather than a reset, then close on its EOF or after
-    // a short linger.
-    void close() {
-        if (closed_) return;
-        closed_ = true;
-        beast::error_code ec;
-        stream_.socket().shutdown(tcp::socket::shutdown_send, ec);
-        if (ec) return hard_close();
-        if (!watching_) watch_peer();
-        linger_.expires_after(std::chrono::seconds(3));
-        linger_.async_wait([self = shared_from_this()](beast::error_code wait_ec) {
-            if (!wait_ec) self->hard_close();
-        });
-    }
-
-    void hard_close() {
-        beast::error_code ec;
-        linger_.cancel();
-        stream_.socket().close(ec);
-    }
-
-    beast::tcp_stream stream_;
-    net::steady_timer linger_;
-    beast::flat_buffer buffer_;
-    std::optional<http::request_parser<http::string_body>> parser_;
-    service &svc_;
-    const server_config &config_;
-    bool keep_alive_ = true;
-    api_kind api_ = api_kind::openai;
-
-    std::unique_ptr<generation_job> job_;
-    uint64_t gen_id_ = 0;
-    bool gen_done_ = false;
-    std::deque<std::string> out_;
-    bool writing_ = false;
-    bool close_after_write_ = false;
-    bool closed_ = false;
-    bool watching_ = false;  // a read on the raw socket is pending
-    std::chrono::steady_clock::time_point last_sent_ = std::chrono::steady_clock::now();
-    std::array<char, 256> scratch_{};
-};
-
-void strand_sink::on_event(gen_event &&ev) {
-    net::post(strand_, [owner = owner_, ev = std::move(ev)]() mutable {
-        if (auto s = owner.lock()) s->on_gen_event(std::move(ev));
-    });
+bool out_of_descriptors(const boost::system::error_code &ec) {
+    return ec == net::error::no_descriptors || ec == boost::system::errc::too_many_files_open_in_system ||
+           ec == net::error::no_buffer_space || ec == net::error::no_memory;
 }
+
+int open_spare() { return ::open("/dev/null", O_RDONLY | O_CLOEXEC); }
 
 }  // namespace
 
 http_server::http_server(service &svc, const server_config &config)
-    : svc_(svc), config_(config), acceptor_(net::make_strand(ioc_)) {}
-
-http_server::~http_server() { stop(); }
-
-void http_server::listen() {
-    beast::error_code ec;
-    auto addr = net::ip::make_address(config_.host, ec);
-    if (ec) fail(error_kind::config, "--host '{}' is not an IP address: {}", config_.host, ec.message());
-    if (config_.port < 0 || config_.port > 65535) fail(error_kind::config, "--port {} is out of range 0..65535", config_.port);
-    tcp::endpoint ep(addr, static_cast<uint16_t>(config_.port));
-    acceptor_.open(ep.protocol(), ec);
-    if (!ec) acceptor_.set_option(net::socket_base::reuse_address(true), ec);
-    if (!ec) acceptor_.bind(ep, ec);
-    if (!ec) acceptor_.listen(net::socket_base::max_listen_connections, ec);
-    if (ec) fail(error_kind::config, "cannot listen on {}:{}: {}", config_.host, config_.port, ec.message());
-    port_ = acceptor_.local_endpoint().port();
-    do_accept();
-}
-
-void http_server::do_accept() {
-    acceptor_.async_accept(net::make_strand(ioc_), [this](beast::error_code ec, tcp::socket socket) {
-        if (ec) {
-            if (ec == net::error::operation_aborted || !acceptor_.is_open()) return;
-            log_warn("accept failed: {}", ec.message());
-        } else {
-            std::make_shared<session>(std::move(socket), svc_, config_)->start();
-        }
-        do_accept();
+    : svc_(svc), config_(config), table_(config.max_connections, config.overflow_connections),
+      pool_(config.request_threads, config.request_queue), ioc_(std::make_unique<net::io_context>()),
+      backoff_(backoff_min) {
+    work_.emplace(ioc_->get_executor());
+    acceptor_ = std::make_unique<tcp::acceptor>(net::make_strand(*ioc_));
+    pause_timer_ = std::make_unique<net::steady_timer>(acceptor_->get_executor());
+    table_.on_room([this] {
+        if (stopped_.load()) return;
+        net::post(acceptor_->get_executor(), [this] {
+            if (paused_) resume_accepts();
+        });
     });
 }
 
+http_server::~http_server() {
+    stop();
+    if (spare_fd_ >= 0) ::close(spare_fd_);
+}
+
+void http_server::check_descriptor_limit() {
+    const rlim_t want = static_cast<rlim_t>(config_.max_connections) + config_.overflow_connections + config_.fd_reserve;
+    rlimit rl{};
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0) return;
+    if (rl.rlim_cur < want && rl.rlim_cur < rl.rlim_max) {
+        rl.rlim_cur = std::min(want, rl.rlim_max);
+        setrlimit(RLIMIT_NOFILE, &rl);
+        getrlimit(RLIMIT_NOFILE, &rl);
+    }
+    if (rl.rlim_cur < want)
+        log_warn("--max-connections {} needs about {} descriptors but the limit is {} (ulimit -n): when they run out, "
+                 "idle connections are closed and accepts pause until others close",
+                 config_.max_connections, static_cast<uint64_t>(want), static_cast<uint64_t>(rl.rlim_cur));
+}
+
+void http_server::listen() {
+    boost::system::error_code ec;
+    auto addr = net::ip::make_address(config_.host, ec);
+    if (ec) fail(error_kind::config, "--host '{}' is not an IP address: {}", config_.host, ec.message());
+    if (config_.port < 0 || config_.port > 65535) fail(error_kind::config, "--port {} is out of range 0..65535", config_.port);
+    check_descriptor_limit();
+    tcp::endpoint ep(addr, static_cast<uint16_t>(config_.port));
+    acceptor_->open(ep.protocol(), ec);
+    if (!ec) acceptor_->set_option(net::socket_base::reuse_address(true), ec);
+    if (!ec) acceptor_->bind(ep, ec);
+    if (!ec) acceptor_->listen(net::socket_base::max_listen_connections, ec);
+    if (ec) fail(error_kind::config, "cannot listen on {}:{}: {}", config_.host, config_.port, ec.message());
+    port_ = acceptor_->local_endpoint().port();
+    svc_.set_port(port_);
+    spare_fd_ = open_spare();
+    accepting_ = true;
+    net::post(acceptor_->get_executor(), [this] { do_accept(); });
+}
+
+void http_server::do_accept() {
+    if (!accepting_ || paused_) return;
+    if (!table_.has_room()) {
+        return pause_accepts(fmt::format("{} connections open (--max-connections {} and {} overflow places)",
+                                         table_.n_open(), config_.max_connections, config_.overflow_connections),
+                             table_.reclaim_idle(reclaim_batch));
+    }
+    acceptor_->async_accept(net::make_strand(*ioc_), [this](const boost::system::error_code &ec, tcp::socket socket) {
+        on_accept(ec, std::move(socket), false);
+    });
+}
+
+void http_server::on_accept(const boost::system::error_code &ec, tcp::socket socket, bool spare) {
+    if (!ec) {
+        backoff_ = backoff_min;
+        // The lane is decided now, not when the accept started: places may have freed up since.
+        const connection_table::lane lane = spare ? connection_table::lane::overflow : table_.admit();
+        try {
+            session_start(std::move(socket), session_env{svc_, config_, table_, pool_}, lane);
+        } catch (const std::bad_alloc &) {
+            table_.closed(lane);
+            log_error("out of memory accepting a connection; it is closed");
+        }
+        return do_accept();
+    }
+    if (spare) table_.closed(connection_table::lane::overflow);
+    if (ec == net::error::operation_aborted || !accepting_) return;
+    if (!out_of_descriptors(ec)) {
+        log_debug("accept: {}", ec.message());  // that connection only (e.g. reset before we took it)
+        return do_accept();
+    }
+    const int32_t reclaimed = table_.reclaim_idle(reclaim_batch);
+    if (reclaimed == 0 && spare_fd_ >= 0 && table_.admit_overflow()) {
+        // Nothing idle to close: give up the spare descriptor for one connection past the limit,
+        // which answers /health (or 503) and closes quickly.
+        ::close(spare_fd_);
+        spare_fd_ = -1;
+        acceptor_->async_accept(net::make_strand(*ioc_), [this](const boost::system::error_code &e, tcp::socket s) {
+            on_accept(e, std::move(s), true);
+        });
+        return;
+    }
+    pause_accepts(fmt::format("accept failed: {} ({} connections open)", ec.message(), table_.n_open()), reclaimed);
+}
+
+void http_server::pause_accepts(const std::string &why, int32_t n_reclaimed) {
+    paused_ = true;
+    const auto now = std::chrono::steady_clock::now();
+    if (now - last_pause_log_ >= pause_log_every) {
+        log_warn("accepts paused: {}; {} idle connections asked to close; resuming as connections close{}", why,
+                 n_reclaimed, pauses_unlogged_ ? fmt::format(" ({} more pauses since the last report)", pauses_unlogged_) : "");
+        last_pause_log_ = now;
+        pauses_unlogged_ = 0;
+    } else {
+        ++pauses_unlogged_;
+    }
+    pause_timer_->expires_after(backoff_);
+    backoff_ = std::min(backoff_ * 2, std::chrono::duration_cast<std::chrono::milliseconds>(backoff_max));
+    pause_timer_->async_wait([this](const boost::system::error_code &ec) {
+        if (!ec && paused_) resume_accepts();
+    });
+}
+
+void http_server::resume_accepts() {
+    paused_ = false;
+    pause_timer_->cancel();
+    if (spare_fd_ < 0) spare_fd_ = open_spare();  // fails harmlessly while descriptors are short
+    do_accept();
+}
+
 void http_server::run(int n_threads) {
-    for (int i = 0; i < std::max(1, n_threads); ++i) threads_.emplace_back([this] { ioc_.run(); });
+    for (int i = 0; i < std::max(1, n_threads); ++i) {
+        threads_.emplace_back([this] {
+            // A handler that throws (an allocation failure Beast could not report) loses its
+            // connection; the thread goes on serving the others.
+            for (;;) {
+                try {
+                    ioc_->run();
+                    return;
+                } catch (const std::bad_alloc &) {
+                    log_error("HTTP I/O: out of memory in a handler; its connection is dropped");
+                } catch (const std::exception &e) {
+                    log_error("HTTP I/O: {}; its connection is dropped", e.what());
+                }
+            }
+        });
+    }
 }
 
 void http_server::stop_accepting() {
-    net::post(acceptor_.get_executor(), [this] {
-        beast::error_code ec;
-        acceptor_.close(ec);
+    net::post(acceptor_->get_executor(), [this] {
+        accepting_ = false;
+        paused_ = false;
+        pause_timer_->cancel();
+        boost::system::error_code ec;
+        acceptor_->close(ec);
     });
 }
 
 void http_server::stop() {
-    ioc_.stop();
+    if (stopped_.exchange(true)) return;
+    work_.reset();
+    ioc_->stop();
     for (auto &t : threads_)
         if (t.joinable()) t.join();
     threads_.clear();
+    pool_.stop();
+    // Destroying the io_context destroys the handlers that own the connections.
+    pause_timer_.reset();
+    acceptor_.reset();
+    ioc_.reset();
 }
 
 }  // namespace tandem::server

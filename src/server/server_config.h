@@ -9,6 +9,14 @@
 
 namespace tandem::server {
 
+// Bounds on a request body's JSON, so the parsed value's memory stays proportional to the body.
+// serde_json's default recursion limit is 128 too; 2^18 values hold any real chat request (a
+// 10,000-message conversation is ~30,000) while an 8 MiB array of small numbers would be 4M.
+struct json_limits {
+    int32_t max_depth = 128;
+    int64_t max_values = int64_t{1} << 18;
+};
+
 struct server_config {
     std::string model_path;
     std::string host = "127.0.0.1";          // loopback unless told otherwise
@@ -29,7 +37,21 @@ struct server_config {
     std::string api_key;                     // empty: no auth
     int32_t n_threads = 0;                   // engine CPU threads (0: all cores)
     int32_t http_threads = 2;
-    size_t body_limit = 8u << 20;            // bytes per request body
+    // Open connections; beyond them the oldest idle ones are closed and accepts wait. 512 as
+    // nginx's worker_connections: far above what a server of 16 slots and a 64-deep queue
+    // serves at once (80 requests), with room for keep-alive clients, and with the reserve below
+    // within Debian's default limit of 1024 descriptors.
+    int32_t max_connections = 512;
+    int32_t overflow_connections = 8;        // past the limit: cheap GETs served, the rest 503
+    int32_t fd_reserve = 64;                 // descriptors kept for the model, logs and engine
+    int32_t request_threads = 2;             // JSON parsing and tokenization off the I/O threads
+    int32_t request_queue = 64;              // requests waiting for those threads before 503
+    json_limits json;                        // depth and value count of a request body
+    bool allow_special_in_content = false;   // request text may spell special tokens (unsafe)
+    std::vector<std::string> cors_origins;   // --cors-origin: browser origins allowed ("*": any)
+    std::vector<std::string> allowed_hosts;  // --allowed-host: Host names a loopback server accepts
+    size_t body_limit = 8u << 20;            // bytes per request body (generation routes)
+    size_t small_body_limit = 64u << 10;     // bytes per body of the other routes, which take none
     int32_t read_timeout_s = 60;             // per request read
     int32_t write_timeout_s = 60;            // per response write
     int32_t shutdown_grace_s = 10;           // in-flight work may finish within this on SIGTERM

@@ -10,19 +10,77 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cctype>
 #include <random>
 
 namespace tandem::server {
 
-service::service(const server_config &config) : config_(config), started_(std::chrono::system_clock::now()) {}
+namespace {
+
+constexpr route_entry routes[] = {
+    {"/health", route_id::health, "GET", false},
+    {"/v1/health", route_id::health, "GET", false},
+    {"/v1/models", route_id::models, "GET", false},
+    {"/models", route_id::models, "GET", false},
+    {"/metrics", route_id::metrics, "GET", false},
+    {"/slots", route_id::slots, "GET", false},
+    {"/props", route_id::props, "GET", false},
+    {"/v1/chat/completions", route_id::chat, "POST", true},
+    {"/chat/completions", route_id::chat, "POST", true},
+    {"/v1/completions", route_id::completion, "POST", true},
+    {"/completions", route_id::completion, "POST", true},
+    {"/v1/messages", route_id::messages, "POST", true},
+    {"/v1/messages/count_tokens", route_id::count_tokens, "POST", true},
+};
+
+std::string_view path_of(std::string_view target) { return target.substr(0, target.find('?')); }
+
+// Request headers a CORS preflight may name: tokens only, so they can be echoed back safely.
+bool is_header_list(std::string_view s) {
+    for (char c : s)
+        if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == ',' || c == ' ')) return false;
+    return s.size() < 1024;
+}
+
+}  // namespace
+
+const route_entry *route_find(std::string_view path) {
+    for (const auto &r : routes)
+        if (r.path == path) return &r;
+    return nullptr;
+}
+
+api_request api_parse_request(route_id route, const std::string &body, const json_limits &limits) {
+    const json j = json_parse_body(body, limits);
+    switch (route) {
+    case route_id::chat: return openai_parse_chat(j);
+    case route_id::completion: return openai_parse_completion(j);
+    case route_id::messages: return anthropic_parse_messages(j, false);
+    case route_id::count_tokens: return anthropic_parse_messages(j, true);
+    default: break;
+    }
+    fail(error_kind::internal, "route has no request body to map");
+}
+
+service::service(const server_config &config) : config_(config), started_(std::chrono::system_clock::now()) {
+    policy_.guard = is_loopback_address(config.host) && config.api_key.empty();
+    policy_.port = config.port;
+    policy_.cors_origins = config.cors_origins;
+    for (const auto &h : config.allowed_hosts) {
+        std::string name = h;
+        std::transform(name.begin(), name.end(), name.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+        policy_.allowed_hosts.push_back(name);
+    }
+}
 
 void service::set_ready(model_context ctx) {
     model_ = std::move(ctx);
     ready_.store(true);
 }
 
-api_kind service::api_of(const std::string &target) {
-    return target.rfind("/v1/messages", 0) == 0 ? api_kind::anthropic : api_kind::openai;
+api_kind service::api_of(std::string_view target) {
+    return target.starts_with("/v1/messages") ? api_kind::anthropic : api_kind::openai;
 }
 
 http_reply service::error_reply(api_kind api, int status, const std::string &message) const {
@@ -36,21 +94,88 @@ http_reply service::error_reply(api_kind api, int status, const std::string &mes
 
 bool service::authorized(const http_request_view &req, api_kind api) const {
     if (config_.api_key.empty()) return true;
-    const std::string bearer = "Bearer " + config_.api_key;
-    if (req.authorization == bearer) return true;
-    return api == api_kind::anthropic && req.x_api_key == config_.api_key;
+    if (auto token = bearer_token(req.authorization); token && constant_time_equal(*token, config_.api_key)) return true;
+    return api == api_kind::anthropic && !req.x_api_key.empty() && constant_time_equal(req.x_api_key, config_.api_key);
+}
+
+http_reply service::preflight_reply(const http_request_view &head) const {
+    http_reply r;
+    r.status = 204;
+    r.content_type.clear();
+    r.headers = policy_.cors_headers(head.origin);
+    r.headers.emplace_back("Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+    const std::string asked = is_header_list(head.cors_request_headers) ? head.cors_request_headers : std::string();
+    r.headers.emplace_back("Access-Control-Allow-Headers",
+                           asked.empty() ? "Authorization, Content-Type, x-api-key, anthropic-version" : asked);
+    r.headers.emplace_back("Access-Control-Max-Age", "600");
+    return r;
+}
+
+head_decision service::check_head(const http_request_view &head, bool overflow) const {
+    head_decision d;
+    const std::string_view path = path_of(head.target);
+    const api_kind api = api_of(path);
+    auto reject = [&](int status, const std::string &message) {
+        d.reply = error_reply(api, status, message);
+        for (const auto &h : d.headers) d.reply->headers.push_back(h);
+        return d;
+    };
+    // RFC 9112 3.2: an HTTP/1.1 request without a Host, or with several, is a 400.
+    if ((head.version >= 11 && head.n_host == 0) || head.n_host > 1)
+        return reject(400, head.n_host == 0 ? "the request has no Host header" : "the request has more than one Host header");
+    if (!policy_.host_allowed(head.host))
+        return reject(403, fmt::format("Host '{}' is not this server; a loopback server without --api-key answers only "
+                                       "localhost names and 127.0.0.1 on port {} (or an --allowed-host)",
+                                       head.host, policy_.port));
+    if (!policy_.origin_allowed(head.origin, head.host))
+        return reject(403, fmt::format("cross-origin request from '{}' refused; start the server with --cors-origin {} "
+                                       "to allow that page",
+                                       head.origin, head.origin));
+    d.headers = policy_.cors_headers(head.origin);
+    if (head.method == "OPTIONS") {
+        if (!head.origin.empty() && !head.cors_request_method.empty()) {
+            if (!policy_.cors_allowed(head.origin))
+                return reject(403, fmt::format("CORS preflight from '{}' refused (not a --cors-origin)", head.origin));
+            d.reply = preflight_reply(head);
+            return d;
+        }
+    }
+    d.route = route_find(path);
+    if (d.route == nullptr) return reject(404, fmt::format("no route for {} {}", head.method, path));
+    if (head.method != d.route->method) {
+        reject(405, fmt::format("{} {} is not allowed (use {})", head.method, path, d.route->method));
+        d.reply->headers.emplace_back("Allow", std::string(d.route->method));
+        return d;
+    }
+    if (overflow && d.route->heavy)
+        return reject(503, fmt::format("the server is at its connection limit (--max-connections {}); retry later",
+                                       config_.max_connections));
+    if (d.route->id != route_id::health && !authorized(head, api)) return reject(401, "invalid or missing API key");
+    if (head.has_body && head.method == "POST" && !is_json_content_type(head.content_type))
+        return reject(415, fmt::format("Content-Type must be application/json, got '{}'", head.content_type));
+    d.body_limit = d.route->heavy ? config_.body_limit : config_.small_body_limit;
+    if (head.content_length && *head.content_length > d.body_limit)
+        return reject(413, fmt::format("the request body exceeds the limit of {} bytes", d.body_limit));
+    if (d.route->id != route_id::health && !ready())
+        return reject(503, "model is loading; retry when GET /health returns 200");
+    return d;
 }
 
 service::outcome service::handle(const http_request_view &req) {
     ++http_requests_;
-    std::string path = req.target.substr(0, req.target.find('?'));
-    api_kind api = api_of(path);
+    const std::string_view path = path_of(req.target);
+    const api_kind api = api_of(path);
     std::unique_ptr<generation_job> job;
     http_reply reply;
     try {
-        reply = route(req, path, job);
+        const route_entry *r = route_find(path);
+        if (r == nullptr) fail(error_kind::not_found, "no route for {} {}", req.method, path);
+        reply = route(req, *r, job);
     } catch (const error &e) {
         reply = error_reply(api, e.http_status(), e.what());
+    } catch (const std::bad_alloc &) {
+        log_error("{} {}: out of memory", req.method, path);
+        reply = error_reply(api, 503, "the server is out of memory; retry later");
     } catch (const std::exception &e) {
         log_error("{} {}: {}", req.method, path, e.what());
         reply = error_reply(api, 500, e.what());
@@ -60,60 +185,44 @@ service::outcome service::handle(const http_request_view &req) {
     return reply;
 }
 
-http_reply service::route(const http_request_view &req, const std::string &path, std::unique_ptr<generation_job> &job) {
-    api_kind api = api_of(path);
-    if (path == "/health" || path == "/v1/health") {
-        if (req.method != "GET") fail(error_kind::invalid_request, "use GET {}", path);
-        http_reply r;
-        r.status = ready() ? 200 : 503;
-        r.body = ready() ? R"({"status":"ok"})" : R"({"status":"loading model"})";
-        return r;
-    }
-    if (!authorized(req, api)) return error_reply(api, 401, "invalid or missing API key");
-    if (!ready()) return error_reply(api, 503, "model is loading; retry when GET /health returns 200");
-
-    auto post_only = [&] {
-        if (req.method != "POST") fail(error_kind::not_found, "{} {} is not a route (use POST)", req.method, path);
-    };
-    if (path == "/v1/chat/completions" || path == "/chat/completions") {
-        post_only();
-        job = prepare(openai_parse_chat(json_parse_body(req.body)));
-        return {};
-    }
-    if (path == "/v1/completions" || path == "/completions") {
-        post_only();
-        job = prepare(openai_parse_completion(json_parse_body(req.body)));
-        return {};
-    }
-    if (path == "/v1/messages") {
-        post_only();
-        job = prepare(anthropic_parse_messages(json_parse_body(req.body), false));
-        return {};
-    }
-    if (path == "/v1/messages/count_tokens") {
-        post_only();
-        api_request r = anthropic_parse_messages(json_parse_body(req.body), true);
-        check_model(r.model);
+http_reply service::route(const http_request_view &req, const route_entry &r, std::unique_ptr<generation_job> &job) {
+    const api_kind api = api_of(r.path);
+    if (r.id == route_id::health) {
         http_reply out;
-        out.body = json_dump({{"input_tokens", tokenize_prompt(r).size()}});
+        out.status = ready() ? 200 : 503;
+        out.body = ready() ? R"({"status":"ok"})" : R"({"status":"loading model"})";
         return out;
     }
-    if (req.method != "GET") fail(error_kind::not_found, "{} {} is not a route", req.method, path);
+    if (!ready()) return error_reply(api, 503, "model is loading; retry when GET /health returns 200");
     http_reply out;
-    if (path == "/v1/models" || path == "/models") {
+    switch (r.id) {
+    case route_id::chat:
+    case route_id::completion:
+    case route_id::messages: {
+        if (stopping_.load()) return error_reply(api, 503, "the server is shutting down");
+        job = prepare(api_parse_request(r.id, req.body, config_.json));
+        return {};
+    }
+    case route_id::count_tokens: {
+        api_request a = api_parse_request(r.id, req.body, config_.json);
+        check_model(a.model);
+        out.body = json_dump({{"input_tokens", tokenize_prompt(a).size()}});
+        return out;
+    }
+    case route_id::models: {
         auto created = std::chrono::duration_cast<std::chrono::seconds>(started_.time_since_epoch()).count();
         out.body = json_dump(openai_models_body(model_.model_id, created, model_.meta));
-    } else if (path == "/metrics") {
+        return out;
+    }
+    case route_id::metrics:
         out.content_type = "text/plain; version=0.0.4; charset=utf-8";
         out.body = metrics_text();
-    } else if (path == "/slots") {
-        out.body = json_dump(slots_json());
-    } else if (path == "/props") {
-        out.body = json_dump(props_json());
-    } else {
-        fail(error_kind::not_found, "no route for GET {}", path);
+        return out;
+    case route_id::slots: out.body = json_dump(slots_json()); return out;
+    case route_id::props: out.body = json_dump(props_json()); return out;
+    case route_id::health: break;
     }
-    return out;
+    fail(error_kind::internal, "unrouted path {}", r.path);
 }
 
 void service::check_model(const std::string &model) const {
@@ -123,28 +232,31 @@ void service::check_model(const std::string &model) const {
     fail(error_kind::not_found, "model '{}' not found; this server serves '{}'", model, model_.model_id);
 }
 
-std::vector<int32_t> service::tokenize_prompt(const api_request &req) const {
-    std::string text;
+std::vector<int32_t> service::tokenize_prompt(const api_request &req, size_t max_tokens) const {
+    rendered_prompt rendered;
     if (req.route == route_kind::completion) {
-        text = req.prompt;
+        // A raw completion prompt is the client's whole prompt, turn markers included, so its
+        // special-token texts are the tokens (as llama-server does).
+        rendered.add_template(req.prompt);
     } else {
         // count_tokens counts what a generation would prefill, so the assistant opener is included.
-        text = model_.tmpl.render(req.messages, /*add_generation_prompt=*/true, req.enable_thinking);
+        rendered = model_.tmpl.render_prompt(req.messages, /*add_generation_prompt=*/true, req.enable_thinking);
     }
-    std::vector<int32_t> ids;
-    if (model_.tok->add_bos() && model_.tok->bos_id() >= 0) ids.push_back(model_.tok->bos_id());
-    auto body = model_.tok->encode(text, /*parse_special=*/true);
-    ids.insert(ids.end(), body.begin(), body.end());
-    return ids;
+    std::vector<text_piece> pieces;
+    for (const auto &p : rendered.pieces) pieces.push_back({p.text, p.special || config_.allow_special_in_content});
+    return model_.tok->encode(pieces, /*add_special=*/true, max_tokens);
 }
 
 std::unique_ptr<generation_job> service::prepare(const api_request &req) {
     check_model(req.model);
-    std::vector<int32_t> prompt = tokenize_prompt(req);
     const int32_t n_ctx = model_.eng->n_ctx();
+    // The context is the tokenizer's budget: a prompt that cannot fit stops being encoded there.
+    std::vector<int32_t> prompt = tokenize_prompt(req, static_cast<size_t>(n_ctx));
     const int32_t n_prompt = static_cast<int32_t>(prompt.size());
     if (n_prompt == 0) fail(error_kind::invalid_request, "the prompt is empty");
-    if (n_prompt >= n_ctx)
+    if (n_prompt > n_ctx)
+        fail(error_kind::too_large, "the prompt has more than {} tokens but the context holds {} (--ctx); shorten it", n_ctx, n_ctx);
+    if (n_prompt == n_ctx)
         fail(error_kind::too_large, "the prompt has {} tokens but the context holds {} (--ctx); shorten it", n_prompt, n_ctx);
     int32_t max_tokens = req.max_tokens.value_or(n_ctx - n_prompt);
     if (static_cast<int64_t>(n_prompt) + max_tokens > n_ctx)

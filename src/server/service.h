@@ -5,13 +5,16 @@
 
 #include "src/scheduler/scheduler.h"
 #include "src/server/api_common.h"
+#include "src/server/request_guard.h"
 #include "src/server/server_config.h"
 
 #include <atomic>
 #include <chrono>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <variant>
 #include <vector>
@@ -25,8 +28,17 @@ namespace tandem::server {
 struct http_request_view {
     std::string method;  // "GET", "POST", ...
     std::string target;  // path with query
+    int32_t version = 11;                   // 10: HTTP/1.0, 11: HTTP/1.1
+    int32_t n_host = 1;                     // Host fields in the head (HTTP/1.1 needs exactly one)
+    std::string host;
+    std::string origin;
+    std::string content_type;
     std::string authorization;
     std::string x_api_key;
+    std::string cors_request_method;        // Access-Control-Request-Method (a CORS preflight)
+    std::string cors_request_headers;       // Access-Control-Request-Headers
+    bool has_body = false;                  // a Content-Length above 0 or a chunked body follows
+    std::optional<uint64_t> content_length;
     std::string body;
 };
 
@@ -35,6 +47,29 @@ struct http_reply {
     std::string content_type = "application/json";
     std::string body;
     std::vector<std::pair<std::string, std::string>> headers;
+};
+
+// The routes, with the method each takes and whether its work is heavy (JSON bodies parsed and
+// prompts tokenized on the request pool) or cheap (answered on the I/O thread).
+enum class route_id { health, models, metrics, slots, props, chat, completion, messages, count_tokens };
+struct route_entry {
+    std::string_view path;
+    route_id id;
+    std::string_view method;
+    bool heavy;
+};
+const route_entry *route_find(std::string_view path);
+
+// Maps a generation route's body (JSON under `limits`) to an api_request; throws error(...) as
+// the API mapping does.
+api_request api_parse_request(route_id route, const std::string &body, const json_limits &limits);
+
+// What the head of a request decides before its body is read.
+struct head_decision {
+    std::optional<http_reply> reply;  // answer now (the body, if any, is never read)
+    const route_entry *route = nullptr;
+    size_t body_limit = 0;            // bytes this route accepts
+    std::vector<std::pair<std::string, std::string>> headers;  // CORS headers for every reply
 };
 
 // What the model side provides once loaded (owned by server_main).
@@ -56,7 +91,18 @@ public:
     void set_ready(model_context ctx);
     bool ready() const { return ready_.load(); }
 
-    // Either a finished reply or a generation job to submit.
+    // The port the server listens on (Host checks); set once it is bound.
+    void set_port(int32_t port) { policy_.port = port; }
+    // Refuses new generations (503) from now on; cheap routes keep answering.
+    void begin_shutdown() { stopping_.store(true); }
+
+    // Checks a request's head: Host, Origin, CORS preflight, route and method, API key, content
+    // type, body size, readiness. `overflow`: the connection is past --max-connections, so only
+    // cheap routes are served.
+    head_decision check_head(const http_request_view &head, bool overflow) const;
+
+    // Either a finished reply or a generation job to submit. Thread-safe: heavy routes run on the
+    // request pool. Every error, allocation failures included, becomes an error reply.
     using outcome = std::variant<http_reply, std::unique_ptr<generation_job>>;
     outcome handle(const http_request_view &req);
 
@@ -67,7 +113,7 @@ public:
     int32_t busy() const { return busy_.load(); }
 
     // The API whose error shape a path uses.
-    static api_kind api_of(const std::string &target);
+    static api_kind api_of(std::string_view target);
     http_reply error_reply(api_kind api, int status, const std::string &message) const;
 
     std::string metrics_text() const;
@@ -77,13 +123,17 @@ public:
     const server_config &config() const { return config_; }
 
 private:
-    http_reply route(const http_request_view &req, const std::string &path, std::unique_ptr<generation_job> &job);
+    http_reply route(const http_request_view &req, const route_entry &r, std::unique_ptr<generation_job> &job);
     std::unique_ptr<generation_job> prepare(const api_request &req);
-    std::vector<int32_t> tokenize_prompt(const api_request &req) const;
+    // At most max_tokens + 1 ids (tokenizer::encode's budget); count_tokens takes them all.
+    std::vector<int32_t> tokenize_prompt(const api_request &req, size_t max_tokens = SIZE_MAX) const;
     void check_model(const std::string &model) const;
     bool authorized(const http_request_view &req, api_kind api) const;
+    http_reply preflight_reply(const http_request_view &head) const;
 
     server_config config_;
+    origin_policy policy_;
+    std::atomic<bool> stopping_{false};
     std::atomic<bool> ready_{false};
     model_context model_;
     std::atomic<int32_t> busy_{0};

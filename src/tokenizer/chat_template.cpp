@@ -1,5 +1,6 @@
 // src/tokenizer/chat_template.cpp - template family detection and rendering of ChatML, Qwen3
-// (ChatML with its <think> rules) and the plain fallback, for system/user/assistant messages.
+// (ChatML with its <think> rules) and the plain fallback, for system/user/assistant messages, as
+// pieces that say which text the template wrote and which came from the messages.
 #include "tandem/chat_template.h"
 
 #include "tandem/error.h"
@@ -18,8 +19,12 @@ void check_role(const chat_message &m) {
         fail(error_kind::invalid_request, "chat role '{}' is not supported (system, user, assistant)", m.role);
 }
 
-void append_turn(std::string &out, std::string_view role, std::string_view content) {
-    out.append(im_start).append(role).append("\n").append(content).append(im_end).append("\n");
+// The role is the template's (the API layer admits only the roles checked above); the content is
+// the request's.
+void append_turn(rendered_prompt &out, std::string_view role, std::string_view content) {
+    out.add_template(std::string(im_start).append(role).append("\n"));
+    out.add_content(content);
+    out.add_template(std::string(im_end).append("\n"));
 }
 
 // Python's str.lstrip('\n') / rstrip('\n') / strip('\n'), which the Qwen3 template uses.
@@ -52,15 +57,18 @@ std::string find_default_system(const std::string &source) {
     return {};
 }
 
-std::string render_chatml(const chat_template &t, const std::vector<chat_message> &messages, bool add_generation_prompt) {
-    std::string out;
-    if (!t.default_system.empty() && (messages.empty() || messages.front().role != "system"))
-        append_turn(out, "system", t.default_system);
+rendered_prompt render_chatml(const chat_template &t, const std::vector<chat_message> &messages,
+                              bool add_generation_prompt) {
+    rendered_prompt out;
+    if (!t.default_system.empty() && (messages.empty() || messages.front().role != "system")) {
+        // The default system prompt is a literal of the template, not request text.
+        out.add_template(std::string(im_start).append("system\n").append(t.default_system).append(im_end).append("\n"));
+    }
     for (const auto &m : messages) {
         check_role(m);
         append_turn(out, m.role, m.content);
     }
-    if (add_generation_prompt) out.append(im_start).append("assistant\n");
+    if (add_generation_prompt) out.add_template(std::string(im_start).append("assistant\n"));
     return out;
 }
 
@@ -71,8 +79,8 @@ bool is_tool_response(std::string_view s) {
 // Qwen3's template for string contents without tools. Assistant turns before the last real user
 // query lose their <think> block; turns after it (the current agentic step) keep their
 // reasoning, and the last message, if an assistant turn, always gets a (possibly empty) block.
-std::string render_qwen3(const chat_template &t, const std::vector<chat_message> &messages, bool add_generation_prompt,
-                         bool enable_thinking) {
+rendered_prompt render_qwen3(const chat_template &t, const std::vector<chat_message> &messages,
+                             bool add_generation_prompt, bool enable_thinking) {
     for (const auto &m : messages) check_role(m);
     const size_t n = messages.size();
     // The template's namespace starts at len-1 and moves to the last user message that is not
@@ -84,7 +92,7 @@ std::string render_qwen3(const chat_template &t, const std::vector<chat_message>
             break;
         }
     }
-    std::string out;
+    rendered_prompt out;
     for (size_t i = 0; i < n; ++i) {
         const chat_message &m = messages[i];
         if (m.role != "assistant") {
@@ -106,28 +114,35 @@ std::string render_qwen3(const chat_template &t, const std::vector<chat_message>
             const size_t last_close = content.rfind("</think>");
             content = lstrip_nl(content.substr(last_close + std::string_view("</think>").size()));
         }
-        out.append(im_start).append("assistant\n");
+        out.add_template(std::string(im_start).append("assistant\n"));
         if (i > last_query && (i + 1 == n || !reasoning.empty())) {
-            out.append("<think>\n").append(lstrip_nl(rstrip_nl(reasoning))).append("\n</think>\n\n");
-            out.append(lstrip_nl(content));
+            out.add_template("<think>\n");
+            out.add_content(lstrip_nl(rstrip_nl(reasoning)));
+            out.add_template("\n</think>\n\n");
+            out.add_content(lstrip_nl(content));
         } else {
-            out.append(content);
+            out.add_content(content);
         }
-        out.append(im_end).append("\n");
+        out.add_template(std::string(im_end).append("\n"));
     }
     if (add_generation_prompt) {
-        out.append(im_start).append("assistant\n");
-        if (t.think_prefill) out.append("<think>\n");
-        else if (t.thinking_switch && !enable_thinking) out.append("<think>\n\n</think>\n\n");
+        out.add_template(std::string(im_start).append("assistant\n"));
+        if (t.think_prefill) out.add_template("<think>\n");
+        else if (t.thinking_switch && !enable_thinking) out.add_template("<think>\n\n</think>\n\n");
     }
     return out;
 }
 
 // Unknown templates: a plain transcript the model can at least continue; callers warn.
-std::string render_fallback(const std::vector<chat_message> &messages, bool add_generation_prompt) {
-    std::string out;
-    for (const auto &m : messages) out.append(m.role).append(": ").append(m.content).append("\n");
-    if (add_generation_prompt) out.append("assistant:");
+rendered_prompt render_fallback(const std::vector<chat_message> &messages, bool add_generation_prompt) {
+    rendered_prompt out;
+    for (const auto &m : messages) {
+        out.add_content(m.role);  // unchecked here, so never special
+        out.add_template(": ");
+        out.add_content(m.content);
+        out.add_template("\n");
+    }
+    if (add_generation_prompt) out.add_template("assistant:");
     return out;
 }
 
@@ -151,14 +166,31 @@ chat_template chat_template::detect(const std::string &source) {
     return t;
 }
 
-std::string chat_template::render(const std::vector<chat_message> &messages, bool add_generation_prompt,
-                                  bool enable_thinking) const {
+void rendered_prompt::add(std::string_view text, bool special) {
+    if (text.empty()) return;
+    if (!pieces.empty() && pieces.back().special == special) pieces.back().text.append(text);
+    else pieces.push_back({std::string(text), special});
+}
+
+std::string rendered_prompt::text() const {
+    std::string out;
+    for (const auto &p : pieces) out += p.text;
+    return out;
+}
+
+rendered_prompt chat_template::render_prompt(const std::vector<chat_message> &messages, bool add_generation_prompt,
+                                             bool enable_thinking) const {
     switch (family) {
     case chat_template_family::chatml: return render_chatml(*this, messages, add_generation_prompt);
     case chat_template_family::qwen3: return render_qwen3(*this, messages, add_generation_prompt, enable_thinking);
     case chat_template_family::fallback: return render_fallback(messages, add_generation_prompt);
     }
     return render_fallback(messages, add_generation_prompt);
+}
+
+std::string chat_template::render(const std::vector<chat_message> &messages, bool add_generation_prompt,
+                                  bool enable_thinking) const {
+    return render_prompt(messages, add_generation_prompt, enable_thinking).text();
 }
 
 const char *chat_template_family_name(chat_template_family family) {

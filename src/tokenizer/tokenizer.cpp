@@ -71,7 +71,11 @@ struct tokenizer::impl {
     }
     void bpe(std::string_view piece, std::vector<int32_t> &out) const;
     void bpe_uncached(std::string_view piece, std::vector<int32_t> &out) const;
-    void encode_text(std::string_view text, std::vector<int32_t> &out) const;
+    // Stops early once `out` holds more than `limit` ids.
+    void encode_text(std::string_view text, std::vector<int32_t> &out, size_t limit = SIZE_MAX) const;
+    // Control tokens are split out only inside `runs` (sorted, disjoint [begin, end) ranges).
+    std::vector<int32_t> encode_marked(std::string_view text, const std::vector<std::pair<size_t, size_t>> &runs,
+                                       bool add_special, size_t max_tokens = SIZE_MAX) const;
 };
 
 // Byte-level decoding of a vocab entry. As HF's ByteLevel decoder: when a character is not in
@@ -254,17 +258,39 @@ void tokenizer::impl::bpe(std::string_view piece, std::vector<int32_t> &out) con
 }
 
 // One stretch of text between special tokens: NFC, regex split, BPE per piece.
-void tokenizer::impl::encode_text(std::string_view text, std::vector<int32_t> &out) const {
+void tokenizer::impl::encode_text(std::string_view text, std::vector<int32_t> &out, size_t limit) const {
     if (text.empty()) return;
     const std::string normal = nfc(text);
     std::vector<std::pair<size_t, size_t>> pieces;
     splitter->split(normal, pieces);
     const std::string_view s(normal);
-    for (const auto &[begin, end] : pieces) bpe(s.substr(begin, end - begin), out);
+    for (const auto &[begin, end] : pieces) {
+        if (out.size() > limit) return;
+        bpe(s.substr(begin, end - begin), out);
+    }
 }
 
 std::vector<int32_t> tokenizer::encode(std::string_view text, bool parse_special, bool add_special) const {
-    const impl &p = *impl_;
+    const std::vector<std::pair<size_t, size_t>> all = {{0, text.size()}};
+    return impl_->encode_marked(text, parse_special ? all : std::vector<std::pair<size_t, size_t>>{}, add_special);
+}
+
+std::vector<int32_t> tokenizer::encode(std::span<const text_piece> pieces, bool add_special, size_t max_tokens) const {
+    std::string text;
+    std::vector<std::pair<size_t, size_t>> runs;  // maximal [begin, end) runs of parse_special pieces
+    for (const auto &piece : pieces) {
+        const size_t begin = text.size();
+        text.append(piece.text);
+        if (!piece.parse_special || piece.text.empty()) continue;
+        if (!runs.empty() && runs.back().second == begin) runs.back().second = text.size();
+        else runs.emplace_back(begin, text.size());
+    }
+    return impl_->encode_marked(text, runs, add_special, max_tokens);
+}
+
+std::vector<int32_t> tokenizer::impl::encode_marked(std::string_view text, const std::vector<std::pair<size_t, size_t>> &runs,
+                                                    bool add_special, size_t max_tokens) const {
+    const impl &p = *this;
     const size_t bad = utf8::first_invalid(text);
     if (bad != std::string_view::npos)
         fail(error_kind::invalid_request, "text is not valid UTF-8 (byte 0x{:02X} at offset {})",
@@ -277,11 +303,14 @@ std::vector<int32_t> tokenizer::encode(std::string_view text, bool parse_special
     // Leftmost-longest matching of special tokens (HF's added-vocabulary split). The special
     // texts are matched on the raw text, before NFC, as HF does for non-normalized added tokens.
     size_t seg = 0;
+    size_t run = 0;  // the first run that does not end before i (i only grows)
     for (size_t i = 0; i < text.size();) {
+        while (run < runs.size() && runs[run].second <= i) ++run;
+        const bool in_run = run < runs.size() && runs[run].first <= i;
         int32_t hit = -1;
         for (int32_t id : p.specials[static_cast<uint8_t>(text[i])]) {
-            if (!parse_special && p.types[id] == token_type::control) continue;
             const std::string &t = p.texts[id];
+            if (p.types[id] == token_type::control && !(in_run && i + t.size() <= runs[run].second)) continue;
             if (text.compare(i, t.size(), t) == 0) {
                 hit = id;
                 break;
@@ -291,12 +320,14 @@ std::vector<int32_t> tokenizer::encode(std::string_view text, bool parse_special
             ++i;
             continue;
         }
-        p.encode_text(text.substr(seg, i - seg), out);
+        p.encode_text(text.substr(seg, i - seg), out, max_tokens);
         out.push_back(hit);
+        if (out.size() > max_tokens) break;
         i += p.texts[hit].size();
         seg = i;
     }
-    p.encode_text(text.substr(seg), out);
+    if (out.size() <= max_tokens) p.encode_text(text.substr(seg), out, max_tokens);
+    if (out.size() > max_tokens) out.resize(max_tokens + 1);
     return out;
 }
 

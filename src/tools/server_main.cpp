@@ -24,10 +24,15 @@
 #include <filesystem>
 #include <fstream>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 using namespace tandem;
 using namespace tandem::server;
+
+#ifdef TANDEM_TEST_HOOKS
+void alloc_failure_hook_arm(size_t min_bytes);  // tests/server/alloc_failure_hook.cpp
+#endif
 
 namespace {
 
@@ -61,9 +66,11 @@ std::vector<int32_t> parse_devices(const std::string &text) {
     return out;
 }
 
-// Test-only: TANDEM_TEST_LOAD_DELAY_MS holds the server in its loading state (listening, /health
-// 503) this many milliseconds before the weights load, so tests can observe that state with the
-// tiny model, which loads in milliseconds. Not a tuning knob: start-up reads it once, here.
+#ifdef TANDEM_TEST_HOOKS
+// Compiled only into tests/server's tandem-server-test, never into tandem-server:
+// TANDEM_TEST_LOAD_DELAY_MS holds the server in its loading state (listening, /health 503) this
+// many milliseconds before the weights load, so tests can observe that state with the tiny
+// model, which loads in milliseconds.
 void test_load_delay() {
     const char *text = std::getenv("TANDEM_TEST_LOAD_DELAY_MS");
     if (text == nullptr || *text == '\0') return;
@@ -71,17 +78,35 @@ void test_load_delay() {
     long ms = std::strtol(text, &end, 10);
     if (*end != '\0' || ms < 0 || ms > 600000)
         fail(error_kind::config, "TANDEM_TEST_LOAD_DELAY_MS '{}' must be milliseconds in 0..600000", text);
-    log_warn("TANDEM_TEST_LOAD_DELAY_MS: holding the loading state for {} ms (a test setting)", ms);
+    log_warn("TANDEM_TEST_LOAD_DELAY_MS: holding the loading state for {} ms (a test build)", ms);
     std::this_thread::sleep_for(std::chrono::milliseconds(ms));
 }
 
+// TANDEM_TEST_FAIL_ALLOC_MIB=N: once the model is loaded, every operator new of N MiB or more
+// throws std::bad_alloc, as on a machine out of memory, so tests can see the server answer 503
+// and go on serving (the allocation functions are replaced in tests/server/alloc_failure_hook.cpp).
+void test_arm_alloc_failure() {
+    const char *text = std::getenv("TANDEM_TEST_FAIL_ALLOC_MIB");
+    if (text == nullptr || *text == '\0') return;
+    char *end = nullptr;
+    const long mib = std::strtol(text, &end, 10);
+    if (*end != '\0' || mib < 1 || mib > 1 << 20)
+        fail(error_kind::config, "TANDEM_TEST_FAIL_ALLOC_MIB '{}' must be MiB in 1..1048576", text);
+    log_warn("TANDEM_TEST_FAIL_ALLOC_MIB: allocations of {} MiB or more fail from now on (a test build)", mib);
+    alloc_failure_hook_arm(static_cast<size_t>(mib) << 20);
+}
+#endif
+
 std::string config_line(const server_config &c) {
+    auto list = [](const std::vector<std::string> &v) { return v.empty() ? std::string("none") : fmt::format("{}", fmt::join(v, ",")); };
     return fmt::format("config: model={} host={} port={} ctx={} batched-session={} prefill-chunk={} prefill-yield={} "
                        "itl-budget={} max-queue={} draft={} (n-grams {}-{}, step rows {}) alias={} api-key={} threads={} http-threads={} body-limit={} timeouts={}s/{}s "
+                       "max-connections={} request-threads={} request-queue={} allow-special-in-content={} cors-origin={} allowed-host={} "
                        "backend={} devices={} gpu-devices={} gpu-vram={} tensor-parallel={} mem-budget={}",
                        c.model_path, c.host, c.port, c.n_ctx, c.n_slots, c.prefill_chunk, c.prefill_yield, c.itl_budget, c.max_queue,
                        c.draft, c.draft_ngram_min, c.draft_ngram_max, c.draft_step_rows, c.alias, c.api_key.empty() ? "off" : "on", c.n_threads, c.http_threads, c.body_limit,
-                       c.read_timeout_s, c.write_timeout_s, c.backend, c.n_devices,
+                       c.read_timeout_s, c.write_timeout_s, c.max_connections, c.request_threads, c.request_queue,
+                       c.allow_special_in_content, list(c.cors_origins), list(c.allowed_hosts), c.backend, c.n_devices,
                        c.gpu_devices.empty() ? std::string("auto") : fmt::format("{}", fmt::join(c.gpu_devices, ",")),
                        c.gpu_vram, c.tensor_parallel, c.mem_budget_gib > 0 ? fmt::format("{}GiB", c.mem_budget_gib) : "auto");
 }
@@ -124,6 +149,11 @@ int serve(server_config cfg) {
     if (cfg.backend != "cpu") log_info("placement plan fits: {}", engine_plan_check(*file, eo));
     log_info("{}", config_line(cfg));
 
+    // Declared before the HTTP front so they outlive it: connections may cancel a request on
+    // the scheduler and format tokens with the tokenizer until http.stop() has destroyed them.
+    std::unique_ptr<engine> eng;
+    std::optional<tokenizer> tok;
+    std::unique_ptr<scheduler> sched;
     service svc(cfg);
     http_server http(svc, cfg);
     http.listen();
@@ -157,12 +187,14 @@ int serve(server_config cfg) {
     });
     http.run(cfg.http_threads);
     log_info("listening on http://{}:{} (health 503 until the model is loaded)", cfg.host, http.port());
+#ifdef TANDEM_TEST_HOOKS
     test_load_delay();
+#endif
 
-    std::unique_ptr<engine> eng = engine_open(file, eo);
+    eng = engine_open(file, eo);
     log_info("{}", eng->layout());  // the engine's one-line layout ("layout: ...")
 
-    tokenizer tok = tokenizer::from_gguf(*file);
+    tok.emplace(tokenizer::from_gguf(*file));
     chat_template tmpl = chat_template::detect(file->get_string("tokenizer.chat_template", ""));
     if (tmpl.family == chat_template_family::fallback)
         log_warn("the model's chat template is unknown or absent; using the plain 'role: content' fallback");
@@ -174,13 +206,13 @@ int serve(server_config cfg) {
     so.max_queue = cfg.max_queue;
     so.draft = {cfg.draft, cfg.draft_ngram_min, cfg.draft_ngram_max};
     so.draft_step_rows = cfg.draft_step_rows;
-    scheduler sched(*eng, so, make_scheduler_hooks(tok));
-    sched.start();
+    sched = std::make_unique<scheduler>(*eng, so, make_scheduler_hooks(*tok));
+    sched->start();
 
     model_context mc;
     mc.eng = eng.get();
-    mc.sched = &sched;
-    mc.tok = &tok;
+    mc.sched = sched.get();
+    mc.tok = &*tok;
     mc.tmpl = tmpl;
     mc.model_id = cfg.alias;
     std::string file_name = std::filesystem::path(cfg.model_path).filename().string();
@@ -189,6 +221,9 @@ int serve(server_config cfg) {
                {"arch", hp.arch_name}, {"n_layer", hp.n_layer}, {"n_expert", hp.n_expert},
                {"size", bytes.total()}, {"chat_template", chat_template_family_name(tmpl.family)}};
     svc.set_ready(std::move(mc));
+#ifdef TANDEM_TEST_HOOKS
+    test_arm_alloc_failure();
+#endif
     log_info("ready: model '{}' ({} {} layers, {} experts) chat template {}", cfg.alias, hp.arch_name, hp.n_layer,
              hp.n_expert, chat_template_family_name(tmpl.family));
 
@@ -198,9 +233,16 @@ int serve(server_config cfg) {
     }
     log_info("signal {}: no new connections; finishing in-flight work (grace {} s)", stop_signal, cfg.shutdown_grace_s);
     http.stop_accepting();
-    sched.shutdown(std::chrono::seconds(cfg.shutdown_grace_s));
+    svc.begin_shutdown();
+    // Accepted requests, queued ones included (a queued stream already has its 200), run on
+    // within the grace while the scheduler still admits them; then what is left is cancelled.
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(cfg.shutdown_grace_s);
+    while (svc.busy() > 0 && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    sched->shutdown(std::max(left, std::chrono::milliseconds(0)));
     // Let connections write their last bytes; bounded.
     for (int i = 0; i < 250 && svc.busy() > 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    // Every connection is gone before the scheduler, the tokenizer and the engine.
     http.stop();
     if (!cfg.expert_traffic_out.empty()) {
         try {
@@ -262,6 +304,25 @@ int main(int argc, char **argv) {
     app.add_option("--api-key-file", api_key_file, "read the API key from this file")->excludes(key);
     app.add_option("--threads", cfg.n_threads, "engine CPU threads (0: all cores)")->check(CLI::Range(0, 4096));
     app.add_option("--http-threads", cfg.http_threads, "HTTP I/O threads")->check(CLI::Range(1, 256));
+    app.add_option("--max-connections", cfg.max_connections,
+                   "open connections; beyond them idle ones are closed and accepts wait (a few more are kept for /health)")
+        ->check(CLI::Range(1, 1 << 20))
+        ->capture_default_str();
+    app.add_option("--request-threads", cfg.request_threads, "threads that parse JSON bodies and tokenize prompts")
+        ->check(CLI::Range(1, 256))
+        ->capture_default_str();
+    app.add_option("--request-queue", cfg.request_queue, "requests waiting for those threads before 503")
+        ->check(CLI::Range(1, 1 << 20))
+        ->capture_default_str();
+    app.add_flag("--allow-special-in-content", cfg.allow_special_in_content,
+                 "tokenize special-token texts in message contents as those tokens (lets a user forge turns; off by "
+                 "default: only the chat template's own markers are special)");
+    app.add_option("--cors-origin", cfg.cors_origins,
+                   "a browser origin allowed to call this server (repeatable; '*' allows any): CORS preflights are "
+                   "answered and replies carry Access-Control-Allow-Origin");
+    app.add_option("--allowed-host", cfg.allowed_hosts,
+                   "another Host name a loopback server without --api-key answers (repeatable; localhost and "
+                   "127.0.0.1 always are)");
     app.add_option("--body-limit", body_limit_mib, "largest request body in MiB")->check(CLI::Range(0.001, 1024.0));
     app.add_option("--timeout", timeout_s, "read and write timeout in seconds")->check(CLI::Range(1, 3600));
     app.add_option("--shutdown-grace", cfg.shutdown_grace_s, "seconds in-flight requests may finish after SIGTERM")->check(CLI::Range(0, 3600));

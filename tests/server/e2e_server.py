@@ -146,7 +146,7 @@ def test_cancel_queued(build_dir):
         holder_started.wait(60)
         body = json.dumps({"model": MODEL, "prompt": "queued", "max_tokens": 4}).encode()
         s = socket.create_connection((h.HOST, srv.port), timeout=10)
-        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n" +
+        s.sendall(f"POST /v1/completions HTTP/1.1\r\nHost: {h.HOST}:{srv.port}\r\nContent-Type: application/json\r\n".encode() +
                   f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
 
         def deferred():
@@ -367,12 +367,12 @@ def test_signal_storm(build_dir):
     check(code == 0, f"a storm of SIGTERMs still exits 0 (got {code}, {sent} sent)")
 
 
-def test_loading(build_dir):
+def test_loading(build_dir, test_server):
     """/health is 503 while the model loads, then 200; other routes are 503 in their API's shape.
-    TANDEM_TEST_LOAD_DELAY_MS (test-only) holds the loading state: the tiny model loads at once."""
+    The test build's TANDEM_TEST_LOAD_DELAY_MS holds the loading state: the tiny model loads at once."""
     delay_ms = 3000
     srv = h.server(build_dir, ["--ctx", "256", "--batched-session", "2"], "e2e-loading.log",
-                   env={"TANDEM_TEST_LOAD_DELAY_MS": str(delay_ms)})
+                   env={"TANDEM_TEST_LOAD_DELAY_MS": str(delay_ms)}, binary=test_server)
     seen, first_503 = [], None
     try:
         deadline = time.time() + 60 + delay_ms / 1e3
@@ -408,7 +408,7 @@ def test_loading(build_dir):
 
     # A signal while loading ends the process at once instead of after the load.
     srv = h.server(build_dir, ["--ctx", "256", "--batched-session", "2"], "e2e-loading-stop.log",
-                   env={"TANDEM_TEST_LOAD_DELAY_MS": "60000"})
+                   env={"TANDEM_TEST_LOAD_DELAY_MS": "60000"}, binary=test_server)
     try:
         deadline = time.time() + 60
         status = None
@@ -439,6 +439,7 @@ def main():
     ap.add_argument("--build-dir", required=True)
     ap.add_argument("--npm-dir", default="")
     ap.add_argument("--only", default="")
+    ap.add_argument("--test-server", default="", help="tandem-server-test (the build with test hooks)")
     a = ap.parse_args()
     a.npm_dir = os.path.abspath(a.npm_dir) if a.npm_dir else ""
     ctx = 1024
@@ -469,7 +470,8 @@ def main():
     for name, fn in [("queue", lambda: test_cancel_queued(a.build_dir)), ("auth", lambda: test_auth(a.build_dir, a.npm_dir)),
                      ("shutdown", lambda: test_shutdown_in_flight(a.build_dir)),
                      ("signals", lambda: test_signal_storm(a.build_dir)), ("plan", lambda: test_memory_plan(a.build_dir)),
-                     ("loading", lambda: test_loading(a.build_dir)), ("draft", lambda: test_draft(a.build_dir))]:
+                     ("loading", lambda: test_loading(a.build_dir, a.test_server or
+                                                      os.path.join(a.build_dir, "tests", "server", "tandem-server-test"))), ("draft", lambda: test_draft(a.build_dir))]:
         if a.only and name not in a.only.split(","):
             continue
         print(f"[{name}]", flush=True)

@@ -31,18 +31,18 @@ def tiny_model(build_dir):
 
 
 class server:
-    def __init__(self, build_dir, args, log_name="server.log", env=None, model=None):
+    def __init__(self, build_dir, args, log_name="server.log", env=None, model=None, binary=None, preexec_fn=None):
         self.port = free_port()
         self.build_dir = build_dir
         self.log_path = os.path.join(build_dir, "server-tests", log_name)
         os.makedirs(os.path.dirname(self.log_path), exist_ok=True)
         # Another model than the tiny one answers to the tiny one's name, so requests stay the same.
         model_args = ["-m", tiny_model(build_dir)] if model is None else ["-m", model, "--alias", "tiny.gguf"]
-        cmd = [os.path.join(build_dir, "tandem-server")] + model_args + ["--host", HOST,
+        cmd = [binary or os.path.join(build_dir, "tandem-server")] + model_args + ["--host", HOST,
                "--port", str(self.port)] + list(args)
         self.log = open(self.log_path, "w")
         self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT,
-                                     env=dict(os.environ, **env) if env else None)
+                                     env=dict(os.environ, **env) if env else None, preexec_fn=preexec_fn)
         self.exit_code = None
 
     def wait_ready(self, limit_s=120):
@@ -111,8 +111,8 @@ class server:
 
 
 @contextlib.contextmanager
-def running(build_dir, args, log_name="server.log", model=None):
-    s = server(build_dir, args, log_name, model=model)
+def running(build_dir, args, log_name="server.log", model=None, binary=None):
+    s = server(build_dir, args, log_name, model=model, binary=binary)
     try:
         yield s.wait_ready()
     finally:
