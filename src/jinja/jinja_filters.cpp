@@ -83,19 +83,21 @@ value f_attr(interp &in, const value &v, call_args &args) {
 
 value f_batch(interp &in, const value &v, call_args &args) {
     const auto a = bind_args(args, "batch", {"linecount", "fill_with"}, 1);
-    const int64_t n = a.get(0)->as_int();
-    if (!a.get(0)->is_number() || n <= 0) fail(jinja_error_kind::runtime, "batch size must be a positive integer");
+    const value &linecount = *a.get(0);
     std::vector<value> out, tmp;
+    // As jinja2: a batch is emitted when its size equals linecount (so 0 yields one empty batch).
     for (auto &item : as_list(in, v)) {
-        if (static_cast<int64_t>(tmp.size()) == n) {
+        if (py_equal(value::integer(static_cast<int64_t>(tmp.size())), linecount)) {
             out.push_back(value::list(std::move(tmp)));
             tmp.clear();
         }
         tmp.push_back(std::move(item));
     }
     if (!tmp.empty()) {
-        if (a.get(1) && !a.get(1)->is_none())
-            while (static_cast<int64_t>(tmp.size()) < n) tmp.push_back(*a.get(1));
+        if (a.get(1) && !a.get(1)->is_none()) {
+            if (!linecount.is_number()) failf(jinja_error_kind::runtime, "'<' not supported between instances of 'int' and '{}'", type_name(linecount));
+            while (static_cast<double>(tmp.size()) < linecount.as_float()) tmp.push_back(*a.get(1));
+        }
         out.push_back(value::list(std::move(tmp)));
     }
     return list_value(in, std::move(out));
@@ -524,10 +526,31 @@ value f_sort(interp &in, const value &v, call_args &args) {
     const bool rev = a.get(0) && truthy(*a.get(0));
     const bool cs = a.get(1) && truthy(*a.get(1));
     std::vector<value> items = as_list(in, v);
-    std::vector<value> path;
-    if (a.get(2) && !a.get(2)->is_none()) path = attr_path(*a.get(2));
+    // jinja2's make_multi_attrgetter: "a,b.c" sorts by several attributes in turn.
+    std::vector<std::vector<value>> paths;
+    if (a.get(2) && !a.get(2)->is_none()) {
+        if (a.get(2)->is_string()) {
+            const std::string &spec = a.get(2)->text();
+            for (size_t start = 0;;) {
+                const size_t comma = spec.find(',', start);
+                paths.push_back(attr_path(value::string(spec.substr(start, comma == std::string::npos ? comma : comma - start))));
+                if (comma == std::string::npos) break;
+                start = comma + 1;
+            }
+        } else {
+            paths.push_back(attr_path(*a.get(2)));
+        }
+    }
     std::vector<std::pair<value, value>> keyed;
-    for (auto &item : items) keyed.emplace_back(sort_key(path.empty() ? item : get_attr_path(in, item, path, nullptr), cs), item);
+    for (auto &item : items) {
+        if (paths.size() <= 1) {
+            keyed.emplace_back(sort_key(paths.empty() ? item : get_attr_path(in, item, paths[0], nullptr), cs), item);
+            continue;
+        }
+        std::vector<value> parts;
+        for (const auto &p : paths) parts.push_back(sort_key(get_attr_path(in, item, p, nullptr), cs));
+        keyed.emplace_back(value::list(std::move(parts)), item);
+    }
     in.bud.charge_steps(keyed.size() * 8);
     std::stable_sort(keyed.begin(), keyed.end(), [&](const auto &l, const auto &r) {
         return rev ? py_less(r.first, l.first) : py_less(l.first, r.first);

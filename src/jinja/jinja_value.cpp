@@ -83,6 +83,47 @@ std::vector<jinja_range> marks_slice(const std::vector<jinja_range> &marks, size
     return out;
 }
 
+// ---- releasing nested values ----
+
+namespace {
+thread_local std::vector<value> *release_queue = nullptr;
+}  // namespace
+
+void release_values(std::vector<value> &items) {
+    if (release_queue) {
+        for (auto &v : items)
+            if (v.is_sequence() || v.is_dict() || v.is_object()) release_queue->push_back(std::move(v));
+        items.clear();
+        return;
+    }
+    std::vector<value> queue = std::move(items);
+    release_queue = &queue;
+    // Each value dropped here hands its own contents to the queue instead of recursing.
+    while (!queue.empty()) {
+        value v = std::move(queue.back());
+        queue.pop_back();
+    }
+    release_queue = nullptr;
+}
+
+dict_data::~dict_data() {
+    std::vector<value> all;
+    all.reserve(items.size() * 2);
+    for (auto &[k, v] : items) {
+        all.push_back(std::move(k));
+        all.push_back(std::move(v));
+    }
+    items.clear();
+    release_values(all);
+}
+
+ns_data::~ns_data() {
+    std::vector<value> all;
+    for (auto &kv : attrs) all.push_back(std::move(kv.second));
+    attrs.clear();
+    release_values(all);
+}
+
 // ---- value ----
 
 value value::undefined(std::string message, bool security) {

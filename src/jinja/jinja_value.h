@@ -88,8 +88,14 @@ std::vector<jinja_range> marks_slice(const std::vector<jinja_range> &marks, size
 enum class vkind : uint8_t { undefined, none, boolean, integer, floating, string, list, tuple, dict, object };
 
 class value;
+
+// Containers release their contents through one queue per thread, so dropping a value nested
+// thousands deep (a template can build one in a loop) never recurses through the stack.
+void release_values(std::vector<value> &items);
+
 struct list_data {
     std::vector<value> items;
+    ~list_data() { release_values(items); }
 };
 struct dict_data;
 struct object_data;
@@ -166,6 +172,9 @@ private:
 
 // An insertion-ordered dict; keys compare as Python does (1 == 1.0 == True).
 struct dict_data {
+    dict_data() = default;
+    dict_data(const dict_data &) = default;
+    ~dict_data();
     std::vector<std::pair<value, value>> items;
     const value *find(const value &key) const;
     const value *find(std::string_view key) const;
@@ -183,6 +192,7 @@ struct object_data {
 
 struct ns_data : object_data {
     ns_data() : object_data(okind::ns) {}
+    ~ns_data() override;
     std::vector<std::pair<std::string, value>> attrs;
     value *find(std::string_view name);
     std::string repr() const override;
