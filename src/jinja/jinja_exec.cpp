@@ -259,11 +259,7 @@ flow interp::exec(const body_t &body, const scope_ptr &sc, mstring &out) {
                 if (f != flow::normal) return f;
                 break;
             }
-            case skind::generation: {
-                const flow f = exec(s.body, sc, out);
-                if (f != flow::normal) return f;
-                break;
-            }
+            case skind::generation: out.add(render_body(s.body, new_scope(sc)).str()); break;
             case skind::break_: return flow::break_;
             case skind::continue_: return flow::continue_;
             }

@@ -145,6 +145,8 @@ TEST_CASE("jinja oracle: filter blocks, generation blocks and loop controls", "[
         "{% filter replace('a', 'o') %}banana{% endfilter %}",
         "{% generation %}kept {{ xs|length }}{% endgeneration %}",
         "{% for x in xs %}{% generation %}{{ x }}{% endgeneration %}{% endfor %}",
+        "{% set x = 1 %}{% generation %}{% set x = 2 %}{{ x }}{% endgeneration %}{{ x }}",
+        "{% for x in xs %}{% generation %}{% break %}{% endgeneration %}{% endfor %}",
         "{% for x in xs %}{% for y in xs %}{% if y > 2 %}{% break %}{% endif %}{{ y }}{% endfor %};{% endfor %}",
     }, items);
 }
