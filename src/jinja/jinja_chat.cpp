@@ -45,8 +45,14 @@ jinja_vars jinja_chat_vars(const nlohmann::ordered_json &request, const jinja_ch
     if (!request.is_object()) fail(error_kind::invalid_request, "the request body must be a JSON object");
     if (!request.contains("messages") || !request["messages"].is_array())
         fail(error_kind::invalid_request, "'messages' must be an array of messages");
-    nlohmann::ordered_json messages = request["messages"];
-    convert_tool_arguments(messages, options.tool_arguments);
+    // The request's own messages unless tool arguments must change: no copy of a long conversation.
+    const nlohmann::ordered_json *messages = &request["messages"];
+    nlohmann::ordered_json converted;
+    if (options.tool_arguments != jinja_tool_arguments::given) {
+        converted = *messages;
+        convert_tool_arguments(converted, options.tool_arguments);
+        messages = &converted;
+    }
 
     nlohmann::ordered_json tools = nullptr;
     if (request.contains("tools") && !request["tools"].is_null()) {
@@ -61,7 +67,7 @@ jinja_vars jinja_chat_vars(const nlohmann::ordered_json &request, const jinja_ch
     }
 
     jinja_vars vars;
-    vars.set("messages", messages, true);
+    vars.set("messages", *messages, true);
     vars.set("tools", tools, true);
     vars.set("documents", nullptr, false);
     vars.set("add_generation_prompt", add_generation_prompt, false);

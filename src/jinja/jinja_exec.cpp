@@ -279,6 +279,7 @@ jinja_output interp::run(const std::vector<std::pair<std::string, value>> &vars)
         root_set[static_cast<size_t>(id)] = 1;
     }
     mstring out(&bud, true);
+    out.text.reserve(64u << 10);  // a typical prompt's size; spares the first reallocations
     exec(prog.body, root, out);
     return jinja_output{std::move(out.text), std::move(out.marks)};
 }

@@ -106,6 +106,8 @@ void release_values(std::vector<value> &items) {
     release_queue = nullptr;
 }
 
+list_data::~list_data() { release_values(items); }
+
 dict_data::~dict_data() {
     std::vector<value> all;
     all.reserve(items.size() * 2);

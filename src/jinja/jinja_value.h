@@ -95,7 +95,7 @@ void release_values(std::vector<value> &items);
 
 struct list_data {
     std::vector<value> items;
-    ~list_data() { release_values(items); }
+    ~list_data();
 };
 struct dict_data;
 struct object_data;
