@@ -216,7 +216,12 @@ flow interp::exec(const body_t &body, const scope_ptr &sc, mstring &out) {
                 if (f != flow::normal) return f;
                 break;
             }
-            case skind::for_: exec_for(s, sc, out); break;
+            case skind::for_: {
+                // A break or continue in the loop's else block belongs to an enclosing loop.
+                const flow f = exec_for(s, sc, out);
+                if (f != flow::normal) return f;
+                break;
+            }
             case skind::set: case skind::set_block: exec_stmt_set(s, sc); break;
             case skind::macro: {
                 auto m = std::make_shared<macro_obj>();

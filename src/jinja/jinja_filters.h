@@ -1,4 +1,4 @@
-// src/jinja/jinja_filters.h - what the filter files share: the filter signature, helpers with
+// src/jinja/jinja_filters.h - what the filter files share: the filter signature, lookups with
 // jinja2's semantics (attribute paths, case folding for sorting), and the filters over sequences
 // and mappings (jinja_filters_seq.cpp) that the table in jinja_filters.cpp lists.
 #pragma once

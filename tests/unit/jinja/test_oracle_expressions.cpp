@@ -40,6 +40,13 @@ TEST_CASE("jinja oracle: literals and arithmetic with Python semantics", "[oracl
               "{{ [1] + (2,) }}", "{{ 'a' - 'b' }}", "{{ -'a' }}", "{{ none + 1 }}", "{{ 0.0 ** -1 }}"}, vars);
 }
 
+TEST_CASE("jinja oracle: Markup from |safe and |escape escapes the other side of +", "[oracle]") {
+    all_same({
+        "{{ '<' + (s|safe) }} {{ (s|safe) + '<b>' }} {{ (s|safe) ~ '<b>' }} {{ ('<i>'|safe) + ('<b>'|safe) }}",
+        "{{ ('a&b'|e) + '&' }} {{ ('x'|safe) * 2 }} {{ ('x'|safe)|length }} {{ ('<x>'|safe)|string + '<' }}",
+    }, vars);
+}
+
 TEST_CASE("jinja oracle: comparisons, membership and boolean operators", "[oracle]") {
     all_same({
         "{{ 1 == 1.0 }} {{ 1 == true }} {{ 'a' == 'a' }} {{ [1, 2] == [1, 2] }} {{ (1, 2) == [1, 2] }} {{ {'a': 1} == {'a': 1} }}",

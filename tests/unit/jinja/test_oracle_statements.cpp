@@ -86,6 +86,10 @@ TEST_CASE("jinja oracle: for loops, loop variables, else, filters and unpacking"
         "{% for m in msgs[::-1] %}{{ m.role }}{% endfor %}",
         "{% for x in xs %}{{ loop.depth }}{{ loop.depth0 }}{% endfor %}",
         "{% for i in range(3) %}{% for j in range(i) %}{{ i }}{{ j }} {% endfor %}{% endfor %}",
+        // The loop filter runs lazily: only loop.last, nextitem and length look ahead.
+        "{% set ns = namespace(on=true) %}{% for x in xs if ns.on %}{{ x }}{% set ns.on = x < 2 %}{% endfor %}",
+        "{% set ns = namespace(on=true) %}{% for x in xs if ns.on %}{{ x }}{{ loop.last }}{% set ns.on = x < 2 %}{% endfor %}",
+        "{% set ns = namespace(on=true) %}{% for x in xs if ns.on %}{{ x }}/{{ loop.length }}{% set ns.on = false %}{% endfor %}",
     }, items);
     // Errors: unpacking the wrong count, iterating a number.
     all_same({"{% for a, b in [1, 2] %}{% endfor %}", "{% for a, b in [(1, 2, 3)] %}{% endfor %}",
@@ -148,6 +152,8 @@ TEST_CASE("jinja oracle: filter blocks, generation blocks and loop controls", "[
         "{% set x = 1 %}{% generation %}{% set x = 2 %}{{ x }}{% endgeneration %}{{ x }}",
         "{% for x in xs %}{% generation %}{% break %}{% endgeneration %}{% endfor %}",
         "{% for x in xs %}{% for y in xs %}{% if y > 2 %}{% break %}{% endif %}{{ y }}{% endfor %};{% endfor %}",
+        "{% for x in xs %}{{ x }}{% for y in empty %}{% else %}{% if x > 1 %}{% break %}{% endif %}{% endfor %}{% endfor %}",
+        "{% for x in xs %}{% for y in empty %}{% else %}{% continue %}{% endfor %}{{ x }}{% endfor %}",
     }, items);
 }
 
