@@ -155,3 +155,13 @@ TEST_CASE("jinja errors: templates are parsed once and render from many threads"
     for (auto &th : threads) th.join();
     for (const auto &g : got) CHECK(g == want);
 }
+
+TEST_CASE("jinja errors: values that refer back to what holds them render (and, under ASan, are freed)", "[jinja]") {
+    const auto r = jinja_test::engine_render(
+        "{% set ns = namespace(self=none, loops=[]) %}{% set ns.self = ns %}"
+        "{% for i in range(3) %}{% macro m() %}{{ i }}{% endmacro %}{% set ns.keep = m %}{% set ns.loop = loop %}{% endfor %}"
+        "{{ ns.keep() }}{{ ns.self.self.loop.index }}{% set ns.d = {'ns': ns, 'list': [ns]} %}{{ ns.d.list[0].self is defined }}",
+        json::object());
+    REQUIRE(r.ok);
+    CHECK(r.output == "23True");
+}
