@@ -104,16 +104,14 @@ void format_one(const spec &sp, const value &arg, mstring &out, budget &bud) {
         return;
     }
     case 'c': {
-        std::string s;
-        if (arg.is_int()) {
-            if (arg.as_int() < 0 || arg.as_int() > 0x10FFFF) fail(jinja_error_kind::runtime, "%c arg not in range(0x110000)");
-            utf8_append(s, static_cast<char32_t>(arg.as_int()));
-        } else if (arg.is_string() && utf8_length(arg.text()) == 1) {
-            s = arg.text();
-        } else {
-            fail(jinja_error_kind::runtime, "%c requires int or char");
+        if (arg.is_string() && utf8_length(arg.text()) == 1) {
+            add_padded(out, arg.str(), sp);
+            return;
         }
-        str_data d{s, {}, false};
+        if (!arg.is_int()) fail(jinja_error_kind::runtime, "%c requires int or char");
+        if (arg.as_int() < 0 || arg.as_int() > 0x10FFFF) fail(jinja_error_kind::runtime, "%c arg not in range(0x110000)");
+        str_data d;
+        utf8_append(d.text, static_cast<char32_t>(arg.as_int()));
         add_padded(out, d, sp);
         return;
     }

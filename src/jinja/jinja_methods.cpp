@@ -257,6 +257,7 @@ bool affix_match(const std::string &t, const value &affix, const value *start, c
 
 value pad(const str_data &s, int64_t width, const value *fill_v, int where, budget &bud) {
     std::string fill = " ";
+    const bool fill_marked = fill_v && fill_v->is_string() && !fill_v->str().marks.empty();
     if (fill_v) {
         fill = want_str(fill_v, "fill character");
         if (utf8_length(fill) != 1) fail(jinja_error_kind::runtime, "The fill character must be exactly one character long");
@@ -267,9 +268,9 @@ value pad(const str_data &s, int64_t width, const value *fill_v, int where, budg
     bud.check_size(s.text.size() + static_cast<size_t>(marg) * fill.size());
     int64_t left = where < 0 ? 0 : where > 0 ? marg : marg / 2 + (marg & width & 1);
     mstring out(&bud);
-    for (int64_t i = 0; i < left; ++i) out.add(fill);
+    for (int64_t i = 0; i < left; ++i) out.add(fill, fill_marked);
     out.add(s);
-    for (int64_t i = 0; i < marg - left; ++i) out.add(fill);
+    for (int64_t i = 0; i < marg - left; ++i) out.add(fill, fill_marked);
     return value::string(std::move(out));
 }
 
@@ -642,7 +643,10 @@ value interp::call_builtin(builtin_fn fn, call_args args) {
         if (!a.get(0)->is_string())
             failf(jinja_error_kind::runtime, "strftime() argument 1 must be str, not {}", type_name(*a.get(0)));
         const int64_t now = opts.now_unix ? *opts.now_unix : static_cast<int64_t>(std::time(nullptr));
-        return value::string(strftime_py(a.get(0)->text(), now, bud));
+        // A format from marked data may put its own text in the result: mark it all.
+        mstring out(&bud);
+        out.add(strftime_py(a.get(0)->text(), now, bud), !a.get(0)->str().marks.empty());
+        return value::string(std::move(out));
     }
     case builtin_fn::joiner: {
         const auto a = bind_args(args, "joiner", {"sep"});

@@ -76,6 +76,8 @@ TEST_CASE("jinja marks: formatting, macros, blocks, repr and tojson carry the ma
     CHECK(marks_of("{{ [a] }}", v) == std::vector<jinja_range>{{1, 5}});
     CHECK(marks_of("{{ ml|indent(2) }}", v) == std::vector<jinja_range>{{0, 2}, {5, 7}});
     CHECK(marks_of("{{ a.center(6) }}", v) == std::vector<jinja_range>{{2, 4}});
+    CHECK(marks_of("{{ 'z'.center(3, a[0]) }}|{{ '%c'|format(a[1]) }}", v) == std::vector<jinja_range>{{0, 1}, {2, 3}, {4, 5}});
+    CHECK(marks_of("{{ strftime_now(a) }}", v) == std::vector<jinja_range>{{0, 2}});
     // An operation that cannot track ranges marks its whole result.
     CHECK(marks_of("{{ a|upper }}", v) == std::vector<jinja_range>{{0, 2}});
     // tojson marks a marked string's whole token; the template's own key is not marked.
