@@ -8,6 +8,7 @@
 #include "src/scheduler/prefill_budget.h"
 #include "tandem/engine.h"
 #include "tandem/error.h"
+#include "tandem/grammar.h"
 #include "tandem/sampler.h"
 
 #include <atomic>
@@ -132,6 +133,12 @@ struct gen_request {
     sampling_params sampling;
     std::vector<std::string> stop; // stop strings (not part of the output)
     std::shared_ptr<gen_sink> sink;
+    // The output must match this grammar (response_format, a request's grammar, a forced tool
+    // call): each step masks the tokens that would leave it. Null: unconstrained.
+    std::shared_ptr<const grammar> constraint;
+    // The constraint applies once the output holds this text (the end of a reasoning block the
+    // template opened), from the first token when empty.
+    std::string constraint_after;
 };
 
 struct slot_info {

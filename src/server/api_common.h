@@ -7,6 +7,7 @@
 #include "src/server/server_config.h"
 #include "tandem/chat_template.h"
 #include "tandem/error.h"
+#include "tandem/grammar.h"
 
 #include <nlohmann/json.hpp>
 
@@ -37,6 +38,8 @@ struct api_request {
     bool logprobs = false;
     int32_t top_logprobs = 0;
     bool enable_thinking = true;         // chat_template_kwargs.enable_thinking (Qwen3)
+    // The grammar the output must match (response_format, grammar, a forced tool call); null: none.
+    std::shared_ptr<const grammar> constraint;
 };
 
 // Serializes JSON; invalid UTF-8 (a token's partial bytes) becomes U+FFFD instead of throwing.
