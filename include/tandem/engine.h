@@ -54,6 +54,10 @@ struct engine_options {
     // nearest half and keeps it as f32, so both compute on the same values), or "auto" (f16 on the
     // CUDA backend, f32 on the CPU: the server's default). engine_kv_bytes checks it.
     std::string kv_type = "f32";
+    // CPU backend: products with Q4_K, Q6_K and Q8_0 weights as "digits" (int8 activation digits,
+    // integer dot products: the GPU's arithmetic on Q4_K, several times faster) or "exact" (each
+    // weight dequantised to float, fp32 products: the reference). Other weight types are always exact.
+    std::string cpu_arithmetic = "digits";
     // CUDA: make forward_draw's draws on the device that holds the head (a tensor-parallel pair:
     // the first half's device, the other half sent to it), else on the host from the downloaded
     // rows (the same tokens, slower). counters()["device_draws"]: whether the plan does.

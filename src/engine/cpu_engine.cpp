@@ -6,6 +6,7 @@
 
 #include "host_memory.h"
 #include "src/cpu/cpu_ops.h"
+#include "src/cpu/digits.h"
 #include "tandem/error.h"
 
 #include <algorithm>
@@ -26,6 +27,12 @@ cpu_engine::cpu_engine(std::shared_ptr<const gguf_file> file, const engine_optio
     if (options.micro_batches < 0) fail(error_kind::config, "micro-batches must be >= 0, got {}", options.micro_batches);
     micro_batches_ = options.micro_batches;
     kv_f16_ = engine_kv_bytes(options) == 2;
+    if (options.cpu_arithmetic == "exact")
+        arithmetic_ = cpu::cpu_arithmetic::exact;
+    else if (options.cpu_arithmetic == "digits")
+        arithmetic_ = cpu::cpu_arithmetic::digits;
+    else
+        fail(error_kind::config, "--cpu-arithmetic must be exact or digits, got '{}'", options.cpu_arithmetic);
     n_threads_ = options.n_threads > 0 ? options.n_threads : int32_t(std::max(1u, std::thread::hardware_concurrency()));
 
     // The plan: N CPU virtual devices, all-to-all "P2P", sharing the host's RAM.
@@ -64,7 +71,7 @@ cpu_engine::cpu_engine(std::shared_ptr<const gguf_file> file, const engine_optio
             }
         devices_.push_back(std::make_unique<cpu_device>(hp_, tensors_, std::move(part), n_slots, n_ctx,
                                                         options.n_devices == 1 ? n_threads_ : threads_each,
-                                                        kv_f16_));
+                                                        kv_f16_, arithmetic_));
     }
 }
 
@@ -75,8 +82,10 @@ void cpu_engine::slot_truncate(int32_t slot, int32_t n_keep) { slots_.truncate(s
 std::string cpu_engine::layout() const {
     size_t kv = 0;
     for (const auto &d : devices_) kv += d->kv_bytes();
-    return fmt::format("{} | cpu threads={} micro-batches={} kv={} {:.2f} GiB", placement_layout_line(plan_), n_threads_,
-                       micro_batches_ > 0 ? micro_batches_ : plan_.n_stages, kv_f16_ ? "f16 (as f32)" : "f32", kv / 1073741824.0);
+    const bool digits = arithmetic_ == cpu::cpu_arithmetic::digits;
+    return fmt::format("{} | cpu threads={} micro-batches={} kv={} {:.2f} GiB arithmetic={}{}{}", placement_layout_line(plan_), n_threads_,
+                       micro_batches_ > 0 ? micro_batches_ : plan_.n_stages, kv_f16_ ? "f16 (as f32)" : "f32", kv / 1073741824.0,
+                       digits ? "digits (" : "exact", digits ? cpu::cpu_isa_name(cpu::cpu_isa_best()) : "", digits ? ")" : "");
 }
 
 std::map<std::string, double> cpu_engine::counters() const {

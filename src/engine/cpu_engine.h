@@ -51,6 +51,7 @@ private:
     slot_table slots_;
     int32_t n_threads_ = 0, micro_batches_ = 0;
     bool kv_f16_ = false;  // engine_options::kv_type "f16": keys and values rounded to halves
+    cpu::cpu_arithmetic arithmetic_ = cpu::cpu_arithmetic::digits;
     double experts_touched_ = 0;     // distinct experts per layer in the last forward (average)
     uint64_t bytes_moved_ = 0;       // hidden states, expert outputs and logits between devices
     std::vector<std::vector<uint64_t>> traffic_;  // [n_layer][n_expert] when recording (each stage

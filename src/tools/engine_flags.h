@@ -12,6 +12,11 @@ inline void add_engine_flags(CLI::App &sub, engine_options &opt) {
     opt.backend = "auto";
     sub.add_option("--backend", opt.backend, "auto (cuda when a GPU is visible), cpu or cuda")->capture_default_str();
     sub.add_option("--threads", opt.n_threads, "CPU threads (default: all cores)");
+    sub.add_option("--cpu-arithmetic", opt.cpu_arithmetic,
+                   "CPU backend: Q4_K, Q6_K and Q8_0 products on int8 digits (the GPU's Q4_K arithmetic; fast) or exact "
+                   "(fp32 on dequantised weights: the reference)")
+        ->check(CLI::IsMember({"digits", "exact"}))
+        ->capture_default_str();
     sub.add_option("--ctx", opt.n_ctx, "Tokens per KV slot");
     sub.add_option("--kv-type", opt.kv_type, "KV cache element type: f32, f16 (half the memory, tensor-core decode attention), or auto: f16 on CUDA, f32 on the CPU")
         ->capture_default_str();
