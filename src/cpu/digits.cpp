@@ -24,7 +24,7 @@ void digit_rows::resize(int64_t rows, int64_t n_elems) {
     digits.resize(std::max(digits.size(), size_t(rows * digits_per_element * n_elems)));
     scales.resize(std::max(scales.size(), nb));
     sums.resize(std::max(sums.size(), nb * 16));
-    mins_b.resize(std::max(mins_b.size(), nb * 16));
+    mins_t.resize(std::max(mins_t.size(), nb * 8));
     group_sums.resize(std::max(group_sums.size(), size_t(rows * (n_elems / 16) * 2)));
 }
 
@@ -45,7 +45,7 @@ uint16_t bf16_round(float v) {
 
 // One block of 256 elements of x into the format (digits.h); every operation as the GPU's warp
 // does it (cuda/digits.cuh, digits_of_lane), so the bits agree.
-void quantize_block(const float *x, int8_t *digits, float &scale, uint16_t *sums, float *mins_b, int32_t *group_sums) {
+void quantize_block(const float *x, int8_t *digits, float &scale, uint16_t *sums, int32_t *mins_t, int32_t *group_sums) {
     const bool finite = std::all_of(x, x + digit_block, [](float f) { return std::isfinite(f); });
     float mx = 0.0f;
     for (int i = 0; i < digit_block; ++i) mx = std::fmax(mx, std::fabs(finite ? x[i] : 0.0f));
@@ -80,8 +80,7 @@ void quantize_block(const float *x, int8_t *digits, float &scale, uint16_t *sums
         uint16_t *su = sums + (j >> 1) * 4 + (j & 1);
         su[0] = uint16_t(hi >> 16);
         su[2] = lo;
-        mins_b[j] = std::bit_cast<float>(hi);
-        mins_b[8 + j] = std::bit_cast<float>(uint32_t(lo) << 16);
+        mins_t[j] = int32_t(std::bit_cast<float>(hi) + std::bit_cast<float>(uint32_t(lo) << 16));  // exact: |S_j| < 2^20
     }
     // Each 16-element group's digit sums (elements 16g .. 16g + 15: sub-block g / 2, groups 2(g % 2), +1).
     for (int g = 0; g < 16; ++g)
@@ -103,7 +102,7 @@ void digits_quantize_row(const float *x, digit_rows &out, int64_t r) {
     int8_t *digits = out.digits.data() + r * digits_per_element * out.n;
     for (int64_t c = 0; c < nb; ++c)
         quantize_block(x + c * digit_block, digits + c * digit_block * digits_per_element, out.scales[size_t(r * nb + c)],
-                       out.sums.data() + (r * nb + c) * 16, out.mins_b.data() + (r * nb + c) * 16,
+                       out.sums.data() + (r * nb + c) * 16, out.mins_t.data() + (r * nb + c) * 8,
                        out.group_sums.data() + (r * nb + c) * 32);
 }
 
@@ -113,11 +112,9 @@ void digits_quantize(const float *x, int64_t x_stride, int64_t n_rows, int64_t n
     for (int64_t r = 0; r < n_rows; ++r) digits_quantize_row(x + r * x_stride, out, r);
 }
 
-// The tensor core's sum (digits.h): the 16 products are exact in fp32; the hardware adds them with
-// the model below, which digit_mins reproduces exactly. Every variant calls this or its vector twin.
-float digit_mins(const uint8_t *m, const float *b) {
-    double sum = 0.0;  // every term an integer below 2^37: the sum is exact
-    for (int j = 0; j < 8; ++j) sum += double(m[j]) * double(b[j]) + double(m[j]) * double(b[8 + j]);
+float digit_mins(const uint8_t *m, const int32_t *t) {
+    int32_t sum = 0;  // |m_j t_j| < 2^26: no overflow in eight terms
+    for (int j = 0; j < 8; ++j) sum += int32_t(m[j]) * t[j];
     return digit_mins_round(sum);
 }
 
@@ -227,7 +224,7 @@ void digits_q4_k_scalar(const digits_product_args &a, int64_t out_begin, int64_t
                         acc[d] += int32_t(sm.scale) * dot;
                     }
                 }
-                const float cm = digit_mins(mins, a.x->mins_b_of(xr) + c * 16);
+                const float cm = digit_mins(mins, a.x->mins_t_of(xr) + c * 8);
                 float &p = part[c % a.k_split];
                 p = digit_fold(acc[0], acc[1], cm, fp16_to_fp32(b.d), fp16_to_fp32(b.dmin), a.x->scales_of(xr)[c], p);
             }

@@ -36,13 +36,14 @@ constexpr int64_t digit_block = 256;  // elements a digit scale covers
 constexpr int digits_per_element = 2;
 
 // Rows of digits in the format above, plus what the products derive from them once a row: the mins'
-// operands (hi and lo of each S_j as floats) and each 16-element group's digit sums (the Q6_K and
-// Q8_0 offsets). Storage grows and is kept: reused across calls, it allocates only for a larger call.
+// operands (hi_j + lo_j of each S_j, an integer: |S_j| <= 32 (256 127 + 127) < 2^20) and each
+// 16-element group's digit sums (the Q6_K and Q8_0 offsets). Storage grows and is kept: reused
+// across calls, it allocates only for a larger call.
 struct digit_rows {
     std::vector<int8_t> digits;    // [n_rows][2 n]
     std::vector<float> scales;     // [n_rows][n / 256]
     std::vector<uint16_t> sums;    // [n_rows][n / 256][16]
-    std::vector<float> mins_b;     // [n_rows][n / 256][16]: hi S_0..7, lo S_0..7 (the mins' B column)
+    std::vector<int32_t> mins_t;   // [n_rows][n / 256][8]: hi S_j + lo S_j
     std::vector<int32_t> group_sums;  // [n_rows][n / 16][2]: sum of d0, sum of d1 over 16 elements
     int64_t n_rows = 0, n = 0;
 
@@ -50,7 +51,7 @@ struct digit_rows {
     const int8_t *digits_of(int64_t r) const { return digits.data() + r * digits_per_element * n; }
     const float *scales_of(int64_t r) const { return scales.data() + r * (n / digit_block); }
     const uint16_t *sums_of(int64_t r) const { return sums.data() + r * (n / digit_block) * 16; }
-    const float *mins_b_of(int64_t r) const { return mins_b.data() + r * (n / digit_block) * 16; }
+    const int32_t *mins_t_of(int64_t r) const { return mins_t.data() + r * (n / digit_block) * 8; }
     const int32_t *group_sums_of(int64_t r) const { return group_sums.data() + r * (n / 16) * 2; }
 };
 
@@ -95,7 +96,8 @@ struct digits_scratch {
 void digits_product_tile(const digits_product_args &args, int64_t out_begin, int64_t out_end, digits_scratch &scratch);
 
 // sum_j m_j hi_j + m_j lo_j as the GPU's bf16 mma.m16n8k16 with fp32 accumulation returns it (C = 0):
-// m [8] the sub-blocks' 6-bit mins, b [16] hi_0..7 then lo_0..7 (digit_rows::mins_b).
-float digit_mins(const uint8_t *m, const float *b);
+// m [8] the sub-blocks' 6-bit mins, t [8] hi_j + lo_j (digit_rows::mins_t). Every term and partial sum
+// is an integer below 2^29, which the tensor core adds exactly; it rounds the sum toward zero.
+float digit_mins(const uint8_t *m, const int32_t *t);
 
 }  // namespace tandem::cpu

@@ -95,7 +95,7 @@ T *blocks_in(digits_scratch &s, int64_t nb) {
 struct q4_k_half_block {
     __m256i q[8][8];
     __m256i sc[8];  // int16 pairs (sc, sc): vpmaddwd applies the scale and widens at once
-    __m256d m[8][2];
+    __m256i m[8];
     __m256 d, dm;
 };
 
@@ -117,36 +117,82 @@ TANDEM_AVX2 void unpack_q4_k(const half_rows &h, int64_t c, q4_k_half_block &out
     out.dm = half_lanes(_mm256_srli_epi32(head, 16));
     const __m256i m63 = _mm256_set1_epi32(63), m15 = _mm256_set1_epi32(15), m3 = _mm256_set1_epi32(3);
     for (int j = 0; j < 8; ++j) {
-        __m256i sc, mn;
+        __m256i sc;
         if (j < 4) {
             sc = _mm256_and_si256(_mm256_srli_epi32(s0, 8 * j), m63);
-            mn = _mm256_and_si256(_mm256_srli_epi32(s1, 8 * j), m63);
+            out.m[j] = _mm256_and_si256(_mm256_srli_epi32(s1, 8 * j), m63);
         } else {
             const int b = 8 * (j - 4);
             sc = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(s2, b), m15),
                                  _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(s0, b + 6), m3), 4));
-            mn = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(s2, b + 4), m15),
-                                 _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(s1, b + 6), m3), 4));
+            out.m[j] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(s2, b + 4), m15),
+                                       _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(s1, b + 6), m3), 4));
         }
         out.sc[j] = _mm256_or_si256(sc, _mm256_slli_epi32(sc, 16));
-        out.m[j][0] = _mm256_cvtepi32_pd(_mm256_castsi256_si128(mn));
-        out.m[j][1] = _mm256_cvtepi32_pd(_mm256_extracti128_si256(mn, 1));
     }
 }
 
-// digit_mins_round lane by lane: the double's low 29 mantissa bits cleared (toward zero), then exact.
-TANDEM_AVX2 inline __m128 round_mins(__m256d s) {
+// digit_mins lane by lane: the exact integer sum of m_j t_j, rounded toward zero through a double
+// whose low 29 mantissa bits are cleared.
+TANDEM_AVX2 inline __m256 mins8(const q4_k_half_block &w, const int32_t *t) {
+    __m256i sum = _mm256_mullo_epi32(w.m[0], _mm256_set1_epi32(t[0]));
+    for (int j = 1; j < 8; ++j) sum = _mm256_add_epi32(sum, _mm256_mullo_epi32(w.m[j], _mm256_set1_epi32(t[j])));
     const __m256d mask = _mm256_castsi256_pd(_mm256_set1_epi64x(~((int64_t(1) << 29) - 1)));
-    return _mm256_cvtpd_ps(_mm256_and_pd(s, mask));
+    const __m128 lo = _mm256_cvtpd_ps(_mm256_and_pd(_mm256_cvtepi32_pd(_mm256_castsi256_si128(sum)), mask));
+    const __m128 hi = _mm256_cvtpd_ps(_mm256_and_pd(_mm256_cvtepi32_pd(_mm256_extracti128_si256(sum, 1)), mask));
+    return _mm256_insertf128_ps(_mm256_castps128_ps256(lo), hi, 1);
 }
 
-TANDEM_AVX2 inline __m256 mins8(const q4_k_half_block &w, const float *b) {
-    __m256d sum[2] = {_mm256_setzero_pd(), _mm256_setzero_pd()};
-    for (int j = 0; j < 8; ++j) {
-        const __m256d hi = _mm256_set1_pd(double(b[j])), lo = _mm256_set1_pd(double(b[8 + j]));
-        for (int k = 0; k < 2; ++k) sum[k] = _mm256_fmadd_pd(w.m[j][k], lo, _mm256_fmadd_pd(w.m[j][k], hi, sum[k]));
+// Rows r0 .. r0 + R - 1 against every block of the half: R rows share each weight vector load.
+template <int R>
+TANDEM_AVX2 void q4_k_rows(const q4_k_half_block *blocks, int64_t nb, const digits_product_args &a, int64_t r0, const half_rows &h,
+                           int64_t first) {
+    const int8_t *xrow[R];
+    const float *xs[R];
+    const int32_t *xt[R];
+    for (int r = 0; r < R; ++r) {
+        const int64_t xr = a.x_rows ? a.x_rows[r0 + r] : r0 + r;
+        xrow[r] = a.x->digits_of(xr);
+        xs[r] = a.x->scales_of(xr);
+        xt[r] = a.x->mins_t_of(xr);
     }
-    return _mm256_insertf128_ps(_mm256_castps128_ps256(round_mins(sum[0])), round_mins(sum[1]), 1);
+    __m256 part[R][digits_max_k_split];
+    for (int r = 0; r < R; ++r)
+        for (int v = 0; v < a.k_split; ++v) part[r][v] = _mm256_setzero_ps();
+    const __m256 inv256 = _mm256_set1_ps(1.0f / 256.0f);
+    for (int64_t c = 0; c < nb; ++c) {
+        const q4_k_half_block &w = blocks[c];
+        const int8_t *xd[R];
+        for (int r = 0; r < R; ++r) xd[r] = xrow[r] + c * digit_block * digits_per_element;
+        __m256i acc0[R], acc1[R];
+        for (int r = 0; r < R; ++r) acc0[r] = acc1[r] = _mm256_setzero_si256();
+#pragma GCC unroll 8
+        for (int j = 0; j < 8; ++j) {
+            // int16 sums of 16 products of 15 x 127: at most 30,480, no overflow.
+            __m256i p0[R], p1[R];
+            for (int r = 0; r < R; ++r) p0[r] = p1[r] = _mm256_setzero_si256();
+#pragma GCC unroll 8
+            for (int k = 0; k < 8; ++k) {
+                const __m256i q = w.q[j][k];
+                for (int r = 0; r < R; ++r) {
+                    p0[r] = _mm256_add_epi16(p0[r], _mm256_maddubs_epi16(q, x_group(xd[r], 8 * j + k, 0)));
+                    p1[r] = _mm256_add_epi16(p1[r], _mm256_maddubs_epi16(q, x_group(xd[r], 8 * j + k, 1)));
+                }
+            }
+            for (int r = 0; r < R; ++r) {
+                acc0[r] = _mm256_add_epi32(acc0[r], _mm256_madd_epi16(p0[r], w.sc[j]));
+                acc1[r] = _mm256_add_epi32(acc1[r], _mm256_madd_epi16(p1[r], w.sc[j]));
+            }
+        }
+        for (int r = 0; r < R; ++r) {
+            const __m256 cm = mins8(w, xt[r] + c * 8);
+            const __m256 dots = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc1[r]), inv256, _mm256_cvtepi32_ps(acc0[r]));
+            const __m256 pr = _mm256_fmsub_ps(w.d, dots, _mm256_mul_ps(w.dm, _mm256_mul_ps(cm, inv256)));
+            __m256 &p = part[r][c % a.k_split];
+            p = _mm256_fmadd_ps(_mm256_set1_ps(xs[r][c]), pr, p);
+        }
+    }
+    for (int r = 0; r < R; ++r) store_partials(part[r], a.k_split, h, a.y[r0 + r] + first);
 }
 
 TANDEM_AVX2 void q4_k_half(const digits_product_args &a, int64_t first, int64_t end, digits_scratch &scratch) {
@@ -154,35 +200,9 @@ TANDEM_AVX2 void q4_k_half(const digits_product_args &a, int64_t first, int64_t 
     const half_rows h = rows_of(a, first, end);
     q4_k_half_block *blocks = blocks_in<q4_k_half_block>(scratch, nb);
     for (int64_t c = 0; c < nb; ++c) unpack_q4_k(h, c, blocks[c]);
-    const __m256 inv256 = _mm256_set1_ps(1.0f / 256.0f);
-    for (int64_t r = 0; r < a.n_rows; ++r) {
-        const int64_t xr = a.x_rows ? a.x_rows[r] : r;
-        const int8_t *xrow = a.x->digits_of(xr);
-        const float *xs = a.x->scales_of(xr), *xb = a.x->mins_b_of(xr);
-        __m256 part[digits_max_k_split];
-        for (int v = 0; v < a.k_split; ++v) part[v] = _mm256_setzero_ps();
-        for (int64_t c = 0; c < nb; ++c) {
-            const q4_k_half_block &w = blocks[c];
-            const int8_t *xd = xrow + c * digit_block * digits_per_element;
-            __m256i acc0 = _mm256_setzero_si256(), acc1 = _mm256_setzero_si256();
-            for (int j = 0; j < 8; ++j) {
-                // int16 sums of 16 products of 15 x 127: at most 30,480, no overflow.
-                __m256i p0 = _mm256_setzero_si256(), p1 = _mm256_setzero_si256();
-                for (int k = 0; k < 8; ++k) {
-                    p0 = _mm256_add_epi16(p0, _mm256_maddubs_epi16(w.q[j][k], x_group(xd, 8 * j + k, 0)));
-                    p1 = _mm256_add_epi16(p1, _mm256_maddubs_epi16(w.q[j][k], x_group(xd, 8 * j + k, 1)));
-                }
-                acc0 = _mm256_add_epi32(acc0, _mm256_madd_epi16(p0, w.sc[j]));
-                acc1 = _mm256_add_epi32(acc1, _mm256_madd_epi16(p1, w.sc[j]));
-            }
-            const __m256 cm = mins8(w, xb + c * 16);
-            const __m256 dots = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc1), inv256, _mm256_cvtepi32_ps(acc0));
-            const __m256 pr = _mm256_fmsub_ps(w.d, dots, _mm256_mul_ps(w.dm, _mm256_mul_ps(cm, inv256)));
-            __m256 &p = part[c % a.k_split];
-            p = _mm256_fmadd_ps(_mm256_set1_ps(xs[c]), pr, p);
-        }
-        store_partials(part, a.k_split, h, a.y[r] + first);
-    }
+    int64_t r = 0;
+    for (; r + 2 <= a.n_rows; r += 2) q4_k_rows<2>(blocks, nb, a, r, h, first);
+    if (r < a.n_rows) q4_k_rows<1>(blocks, nb, a, r, h, first);
 }
 
 // ---- Q6_K and Q8_0: quants unpacked per row into bytes, then transposed ----

@@ -10,6 +10,7 @@
 
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstring>
 
 // GCC 12's AVX-512 headers start vectors from _mm512_undefined_*, which -Wuninitialized reports
@@ -91,11 +92,10 @@ TANDEM_AVX512 inline void store_partials(const __m512 *part, int32_t k_split, co
 // ---- Q4_K ----
 
 // One block of a tile unpacked: q[j][k] the quants of sub-block j, group k (4 bytes a lane); sc[j]
-// the scales; m[j] the mins as doubles (rows 0-7, 8-15); d and dm.
+// and m[j] the scales and mins; d and dm.
 struct q4_k_tile_block {
     __m512i q[8][8];
-    __m512i sc[8];
-    __m512d m[8][2];
+    __m512i sc[8], m[8];
     __m512 d, dm;
 };
 
@@ -118,33 +118,183 @@ TANDEM_AVX512 void unpack_q4_k(const tile_rows &t, int64_t c, q4_k_tile_block &o
     out.dm = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(head, 16)));
     const __m512i m63 = _mm512_set1_epi32(63), m15 = _mm512_set1_epi32(15), m3 = _mm512_set1_epi32(3);
     for (int j = 0; j < 8; ++j) {
-        __m512i sc, mn;
         if (j < 4) {  // q4_k_get_scale_min, 16 rows at once
-            sc = _mm512_and_si512(_mm512_srli_epi32(s0, 8 * j), m63);
-            mn = _mm512_and_si512(_mm512_srli_epi32(s1, 8 * j), m63);
+            out.sc[j] = _mm512_and_si512(_mm512_srli_epi32(s0, 8 * j), m63);
+            out.m[j] = _mm512_and_si512(_mm512_srli_epi32(s1, 8 * j), m63);
         } else {
             const int b = 8 * (j - 4);
-            sc = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(s2, b), m15),
-                                 _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(s0, b + 6), m3), 4));
-            mn = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(s2, b + 4), m15),
-                                 _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(s1, b + 6), m3), 4));
+            out.sc[j] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(s2, b), m15),
+                                        _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(s0, b + 6), m3), 4));
+            out.m[j] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(s2, b + 4), m15),
+                                       _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(s1, b + 6), m3), 4));
         }
-        out.sc[j] = sc;
-        out.m[j][0] = _mm512_cvtepi32_pd(_mm512_castsi512_si256(mn));
-        out.m[j][1] = _mm512_cvtepi32_pd(_mm512_extracti64x4_epi64(mn, 1));
     }
 }
 
-// digit_mins for 16 weight rows against one activation row's block: b = hi_0..7, lo_0..7.
-TANDEM_AVX512 inline __m512 mins16(const q4_k_tile_block &w, const float *b) {
-    __m512d sum[2] = {_mm512_setzero_pd(), _mm512_setzero_pd()};
-    for (int j = 0; j < 8; ++j) {
-        const __m512d hi = _mm512_set1_pd(double(b[j])), lo = _mm512_set1_pd(double(b[8 + j]));
-        for (int h = 0; h < 2; ++h) sum[h] = _mm512_fmadd_pd(w.m[j][h], lo, _mm512_fmadd_pd(w.m[j][h], hi, sum[h]));
+// The rows r0 .. r0 + R - 1 against every block of the tile: R rows share each weight vector load
+// (four digit products a load at R = 4).
+template <int R>
+TANDEM_AVX512 void q4_k_rows(const q4_k_tile_block *blocks, int64_t nb, const digits_product_args &a, int64_t r0, const tile_rows &t,
+                             int64_t out_begin) {
+    const int8_t *xrow[R];
+    const float *xs[R];
+    const int32_t *xt[R];
+    for (int r = 0; r < R; ++r) {
+        const int64_t xr = a.x_rows ? a.x_rows[r0 + r] : r0 + r;
+        xrow[r] = a.x->digits_of(xr);
+        xs[r] = a.x->scales_of(xr);
+        xt[r] = a.x->mins_t_of(xr);
     }
-    const __m256 lo8 = _mm512_cvt_roundpd_ps(sum[0], _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
-    const __m256 hi8 = _mm512_cvt_roundpd_ps(sum[1], _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
-    return _mm512_insertf32x8(_mm512_castps256_ps512(lo8), hi8, 1);
+    __m512 part[R][digits_max_k_split];
+    for (int r = 0; r < R; ++r)
+        for (int v = 0; v < a.k_split; ++v) part[r][v] = _mm512_setzero_ps();
+    const __m512 inv256 = _mm512_set1_ps(1.0f / 256.0f);
+    for (int64_t c = 0; c < nb; ++c) {
+        const q4_k_tile_block &w = blocks[c];
+        const int8_t *xd[R];
+        for (int r = 0; r < R; ++r) xd[r] = xrow[r] + c * digit_block * digits_per_element;
+        __m512i acc0[R], acc1[R];
+        for (int r = 0; r < R; ++r) acc0[r] = acc1[r] = _mm512_setzero_si512();
+#pragma GCC unroll 8
+        for (int j = 0; j < 8; ++j) {
+            __m512i p0[R], p1[R];
+            for (int r = 0; r < R; ++r) p0[r] = p1[r] = _mm512_setzero_si512();
+#pragma GCC unroll 8
+            for (int k = 0; k < 8; ++k) {
+                const __m512i q = w.q[j][k];
+                for (int r = 0; r < R; ++r) {
+                    p0[r] = _mm512_dpbusd_epi32(p0[r], q, x_group(xd[r], 8 * j + k, 0));
+                    p1[r] = _mm512_dpbusd_epi32(p1[r], q, x_group(xd[r], 8 * j + k, 1));
+                }
+            }
+            for (int r = 0; r < R; ++r) {
+                acc0[r] = _mm512_add_epi32(acc0[r], _mm512_mullo_epi32(p0[r], w.sc[j]));
+                acc1[r] = _mm512_add_epi32(acc1[r], _mm512_mullo_epi32(p1[r], w.sc[j]));
+            }
+        }
+        for (int r = 0; r < R; ++r) {
+            // digit_mins: the exact integer sum, rounded toward zero.
+            __m512i mins = _mm512_mullo_epi32(w.m[0], _mm512_set1_epi32(xt[r][c * 8]));
+            for (int j = 1; j < 8; ++j) mins = _mm512_add_epi32(mins, _mm512_mullo_epi32(w.m[j], _mm512_set1_epi32(xt[r][c * 8 + j])));
+            const __m512 cm = _mm512_cvt_roundepi32_ps(mins, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+            const __m512 dots = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc1[r]), inv256, _mm512_cvtepi32_ps(acc0[r]));
+            const __m512 pr = _mm512_fmsub_ps(w.d, dots, _mm512_mul_ps(w.dm, _mm512_mul_ps(cm, inv256)));
+            __m512 &p = part[r][c % a.k_split];
+            p = _mm512_fmadd_ps(_mm512_set1_ps(xs[r][c]), pr, p);
+        }
+    }
+    for (int r = 0; r < R; ++r) store_partials(part[r], a.k_split, t, a.y[r0 + r] + out_begin);
+}
+
+// 16 rows' 32 bytes at `at` (8 dwords a row) -> v[i] (dword i of rows 0..15): rows k and k + 8 share a
+// vector, an 8 x 8 transpose in each 256-bit half, then the halves' quadwords interleaved.
+TANDEM_AVX512 inline void transpose16x8(const tile_rows &t, size_t at, __m512i (&v)[8]) {
+    __m512i r[8], u[8];
+    for (int k = 0; k < 8; ++k)
+        r[k] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(t.row[k] + at))),
+                                  _mm256_loadu_si256(reinterpret_cast<const __m256i *>(t.row[k + 8] + at)), 1);
+    for (int k = 0; k < 4; ++k) {
+        u[2 * k] = _mm512_unpacklo_epi32(r[2 * k], r[2 * k + 1]);
+        u[2 * k + 1] = _mm512_unpackhi_epi32(r[2 * k], r[2 * k + 1]);
+    }
+    for (int k = 0; k < 2; ++k) {
+        r[4 * k + 0] = _mm512_unpacklo_epi64(u[4 * k + 0], u[4 * k + 2]);
+        r[4 * k + 1] = _mm512_unpackhi_epi64(u[4 * k + 0], u[4 * k + 2]);
+        r[4 * k + 2] = _mm512_unpacklo_epi64(u[4 * k + 1], u[4 * k + 3]);
+        r[4 * k + 3] = _mm512_unpackhi_epi64(u[4 * k + 1], u[4 * k + 3]);
+    }
+    // r[4k + e], 128-bit lane l of each half: rows 4k .. 4k + 3 (of the half's 8) of dword 4 (l % 2) + e.
+    const __m512i even = _mm512_set_epi64(13, 12, 5, 4, 9, 8, 1, 0), odd = _mm512_set_epi64(15, 14, 7, 6, 11, 10, 3, 2);
+    for (int e = 0; e < 4; ++e) {
+        v[e] = _mm512_permutex2var_epi64(r[e], even, r[4 + e]);
+        v[4 + e] = _mm512_permutex2var_epi64(r[e], odd, r[4 + e]);
+    }
+}
+
+// q4_k_get_scale_min for 16 rows at once, from the scale bytes 0-3 (s0), 4-7 (s1) and 8-11 (s2).
+TANDEM_AVX512 inline __m512i q4_k_scale(__m512i s0, __m512i s2, int j) {
+    if (j < 4) return _mm512_and_si512(_mm512_srli_epi32(s0, 8 * j), _mm512_set1_epi32(63));
+    const int b = 8 * (j - 4);
+    return _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(s2, b), _mm512_set1_epi32(15)),
+                           _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(s0, b + 6), _mm512_set1_epi32(3)), 4));
+}
+TANDEM_AVX512 inline __m512i q4_k_min(__m512i s1, __m512i s2, int j) {
+    if (j < 4) return _mm512_and_si512(_mm512_srli_epi32(s1, 8 * j), _mm512_set1_epi32(63));
+    const int b = 8 * (j - 4);
+    return _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(s2, b + 4), _mm512_set1_epi32(15)),
+                           _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(s1, b + 6), _mm512_set1_epi32(3)), 4));
+}
+
+// Few rows (decode): each block's quants unpacked in registers and used at once, nothing stored. The
+// weights come from memory once: the next tile's bytes (contiguous after this one's) are prefetched a
+// share a block, which keeps 16 rows' streams ahead of the loads where the hardware prefetcher alone
+// left a one-row step at a third of the bandwidth (bench --prompt 0 --sessions 1).
+template <int R>
+TANDEM_AVX512 void q4_k_streamed(const digits_product_args &a, int64_t nb, const tile_rows &t, int64_t out_begin, int64_t out_end) {
+    const int64_t next_rows = std::min<int64_t>(a.w.n_out, out_end + lanes) - out_end;
+    const uint8_t *next = a.w.data + size_t(out_end) * a.w.row_bytes;
+    const size_t next_bytes = size_t(next_rows) * a.w.row_bytes, share = (next_bytes / size_t(nb) + 63) & ~size_t(63);
+    const int8_t *xrow[R];
+    const float *xs[R];
+    const int32_t *xt[R];
+    for (int r = 0; r < R; ++r) {
+        const int64_t xr = a.x_rows ? a.x_rows[r] : r;
+        xrow[r] = a.x->digits_of(xr);
+        xs[r] = a.x->scales_of(xr);
+        xt[r] = a.x->mins_t_of(xr);
+    }
+    __m512 part[R][digits_max_k_split];
+    for (int r = 0; r < R; ++r)
+        for (int v = 0; v < a.k_split; ++v) part[r][v] = _mm512_setzero_ps();
+    const __m512 inv256 = _mm512_set1_ps(1.0f / 256.0f);
+    const __m512i low = _mm512_set1_epi8(0x0F);
+    for (int64_t c = 0; c < nb; ++c) {
+        for (size_t o = size_t(c) * share; o < std::min(next_bytes, size_t(c + 1) * share); o += 64)
+            _mm_prefetch(reinterpret_cast<const char *>(next + o), _MM_HINT_T0);
+        const size_t base = size_t(c) * sizeof(block_q4_k);
+        const __m512i s0 = gather_dword(t, base + 4), s1 = gather_dword(t, base + 8), s2 = gather_dword(t, base + 12);
+        const int8_t *xd[R];
+        __m512i acc0[R], acc1[R];
+        for (int r = 0; r < R; ++r) {
+            xd[r] = xrow[r] + c * digit_block * digits_per_element;
+            acc0[r] = acc1[r] = _mm512_setzero_si512();
+        }
+#pragma GCC unroll 4
+        for (int p = 0; p < 4; ++p) {  // qs chunk p: sub-blocks 2p (low nibbles) and 2p + 1 (high)
+            __m512i v[8];
+            transpose16x8(t, base + 16 + 32 * p, v);
+            const __m512i sc_lo = q4_k_scale(s0, s2, 2 * p), sc_hi = q4_k_scale(s0, s2, 2 * p + 1);
+            for (int r = 0; r < R; ++r) {
+                __m512i p0 = _mm512_setzero_si512(), p1 = p0, q0 = p0, q1 = p0;
+#pragma GCC unroll 8
+                for (int i = 0; i < 8; ++i) {
+                    const __m512i lo = _mm512_and_si512(v[i], low), hi = _mm512_and_si512(_mm512_srli_epi32(v[i], 4), low);
+                    p0 = _mm512_dpbusd_epi32(p0, lo, x_group(xd[r], 16 * p + i, 0));
+                    p1 = _mm512_dpbusd_epi32(p1, lo, x_group(xd[r], 16 * p + i, 1));
+                    q0 = _mm512_dpbusd_epi32(q0, hi, x_group(xd[r], 16 * p + 8 + i, 0));
+                    q1 = _mm512_dpbusd_epi32(q1, hi, x_group(xd[r], 16 * p + 8 + i, 1));
+                }
+                acc0[r] = _mm512_add_epi32(acc0[r], _mm512_add_epi32(_mm512_mullo_epi32(p0, sc_lo), _mm512_mullo_epi32(q0, sc_hi)));
+                acc1[r] = _mm512_add_epi32(acc1[r], _mm512_add_epi32(_mm512_mullo_epi32(p1, sc_lo), _mm512_mullo_epi32(q1, sc_hi)));
+            }
+        }
+        const __m512i head = gather_dword(t, base);
+        const __m512 d = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(head)), dm = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(head, 16)));
+        __m512i mins[R];
+        for (int r = 0; r < R; ++r) mins[r] = _mm512_setzero_si512();
+        for (int j = 0; j < 8; ++j) {
+            const __m512i m = q4_k_min(s1, s2, j);
+            for (int r = 0; r < R; ++r) mins[r] = _mm512_add_epi32(mins[r], _mm512_mullo_epi32(m, _mm512_set1_epi32(xt[r][c * 8 + j])));
+        }
+        for (int r = 0; r < R; ++r) {
+            const __m512 cm = _mm512_cvt_roundepi32_ps(mins[r], _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+            const __m512 dots = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc1[r]), inv256, _mm512_cvtepi32_ps(acc0[r]));
+            const __m512 pr = _mm512_fmsub_ps(d, dots, _mm512_mul_ps(dm, _mm512_mul_ps(cm, inv256)));
+            __m512 &pt = part[r][c % a.k_split];
+            pt = _mm512_fmadd_ps(_mm512_set1_ps(xs[r][c]), pr, pt);
+        }
+    }
+    for (int r = 0; r < R; ++r) store_partials(part[r], a.k_split, t, a.y[r] + out_begin);
 }
 
 }  // namespace
@@ -152,37 +302,26 @@ TANDEM_AVX512 inline __m512 mins16(const q4_k_tile_block &w, const float *b) {
 TANDEM_AVX512 void digits_q4_k_avx512(const digits_product_args &a, int64_t out_begin, int64_t out_end, digits_scratch &scratch) {
     const int64_t nb = a.w.n_in / digit_block;
     const tile_rows t = rows_of(a, out_begin, out_end);
+    if (a.n_rows <= 4) {
+        switch (a.n_rows) {
+        case 1: q4_k_streamed<1>(a, nb, t, out_begin, out_end); break;
+        case 2: q4_k_streamed<2>(a, nb, t, out_begin, out_end); break;
+        case 3: q4_k_streamed<3>(a, nb, t, out_begin, out_end); break;
+        default: q4_k_streamed<4>(a, nb, t, out_begin, out_end); break;
+        }
+        return;
+    }
     const size_t need = size_t(nb) * sizeof(q4_k_tile_block) + 64;
     if (scratch.bytes.size() < need) scratch.bytes.resize(need);
     auto *blocks = reinterpret_cast<q4_k_tile_block *>((reinterpret_cast<uintptr_t>(scratch.bytes.data()) + 63) & ~uintptr_t(63));
     for (int64_t c = 0; c < nb; ++c) unpack_q4_k(t, c, blocks[c]);
-    const __m512 inv256 = _mm512_set1_ps(1.0f / 256.0f);
-    for (int64_t r = 0; r < a.n_rows; ++r) {
-        const int64_t xr = a.x_rows ? a.x_rows[r] : r;
-        const int8_t *xrow = a.x->digits_of(xr);
-        const float *xs = a.x->scales_of(xr), *xb = a.x->mins_b_of(xr);
-        __m512 part[digits_max_k_split];
-        for (int v = 0; v < a.k_split; ++v) part[v] = _mm512_setzero_ps();
-        for (int64_t c = 0; c < nb; ++c) {
-            const q4_k_tile_block &w = blocks[c];
-            const int8_t *xd = xrow + c * digit_block * digits_per_element;
-            __m512i acc0 = _mm512_setzero_si512(), acc1 = _mm512_setzero_si512();
-            for (int j = 0; j < 8; ++j) {
-                __m512i p0 = _mm512_setzero_si512(), p1 = _mm512_setzero_si512();
-                for (int k = 0; k < 8; ++k) {
-                    p0 = _mm512_dpbusd_epi32(p0, w.q[j][k], x_group(xd, 8 * j + k, 0));
-                    p1 = _mm512_dpbusd_epi32(p1, w.q[j][k], x_group(xd, 8 * j + k, 1));
-                }
-                acc0 = _mm512_add_epi32(acc0, _mm512_mullo_epi32(p0, w.sc[j]));
-                acc1 = _mm512_add_epi32(acc1, _mm512_mullo_epi32(p1, w.sc[j]));
-            }
-            const __m512 cm = mins16(w, xb + c * 16);
-            const __m512 dots = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc1), inv256, _mm512_cvtepi32_ps(acc0));
-            const __m512 pr = _mm512_fmsub_ps(w.d, dots, _mm512_mul_ps(w.dm, _mm512_mul_ps(cm, inv256)));
-            __m512 &p = part[c % a.k_split];
-            p = _mm512_fmadd_ps(_mm512_set1_ps(xs[c]), pr, p);
-        }
-        store_partials(part, a.k_split, t, a.y[r] + out_begin);
+    int64_t r = 0;
+    for (; r + 4 <= a.n_rows; r += 4) q4_k_rows<4>(blocks, nb, a, r, t, out_begin);
+    switch (a.n_rows - r) {
+    case 3: q4_k_rows<3>(blocks, nb, a, r, t, out_begin); break;
+    case 2: q4_k_rows<2>(blocks, nb, a, r, t, out_begin); break;
+    case 1: q4_k_rows<1>(blocks, nb, a, r, t, out_begin); break;
+    default: break;
     }
 }
 

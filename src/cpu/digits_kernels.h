@@ -31,10 +31,10 @@ inline float q8_0_fold_block(int32_t dot0, int32_t dot1, float d, float part) {
     return std::fma(d, float(256 * dot0 + dot1), part);
 }
 
-// The tensor core's rounding of the mins' exact sum (an integer below 2^40 in magnitude) to fp32.
-inline float digit_mins_round(double exact) {
-    // Round toward zero: keep the double's top 24 significant bits (exact, then converted exactly).
-    const uint64_t u = std::bit_cast<uint64_t>(exact);
+// The tensor core's rounding of the mins' exact sum to fp32: toward zero (the double holds it exactly;
+// clearing its low 29 mantissa bits keeps fp32's 24).
+inline float digit_mins_round(int32_t exact) {
+    const uint64_t u = std::bit_cast<uint64_t>(double(exact));
     return float(std::bit_cast<double>(u & ~((uint64_t(1) << 29) - 1)));
 }
 

@@ -76,11 +76,13 @@ std::string dequantized_copy(const std::string &path) {
     return out;
 }
 
-std::unique_ptr<engine> open_cpu(const std::string &path, int32_t n_slots, int32_t n_ctx, const std::string &kv_type) {
+std::unique_ptr<engine> open_cpu(const std::string &path, int32_t n_slots, int32_t n_ctx, const std::string &kv_type,
+                                 const std::string &arithmetic) {
     engine_options opt;
     opt.n_slots = n_slots;
     opt.n_ctx = n_ctx;
     opt.kv_type = kv_type;
+    opt.cpu_arithmetic = arithmetic;
     return engine_open(gguf_file::open(path), opt);
 }
 

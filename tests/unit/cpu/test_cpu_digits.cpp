@@ -10,11 +10,14 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstring>
 #include <limits>
 #include <random>
+#include <cstdio>
+#include <ctime>
 #include <vector>
 
 using namespace tandem;
@@ -233,5 +236,53 @@ TEST_CASE("digit products stay within their bound of the exact product", "[cpu][
         INFO(ggml_type_name(type) << ": relative L2 error " << err);
         CHECK(err <= bound);
         CHECK(err > 0.0);  // the digit arithmetic, not the exact one, was measured
+    }
+}
+
+// Timing: ./test_cpu_ops "[.bench]". One thread's CPU time per product (the machine may be shared:
+// CPU time, not wall time; the fastest of repeated runs) on qwen3-30b-a3b's shapes, exact and on
+// digits, for 1 to 64 rows.
+TEST_CASE("digit product timing", "[.bench][cpu]") {
+    struct shape {
+        const char *name;
+        int64_t n_in, n_out;
+    };
+    std::mt19937_64 rng(6690);
+    // "head": 65,536 rows (75 MB, more than the L3 cache), 4,096 random rows repeated.
+    for (const shape sh : {shape{"gate", 2048, 768}, shape{"down", 768, 2048}, shape{"q", 2048, 4096}, shape{"wo", 4096, 2048},
+                           shape{"head", 2048, 65536}}) {
+        const std::vector<uint8_t> base = random_matrix(rng, ggml_type::q4_k, sh.n_in, std::min<int64_t>(sh.n_out, 4096));
+        std::vector<uint8_t> w(ggml_row_bytes(ggml_type::q4_k, sh.n_in) * size_t(sh.n_out));
+        for (size_t o = 0; o < w.size(); o += base.size()) std::memcpy(w.data() + o, base.data(), std::min(base.size(), w.size() - o));
+        const cpu::cpu_matrix m{w.data(), ggml_type::q4_k, sh.n_in, sh.n_out, ggml_row_bytes(ggml_type::q4_k, sh.n_in)};
+        for (const int64_t rows : {1, 2, 4, 8, 64}) {
+            if (sh.n_out > 4096 && rows > 4) continue;
+            const std::vector<float> x = random_floats(rng, size_t(rows * sh.n_in));
+            std::vector<float> y(size_t(rows * sh.n_out));
+            // The fastest of repeated runs (interference from other processes only slows a run).
+            auto cpu_ms = [&](auto &&fn) {
+                fn();
+                double best = 1e30, spent = 0;
+                for (int rep = 0; rep < 200 && spent < 400; ++rep) {
+                    timespec t0, t1;
+                    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t0);
+                    fn();
+                    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t1);
+                    const double ms = (t1.tv_sec - t0.tv_sec) * 1e3 + (t1.tv_nsec - t0.tv_nsec) * 1e-6;
+                    best = std::min(best, ms);
+                    spent += ms;
+                }
+                return best;
+            };
+            cpu::cpu_context exact, digits;
+            digits.arithmetic = cpu::cpu_arithmetic::digits;
+            const double t_exact = cpu_ms([&] { cpu::matmul(exact, m, x.data(), y.data(), rows); });
+            const double t_digits = cpu_ms([&] { cpu::matmul(digits, m, x.data(), y.data(), rows); });
+            const double gb = double(w.size()) * 1e-9;
+            std::printf("%-5s %5lld x %5lld rows %3lld: exact %8.3f ms, digits %8.3f ms (x%.2f; %.1f GB/s of weights, %.1f GMAC/s)\n", sh.name,
+                        (long long)sh.n_out, (long long)sh.n_in, (long long)rows, t_exact, t_digits, t_exact / t_digits, gb / (t_digits * 1e-3),
+                        double(sh.n_in * sh.n_out * rows) * 1e-6 / t_digits);
+            CHECK(t_digits > 0.0);
+        }
     }
 }
