@@ -30,25 +30,21 @@ void digit_rows::resize(int64_t rows, int64_t n_elems) {
 
 namespace {
 
-// CUDA's float-to-int conversion (cvt.rzi.s32.f32): NaN gives 0, values out of range saturate.
-int32_t cuda_float_to_int(float f) {
-    if (std::isnan(f)) return 0;
-    if (f >= 2147483648.0f) return std::numeric_limits<int32_t>::max();
-    if (f <= -2147483648.0f) return std::numeric_limits<int32_t>::min();
-    return int32_t(f);
-}
-
 uint16_t bf16_round(float v) {
     const uint32_t u = std::bit_cast<uint32_t>(v);
     return uint16_t((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
 }
 
-// One block of 256 elements of x into the format (digits.h); every operation as the GPU's warp
-// does it (cuda/digits.cuh, digits_of_lane), so the bits agree.
+// One block of 256 elements of x into the format (digits.h); every operation as the GPU's warp does
+// it (cuda/digits.cuh, digits_of_lane), so the bits agree. One exception: a block whose largest |x|
+// is below 2^-121 has no finite 1 / s (the GPU's arithmetic overflows there into meaningless
+// digits); here its digits are zero, so the block adds nothing, as its size says it should.
 void quantize_block(const float *x, int8_t *digits, float &scale, uint16_t *sums, int32_t *mins_t, int32_t *group_sums) {
-    const bool finite = std::all_of(x, x + digit_block, [](float f) { return std::isfinite(f); });
+    bool finite = true;
+    for (int i = 0; i < digit_block; ++i) finite = finite && std::isfinite(x[i]);
     float mx = 0.0f;
-    for (int i = 0; i < digit_block; ++i) mx = std::fmax(mx, std::fabs(finite ? x[i] : 0.0f));
+    if (finite)
+        for (int i = 0; i < digit_block; ++i) mx = std::max(mx, std::fabs(x[i]));
     int e = 0;
     if (mx > 0.0f) {
         int k;
@@ -56,42 +52,41 @@ void quantize_block(const float *x, int8_t *digits, float &scale, uint16_t *sums
         e = k - 7;
         if (std::ldexp(127.0f, e) < mx) ++e;
     }
-    const float inv = std::ldexp(1.0f, -e);  // inf for blocks below 2^-121, as on the GPU
     scale = finite ? std::ldexp(1.0f, e) : std::numeric_limits<float>::quiet_NaN();
+    const bool zero = !finite || e <= -128;
+    const float inv = zero ? 0.0f : std::ldexp(1.0f, -e);
+    int8_t d0[digit_block], d1[digit_block];
+    for (int i = 0; i < digit_block; ++i) {
+        const float q = (zero ? 0.0f : x[i]) * inv;  // exact: a power of two; so is q - a below
+        const float a = std::nearbyint(q);            // |q| <= 127
+        const float b = std::min(std::max(std::nearbyint((q - a) * 256.0f), -127.0f), 127.0f);
+        d0[i] = int8_t(a);
+        d1[i] = int8_t(b);
+    }
     for (int j = 0; j < 8; ++j) {
-        uint32_t s_j = 0;  // wraps as the GPU's int32 does (only for blocks whose inv overflowed)
-        for (int l = 0; l < 32; ++l) {
-            const int t = l / 8, i = l % 8;
-            float q = (finite ? x[32 * j + l] : 0.0f) * inv;
-            int8_t *dst = digits + (j * 4 + t) * 16;
-            uint32_t sum = 0;
-            for (int d = 0; d < digits_per_element; ++d) {
-                const float di = d == 0 ? std::nearbyint(q) : std::fmin(std::fmax(std::nearbyint(q), -127.0f), 127.0f);
-                const int32_t v = cuda_float_to_int(di);
-                dst[8 * d + i] = int8_t(uint8_t(uint32_t(v)));
-                sum = 256u * sum + uint32_t(v);
-                q = (q - di) * 256.0f;
-            }
-            s_j += sum;
+        int32_t s_j = 0;  // |S_j| <= 32 (256 127 + 127) < 2^20
+        for (int l = 0; l < 32; ++l) s_j += 256 * d0[32 * j + l] + d1[32 * j + l];
+        for (int t = 0; t < 4; ++t) {
+            std::memcpy(digits + (j * 4 + t) * 16, d0 + 32 * j + 8 * t, 8);
+            std::memcpy(digits + (j * 4 + t) * 16 + 8, d1 + 32 * j + 8 * t, 8);
         }
-        const float sf = float(int32_t(s_j));
+        const float sf = float(s_j);
         const uint32_t hi = std::bit_cast<uint32_t>(sf) & 0xFFFF0000u;
         const uint16_t lo = bf16_round(sf - std::bit_cast<float>(hi));
         uint16_t *su = sums + (j >> 1) * 4 + (j & 1);
         su[0] = uint16_t(hi >> 16);
         su[2] = lo;
-        mins_t[j] = int32_t(std::bit_cast<float>(hi) + std::bit_cast<float>(uint32_t(lo) << 16));  // exact: |S_j| < 2^20
+        mins_t[j] = int32_t(std::bit_cast<float>(hi) + std::bit_cast<float>(uint32_t(lo) << 16));  // exact: both integers
     }
-    // Each 16-element group's digit sums (elements 16g .. 16g + 15: sub-block g / 2, groups 2(g % 2), +1).
-    for (int g = 0; g < 16; ++g)
-        for (int d = 0; d < digits_per_element; ++d) {
-            int32_t s = 0;
-            for (int tt = 0; tt < 2; ++tt) {
-                const int8_t *src = digits + ((g / 2) * 4 + (g % 2) * 2 + tt) * 16 + 8 * d;
-                for (int i = 0; i < 8; ++i) s += src[i];
-            }
-            group_sums[2 * g + d] = s;
+    for (int g = 0; g < 16; ++g) {  // each 16-element group's digit sums
+        int32_t a = 0, b = 0;
+        for (int i = 0; i < 16; ++i) {
+            a += d0[16 * g + i];
+            b += d1[16 * g + i];
         }
+        group_sums[2 * g] = a;
+        group_sums[2 * g + 1] = b;
+    }
 }
 
 }  // namespace

@@ -5,7 +5,8 @@
 //
 // Format, per row of n elements (n a multiple of 256), block c of 256 elements and sub-block j of 32:
 //   scale  s_c = 2^e, the smallest power of two with 127 s >= the block's largest |x| (1 for zeros;
-//          NaN for a block holding a non-finite element, whose digits and sums are then zero);
+//          NaN for a block holding a non-finite element, whose digits and sums are then zero; a block
+//          whose largest |x| is below 2^-121 keeps its scale and zero digits: 1 / s overflows);
 //   digits x ~ s (d0 + d1 / 256), d0 = rint(x / s), d1 = clamp(rint((x / s - d0) 256), -127, 127);
 //          stored [c][j][t = 0..3][d0 of elements 8t .. 8t + 7, then their d1] (16 bytes a group);
 //   sums   S_j = sum over the sub-block of (256 d0 + d1), as bf16 hi (truncated) and lo (rounded

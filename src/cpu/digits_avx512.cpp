@@ -225,15 +225,28 @@ TANDEM_AVX512 inline __m512i q4_k_min(__m512i s1, __m512i s2, int j) {
                            _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(s1, b + 6), _mm512_set1_epi32(3)), 4));
 }
 
-// Few rows (decode): each block's quants unpacked in registers and used at once, nothing stored. The
-// weights come from memory once: the next tile's bytes (contiguous after this one's) are prefetched a
-// share a block, which keeps 16 rows' streams ahead of the loads where the hardware prefetcher alone
-// left a one-row step at a third of the bandwidth (bench --prompt 0 --sessions 1).
+// The next tile's weights (the rows after this tile's, contiguous), fetched into the cache a share
+// a block while this tile is unpacked: 16 rows' streams stay ahead of the loads, where the hardware
+// prefetcher alone left a one-row product of a matrix larger than the L3 cache at ~80% of the
+// bandwidth (test_cpu_ops "[.bench]", head: 7.0 against 8.7 GB/s a thread).
+struct tile_prefetch {
+    const uint8_t *next;
+    size_t bytes, share;
+    tile_prefetch(const digits_product_args &a, int64_t out_end, int64_t nb) {
+        next = a.w.data + size_t(out_end) * a.w.row_bytes;
+        bytes = size_t(std::min<int64_t>(a.w.n_out, out_end + lanes) - out_end) * a.w.row_bytes;
+        share = (bytes / size_t(nb) + 63) & ~size_t(63);
+    }
+    void block(int64_t c) const {
+        for (size_t o = size_t(c) * share; o < std::min(bytes, size_t(c + 1) * share); o += 64)
+            _mm_prefetch(reinterpret_cast<const char *>(next + o), _MM_HINT_T0);
+    }
+};
+
+// Few rows (decode): each block's quants unpacked in registers and used at once, nothing stored.
 template <int R>
 TANDEM_AVX512 void q4_k_streamed(const digits_product_args &a, int64_t nb, const tile_rows &t, int64_t out_begin, int64_t out_end) {
-    const int64_t next_rows = std::min<int64_t>(a.w.n_out, out_end + lanes) - out_end;
-    const uint8_t *next = a.w.data + size_t(out_end) * a.w.row_bytes;
-    const size_t next_bytes = size_t(next_rows) * a.w.row_bytes, share = (next_bytes / size_t(nb) + 63) & ~size_t(63);
+    const tile_prefetch prefetch(a, out_end, nb);
     const int8_t *xrow[R];
     const float *xs[R];
     const int32_t *xt[R];
@@ -249,8 +262,7 @@ TANDEM_AVX512 void q4_k_streamed(const digits_product_args &a, int64_t nb, const
     const __m512 inv256 = _mm512_set1_ps(1.0f / 256.0f);
     const __m512i low = _mm512_set1_epi8(0x0F);
     for (int64_t c = 0; c < nb; ++c) {
-        for (size_t o = size_t(c) * share; o < std::min(next_bytes, size_t(c + 1) * share); o += 64)
-            _mm_prefetch(reinterpret_cast<const char *>(next + o), _MM_HINT_T0);
+        prefetch.block(c);
         const size_t base = size_t(c) * sizeof(block_q4_k);
         const __m512i s0 = gather_dword(t, base + 4), s1 = gather_dword(t, base + 8), s2 = gather_dword(t, base + 12);
         const int8_t *xd[R];
@@ -314,7 +326,11 @@ TANDEM_AVX512 void digits_q4_k_avx512(const digits_product_args &a, int64_t out_
     const size_t need = size_t(nb) * sizeof(q4_k_tile_block) + 64;
     if (scratch.bytes.size() < need) scratch.bytes.resize(need);
     auto *blocks = reinterpret_cast<q4_k_tile_block *>((reinterpret_cast<uintptr_t>(scratch.bytes.data()) + 63) & ~uintptr_t(63));
-    for (int64_t c = 0; c < nb; ++c) unpack_q4_k(t, c, blocks[c]);
+    const tile_prefetch prefetch(a, out_end, nb);
+    for (int64_t c = 0; c < nb; ++c) {
+        prefetch.block(c);
+        unpack_q4_k(t, c, blocks[c]);
+    }
     int64_t r = 0;
     for (; r + 4 <= a.n_rows; r += 4) q4_k_rows<4>(blocks, nb, a, r, t, out_begin);
     switch (a.n_rows - r) {

@@ -58,6 +58,7 @@ void matmul_exact(const cpu_context &ctx, const matmul_args &args) {
 void matmul_digits(const cpu_context &ctx, cpu_workspace &ws, const matmul_args &args) {
     const cpu_matrix &w = args.w;
     ws.x_digits.resize(args.n_rows, w.n_in);
+#pragma omp parallel for schedule(static) num_threads(ctx.n_threads) if (args.n_rows > 1)
     for (int64_t r = 0; r < args.n_rows; ++r) digits_quantize_row(args.x[r], ws.x_digits, r);
     digits_product_args a;
     a.w = w;

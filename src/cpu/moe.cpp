@@ -56,8 +56,7 @@ int64_t moe_count_experts(const int32_t *ids, int64_t n_pairs, int64_t n_expert,
 namespace {
 
 // The call's pairs grouped by expert: ws.pairs[expert_off[e] .. expert_off[e + 1]) are the pair
-// indices r * k + s routed to owned expert e, ascending; returns the (expert, tile) work items of
-// products with n_out outputs in tiles of tile_rows, item = expert * n_tiles + tile.
+// indices r * k + s routed to owned expert e, ascending.
 void group_pairs(const moe_grouped_args &a, cpu_workspace &ws) {
     const int64_t n_pairs = a.n_rows * a.k;
     int32_t *off = grow(ws.expert_off, size_t(a.n_expert + 1));
@@ -77,6 +76,8 @@ void group_pairs(const moe_grouped_args &a, cpu_workspace &ws) {
     }
 }
 
+// The (expert, tile) work items of products with n_out outputs in tiles of tile_rows: item =
+// expert * n_tiles + tile; returns n_tiles.
 int64_t make_items(const moe_grouped_args &a, cpu_workspace &ws, int64_t n_out, int64_t tile_rows) {
     const int64_t n_tiles = (n_out + tile_rows - 1) / tile_rows;
     ws.items.clear();
@@ -128,12 +129,15 @@ void experts_exact(const cpu_context &ctx, const moe_grouped_args &a, cpu_worksp
 }
 
 // Digits: the rows quantised once, gate and up of a tile for all of the expert's pairs, SwiGLU,
-// the activations quantised (a pair a row), then down.
+// the activations quantised (a pair a row), then down. A thread takes four consecutive tiles of an
+// expert at a time, so each tile's prefetch of the next one serves the same thread.
 void experts_digits(const cpu_context &ctx, const moe_grouped_args &a, cpu_workspace &ws) {
     const int64_t n_pairs = a.n_rows * a.k;
     const int32_t *pairs = ws.pairs.data(), *off = ws.expert_off.data();
     const int64_t n_grouped = off[a.n_expert];
-    digits_quantize(a.x, a.d_model, a.n_rows, a.d_model, ws.x_digits);
+    ws.x_digits.resize(a.n_rows, a.d_model);
+#pragma omp parallel for schedule(static) num_threads(ctx.n_threads) if (a.n_rows > 1)
+    for (int64_t r = 0; r < a.n_rows; ++r) digits_quantize_row(a.x + r * a.d_model, ws.x_digits, r);
     float *gate = grow(ws.gate, size_t(n_pairs * a.d_ff)), *act = grow(ws.act, size_t(n_pairs * a.d_ff));
     int32_t *x_rows = grow(ws.rows, size_t(n_grouped));
     float **gs = grow(ws.y_ptrs, size_t(n_grouped)), **us = grow(ws.y2_ptrs, size_t(n_grouped));
@@ -145,7 +149,7 @@ void experts_digits(const cpu_context &ctx, const moe_grouped_args &a, cpu_works
     ws.reserve_threads(ctx.n_threads);
     int64_t n_tiles = make_items(a, ws, a.d_ff, digits_tile_rows);
     const int64_t n1 = int64_t(ws.items.size());
-#pragma omp parallel for schedule(dynamic, 1) num_threads(ctx.n_threads)
+#pragma omp parallel for schedule(dynamic, 4) num_threads(ctx.n_threads)
     for (int64_t i = 0; i < n1; ++i) {
         const int64_t e = ws.items[size_t(i)] / n_tiles, begin = (ws.items[size_t(i)] % n_tiles) * digits_tile_rows;
         const int64_t end = std::min(begin + digits_tile_rows, a.d_ff), p0 = off[e], n = off[e + 1] - p0;
@@ -174,7 +178,7 @@ void experts_digits(const cpu_context &ctx, const moe_grouped_args &a, cpu_works
     }
     n_tiles = make_items(a, ws, a.d_model, digits_tile_rows);
     const int64_t n2 = int64_t(ws.items.size());
-#pragma omp parallel for schedule(dynamic, 1) num_threads(ctx.n_threads)
+#pragma omp parallel for schedule(dynamic, 4) num_threads(ctx.n_threads)
     for (int64_t i = 0; i < n2; ++i) {
         const int64_t e = ws.items[size_t(i)] / n_tiles, begin = (ws.items[size_t(i)] % n_tiles) * digits_tile_rows;
         const int64_t p0 = off[e];

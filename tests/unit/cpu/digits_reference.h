@@ -30,9 +30,9 @@ inline uint16_t ref_bf16_rn(float v) {
     return uint16_t((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
 }
 
-// The format's definition for finite inputs of normal size (the tests' rows): s = 2^e the least
-// power of two with 127 s >= max |x|, d0 = rint(x / s), d1 = clamp(rint((x / s - d0) 256)); a block
-// with a non-finite element has zero digits and a NaN scale.
+// The format's definition: s = 2^e the least power of two with 127 s >= max |x|, d0 = rint(x / s),
+// d1 = clamp(rint((x / s - d0) 256)); a block with a non-finite element has zero digits and a NaN
+// scale; a block whose 1 / s overflows fp32 (e <= -128) has zero digits.
 inline ref_digits ref_quantize(const float *x, int64_t n) {
     ref_digits r;
     r.d0.assign(size_t(n), 0);
@@ -56,7 +56,7 @@ inline ref_digits ref_quantize(const float *x, int64_t n) {
         r.scale.push_back(finite ? std::ldexp(1.0f, e) : std::numeric_limits<float>::quiet_NaN());
         for (int i = 0; i < 256; ++i) {
             const int64_t k = c * 256 + i;
-            if (!finite) continue;
+            if (!finite || e <= -128) continue;
             const double q = std::ldexp(double(b[i]), -e);
             const double a = std::nearbyint(q);
             const double f = std::clamp(std::nearbyint((q - a) * 256.0), -127.0, 127.0);

@@ -113,6 +113,7 @@ TEST_CASE("digits equal the format's definition bit for bit", "[cpu][digits]") {
     x[size_t(n + 300)] = std::numeric_limits<float>::quiet_NaN();     // row 1, block 1
     x[size_t(2 * n + 17)] = std::numeric_limits<float>::infinity();   // row 2, block 0
     for (int i = 0; i < 256; ++i) x[size_t(3 * n + 512 + i)] = 3.0e-30f * float(i % 7 - 3);  // tiny values
+    for (int i = 0; i < 256; ++i) x[size_t(3 * n + 768 + i)] = 1.0e-38f * float(i % 7 - 3);  // below 2^-121: no 1 / s
     for (int i = 0; i < 256; ++i) x[size_t(4 * n + 256 + i)] = 1.5e30f * float(i % 5 - 2);   // huge values
     x[size_t(4 * n + 768)] = 127.0f;  // a block's largest exactly 127 s
     cpu::digit_rows d;
@@ -127,6 +128,7 @@ TEST_CASE("digits equal the format's definition bit for bit", "[cpu][digits]") {
             CHECK(std::bit_cast<uint32_t>(d.scales_of(r)[c]) == std::bit_cast<uint32_t>(want.scale[size_t(c)]));
         }
     }
+    CHECK(std::all_of(d.digits_of(3) + 2 * 768, d.digits_of(3) + 2 * 1024, [](int8_t v) { return v == 0; }));
     CHECK(std::isnan(d.scales_of(1)[1]));
     CHECK(std::isnan(d.scales_of(2)[0]));
     CHECK(std::isfinite(d.scales_of(1)[0]));
