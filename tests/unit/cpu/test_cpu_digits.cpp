@@ -16,6 +16,7 @@
 #include <cstring>
 #include <limits>
 #include <random>
+#include <string>
 #include <cstdio>
 #include <ctime>
 #include <vector>
@@ -248,15 +249,16 @@ TEST_CASE("digit product timing", "[.bench][cpu]") {
     struct shape {
         const char *name;
         int64_t n_in, n_out;
+        ggml_type type = ggml_type::q4_k;
     };
     std::mt19937_64 rng(6690);
-    // "head": 65,536 rows (75 MB, more than the L3 cache), 4,096 random rows repeated.
+    // "head": 65,536 rows (75 MB and more, beyond the L3 cache), 4,096 random rows repeated.
     for (const shape sh : {shape{"gate", 2048, 768}, shape{"down", 768, 2048}, shape{"q", 2048, 4096}, shape{"wo", 4096, 2048},
-                           shape{"head", 2048, 65536}}) {
-        const std::vector<uint8_t> base = random_matrix(rng, ggml_type::q4_k, sh.n_in, std::min<int64_t>(sh.n_out, 4096));
-        std::vector<uint8_t> w(ggml_row_bytes(ggml_type::q4_k, sh.n_in) * size_t(sh.n_out));
+                           shape{"head", 2048, 65536}, shape{"head", 2048, 65536, ggml_type::q6_k}, shape{"head", 2048, 65536, ggml_type::q8_0}}) {
+        const std::vector<uint8_t> base = random_matrix(rng, sh.type, sh.n_in, std::min<int64_t>(sh.n_out, 4096));
+        std::vector<uint8_t> w(ggml_row_bytes(sh.type, sh.n_in) * size_t(sh.n_out));
         for (size_t o = 0; o < w.size(); o += base.size()) std::memcpy(w.data() + o, base.data(), std::min(base.size(), w.size() - o));
-        const cpu::cpu_matrix m{w.data(), ggml_type::q4_k, sh.n_in, sh.n_out, ggml_row_bytes(ggml_type::q4_k, sh.n_in)};
+        const cpu::cpu_matrix m{w.data(), sh.type, sh.n_in, sh.n_out, ggml_row_bytes(sh.type, sh.n_in)};
         for (const int64_t rows : {1, 2, 4, 8, 64}) {
             if (sh.n_out > 4096 && rows > 4) continue;
             const std::vector<float> x = random_floats(rng, size_t(rows * sh.n_in));
@@ -281,9 +283,29 @@ TEST_CASE("digit product timing", "[.bench][cpu]") {
             const double t_exact = cpu_ms([&] { cpu::matmul(exact, m, x.data(), y.data(), rows); });
             const double t_digits = cpu_ms([&] { cpu::matmul(digits, m, x.data(), y.data(), rows); });
             const double gb = double(w.size()) * 1e-9;
-            std::printf("%-5s %5lld x %5lld rows %3lld: exact %8.3f ms, digits %8.3f ms (x%.2f; %.1f GB/s of weights, %.1f GMAC/s)\n", sh.name,
+            std::printf("%-5s %-4s %5lld x %5lld rows %3lld: exact %8.3f ms, digits %8.3f ms (x%.2f; %.1f GB/s of weights, %.1f GMAC/s)", sh.name,
+                        std::string(ggml_type_name(sh.type)).c_str(),
                         (long long)sh.n_out, (long long)sh.n_in, (long long)rows, t_exact, t_digits, t_exact / t_digits, gb / (t_digits * 1e-3),
                         double(sh.n_in * sh.n_out * rows) * 1e-6 / t_digits);
+            if (cpu::cpu_isa_best() == cpu::cpu_isa::avx512_vnni) {  // the AVX2 variant beside it
+                cpu::digit_rows d;
+                cpu::digits_quantize(x.data(), sh.n_in, rows, sh.n_in, d);
+                std::vector<float *> ys(static_cast<size_t>(rows));
+                for (int64_t r = 0; r < rows; ++r) ys[size_t(r)] = y.data() + r * sh.n_out;
+                cpu::digits_product_args a;
+                a.w = m;
+                a.x = &d;
+                a.y = ys.data();
+                a.n_rows = rows;
+                a.isa = cpu::cpu_isa::avx2;
+                cpu::digits_scratch scratch;
+                const double t_avx2 = cpu_ms([&] {
+                    for (int64_t o = 0; o < sh.n_out; o += cpu::digits_tile_rows)
+                        cpu::digits_product_tile(a, o, std::min(o + cpu::digits_tile_rows, sh.n_out), scratch);
+                });
+                std::printf(", avx2 %8.3f ms", t_avx2);
+            }
+            std::printf("\n");
             CHECK(t_digits > 0.0);
         }
     }
