@@ -284,19 +284,21 @@ TANDEM_AVX512 void q4_k_streamed(const digits_product_args &a, int64_t nb, const
         for (int p = 0; p < 4; ++p) {  // qs chunk p: sub-blocks 2p (low nibbles) and 2p + 1 (high)
             __m512i v[8];
             transpose16x8(t, base + 16 + 32 * p, v);
-            const __m512i sc_lo = q4_k_scale(s0, s2, 2 * p), sc_hi = q4_k_scale(s0, s2, 2 * p + 1);
+            const __m512i sc_lo = pair16(q4_k_scale(s0, s2, 2 * p)), sc_hi = pair16(q4_k_scale(s0, s2, 2 * p + 1));
             for (int r = 0; r < R; ++r) {
-                __m512i p0 = _mm512_setzero_si512(), p1 = p0, q0 = p0, q1 = p0;
+                // Half sub-blocks in their own accumulators (as q4_k_rows): sub-block 2p in p*, 2p + 1 in q*.
+                __m512i p0[2], p1[2], q0[2], q1[2];
+                for (int h = 0; h < 2; ++h) p0[h] = p1[h] = q0[h] = q1[h] = _mm512_setzero_si512();
 #pragma GCC unroll 8
                 for (int i = 0; i < 8; ++i) {
                     const __m512i lo = _mm512_and_si512(v[i], low), hi = _mm512_and_si512(_mm512_srli_epi32(v[i], 4), low);
-                    p0 = _mm512_dpbusd_epi32(p0, lo, x_group(xd[r], 16 * p + i, 0));
-                    p1 = _mm512_dpbusd_epi32(p1, lo, x_group(xd[r], 16 * p + i, 1));
-                    q0 = _mm512_dpbusd_epi32(q0, hi, x_group(xd[r], 16 * p + 8 + i, 0));
-                    q1 = _mm512_dpbusd_epi32(q1, hi, x_group(xd[r], 16 * p + 8 + i, 1));
+                    p0[i / 4] = _mm512_dpbusd_epi32(p0[i / 4], lo, x_group(xd[r], 16 * p + i, 0));
+                    p1[i / 4] = _mm512_dpbusd_epi32(p1[i / 4], lo, x_group(xd[r], 16 * p + i, 1));
+                    q0[i / 4] = _mm512_dpbusd_epi32(q0[i / 4], hi, x_group(xd[r], 16 * p + 8 + i, 0));
+                    q1[i / 4] = _mm512_dpbusd_epi32(q1[i / 4], hi, x_group(xd[r], 16 * p + 8 + i, 1));
                 }
-                acc0[r] = _mm512_add_epi32(acc0[r], _mm512_add_epi32(_mm512_mullo_epi32(p0, sc_lo), _mm512_mullo_epi32(q0, sc_hi)));
-                acc1[r] = _mm512_add_epi32(acc1[r], _mm512_add_epi32(_mm512_mullo_epi32(p1, sc_lo), _mm512_mullo_epi32(q1, sc_hi)));
+                acc0[r] = _mm512_dpwssd_epi32(_mm512_dpwssd_epi32(acc0[r], halves16(p0[0], p0[1]), sc_lo), halves16(q0[0], q0[1]), sc_hi);
+                acc1[r] = _mm512_dpwssd_epi32(_mm512_dpwssd_epi32(acc1[r], halves16(p1[0], p1[1]), sc_lo), halves16(q1[0], q1[1]), sc_hi);
             }
         }
         const __m512i head = gather_dword(t, base);
