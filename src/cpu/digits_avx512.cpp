@@ -235,9 +235,8 @@ TANDEM_AVX512 inline __m512i q4_k_min(__m512i s1, __m512i s2, int j) {
 }
 
 // The next tile's weights (the rows after this tile's, contiguous), fetched into the cache a share
-// a block while this tile is unpacked: 16 rows' streams stay ahead of the loads, where the hardware
-// prefetcher alone left a one-row product of a matrix larger than the L3 cache at ~80% of the
-// bandwidth (test_cpu_ops "[.bench]", head: 7.0 against 8.7 GB/s a thread).
+// a block while this tile is unpacked: 16 rows' streams stay ahead of the loads, which the hardware
+// prefetcher alone does not keep (test_cpu_ops "[.bench]", the one-row head: slower without).
 struct tile_prefetch {
     const uint8_t *next;
     size_t bytes, share;
