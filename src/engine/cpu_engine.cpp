@@ -55,6 +55,7 @@ cpu_engine::cpu_engine(std::shared_ptr<const gguf_file> file, const engine_optio
     if (options.record_expert_traffic)
         traffic_.assign(size_t(hp_.n_layer), std::vector<uint64_t>(size_t(hp_.n_expert), 0));
     stage_members_ = placement_stage_members(plan_);
+    scratch_.resize(stage_members_.size());
     const int32_t threads_each = std::max(1, n_threads_ / options.n_devices);
     for (const placement_device_plan &dp : plan_.devices) {
         cpu_part part;
@@ -101,14 +102,23 @@ void cpu_engine::run_stage(int32_t stage, std::span<const engine_row> rows, std:
     const int64_t n = int64_t(rows.size()), d = hp_.d_model, k = hp_.n_expert_used;
     const size_t n_pairs = size_t(n * k);
     const cpu_part &part = devices_[size_t(members[0])]->part();
-    // Each member holds its own copy of the hidden states (attention is replicated in a pair).
-    std::vector<std::vector<float>> xs(members.size(), x);
+    // Each member holds its own copy of the hidden states (attention is replicated in a pair). The
+    // buffers are the stage's, kept across calls (every slot output is written each layer: by the
+    // member that owns its expert, then the exchange).
+    stage_scratch &sc = scratch_[size_t(stage)];
+    auto &xs = sc.xs, &hs = sc.hs, &outs = sc.outs, &weights = sc.weights;
+    auto &ids = sc.ids;
+    for (auto *v : {&xs, &hs, &outs, &weights}) v->resize(members.size());
+    ids.resize(members.size());
+    for (size_t m = 0; m < members.size(); ++m) {
+        xs[m] = x;
+        hs[m].resize(size_t(n * d));
+        outs[m].resize(n_pairs * size_t(d));
+        ids[m].resize(n_pairs);
+        weights[m].resize(n_pairs);
+    }
     if (stage > 0) stats.bytes_moved += x.size() * sizeof(float);  // hidden states from the previous stage
     if (members.size() > 1) stats.bytes_moved += x.size() * sizeof(float) * (members.size() - 1);
-    std::vector<std::vector<float>> hs(members.size(), std::vector<float>(size_t(n * d)));
-    std::vector<std::vector<float>> outs(members.size(), std::vector<float>(n_pairs * size_t(d)));
-    std::vector<std::vector<int32_t>> ids(members.size(), std::vector<int32_t>(n_pairs));
-    std::vector<std::vector<float>> weights(members.size(), std::vector<float>(n_pairs));
     int64_t touched = 0;
     for (int32_t l = part.layer_begin; l < part.layer_end; ++l) {
         for (size_t m = 0; m < members.size(); ++m) {

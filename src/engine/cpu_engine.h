@@ -48,6 +48,13 @@ private:
     placement_plan plan_;
     std::vector<std::unique_ptr<cpu_device>> devices_;   // by logical index
     std::vector<std::vector<int32_t>> stage_members_;     // [stage] -> logical devices (host first)
+    // A stage's buffers, kept across calls (one thread runs a stage at a time): per member its hidden
+    // states, normalised rows, slot outputs, routing.
+    struct stage_scratch {
+        std::vector<std::vector<float>> xs, hs, outs, weights;
+        std::vector<std::vector<int32_t>> ids;
+    };
+    std::vector<stage_scratch> scratch_;                  // [stage]
     slot_table slots_;
     int32_t n_threads_ = 0, micro_batches_ = 0;
     bool kv_f16_ = false;  // engine_options::kv_type "f16": keys and values rounded to halves
