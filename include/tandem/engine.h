@@ -60,6 +60,7 @@ enum class kv_type : uint8_t { automatic, f32, f16 };
 // CUDA transfers between devices: peer-to-peer where a pair has it (automatic), only p2p, staged
 // through pinned host memory, or NCCL send/recv.
 enum class engine_transport : uint8_t { automatic, p2p, host, nccl };
+enum class cpu_arithmetic : uint8_t { digits, exact };
 
 // Names as the flags spell them ("auto", "cpu", "cuda"; "auto", "f32", "f16"; "auto", "p2p",
 // "host", "nccl"); parse throws error(config) naming the allowed values.
@@ -69,6 +70,8 @@ kv_type kv_type_parse(const std::string &name);
 const char *kv_type_name(kv_type type);
 engine_transport engine_transport_parse(const std::string &name);
 const char *engine_transport_name(engine_transport transport);
+cpu_arithmetic cpu_arithmetic_parse(const std::string &name);  // "digits", "exact"
+const char *cpu_arithmetic_name(cpu_arithmetic arithmetic);
 
 struct engine_options {
     engine_backend backend = engine_backend::cpu;  // automatic: engine_backend_resolve
@@ -95,6 +98,10 @@ struct engine_options {
     // nearest half and keeps it as f32, so both compute on the same values), or automatic (f16 on
     // the CUDA backend, f32 on the CPU: the server's default).
     kv_type kv = kv_type::f32;
+    // CPU backend: products with Q4_K, Q6_K and Q8_0 weights on digits (int8 activation digits,
+    // integer dot products: the GPU's arithmetic on Q4_K, several times faster) or exact (each
+    // weight dequantised to float, fp32 products: the reference). Other weight types are always exact.
+    cpu_arithmetic arithmetic = cpu_arithmetic::digits;
     // CUDA: make the rows' draws on the device that holds the head (a tensor-parallel pair: the
     // first half's device, the other half sent to it), else on the host from the downloaded rows
     // (the same tokens, slower). counters()["device_draws"]: whether the plan does.

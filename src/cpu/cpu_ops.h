@@ -1,4 +1,4 @@
-// src/cpu/cpu_ops.h - the CPU reference backend's op families (twins of cuda/*.cu).
+// src/cpu/cpu_ops.h - the CPU backend's op families (twins of cuda/*.cu).
 // Every op computes each output element with a reduction whose order depends only on the
 // element's own inputs, never on how many rows share the call: that is what makes a decode
 // row's logits bitwise independent of its batch. Threads split work by output elements.
@@ -12,8 +12,18 @@
 
 namespace tandem::cpu {
 
+// How products with quantized weights are computed. exact: each weight dequantised to float and
+// multiplied in fp32 (the reference, bitwise what the model's dequantised F32 copy computes).
+// digits: activations as int8 digits and integer dot products (digits.h; the GPU's arithmetic on
+// Q4_K), for Q4_K, Q6_K and Q8_0 matrices whose rows are whole blocks of 256; the rest stay exact.
+enum class cpu_arithmetic : int8_t { exact, digits };
+
+struct cpu_workspace;  // workspace.h: scratch kept across calls (a device owns one)
+
 struct cpu_context {
     int32_t n_threads = 1;
+    cpu_arithmetic arithmetic = cpu_arithmetic::exact;
+    cpu_workspace *ws = nullptr;  // nullptr: the ops allocate their scratch per call
 };
 
 // A weight matrix as stored in the file: n_out rows of n_in elements of `type`.
@@ -35,13 +45,13 @@ struct matmul_args {
     float *const *y;        // [n_rows] -> [w.n_out]
     int64_t n_rows = 0;
 };
-// One tile of output features [out_begin, out_end) for all rows; serial (callers parallelise).
+// One tile of output features [out_begin, out_end) for all rows, exact arithmetic; serial.
 void matmul_tile(const matmul_args &args, int64_t out_begin, int64_t out_end);
-// All output features, split over threads.
+// All output features, split over threads, in ctx.arithmetic (digits where digits_apply).
 void matmul(const cpu_context &ctx, const matmul_args &args);
 // Contiguous convenience form: x [n_rows][n_in], y [n_rows][n_out].
 void matmul(const cpu_context &ctx, const cpu_matrix &w, const float *x, float *y, int64_t n_rows);
-// Rows per tile: a tile's dequantised weights stay in L1/L2 while every row reuses them.
+// Rows per tile of the exact path: a tile's dequantised weights stay in L1/L2 while every row reuses them.
 constexpr int64_t matmul_tile_rows = 8;
 
 // ---- norm.cpp ----
@@ -80,8 +90,10 @@ struct moe_grouped_args {
     int64_t n_rows = 0, k = 0, n_expert = 0, d_model = 0, d_ff = 0;
     const uint8_t *owned = nullptr;  // [n_expert] 1 = computed here; nullptr = every expert
 };
-// Reads each selected expert's weights once for all (row, slot) pairs routed to it. Pairs whose
-// expert is not owned are left untouched (another device of the pair computes them).
+// Reads each selected expert's weights once for all (row, slot) pairs routed to it; threads split
+// the work by (expert, tile of output rows). Pairs whose expert is not owned are left untouched
+// (another device of the pair computes them). Digits: gate/up with the GPU's grouped SwiGLU K split,
+// down with its plain one (digits_k_split), so each product's bits are the GPU kernels'.
 void moe_grouped(const cpu_context &ctx, const moe_grouped_args &args);
 // Distinct experts a call touches among the owned ones (statistics, tests).
 int64_t moe_count_experts(const int32_t *ids, int64_t n_pairs, int64_t n_expert, const uint8_t *owned);

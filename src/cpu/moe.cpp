@@ -1,11 +1,16 @@
 // src/cpu/moe.cpp - MoE routing (softmax, top-k, renormalise), the grouped expert FFN that reads
 // each selected expert once for every (row, slot) pair routed to it, and the slot-order combine.
 #include "cpu_ops.h"
+#include "digits.h"
+#include "workspace.h"
 
 #include "tandem/error.h"
 
+#include <omp.h>
+
 #include <algorithm>
 #include <cmath>
+#include <memory>
 #include <vector>
 
 namespace tandem::cpu {
@@ -48,72 +53,159 @@ int64_t moe_count_experts(const int32_t *ids, int64_t n_pairs, int64_t n_expert,
     return count;
 }
 
-void moe_grouped(const cpu_context &ctx, const moe_grouped_args &a) {
-    const int64_t n_pairs = a.n_rows * a.k;
+namespace {
 
-    // Group the (row, slot) pairs by expert: pairs_of[e] lists pair indices r*k+s.
-    std::vector<std::vector<int32_t>> pairs_of(static_cast<size_t>(a.n_expert));
+// The call's pairs grouped by expert: ws.pairs[expert_off[e] .. expert_off[e + 1]) are the pair
+// indices r * k + s routed to owned expert e, ascending.
+void group_pairs(const moe_grouped_args &a, cpu_workspace &ws) {
+    const int64_t n_pairs = a.n_rows * a.k;
+    int32_t *off = grow(ws.expert_off, size_t(a.n_expert + 1));
+    std::fill(off, off + a.n_expert + 1, 0);
     for (int64_t p = 0; p < n_pairs; ++p) {
         const int32_t e = a.ids[p];
         TANDEM_ASSERT(e >= 0 && e < a.n_expert, "expert id {} out of range", e);
-        if (!a.owned || a.owned[e]) pairs_of[e].push_back(int32_t(p));
+        if (!a.owned || a.owned[e]) ++off[e + 1];
     }
-    std::vector<int32_t> active;
-    for (int32_t e = 0; e < a.n_expert; ++e)
-        if (!pairs_of[e].empty()) active.push_back(e);
+    for (int64_t e = 0; e < a.n_expert; ++e) off[e + 1] += off[e];
+    int32_t *pairs = grow(ws.pairs, size_t(n_pairs));
+    int32_t *fill = grow(ws.rows, size_t(a.n_expert));
+    std::copy(off, off + a.n_expert, fill);
+    for (int64_t p = 0; p < n_pairs; ++p) {
+        const int32_t e = a.ids[p];
+        if (!a.owned || a.owned[e]) pairs[fill[e]++] = int32_t(p);
+    }
+}
 
-    // Per pair: its input row and its activation buffer [d_ff].
-    std::vector<float> gate(static_cast<size_t>(n_pairs * a.d_ff)), up(static_cast<size_t>(n_pairs * a.d_ff));
-    struct work { int32_t expert; int64_t begin, end; };
-    auto make_work = [&](int64_t n_out) {
-        std::vector<work> items;
-        for (int32_t e : active)
-            for (int64_t t = 0; t < n_out; t += matmul_tile_rows)
-                items.push_back({e, t, std::min(t + matmul_tile_rows, n_out)});
-        return items;
-    };
+// The (expert, tile) work items of products with n_out outputs in tiles of tile_rows: item =
+// expert * n_tiles + tile; returns n_tiles.
+int64_t make_items(const moe_grouped_args &a, cpu_workspace &ws, int64_t n_out, int64_t tile_rows) {
+    const int64_t n_tiles = (n_out + tile_rows - 1) / tile_rows;
+    ws.items.clear();
+    for (int64_t e = 0; e < a.n_expert; ++e)
+        if (ws.expert_off[size_t(e + 1)] > ws.expert_off[size_t(e)])
+            for (int64_t t = 0; t < n_tiles; ++t) ws.items.push_back(e * n_tiles + t);
+    return n_tiles;
+}
 
-    // Phase 1: gate and up projections for every pair, one expert's tile of rows at a time.
-    const std::vector<work> items1 = make_work(a.d_ff);
+float swiglu(float g, float u) { return g / (1.0f + std::exp(-g)) * u; }
+
+// Exact: fp32 products of dequantised tiles (matmul_tile), pointer arrays in pair order.
+void experts_exact(const cpu_context &ctx, const moe_grouped_args &a, cpu_workspace &ws) {
+    const int64_t n_pairs = a.n_rows * a.k;
+    const int32_t *pairs = ws.pairs.data(), *off = ws.expert_off.data();
+    float *gate = grow(ws.gate, size_t(n_pairs * a.d_ff)), *act = grow(ws.act, size_t(n_pairs * a.d_ff));
+    const float **xs = grow(ws.x_ptrs, size_t(n_pairs));
+    float **gs = grow(ws.y_ptrs, size_t(n_pairs)), **us = grow(ws.y2_ptrs, size_t(n_pairs));
+    for (int64_t i = 0; i < off[a.n_expert]; ++i) {
+        xs[i] = a.x + (pairs[i] / a.k) * a.d_model;
+        gs[i] = gate + pairs[i] * a.d_ff;
+        us[i] = act + pairs[i] * a.d_ff;
+    }
+    int64_t n_tiles = make_items(a, ws, a.d_ff, matmul_tile_rows);
+    const int64_t n1 = int64_t(ws.items.size());
 #pragma omp parallel for schedule(dynamic, 1) num_threads(ctx.n_threads)
-    for (size_t i = 0; i < items1.size(); ++i) {
-        const work &w = items1[i];
-        const int32_t e = w.expert;
-        const auto &pairs = pairs_of[w.expert];
-        std::vector<const float *> xs(pairs.size());
-        std::vector<float *> gs(pairs.size()), us(pairs.size());
-        for (size_t j = 0; j < pairs.size(); ++j) {
-            xs[j] = a.x + (pairs[j] / a.k) * a.d_model;
-            gs[j] = gate.data() + pairs[j] * a.d_ff;
-            us[j] = up.data() + pairs[j] * a.d_ff;
-        }
-        const int64_t n = int64_t(pairs.size());
-        matmul_tile({a.gate_exps.slice_rows(int64_t(e) * a.d_ff, a.d_ff), xs.data(), gs.data(), n}, w.begin, w.end);
-        matmul_tile({a.up_exps.slice_rows(int64_t(e) * a.d_ff, a.d_ff), xs.data(), us.data(), n}, w.begin, w.end);
-        for (size_t j = 0; j < pairs.size(); ++j)
-            for (int64_t f = w.begin; f < w.end; ++f) {
-                const float g = gs[j][f];
-                gs[j][f] = g / (1.0f + std::exp(-g)) * us[j][f];  // SwiGLU: silu(gate) * up
-            }
+    for (int64_t i = 0; i < n1; ++i) {
+        const int64_t e = ws.items[size_t(i)] / n_tiles, begin = (ws.items[size_t(i)] % n_tiles) * matmul_tile_rows;
+        const int64_t end = std::min(begin + matmul_tile_rows, a.d_ff), p0 = off[e], n = off[e + 1] - p0;
+        matmul_tile({a.gate_exps.slice_rows(e * a.d_ff, a.d_ff), xs + p0, gs + p0, n}, begin, end);
+        matmul_tile({a.up_exps.slice_rows(e * a.d_ff, a.d_ff), xs + p0, us + p0, n}, begin, end);
+        for (int64_t j = p0; j < p0 + n; ++j)
+            for (int64_t f = begin; f < end; ++f) us[j][f] = swiglu(gs[j][f], us[j][f]);
     }
-
-    // Phase 2: down projection of each pair's activation into its slot output.
-    const std::vector<work> items2 = make_work(a.d_model);
+    // Down: each pair's activation (in us) into its slot output.
+    for (int64_t i = 0; i < off[a.n_expert]; ++i) {
+        xs[i] = us[i];
+        gs[i] = a.out + pairs[i] * a.d_model;
+    }
+    n_tiles = make_items(a, ws, a.d_model, matmul_tile_rows);
+    const int64_t n2 = int64_t(ws.items.size());
 #pragma omp parallel for schedule(dynamic, 1) num_threads(ctx.n_threads)
-    for (size_t i = 0; i < items2.size(); ++i) {
-        const work &w = items2[i];
-        const int32_t e = w.expert;
-        const auto &pairs = pairs_of[w.expert];
-        std::vector<const float *> xs(pairs.size());
-        std::vector<float *> ys(pairs.size());
-        for (size_t j = 0; j < pairs.size(); ++j) {
-            xs[j] = gate.data() + pairs[j] * a.d_ff;
-            ys[j] = a.out + pairs[j] * a.d_model;
-        }
-        matmul_tile({a.down_exps.slice_rows(int64_t(e) * a.d_model, a.d_model), xs.data(), ys.data(),
-                     int64_t(pairs.size())},
-                    w.begin, w.end);
+    for (int64_t i = 0; i < n2; ++i) {
+        const int64_t e = ws.items[size_t(i)] / n_tiles, begin = (ws.items[size_t(i)] % n_tiles) * matmul_tile_rows;
+        const int64_t p0 = off[e], n = off[e + 1] - p0;
+        matmul_tile({a.down_exps.slice_rows(e * a.d_model, a.d_model), xs + p0, gs + p0, n}, begin,
+                    std::min(begin + matmul_tile_rows, a.d_model));
     }
+}
+
+// Digits: the rows quantised once, gate and up of a tile for all of the expert's pairs, SwiGLU,
+// the activations quantised (a pair a row), then down. A thread takes four consecutive tiles of an
+// expert at a time, so each tile's prefetch of the next one serves the same thread.
+void experts_digits(const cpu_context &ctx, const moe_grouped_args &a, cpu_workspace &ws) {
+    const int64_t n_pairs = a.n_rows * a.k;
+    const int32_t *pairs = ws.pairs.data(), *off = ws.expert_off.data();
+    const int64_t n_grouped = off[a.n_expert];
+    ws.x_digits.resize(a.n_rows, a.d_model);
+#pragma omp parallel for schedule(static) num_threads(ctx.n_threads) if (a.n_rows > 1)
+    for (int64_t r = 0; r < a.n_rows; ++r) digits_quantize_row(a.x + r * a.d_model, ws.x_digits, r);
+    float *gate = grow(ws.gate, size_t(n_pairs * a.d_ff)), *act = grow(ws.act, size_t(n_pairs * a.d_ff));
+    int32_t *x_rows = grow(ws.rows, size_t(n_grouped));
+    float **gs = grow(ws.y_ptrs, size_t(n_grouped)), **us = grow(ws.y2_ptrs, size_t(n_grouped));
+    for (int64_t i = 0; i < n_grouped; ++i) {
+        x_rows[i] = int32_t(pairs[i] / a.k);
+        gs[i] = gate + pairs[i] * a.d_ff;
+        us[i] = act + pairs[i] * a.d_ff;
+    }
+    ws.reserve_threads(ctx.n_threads);
+    int64_t n_tiles = make_items(a, ws, a.d_ff, digits_tile_rows);
+    const int64_t n1 = int64_t(ws.items.size());
+#pragma omp parallel for schedule(dynamic, 4) num_threads(ctx.n_threads)
+    for (int64_t i = 0; i < n1; ++i) {
+        const int64_t e = ws.items[size_t(i)] / n_tiles, begin = (ws.items[size_t(i)] % n_tiles) * digits_tile_rows;
+        const int64_t end = std::min(begin + digits_tile_rows, a.d_ff), p0 = off[e], n = off[e + 1] - p0;
+        digits_scratch &scratch = ws.tiles[size_t(omp_get_thread_num())];
+        digits_product_args pa;
+        pa.x = &ws.x_digits;
+        pa.x_rows = x_rows + p0;
+        pa.n_rows = n;
+        pa.k_split = digits_k_split(true, a.d_model);
+        pa.w = a.gate_exps.slice_rows(e * a.d_ff, a.d_ff);
+        pa.y = gs + p0;
+        digits_product_tile(pa, begin, end, scratch);
+        pa.w = a.up_exps.slice_rows(e * a.d_ff, a.d_ff);
+        pa.y = us + p0;
+        digits_product_tile(pa, begin, end, scratch);
+        for (int64_t j = p0; j < p0 + n; ++j)
+            for (int64_t f = begin; f < end; ++f) us[j][f] = swiglu(gs[j][f], us[j][f]);
+    }
+    // Down: pair i of the grouped order reads activation row i (quantised in that order).
+    ws.act_digits.resize(n_grouped, a.d_ff);
+#pragma omp parallel for schedule(static) num_threads(ctx.n_threads)
+    for (int64_t i = 0; i < n_grouped; ++i) digits_quantize_row(us[i], ws.act_digits, i);
+    for (int64_t i = 0; i < n_grouped; ++i) {
+        x_rows[i] = int32_t(i);
+        gs[i] = a.out + pairs[i] * a.d_model;
+    }
+    n_tiles = make_items(a, ws, a.d_model, digits_tile_rows);
+    const int64_t n2 = int64_t(ws.items.size());
+#pragma omp parallel for schedule(dynamic, 4) num_threads(ctx.n_threads)
+    for (int64_t i = 0; i < n2; ++i) {
+        const int64_t e = ws.items[size_t(i)] / n_tiles, begin = (ws.items[size_t(i)] % n_tiles) * digits_tile_rows;
+        const int64_t p0 = off[e];
+        digits_product_args pa;
+        pa.w = a.down_exps.slice_rows(e * a.d_model, a.d_model);
+        pa.x = &ws.act_digits;
+        pa.x_rows = x_rows + p0;
+        pa.y = gs + p0;
+        pa.n_rows = off[e + 1] - p0;
+        pa.k_split = digits_k_split(false, a.d_ff);
+        digits_product_tile(pa, begin, std::min(begin + digits_tile_rows, a.d_model), ws.tiles[size_t(omp_get_thread_num())]);
+    }
+}
+
+}  // namespace
+
+void moe_grouped(const cpu_context &ctx, const moe_grouped_args &a) {
+    std::unique_ptr<cpu_workspace> local;
+    if (!ctx.ws) local = std::make_unique<cpu_workspace>();
+    cpu_workspace &ws = ctx.ws ? *ctx.ws : *local;
+    group_pairs(a, ws);
+    const bool digits = ctx.arithmetic == cpu_arithmetic::digits && digits_apply(a.gate_exps.type, a.d_model) &&
+                        digits_apply(a.up_exps.type, a.d_model) && digits_apply(a.down_exps.type, a.d_ff);
+    if (digits)
+        experts_digits(ctx, a, ws);
+    else
+        experts_exact(ctx, a, ws);
 }
 
 void moe_combine(float *x, const float *out, const float *weights, int64_t n_rows, int64_t k, int64_t d_model) {

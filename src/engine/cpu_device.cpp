@@ -18,9 +18,11 @@ const float *f32_data(const gguf_tensor_info *t) { return reinterpret_cast<const
 }  // namespace
 
 cpu_device::cpu_device(const model_hparams &hp, const model_tensors &tensors, cpu_part part, int32_t n_slots,
-                       int32_t n_ctx, int32_t n_threads, bool kv_f16)
+                       int32_t n_ctx, int32_t n_threads, bool kv_f16, cpu::cpu_arithmetic arithmetic)
     : hp_(hp), tensors_(tensors), part_(std::move(part)), n_slots_(n_slots), n_ctx_(n_ctx), kv_f16_(kv_f16) {
     ctx_.n_threads = std::max(1, n_threads);
+    ctx_.arithmetic = arithmetic;
+    ctx_.ws = &ws_;
     kv_dim_ = int64_t(hp_.n_head_kv) * hp_.d_head;
     const size_t n_layers = size_t(part_.layer_end - part_.layer_begin);
     kv_bytes_ = n_layers * 2 * size_t(n_slots_) * size_t(n_ctx_) * size_t(kv_dim_) * sizeof(float);
@@ -68,49 +70,48 @@ void cpu_device::layer_attention(int32_t layer, std::span<const engine_row> rows
     const layer_tensors &lt = tensors_.layers[size_t(layer)];
     const int64_t n = int64_t(rows.size()), d = hp_.d_model, dh = hp_.d_head;
     const int64_t q_dim = int64_t(hp_.n_head) * dh;
-    std::vector<float> h(static_cast<size_t>(n * d)), q(static_cast<size_t>(n * q_dim));
-    std::vector<float> k(static_cast<size_t>(n * kv_dim_)), v(static_cast<size_t>(n * kv_dim_));
-    std::vector<float> att(static_cast<size_t>(n * q_dim)), o(static_cast<size_t>(n * d));
-    std::vector<int32_t> pos(rows.size());
+    float *h = cpu::grow(h_, size_t(n * d)), *q = cpu::grow(q_, size_t(n * q_dim));
+    float *k = cpu::grow(k_, size_t(n * kv_dim_)), *v = cpu::grow(v_, size_t(n * kv_dim_));
+    float *att = cpu::grow(att_, size_t(n * q_dim)), *o = cpu::grow(o_, size_t(n * d));
+    int32_t *pos = cpu::grow(pos_, rows.size());
     for (size_t i = 0; i < rows.size(); ++i) pos[i] = rows[i].pos;
 
-    cpu::rmsnorm(x, f32_data(lt.attn_norm), h.data(), n, d, hp_.rms_eps);
-    cpu::matmul(ctx_, matrix(lt.wq, d, q_dim), h.data(), q.data(), n);
-    cpu::matmul(ctx_, matrix(lt.wk, d, kv_dim_), h.data(), k.data(), n);
-    cpu::matmul(ctx_, matrix(lt.wv, d, kv_dim_), h.data(), v.data(), n);
-    cpu::rmsnorm(q.data(), f32_data(lt.q_norm), q.data(), n * hp_.n_head, dh, hp_.rms_eps);
-    cpu::rmsnorm(k.data(), f32_data(lt.k_norm), k.data(), n * hp_.n_head_kv, dh, hp_.rms_eps);
-    cpu::rope_neox(q.data(), pos.data(), n, hp_.n_head, dh, hp_.rope_theta);
-    cpu::rope_neox(k.data(), pos.data(), n, hp_.n_head_kv, dh, hp_.rope_theta);
+    cpu::rmsnorm(x, f32_data(lt.attn_norm), h, n, d, hp_.rms_eps);
+    cpu::matmul(ctx_, matrix(lt.wq, d, q_dim), h, q, n);
+    cpu::matmul(ctx_, matrix(lt.wk, d, kv_dim_), h, k, n);
+    cpu::matmul(ctx_, matrix(lt.wv, d, kv_dim_), h, v, n);
+    cpu::rmsnorm(q, f32_data(lt.q_norm), q, n * hp_.n_head, dh, hp_.rms_eps);
+    cpu::rmsnorm(k, f32_data(lt.k_norm), k, n * hp_.n_head_kv, dh, hp_.rms_eps);
+    cpu::rope_neox(q, pos, n, hp_.n_head, dh, hp_.rope_theta);
+    cpu::rope_neox(k, pos, n, hp_.n_head_kv, dh, hp_.rope_theta);
 
     // Every row's K/V goes into its slot before any row attends, so rows of one slot in this call
     // see each other causally (by position), and rows of other slots never.
-    std::vector<const float *> kc(rows.size()), vc(rows.size());
+    const float **kc = cpu::grow(kc_, rows.size()), **vc = cpu::grow(vc_, rows.size());
     if (kv_f16_)
-        for (size_t i = 0; i < k.size(); ++i) {
+        for (int64_t i = 0; i < n * kv_dim_; ++i) {
             k[i] = fp16_to_fp32(fp32_to_fp16(k[i]));
             v[i] = fp16_to_fp32(fp32_to_fp16(v[i]));
         }
     for (size_t i = 0; i < rows.size(); ++i) {
         float *kd = k_cache(layer, rows[i].slot), *vd = v_cache(layer, rows[i].slot);
-        std::copy_n(k.data() + i * size_t(kv_dim_), kv_dim_, kd + size_t(rows[i].pos) * size_t(kv_dim_));
-        std::copy_n(v.data() + i * size_t(kv_dim_), kv_dim_, vd + size_t(rows[i].pos) * size_t(kv_dim_));
+        std::copy_n(k + i * size_t(kv_dim_), kv_dim_, kd + size_t(rows[i].pos) * size_t(kv_dim_));
+        std::copy_n(v + i * size_t(kv_dim_), kv_dim_, vd + size_t(rows[i].pos) * size_t(kv_dim_));
         kc[i] = kd;
         vc[i] = vd;
     }
-    const cpu::attention_args args{q.data(), kc.data(), vc.data(), pos.data(), att.data(),
-                                   n, hp_.n_head, hp_.n_head_kv, dh, 1.0f / std::sqrt(float(dh))};
+    const cpu::attention_args args{q, kc, vc, pos, att, n, hp_.n_head, hp_.n_head_kv, dh, 1.0f / std::sqrt(float(dh))};
     cpu::attention(ctx_, args);
-    cpu::matmul(ctx_, matrix(lt.wo, q_dim, d), att.data(), o.data(), n);
+    cpu::matmul(ctx_, matrix(lt.wo, q_dim, d), att, o, n);
     for (int64_t i = 0; i < n * d; ++i) x[i] += o[size_t(i)];
 }
 
 void cpu_device::layer_route(int32_t layer, int64_t n, const float *x, float *h, int32_t *ids, float *weights) {
     const layer_tensors &lt = tensors_.layers[size_t(layer)];
-    std::vector<float> router_logits(static_cast<size_t>(n * hp_.n_expert));
+    float *router_logits = cpu::grow(router_logits_, size_t(n * hp_.n_expert));
     cpu::rmsnorm(x, f32_data(lt.ffn_norm), h, n, hp_.d_model, hp_.rms_eps);
-    cpu::matmul(ctx_, matrix(lt.router, hp_.d_model, hp_.n_expert), h, router_logits.data(), n);
-    cpu::moe_route(router_logits.data(), n, hp_.n_expert, hp_.n_expert_used, hp_.norm_topk, ids, weights);
+    cpu::matmul(ctx_, matrix(lt.router, hp_.d_model, hp_.n_expert), h, router_logits, n);
+    cpu::moe_route(router_logits, n, hp_.n_expert, hp_.n_expert_used, hp_.norm_topk, ids, weights);
 }
 
 void cpu_device::layer_experts(int32_t layer, int64_t n, const float *h, const int32_t *ids, float *out) {
@@ -134,17 +135,16 @@ void cpu_device::layer_experts(int32_t layer, int64_t n, const float *h, const i
 
 void cpu_device::head(std::span<const engine_row> rows, const float *x, std::vector<float> &out) {
     const int64_t d = hp_.d_model;
-    std::vector<size_t> picked;
+    picked_.clear();
     for (size_t i = 0; i < rows.size(); ++i)
-        if (rows[i].want != row_output::none) picked.push_back(i);
-    const int64_t n_out = int64_t(picked.size()), n_cols = part_.head_end - part_.head_begin;
-    std::vector<float> h(static_cast<size_t>(n_out * d));
-    for (size_t j = 0; j < picked.size(); ++j)
-        cpu::rmsnorm(x + picked[j] * size_t(d), f32_data(tensors_.output_norm), h.data() + j * size_t(d), 1, d,
-                     hp_.rms_eps);
+        if (rows[i].want != row_output::none) picked_.push_back(i);
+    const int64_t n_out = int64_t(picked_.size()), n_cols = part_.head_end - part_.head_begin;
+    float *h = cpu::grow(h_, size_t(n_out * d));
+    for (size_t j = 0; j < picked_.size(); ++j)
+        cpu::rmsnorm(x + picked_[j] * size_t(d), f32_data(tensors_.output_norm), h + j * size_t(d), 1, d, hp_.rms_eps);
     out.resize(static_cast<size_t>(n_out * n_cols));
     const cpu::cpu_matrix w = matrix(tensors_.output, d, hp_.n_vocab).slice_rows(part_.head_begin, n_cols);
-    cpu::matmul(ctx_, w, h.data(), out.data(), n_out);
+    cpu::matmul(ctx_, w, h, out.data(), n_out);
 }
 
 }  // namespace tandem

@@ -3,6 +3,7 @@
 #pragma once
 
 #include "src/cpu/cpu_ops.h"
+#include "src/cpu/workspace.h"
 #include "tandem/engine.h"
 #include "tandem/model.h"
 
@@ -23,9 +24,9 @@ struct cpu_part {
 class cpu_device {
 public:
     // kv_f16: keys and values are rounded to the nearest half as they enter the cache (kept as f32),
-    // the values the CUDA engine's f16 cache holds.
+    // the values the CUDA engine's f16 cache holds. arithmetic: how quantized products are computed.
     cpu_device(const model_hparams &hp, const model_tensors &tensors, cpu_part part, int32_t n_slots, int32_t n_ctx,
-               int32_t n_threads, bool kv_f16 = false);
+               int32_t n_threads, bool kv_f16 = false, cpu::cpu_arithmetic arithmetic = cpu::cpu_arithmetic::exact);
     ~cpu_device();
     cpu_device(const cpu_device &) = delete;
     cpu_device &operator=(const cpu_device &) = delete;
@@ -63,6 +64,12 @@ private:
     int64_t kv_dim_ = 0;
     float *kv_ = nullptr;  // [layer_end - layer_begin][2][n_slots][n_ctx][kv_dim]; lazily backed
     size_t kv_bytes_ = 0;
+    // Scratch kept across calls (they only grow): the ops' workspace and the layer's activations.
+    cpu::cpu_workspace ws_;
+    std::vector<float> h_, q_, k_, v_, att_, o_, router_logits_;
+    std::vector<int32_t> pos_;
+    std::vector<const float *> kc_, vc_;
+    std::vector<size_t> picked_;
 };
 
 }  // namespace tandem

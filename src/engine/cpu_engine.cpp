@@ -6,6 +6,7 @@
 
 #include "host_memory.h"
 #include "src/cpu/cpu_ops.h"
+#include "src/cpu/digits.h"
 #include "tandem/error.h"
 
 #include <algorithm>
@@ -26,6 +27,7 @@ cpu_engine::cpu_engine(std::shared_ptr<const gguf_file> file, const engine_optio
     if (options.micro_batches < 0) fail(error_kind::config, "micro-batches must be >= 0, got {}", options.micro_batches);
     micro_batches_ = options.micro_batches;
     kv_f16_ = engine_kv_bytes(options) == 2;
+    arithmetic_ = options.arithmetic == cpu_arithmetic::exact ? cpu::cpu_arithmetic::exact : cpu::cpu_arithmetic::digits;
     n_threads_ = options.n_threads > 0 ? options.n_threads : int32_t(std::max(1u, std::thread::hardware_concurrency()));
 
     // The plan: N CPU virtual devices, all-to-all "P2P", sharing the host's RAM.
@@ -48,6 +50,7 @@ cpu_engine::cpu_engine(std::shared_ptr<const gguf_file> file, const engine_optio
     if (options.record_expert_traffic)
         traffic_.assign(size_t(hp_.n_layer), std::vector<uint64_t>(size_t(hp_.n_expert), 0));
     stage_members_ = placement_stage_members(plan_);
+    scratch_.resize(stage_members_.size());
     const int32_t threads_each = std::max(1, n_threads_ / options.n_devices);
     for (const placement_device_plan &dp : plan_.devices) {
         cpu_part part;
@@ -64,7 +67,7 @@ cpu_engine::cpu_engine(std::shared_ptr<const gguf_file> file, const engine_optio
             }
         devices_.push_back(std::make_unique<cpu_device>(hp_, tensors_, std::move(part), n_slots, n_ctx,
                                                         options.n_devices == 1 ? n_threads_ : threads_each,
-                                                        kv_f16_));
+                                                        kv_f16_, arithmetic_));
     }
 }
 
@@ -75,8 +78,10 @@ void cpu_engine::slot_truncate(int32_t slot, int32_t n_keep) { slots_.truncate(s
 std::string cpu_engine::layout() const {
     size_t kv = 0;
     for (const auto &d : devices_) kv += d->kv_bytes();
-    return fmt::format("{} | cpu threads={} micro-batches={} kv={} {:.2f} GiB", placement_layout_line(plan_), n_threads_,
-                       micro_batches_ > 0 ? micro_batches_ : plan_.n_stages, kv_f16_ ? "f16 (as f32)" : "f32", kv / 1073741824.0);
+    const bool digits = arithmetic_ == cpu::cpu_arithmetic::digits;
+    return fmt::format("{} | cpu threads={} micro-batches={} kv={} {:.2f} GiB arithmetic={}{}{}", placement_layout_line(plan_), n_threads_,
+                       micro_batches_ > 0 ? micro_batches_ : plan_.n_stages, kv_f16_ ? "f16 (as f32)" : "f32", kv / 1073741824.0,
+                       digits ? "digits (" : "exact", digits ? cpu::cpu_isa_name(cpu::cpu_isa_best()) : "", digits ? ")" : "");
 }
 
 std::map<std::string, double> cpu_engine::counters() const {
@@ -92,14 +97,23 @@ void cpu_engine::run_stage(int32_t stage, std::span<const engine_row> rows, std:
     const int64_t n = int64_t(rows.size()), d = hp_.d_model, k = hp_.n_expert_used;
     const size_t n_pairs = size_t(n * k);
     const cpu_part &part = devices_[size_t(members[0])]->part();
-    // Each member holds its own copy of the hidden states (attention is replicated in a pair).
-    std::vector<std::vector<float>> xs(members.size(), x);
+    // Each member holds its own copy of the hidden states (attention is replicated in a pair). The
+    // buffers are the stage's, kept across calls (every slot output is written each layer: by the
+    // member that owns its expert, then the exchange).
+    stage_scratch &sc = scratch_[size_t(stage)];
+    auto &xs = sc.xs, &hs = sc.hs, &outs = sc.outs, &weights = sc.weights;
+    auto &ids = sc.ids;
+    for (auto *v : {&xs, &hs, &outs, &weights}) v->resize(members.size());
+    ids.resize(members.size());
+    for (size_t m = 0; m < members.size(); ++m) {
+        xs[m] = x;
+        hs[m].resize(size_t(n * d));
+        outs[m].resize(n_pairs * size_t(d));
+        ids[m].resize(n_pairs);
+        weights[m].resize(n_pairs);
+    }
     if (stage > 0) stats.bytes_moved += x.size() * sizeof(float);  // hidden states from the previous stage
     if (members.size() > 1) stats.bytes_moved += x.size() * sizeof(float) * (members.size() - 1);
-    std::vector<std::vector<float>> hs(members.size(), std::vector<float>(size_t(n * d)));
-    std::vector<std::vector<float>> outs(members.size(), std::vector<float>(n_pairs * size_t(d)));
-    std::vector<std::vector<int32_t>> ids(members.size(), std::vector<int32_t>(n_pairs));
-    std::vector<std::vector<float>> weights(members.size(), std::vector<float>(n_pairs));
     int64_t touched = 0;
     for (int32_t l = part.layer_begin; l < part.layer_end; ++l) {
         for (size_t m = 0; m < members.size(); ++m) {

@@ -50,9 +50,17 @@ private:
     placement_plan plan_;
     std::vector<std::unique_ptr<cpu_device>> devices_;   // by logical index
     std::vector<std::vector<int32_t>> stage_members_;     // [stage] -> logical devices (host first)
+    // A stage's buffers, kept across calls (one thread runs a stage at a time): per member its hidden
+    // states, normalised rows, slot outputs, routing.
+    struct stage_scratch {
+        std::vector<std::vector<float>> xs, hs, outs, weights;
+        std::vector<std::vector<int32_t>> ids;
+    };
+    std::vector<stage_scratch> scratch_;                  // [stage]
     slot_table slots_;
     int32_t n_threads_ = 0, micro_batches_ = 0;
     bool kv_f16_ = false;  // engine_options::kv f16: keys and values rounded to halves
+    cpu::cpu_arithmetic arithmetic_ = cpu::cpu_arithmetic::digits;
     double experts_touched_ = 0;     // distinct experts per layer in the last forward (average)
     uint64_t bytes_moved_ = 0;       // hidden states, expert outputs and logits between devices
     std::vector<std::vector<uint64_t>> traffic_;  // [n_layer][n_expert] when recording (each stage

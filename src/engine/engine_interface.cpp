@@ -36,8 +36,13 @@ constexpr std::array<std::pair<const char *, engine_transport>, 4> transport_nam
     {{"auto", engine_transport::automatic}, {"p2p", engine_transport::p2p}, {"host", engine_transport::host},
      {"nccl", engine_transport::nccl}}};
 
+constexpr std::array<std::pair<const char *, cpu_arithmetic>, 2> arithmetic_names{
+    {{"digits", cpu_arithmetic::digits}, {"exact", cpu_arithmetic::exact}}};
+
 }  // namespace
 
+cpu_arithmetic cpu_arithmetic_parse(const std::string &name) { return enum_parse(arithmetic_names, name, "CPU arithmetic"); }
+const char *cpu_arithmetic_name(cpu_arithmetic arithmetic) { return enum_name(arithmetic_names, arithmetic); }
 engine_backend engine_backend_parse(const std::string &name) { return enum_parse(backend_names, name, "backend"); }
 const char *engine_backend_name(engine_backend backend) { return enum_name(backend_names, backend); }
 kv_type kv_type_parse(const std::string &name) { return enum_parse(kv_names, name, "KV cache type"); }

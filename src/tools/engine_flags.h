@@ -32,6 +32,9 @@ inline void add_engine_flags(CLI::App &sub, engine_options &opt) {
     add_enum_option(sub, "--backend", opt.backend, engine_backend_parse, engine_backend_name,
                     "auto (cuda when a GPU is visible), cpu or cuda");
     sub.add_option("--threads", opt.n_threads, "CPU threads (default: all cores)");
+    add_enum_option(sub, "--cpu-arithmetic", opt.arithmetic, cpu_arithmetic_parse, cpu_arithmetic_name,
+                    "CPU backend: Q4_K, Q6_K and Q8_0 products on int8 digits (the GPU's Q4_K arithmetic; fast) or exact "
+                    "(fp32 on dequantised weights: the reference)");
     sub.add_option("--ctx", opt.n_ctx, "Tokens per KV slot");
     add_enum_option(sub, "--kv-type", opt.kv, kv_type_parse, kv_type_name,
                     "KV cache element type: f32, f16 (half the memory, tensor-core decode attention), or auto: f16 on CUDA, f32 on the CPU");

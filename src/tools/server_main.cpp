@@ -113,7 +113,7 @@ std::string config_line(const server_config &c) {
                        c.gpu_vram, c.tensor_parallel, c.mem_budget_gib > 0 ? fmt::format("{}GiB", c.mem_budget_gib) : "auto");
 }
 
-int serve(server_config cfg) {
+int serve(server_config cfg, const std::string &cpu_arithmetic) {
     auto file = gguf_file::open(cfg.model_path);
     model_hparams hp = model_hparams_read(*file);
     if (cfg.alias.empty()) cfg.alias = std::filesystem::path(cfg.model_path).filename().string();
@@ -131,6 +131,7 @@ int serve(server_config cfg) {
     eo.record_expert_traffic = !cfg.expert_traffic_out.empty();
     eo.kv = kv_type_parse(cfg.kv_type);
     eo.device_draws = cfg.device_draws;
+    eo.arithmetic = cpu_arithmetic_parse(cpu_arithmetic);
     eo.backend = engine_backend_resolve(eo);
     eo.kv = engine_kv_type_resolve(eo);  // auto: f16 on CUDA, f32 on the CPU
     cfg.backend = engine_backend_name(eo.backend);
@@ -268,7 +269,7 @@ int main(int argc, char **argv) {
     // Before any thread starts, so every thread inherits it; serve()'s signal_waiter takes them.
     signal_waiter_block_in_this_thread();
     server_config cfg;
-    std::string api_key_file, gpu_devices = "auto";
+    std::string api_key_file, gpu_devices = "auto", cpu_arithmetic = cpu_arithmetic_name(engine_options{}.arithmetic);
     double body_limit_mib = static_cast<double>(cfg.body_limit) / (1 << 20);
     int32_t timeout_s = cfg.read_timeout_s;
 
@@ -310,6 +311,11 @@ int main(int argc, char **argv) {
     auto *key = app.add_option("--api-key", cfg.api_key, "require this key (Bearer; x-api-key on Anthropic routes)");
     app.add_option("--api-key-file", api_key_file, "read the API key from this file")->excludes(key);
     app.add_option("--threads", cfg.n_threads, "engine CPU threads (0: all cores)")->check(CLI::Range(0, 4096));
+    app.add_option("--cpu-arithmetic", cpu_arithmetic,
+                   "CPU backend: Q4_K, Q6_K and Q8_0 products on int8 digits (the GPU's Q4_K arithmetic; fast) or exact "
+                   "(fp32 on dequantised weights: the reference)")
+        ->check(CLI::IsMember({"digits", "exact"}))
+        ->capture_default_str();
     app.add_option("--http-threads", cfg.http_threads, "HTTP I/O threads")->check(CLI::Range(1, 256));
     app.add_option("--max-connections", cfg.max_connections,
                    "open connections; beyond them idle ones are closed and accepts wait (a few more are kept for /health)")
@@ -356,7 +362,7 @@ int main(int argc, char **argv) {
         cfg.gpu_devices = parse_devices(gpu_devices);
         cfg.body_limit = static_cast<size_t>(body_limit_mib * (1 << 20));
         cfg.read_timeout_s = cfg.write_timeout_s = timeout_s;
-        return serve(std::move(cfg));
+        return serve(std::move(cfg), cpu_arithmetic);
     } catch (const error &e) {
         log_error("{}", e.what());
         return e.kind() == error_kind::config || e.kind() == error_kind::invalid_request ? 2 : 1;

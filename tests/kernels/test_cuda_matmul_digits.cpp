@@ -9,6 +9,7 @@
 #include "gpu_test_util.h"
 #include "quant_test_util.h"
 #include "digit_groups_test_util.h"
+#include "digits_test_util.h"
 
 #include "cuda/cuda_check.h"
 #include "cuda/launch.cuh"
@@ -119,6 +120,13 @@ TEST_CASE("prompt digit tiles: grouped SwiGLU bitwise the decode kernels, within
         const auto got = tiles_checked_against_decode(gr.swiglu_args(dg.ptr, du.ptr, sh.n_in, sh.n_out, dd.view(), nullptr, sh.n_expert),
                                                       pairs, size_t(pairs) * sh.n_out);
 
+        {
+            // The CPU's digit products of gate and up through its SwiGLU: within the exp functions' ulps.
+            auto x_row = [&](size_t p) { return p / size_t(sh.k); };
+            const auto cg = test::cpu_grouped_product(gate, hg.ids, sh.n_in, sh.n_out, x, x_row, cuda::digits_grouped_k_split(true, sh.n_in));
+            const auto cu = test::cpu_grouped_product(up, hg.ids, sh.n_in, sh.n_out, x, x_row, cuda::digits_grouped_k_split(true, sh.n_in));
+            CHECK(test::max_rel_diff(test::cpu_swiglu(cg, cu), got) <= 1e-6);
+        }
         std::vector<float> ref(got.size()), gv(size_t(sh.n_out)), uv(size_t(sh.n_out));
         for (int32_t p = 0; p < pairs; ++p) {
             const int32_t e = hg.ids[size_t(p)];
@@ -159,6 +167,9 @@ TEST_CASE("prompt digit tiles: grouped plain products bitwise the decode kernels
         cuda::matvec_digits_args a = gr.plain_args(dw.ptr, sh.n_in, sh.n_out, nullptr, sh.n_expert);
         a.x = dd.view();
         const auto got = tiles_checked_against_decode(a, pairs, size_t(pairs) * sh.n_out);
+        CHECK(test::same_bits(test::cpu_grouped_product(w, hg.ids, sh.n_in, sh.n_out, x, [](size_t p) { return p; },
+                                                        cuda::digits_grouped_k_split(false, sh.n_in)),
+                              got));
 
         std::vector<float> ref(got.size());
         for (int32_t p = 0; p < pairs; ++p)
@@ -243,6 +254,15 @@ TEST_CASE("dense digit products as one group: tiles bitwise the decode kernels, 
             for (int variant = 3; variant < n_variants; ++variant) {
                 INFO("variant " << variant);
                 CHECK(std::memcmp(outs[0].data(), outs[size_t(variant)].data(), ref.size() * sizeof(float)) == 0);
+            }
+            {
+                // The CPU's digit product of the same rows (plus the residual, one rounding): the same bits.
+                std::vector<int32_t> all_rows(static_cast<size_t>(sh.rows));
+                for (int32_t r = 0; r < sh.rows; ++r) all_rows[size_t(r)] = r;
+                std::vector<float> cpu_y = test::cpu_digit_product(w, sh.n_in, sh.n_out, x, all_rows, cuda::digits_grouped_k_split(false, sh.n_in));
+                if (acc)
+                    for (size_t i = 0; i < cpu_y.size(); ++i) cpu_y[i] = base[i] + cpu_y[i];
+                CHECK(test::same_bits(cpu_y, outs[3]));
             }
             std::vector<float> want = ref, got = outs[3];
             if (acc)

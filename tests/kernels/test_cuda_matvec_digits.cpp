@@ -93,6 +93,10 @@ TEST_CASE("dense digit products match the CPU and are batch invariant", "[gpu][k
             worst = std::max(worst, rel_err(got.data() + size_t(r) * sh.n_out, ref.data() + size_t(r) * sh.n_out, size_t(sh.n_out)));
         INFO("worst relative L2 error of a row " << worst);
         CHECK(worst <= test::tolerance::matvec);
+        // The CPU's digit product of the same rows: the same bits.
+        std::vector<int32_t> all_rows(static_cast<size_t>(sh.n_rows));
+        for (int32_t r = 0; r < sh.n_rows; ++r) all_rows[size_t(r)] = r;
+        CHECK(test::same_bits(test::cpu_digit_product(w, sh.n_in, sh.n_out, x, all_rows, test::dense_digits_k_split(sh.n_out)), got));
         // Each row alone: bitwise its value among the others.
         for (int32_t r = 0; r < sh.n_rows; r += 5) {
             device_digits one(1, sh.n_in);
@@ -152,6 +156,25 @@ TEST_CASE("grouped SwiGLU digit products match the CPU and are batch invariant",
         run(hg, dd, dy.ptr);
         const auto got = dy.download();
         CHECK(rel_err(got.data(), ref.data(), ref.size()) <= test::tolerance::moe);
+        {
+            // The CPU's gate and up digit products (the GPU's bits: its plain grouped products of
+            // either matrix give them) through the CPU's SwiGLU: within the exp functions' ulps.
+            auto x_row = [&](size_t p) { return p / size_t(k); };
+            const int32_t split = cuda::digits_grouped_k_split(true, n_in);
+            const auto cg = test::cpu_grouped_product(gate, hg.ids, n_in, n_out, x, x_row, split);
+            const auto cu = test::cpu_grouped_product(up, hg.ids, n_in, n_out, x, x_row, split);
+            device_groups gr(hg);
+            device_buffer<float> dplain(got.size());
+            for (const bool is_gate : {true, false}) {
+                INFO("plain grouped product of the " << (is_gate ? "gate" : "up") << " matrices");
+                cuda::matvec_digits_args a = gr.swiglu_args(is_gate ? dg.ptr : du.ptr, nullptr, n_in, n_out, dd.view(), dplain.ptr, n_expert);
+                a.x_rows = gr.px.ptr;
+                dplain.poison();
+                cuda::matvec_digits(a, nullptr);
+                CHECK(test::same_bits(dplain.download(), is_gate ? cg : cu));
+            }
+            CHECK(test::max_rel_diff(test::cpu_swiglu(cg, cu), got) <= 1e-6);
+        }
         // Weights staged in shared memory first, a row a bulk copy and (K = 2,048: rows of whole
         // 128-byte lines) in two swizzled tensor copies: the same arithmetic, bitwise.
         for (const bool tensor_copies : {false, true}) {
@@ -369,6 +392,16 @@ TEST_CASE("grouped plain digit products match the CPU, in-kernel digits equal th
             return dy.download();
         };
         const auto got = run(false, false);
+        // The CPU's digit products of the same pairs: the same bits (the NaN pair's outputs are NaN
+        // on both; NaN payloads are not compared).
+        {
+            const auto cpu_y = test::cpu_grouped_product(down, hg.ids, sh.n_in, sh.n_out, x, [](size_t p) { return p; },
+                                                         cuda::digits_grouped_k_split(false, sh.n_in));
+            bool same = true;
+            for (size_t i = 0; i < got.size(); ++i)
+                same = same && (std::isnan(got[i]) ? std::isnan(cpu_y[i]) : std::memcmp(&got[i], &cpu_y[i], sizeof(float)) == 0);
+            CHECK(same);
+        }
         for (const bool in_kernel : {false, true})
             for (const bool stage : {false, true}) {
                 INFO("in-kernel digits " << in_kernel << " staged " << stage);

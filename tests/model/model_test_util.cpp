@@ -76,11 +76,12 @@ std::string dequantized_copy(const std::string &path) {
     return out;
 }
 
-std::unique_ptr<engine> open_cpu(const std::string &path, int32_t n_slots, int32_t n_ctx, kv_type kv) {
+std::unique_ptr<engine> open_cpu(const std::string &path, int32_t n_slots, int32_t n_ctx, kv_type kv, cpu_arithmetic arithmetic) {
     engine_options opt;
     opt.n_slots = n_slots;
     opt.n_ctx = n_ctx;
     opt.kv = kv;
+    opt.arithmetic = arithmetic;
     return engine_open(gguf_file::open(path), opt);
 }
 

@@ -24,7 +24,9 @@ std::string synth_gguf(const std::string &preset, ggml_type type, int32_t layers
 // Copy of `path` with every tensor dequantised to F32 (same keys, same names).
 std::string dequantized_copy(const std::string &path);
 
-std::unique_ptr<engine> open_cpu(const std::string &path, int32_t n_slots, int32_t n_ctx, kv_type kv = kv_type::f32);
+// arithmetic: the reference (exact) unless a test asks for digits.
+std::unique_ptr<engine> open_cpu(const std::string &path, int32_t n_slots, int32_t n_ctx, kv_type kv = kv_type::f32,
+                                 cpu_arithmetic arithmetic = cpu_arithmetic::exact);
 
 inline row_output logits_if(bool wanted) { return wanted ? row_output::logits : row_output::none; }
 

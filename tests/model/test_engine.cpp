@@ -31,14 +31,16 @@ bool same_bits(std::span<const float> a, std::span<const float> b) {
 }  // namespace
 
 TEST_CASE("a row's logits do not depend on the other rows of the call", "[engine][invariance]") {
-    const ggml_type type = GENERATE(ggml_type::q4_k, ggml_type::f32);
+    const ggml_type type = GENERATE(ggml_type::q4_k, ggml_type::q6_k, ggml_type::q8_0, ggml_type::f32);
+    const std::string arithmetic = GENERATE(std::string("exact"), std::string("digits"));
     const std::string model = synth_gguf("tiny", type, 2);
     const uint32_t seed = 20261129;
-    INFO("type " << ggml_type_name(type) << ", seed " << seed);
+    INFO("type " << ggml_type_name(type) << ", arithmetic " << arithmetic << ", seed " << seed);
     std::mt19937 rng(seed);
     const std::vector<size_t> lengths = {1, 5, 17, 33, 64, 100};
     const size_t n_sessions = lengths.size(), n_steps = 8;
-    auto probe = open_cpu(model, 1, 8);
+    auto open = [&](int32_t n_slots, int32_t n_ctx) { return open_cpu(model, n_slots, n_ctx, kv_type::f32, cpu_arithmetic_parse(arithmetic)); };
+    auto probe = open(1, 8);
     const int32_t nv = probe->hparams().n_vocab;
     std::vector<std::vector<int32_t>> prompts;
     for (size_t len : lengths) prompts.push_back(random_tokens(rng, len, nv));
@@ -47,7 +49,7 @@ TEST_CASE("a row's logits do not depend on the other rows of the call", "[engine
     std::vector<std::vector<std::vector<float>>> alone(n_sessions);
     std::vector<std::vector<int32_t>> tokens(n_sessions);
     for (size_t s = 0; s < n_sessions; ++s) {
-        auto eng = open_cpu(model, 1, 256);
+        auto eng = open(1, 256);
         std::vector<float> logits = prefill(*eng, 0, prompts[s]);
         alone[s].push_back(logits);
         for (size_t step = 0; step < n_steps; ++step) {
@@ -61,7 +63,7 @@ TEST_CASE("a row's logits do not depend on the other rows of the call", "[engine
 
     // Together: all prompts in one call, interleaved; then every decode step in one call, in
     // alternating order, with a stranger's prefill chunk riding along at step 3.
-    auto eng = open_cpu(model, 8, 256);
+    auto eng = open(8, 256);
     std::vector<engine_row> rows;
     std::vector<size_t> cursor(n_sessions, 0);
     for (bool more = true; more;) {
@@ -110,15 +112,18 @@ TEST_CASE("a row's logits do not depend on the other rows of the call", "[engine
 TEST_CASE("a session's decode rows fed several a call and truncated back match one a call, bitwise", "[engine][invariance][draft]") {
     const ggml_type type = GENERATE(ggml_type::q4_k, ggml_type::f32);
     const std::string kv = GENERATE(std::string("f32"), std::string("f16"));
-    INFO("type " << ggml_type_name(type) << ", kv " << kv);
+    const std::string arithmetic = GENERATE(std::string("exact"), std::string("digits"));
+    INFO("type " << ggml_type_name(type) << ", kv " << kv << ", arithmetic " << arithmetic);
     const std::string model = synth_gguf("tiny", type, 2);
-    check_draft_rows_bitwise([&](int32_t n_slots, int32_t n_ctx) { return open_cpu(model, n_slots, n_ctx, kv_type_parse(kv)); }, 515);
+    check_draft_rows_bitwise([&](int32_t n_slots, int32_t n_ctx) { return open_cpu(model, n_slots, n_ctx, kv_type_parse(kv), cpu_arithmetic_parse(arithmetic)); }, 515);
 }
 
 TEST_CASE("slot_truncate then re-prefill reproduces the logits", "[engine]") {
     const std::string model = synth_gguf("tiny", ggml_type::q4_k, 2);
+    const std::string arithmetic = GENERATE(std::string("exact"), std::string("digits"));
+    INFO("arithmetic " << arithmetic);
     std::mt19937 rng(7);
-    auto eng = open_cpu(model, 2, 128);
+    auto eng = open_cpu(model, 2, 128, kv_type::f32, cpu_arithmetic_parse(arithmetic));
     const std::vector<int32_t> ids = random_tokens(rng, 30, eng->hparams().n_vocab);
     const std::vector<float> full = prefill(*eng, 0, ids);
     eng->slot_truncate(0, 12);
@@ -173,6 +178,8 @@ TEST_CASE("engine options are validated", "[engine]") {
     for (const engine_backend b : {engine_backend::automatic, engine_backend::cpu, engine_backend::cuda})
         CHECK(engine_backend_parse(engine_backend_name(b)) == b);
     for (const kv_type k : {kv_type::automatic, kv_type::f32, kv_type::f16}) CHECK(kv_type_parse(kv_type_name(k)) == k);
+    CHECK_THROWS_WITH(cpu_arithmetic_parse("fast"), Catch::Contains("unknown CPU arithmetic 'fast'"));
+    for (const cpu_arithmetic a : {cpu_arithmetic::digits, cpu_arithmetic::exact}) CHECK(cpu_arithmetic_parse(cpu_arithmetic_name(a)) == a);
     opt.backend = engine_backend::cpu;
     opt.kv = kv_type::f16;
     CHECK(engine_kv_bytes(opt) == 2);
@@ -245,8 +252,11 @@ TEST_CASE("synth's Q4_K_M mix puts Q6_K where llama.cpp's Q4_K_M does, and the e
     synth_options bad = opt;
     bad.type = ggml_type::q8_0;
     CHECK_THROWS_WITH(synth_write(bad, scratch_dir() + "/bad.gguf"), Catch::Contains("Q4_K_M mix is built on q4_k"));
-    auto eng = open_cpu(path, 1, 32);
-    std::mt19937 rng(3);
-    const std::vector<float> logits = prefill(*eng, 0, random_tokens(rng, 5, eng->hparams().n_vocab));
-    CHECK(std::all_of(logits.begin(), logits.end(), [](float v) { return std::isfinite(v); }));
+    for (const std::string arithmetic : {"exact", "digits"}) {
+        INFO("arithmetic " << arithmetic);
+        auto eng = open_cpu(path, 1, 32, kv_type::f32, cpu_arithmetic_parse(arithmetic));
+        std::mt19937 rng(3);
+        const std::vector<float> logits = prefill(*eng, 0, random_tokens(rng, 5, eng->hparams().n_vocab));
+        CHECK(std::all_of(logits.begin(), logits.end(), [](float v) { return std::isfinite(v); }));
+    }
 }
