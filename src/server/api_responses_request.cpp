@@ -11,14 +11,14 @@ namespace tandem::server {
 
 namespace {
 
-// Every field of the request body the API defines that Tandem reads; others are refused by name.
-// user, safety_identifier, service_tier and prompt_cache_key identify or route the caller (prompt
-// prefixes are reused automatically), so they are accepted and change nothing.
+// Every field of the request body that Tandem reads; others are refused by name. user,
+// safety_identifier, client_metadata (Codex's), service_tier and prompt_cache_key identify or route
+// the caller (prompt prefixes are reused automatically), so they are accepted and change nothing.
 const std::set<std::string> known_fields = {
     "model", "input", "instructions", "tools", "tool_choice", "parallel_tool_calls", "max_output_tokens",
     "temperature", "top_p", "text", "stream", "store", "previous_response_id", "reasoning", "metadata",
-    "user", "safety_identifier", "prompt_cache_key", "service_tier", "include", "truncation", "background",
-    "stream_options"};
+    "user", "safety_identifier", "client_metadata", "prompt_cache_key", "service_tier", "include", "truncation",
+    "background", "stream_options"};
 
 // The text of a message's content: a string or parts of type input_text / output_text / text.
 std::string item_text(const json &content, const std::string &where) {
