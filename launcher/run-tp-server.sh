@@ -141,7 +141,11 @@ cmd_status() {
   slots="$(curl_auth "http://$TANDEM_HOST:$TANDEM_PORT/slots" || true)"
   total="$(grep -o '"is_processing"' <<<"$slots" | wc -l)"
   busy="$(grep -o '"is_processing":true' <<<"$slots" | wc -l)"
-  echo "tandem-server: pid $pid, http://$TANDEM_HOST:$TANDEM_PORT, health $code, slots $busy/$total in use"
+  local version uptime
+  version="$("$TANDEM_SERVER_BIN" --version 2>/dev/null || echo "tandem-server (version unknown)")"
+  uptime="$(ps -o etime= -p "$pid" 2>/dev/null | tr -d ' ')"
+  echo "$version"
+  echo "tandem-server: pid $pid, up ${uptime:-?}, http://$TANDEM_HOST:$TANDEM_PORT, health $code, slots $busy/$total in use"
   [[ "$code" == 200 ]] || exit 1
 }
 

@@ -98,13 +98,22 @@ void scheduler::run() {
         }
         // step() handles the engine's and the samplers' failures itself; anything else escaping
         // it must not end the thread (and with it the process): the requests in flight fail.
+        step_started_ns_ = std::max<int64_t>(1, clock_type::now().time_since_epoch() / std::chrono::nanoseconds(1));
         try {
             step();
         } catch (const std::exception &e) {
             log_error("scheduler step failed: {}", e.what());
             abandon_active(std::string("internal error: ") + e.what());
         }
+        step_started_ns_ = 0;
     }
+}
+
+bool scheduler::turning(std::chrono::steady_clock::duration limit) const {
+    const int64_t started = step_started_ns_;
+    if (started == 0) return true;
+    const int64_t now = clock_type::now().time_since_epoch() / std::chrono::nanoseconds(1);
+    return now - started < limit / std::chrono::nanoseconds(1);
 }
 
 // The KV of the active slots is unknown after a failed step: forget it and fail their requests.

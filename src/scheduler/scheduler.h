@@ -194,6 +194,10 @@ public:
     // Engine thread only (or the test's thread when start() was not called).
     bool step();
 
+    // Whether the engine loop turns: it is idle, or its current step started less than `limit`
+    // ago (the service watchdog's question). Any thread.
+    bool turning(std::chrono::steady_clock::duration limit) const;
+
     scheduler_stats stats() const;
     std::vector<slot_info> slots() const;
     const scheduler_options &options() const { return options_; }
@@ -252,6 +256,7 @@ private:
     engine_outputs outputs_;  // the last step's output rows
     prefill_budget budget_;
     std::thread thread_;
+    std::atomic<int64_t> step_started_ns_{0};  // steady-clock ns when the running step began; 0: none
 };
 
 }  // namespace tandem

@@ -9,6 +9,8 @@
 #include "src/server/memory_plan.h"
 #include "src/server/service.h"
 #include "src/server/signal_waiter.h"
+#include "src/server/systemd_notify.h"
+#include "src/tools/version.h"
 #include "tandem/chat_template.h"
 #include "tandem/engine.h"
 #include "tandem/error.h"
@@ -199,6 +201,7 @@ int serve(server_config cfg) {
     }
     // GPUs: the placement plan against each device's budget and free memory, before listening.
     if (cfg.backend != "cpu") log_info("placement plan fits: {}", engine_plan_check(*file, eo));
+    log_info("{}", tools::version_line("tandem-server"));
     log_info("{}", config_line(cfg));
     // The tokenizer and the chat template before listening: a template file that does not parse
     // is a configuration error, reported at once.
@@ -290,12 +293,15 @@ int serve(server_config cfg) {
 #endif
     log_info("ready: model '{}' ({} {} layers, {} experts) chat template {} ({}), tool calls {}", cfg.alias, hp.arch_name,
              hp.n_layer, hp.n_expert, chat_template_family_name(syntax_family), syntax_origin, tool_format_name(syntax.tools));
+    systemd_notify(fmt::format("READY=1\nSTATUS=serving {} on {}:{}", cfg.alias, cfg.host, http.port()));
+    systemd_watchdog watchdog([&](std::chrono::microseconds interval) { return sched->turning(interval); });
 
     {
         std::unique_lock lock(mutex);
         cv.wait(lock, [&] { return stop_requested; });
     }
     log_info("signal {}: no new connections; finishing in-flight work (grace {} s)", stop_signal, cfg.shutdown_grace_s);
+    systemd_notify("STOPPING=1");
     http.stop_accepting();
     svc.begin_shutdown();
     // Accepted requests, queued ones included (a queued stream already has its 200), run on
@@ -331,6 +337,7 @@ int main(int argc, char **argv) {
     int32_t timeout_s = cfg.read_timeout_s;
 
     CLI::App app{"tandem-server: OpenAI- and Anthropic-compatible HTTP server for MoE models in GGUF files"};
+    app.set_version_flag("--version", tools::version_line("tandem-server"));
     app.add_option("-m,--model", cfg.model_path, "GGUF model file")->required();
     app.add_option("--host", cfg.host, "address to listen on (loopback by default)");
     app.add_option("--port", cfg.port, "TCP port (0: any free port)");

@@ -1,6 +1,7 @@
 // src/tools/tandem_main.cpp - `tandem`: dispatches to the registered subcommands; turns errors
 // into a message and an exit code (2 for configuration and usage errors, 1 otherwise).
 #include "commands.h"
+#include "version.h"
 
 #include "tandem/error.h"
 #include "tandem/log.h"
@@ -28,6 +29,7 @@ bool command_register(const command &cmd) {
 int main(int argc, char **argv) {
     using namespace tandem;
     CLI::App app{"tandem: serve and inspect Mixture-of-Experts models from GGUF files"};
+    app.set_version_flag("--version", tools::version_line("tandem"));
     app.require_subcommand(1);
     auto commands = tools::registry();
     std::sort(commands.begin(), commands.end(),

@@ -33,6 +33,8 @@ grep -q -- '--kv-type' "/proc/$pid/cmdline" || { echo "FAIL: TANDEM_KV_TYPE reac
 expect 3 "a second start is refused" -- "$launcher" start
 expect 0 "status" -- "$launcher" status
 grep -q "slots 0/3 in use" <<<"$last" || { echo "FAIL: status shows slot use: $last"; failed=$((failed + 1)); }
+grep -q "^tandem-server [0-9.]* (commit" <<<"$last" || { echo "FAIL: status shows no version: $last"; failed=$((failed + 1)); }
+grep -q ", up [0-9:-]*," <<<"$last" || { echo "FAIL: status shows no uptime: $last"; failed=$((failed + 1)); }
 code="$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$port/v1/models")"
 [[ "$code" == 401 ]] || { echo "FAIL: TANDEM_API_KEY protects the server ($code)"; failed=$((failed + 1)); }
 expect 0 "restart" -- "$launcher" restart

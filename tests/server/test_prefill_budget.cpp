@@ -119,7 +119,7 @@ TEST_CASE("prefill budget: adapts when the costs change", "[prefill_budget]") {
 }
 
 TEST_CASE("prefill budget: a cost step at 16 rows (CUDA graphs) keeps calls within the graph", "[prefill_budget]") {
-    // The H200 measurement in docs/perf-notes.md: up to 16 rows replay a graph (0.39 ms); more
+    // Measured on an H200: up to 16 rows replay a graph (0.39 ms); more
     // rows take the direct path (about 1.5 ms + 0.004 ms per row, 2.08 ms at 136 rows).
     auto cost = [](int32_t rows) { return rows <= 16 ? 0.39 * ms : 1.5 * ms + 0.0043 * ms * rows; };
     prefill_budget b(128, 2.0);
@@ -226,7 +226,7 @@ TEST_CASE("prefill budget: many sessions waiting behind few decoders widen the s
 }
 
 TEST_CASE("prefill budget: prompt steps whose fixed cost alone breaks the bound take full shares", "[prefill_budget]") {
-    // The tiny model on an H200 (docs/perf-notes.md): 15 sessions decode in 0.4 ms a step; a step
+    // The tiny model on an H200: 15 sessions decode in 0.4 ms a step; a step
     // that carries prompt rows costs 0.9 ms plus 1 us a prompt row. No share fits 2 x 0.4 ms, so
     // the bound becomes 1.25 x the one-token step (1.126 ms): the whole --prefill-yield fits.
     auto flat = [](int32_t rows) { return rows <= 15 ? 0.4 * ms : 0.9 * ms + 0.001 * ms * (rows - 15); };
@@ -273,7 +273,7 @@ TEST_CASE("prefill budget: calls without decode rows teach what prompt rows add"
 }
 
 TEST_CASE("prefill budget: over the bound anyway, a share stuck below a dear neighbour is probed upward", "[prefill_budget]") {
-    // The 30b synth beside one decoding session on an H200 (docs/perf-notes.md, session 7): a
+    // The 30b synth beside one decoding session on an H200: a
     // decode pass of 3.3 ms, a prompt pass of ~20 ms plus 0.25 ms a row, its rows padded to CUDA
     // graph buckets (powers of two up to 64). A prompt-only call of 6 tokens was timed at 28 ms
     // (a graph capture), so every share above 5 looks dear and, planned from the curve alone,

@@ -1,6 +1,6 @@
 // tests/server/test_signal_waiter.cpp - shutdown signals go to the waiter's callback, and a signal
-// that lands after the waiter is gone stays pending instead of killing the process (the CI
-// failure of 2026-12-01: a second SIGTERM during exit ended tandem-server with -15).
+// that lands after the waiter is gone stays pending instead of killing the process (a second
+// SIGTERM during exit must not end tandem-server with -15).
 #include "src/server/signal_waiter.h"
 
 #include <catch2/catch.hpp>
