@@ -1,6 +1,14 @@
-// tandem/chat_template.h - renders chat messages into a prompt in the model's template family.
+// tandem/chat_template.h - renders a chat request into the model's prompt: with the model's own
+// Jinja template (the file's tokenizer.chat_template, or one named on the command line), or with a
+// built-in family for files that carry none.
 #pragma once
 
+#include "tandem/jinja.h"
+
+#include <nlohmann/json.hpp>
+
+#include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -31,6 +39,7 @@ struct rendered_prompt {
 };
 
 enum class chat_template_family {
+    jinja,       // the template's own source, rendered by the Jinja engine
     chatml,      // <|im_start|>role\n...<|im_end|>\n (Qwen2/Qwen3)
     qwen3,       // ChatML plus Qwen3's <think> handling
     fallback,    // unknown template: documented plain "role: content" rendering
@@ -38,7 +47,18 @@ enum class chat_template_family {
 
 struct chat_template {
     chat_template_family family = chat_template_family::fallback;
-    std::string source;  // the GGUF's tokenizer.chat_template text ("" when absent)
+    std::string source;  // the template's text ("" for the built-ins)
+    std::string origin;  // where it came from: "tokenizer.chat_template", "--chat-template-file F", "built-in chatml"
+
+    // jinja only. A source that does not parse keeps its error here (jinja is then null), so the
+    // server can serve raw completions and answer chat requests with the error.
+    std::shared_ptr<const jinja_template> jinja;
+    std::string parse_error;
+    // bos_token and eos_token as the file names them, and how assistant tool-call arguments must
+    // reach this template (probed: DeepSeek V3.1 concatenates strings, GLM and Qwen3-Coder iterate
+    // objects; `given` when both work or neither does).
+    jinja_chat_options jinja_options;
+
     // chatml only: the system prompt the template inserts when the first message is not a
     // system message (Qwen2/Qwen2.5: "You are a helpful assistant." / "You are Qwen, ..."),
     // found as a literal '<|im_start|>system\n...<|im_end|>' in the source; "" when none.
@@ -51,6 +71,19 @@ struct chat_template {
 
     // Detects the family from the template text; unknown text gives `fallback` (callers warn).
     static chat_template detect(const std::string &source);
+    // A Jinja template: parsed once (a syntax error is kept in parse_error), then probed for the
+    // form of tool-call arguments it renders.
+    static chat_template from_jinja(std::string source, std::string origin, std::optional<std::string> bos_token,
+                                    std::optional<std::string> eos_token);
+    // The built-in families by name: "chatml", "qwen3", "plain"; throws error(config) for others.
+    static chat_template builtin(std::string_view name);
+
+    // Renders an OpenAI chat request body (messages, tools, add_generation_prompt,
+    // chat_template_kwargs) as transformers' apply_chat_template does; text that came from the
+    // request is never special. The built-ins take system/user/assistant text messages and the
+    // enable_thinking kwarg only. Throws error(invalid_request) with the template's own message
+    // when it raises or does not parse, and naming what a built-in cannot render.
+    rendered_prompt render_request(const nlohmann::ordered_json &request) const;
 
     // add_generation_prompt opens an assistant turn; with enable_thinking false, Qwen3 gets an
     // empty "<think>\n\n</think>\n\n" block as its own template does (when it has the switch;

@@ -1,73 +1,24 @@
-// src/server/api_anthropic.cpp - Anthropic Messages: request mapping, the message object and the
-// streaming sequence message_start, content_block_start, ping, content_block_delta...,
-// content_block_stop, message_delta, message_stop.
+// src/server/api_anthropic.cpp - Anthropic Messages replies: the message object with thinking,
+// text and tool_use blocks, and the streaming sequence message_start, ping, then per block
+// content_block_start, content_block_delta (thinking_delta, text_delta, input_json_delta)...,
+// content_block_stop, then message_delta and message_stop.
 #include "src/server/api_anthropic.h"
-
-#include <random>
+#include "src/server/api_output.h"
 
 namespace tandem::server {
 
-api_request anthropic_parse_messages(const json &body, bool count_tokens) {
-    api_request r;
-    r.route = count_tokens ? route_kind::count_tokens : route_kind::messages;
-    auto model = json_string(body, "model");
-    if (!model) fail(error_kind::invalid_request, "'model' is required");
-    r.model = *model;
-    if (!count_tokens) {
-        auto m = json_integer(body, "max_tokens");
-        if (!m) fail(error_kind::invalid_request, "'max_tokens' is required");
-        if (*m < 1) fail(error_kind::invalid_request, "'max_tokens' must be >= 1, got {}", *m);
-        if (*m > (1 << 30)) fail(error_kind::invalid_request, "'max_tokens' is too large: {}", *m);
-        r.max_tokens = static_cast<int32_t>(*m);
-    }
-    if (auto sys = body.find("system"); sys != body.end() && !sys->is_null()) {
-        std::string text = json_text_content(*sys, "system");
-        if (!text.empty()) r.messages.push_back({"system", text});
-    }
-    auto it = body.find("messages");
-    if (it == body.end() || !it->is_array() || it->empty())
-        fail(error_kind::invalid_request, "'messages' must be a non-empty array");
-    for (size_t i = 0; i < it->size(); ++i) {
-        const json &m = (*it)[i];
-        std::string where = fmt::format("messages.{}", i);
-        if (!m.is_object()) fail(error_kind::invalid_request, "{} must be an object", where);
-        auto role = json_string(m, "role");
-        if (role != "user" && role != "assistant")
-            fail(error_kind::invalid_request, "{}.role must be 'user' or 'assistant', got '{}'", where, role.value_or(""));
-        auto content = m.find("content");
-        if (content == m.end() || content->is_null()) fail(error_kind::invalid_request, "{}.content is required", where);
-        r.messages.push_back({*role, json_text_content(*content, where + ".content")});
-    }
-    r.sampling.temperature = 1.0f;  // Anthropic's default
-    if (auto t = json_number(body, "temperature")) {
-        if (*t < 0.0 || *t > 1.0) fail(error_kind::invalid_request, "'temperature' must be in [0, 1], got {}", *t);
-        r.sampling.temperature = static_cast<float>(*t);
-    }
-    if (auto p = json_number(body, "top_p")) {
-        if (*p <= 0.0 || *p > 1.0) fail(error_kind::invalid_request, "'top_p' must be in (0, 1], got {}", *p);
-        r.sampling.top_p = static_cast<float>(*p);
-    }
-    if (auto k = json_integer(body, "top_k")) {
-        if (*k < 0) fail(error_kind::invalid_request, "'top_k' must be >= 0, got {}", *k);
-        r.sampling.top_k = static_cast<int32_t>(std::min<int64_t>(*k, 1000000));
-    }
-    r.sampling.seed = static_cast<uint64_t>(std::random_device{}());
-    r.stop = json_stop_list(body, "stop_sequences");
-    r.stream = json_bool(body, "stream").value_or(false);
-    return r;
-}
-
 namespace {
 
-const char *stop_reason(const gen_event &done) {
+const char *stop_reason(const gen_event &done, bool called) {
     if (done.finish == finish_reason::length) return "max_tokens";
     if (!done.stop_matched.empty()) return "stop_sequence";
-    return "end_turn";
+    return called ? "tool_use" : "end_turn";
 }
 
 class anthropic_job : public generation_job {
 public:
-    anthropic_job(const api_request &req, response_context ctx) : req_(req), ctx_(std::move(ctx)) {}
+    anthropic_job(const api_request &req, response_context ctx)
+        : req_(req), ctx_(std::move(ctx)), reply_(ctx_.parse, "toolu_", /*keep_model_ids=*/false) {}
 
     bool streaming() const override { return req_.stream; }
 
@@ -76,38 +27,42 @@ public:
         message["content"] = json::array();
         message["stop_reason"] = nullptr;
         message["stop_sequence"] = nullptr;
-        message["usage"] = {{"input_tokens", request.prompt.size()}, {"output_tokens", 0}};
-        return event("message_start", {{"type", "message_start"}, {"message", message}}) +
-               event("content_block_start", {{"type", "content_block_start"}, {"index", 0},
-                                             {"content_block", {{"type", "text"}, {"text", ""}}}}) +
-               event("ping", {{"type", "ping"}});
+        message["usage"] = {{"input_tokens", ctx_.n_prompt}, {"output_tokens", 0}};
+        std::string out = event("message_start", {{"type", "message_start"}, {"message", message}});
+        return out + event("ping", {{"type", "ping"}});
     }
 
     std::string on_event(const gen_event &ev) override {
         if (ev.type == gen_event::kind::progress) return req_.stream ? std::string(": prefill\n\n") : std::string();
         if (ev.type == gen_event::kind::delta) {
-            text_ += ev.text;
-            if (!req_.stream || ev.text.empty()) return {};
-            return event("content_block_delta", {{"type", "content_block_delta"}, {"index", 0},
-                                                 {"delta", {{"type", "text_delta"}, {"text", ev.text}}}});
+            const std::string out = blocks(reply_.push(ev.text));
+            return req_.stream ? out : std::string();
         }
         done_ = ev;
+        std::string out = blocks(reply_.finish());
         if (!req_.stream) return {};
         if (ev.finish == finish_reason::cancelled || ev.finish == finish_reason::error)
             return event("error", anthropic_error_body(ev.finish == finish_reason::cancelled ? 503 : 500, ev.error));
-        json delta = {{"stop_reason", stop_reason(ev)},
+        if (n_blocks_ == 0) out += open_block({{"type", "text"}, {"text", ""}}, block::text);  // never an empty reply
+        out += close_block();
+        json delta = {{"stop_reason", stop_reason(ev, !reply_.calls().empty())},
                       {"stop_sequence", ev.stop_matched.empty() ? json(nullptr) : json(ev.stop_matched)}};
         json md = {{"type", "message_delta"}, {"delta", delta}, {"usage", {{"output_tokens", ev.n_generated}}},
                    {"timings", timings_json(ev.timings)}};
-        return event("content_block_stop", {{"type", "content_block_stop"}, {"index", 0}}) +
-               event("message_delta", md) + event("message_stop", {{"type", "message_stop"}});
+        return out + event("message_delta", md) + event("message_stop", {{"type", "message_stop"}});
     }
 
     json final_body() override {
         if (final_status() != 200) return anthropic_error_body(final_status(), done_.error);
         json body = message_base();
-        body["content"] = json::array({{{"type", "text"}, {"text", text_}}});
-        body["stop_reason"] = stop_reason(done_);
+        json content = json::array();
+        if (req_.thinking_blocks && !reply_.reasoning().empty())
+            content.push_back({{"type", "thinking"}, {"thinking", reply_.reasoning()}, {"signature", ""}});
+        if (!reply_.content().empty() || reply_.calls().empty()) content.push_back({{"type", "text"}, {"text", reply_.content()}});
+        for (const auto &c : reply_.calls())
+            content.push_back({{"type", "tool_use"}, {"id", c.id}, {"name", c.name}, {"input", tool_arguments_object(c.arguments)}});
+        body["content"] = content;
+        body["stop_reason"] = stop_reason(done_, !reply_.calls().empty());
         body["stop_sequence"] = done_.stop_matched.empty() ? json(nullptr) : json(done_.stop_matched);
         body["usage"] = {{"input_tokens", done_.n_prompt},
                          {"output_tokens", done_.n_generated},
@@ -119,6 +74,8 @@ public:
     int final_status() const override { return finish_http_status(done_.finish); }
 
 private:
+    enum class block { none, thinking, text, tool };
+
     json message_base() const {
         return {{"id", ctx_.id}, {"type", "message"}, {"role", "assistant"}, {"model", ctx_.model}};
     }
@@ -126,10 +83,51 @@ private:
         return fmt::format("event: {}\ndata: {}\n\n", name, json_dump(data));
     }
 
+    std::string open_block(const json &start, block kind) {
+        std::string out = close_block();
+        current_ = kind;
+        return out + event("content_block_start", {{"type", "content_block_start"}, {"index", n_blocks_++}, {"content_block", start}});
+    }
+    std::string close_block() {
+        if (current_ == block::none) return {};
+        current_ = block::none;
+        return event("content_block_stop", {{"type", "content_block_stop"}, {"index", n_blocks_ - 1}});
+    }
+    std::string delta(const json &d) {
+        return event("content_block_delta", {{"type", "content_block_delta"}, {"index", n_blocks_ - 1}, {"delta", d}});
+    }
+
+    // The stream's blocks for these events: a block opens when the kind of output changes.
+    std::string blocks(const std::vector<chat_event> &events) {
+        if (!req_.stream) return {};
+        std::string out;
+        for (const chat_event &e : events) {
+            switch (e.type) {
+            case chat_event::kind::reasoning:
+                if (!req_.thinking_blocks) break;
+                if (current_ != block::thinking) out += open_block({{"type", "thinking"}, {"thinking", ""}, {"signature", ""}}, block::thinking);
+                out += delta({{"type", "thinking_delta"}, {"thinking", e.text}});
+                break;
+            case chat_event::kind::content:
+                if (current_ != block::text) out += open_block({{"type", "text"}, {"text", ""}}, block::text);
+                out += delta({{"type", "text_delta"}, {"text", e.text}});
+                break;
+            case chat_event::kind::tool_begin:
+                out += open_block({{"type", "tool_use"}, {"id", e.id}, {"name", e.text}, {"input", json::object()}}, block::tool);
+                break;
+            case chat_event::kind::tool_args: out += delta({{"type", "input_json_delta"}, {"partial_json", e.text}}); break;
+            case chat_event::kind::tool_end: out += close_block(); break;
+            }
+        }
+        return out;
+    }
+
     api_request req_;
     response_context ctx_;
-    std::string text_;
+    chat_reply reply_;
     gen_event done_;
+    block current_ = block::none;
+    int32_t n_blocks_ = 0;
 };
 
 }  // namespace

@@ -3,6 +3,7 @@
 // interface through which a connection turns scheduler events into response bytes.
 #pragma once
 
+#include "src/chat/chat_output.h"
 #include "src/scheduler/scheduler.h"
 #include "src/server/server_config.h"
 #include "tandem/chat_template.h"
@@ -18,17 +19,34 @@
 
 namespace tandem::server {
 
-using json = nlohmann::json;
+// Ordered: a request's objects keep the client's key order, which the chat template's tojson of
+// tool schemas and the tool-call grammar's property order both follow.
+using json = nlohmann::ordered_json;
 
 enum class api_kind { openai, anthropic };
 
-enum class route_kind { chat, completion, messages, count_tokens };
+enum class route_kind { chat, completion, messages, count_tokens, responses };
+
+// Whether the model may call the offered tools, must call one of them, or must call one by name.
+enum class tool_choice { automatic, none, required, named };
+
+struct api_tools {
+    std::vector<tool_signature> defs;  // the offered tools, in the request's order
+    tool_choice choice = tool_choice::automatic;
+    std::string named;                 // tool_choice named: the function
+    bool parallel = true;              // more than one call in one reply
+    bool offered() const { return !defs.empty() && choice != tool_choice::none; }
+    bool forced() const { return choice == tool_choice::required || choice == tool_choice::named; }
+};
 
 // A generation request after JSON mapping, before tokenization.
 struct api_request {
     route_kind route = route_kind::chat;
     std::string model;
-    std::vector<chat_message> messages;  // chat, messages, count_tokens
+    // chat, messages, responses, count_tokens: the request as the chat template reads it, in
+    // OpenAI's chat shape whatever the API (messages with tool_calls and tool results, tools,
+    // chat_template_kwargs).
+    json chat = json::object();
     std::string prompt;                  // completion
     std::optional<int32_t> max_tokens;
     sampling_params sampling;
@@ -37,9 +55,12 @@ struct api_request {
     bool include_usage = false;          // OpenAI stream_options.include_usage
     bool logprobs = false;
     int32_t top_logprobs = 0;
-    bool enable_thinking = true;         // chat_template_kwargs.enable_thinking (Qwen3)
-    // The grammar the output must match (response_format, grammar, a forced tool call); null: none.
+    api_tools tools;
+    bool thinking_blocks = true;         // Anthropic: reasoning is returned (thinking not disabled)
+    // The grammar the output must match (response_format, grammar); null: none. A forced tool
+    // choice gets its grammar from the service, which knows the model's call syntax.
     std::shared_ptr<const grammar> constraint;
+    json responses;                      // responses: what the reply echoes (instructions, tools, ...)
 };
 
 // Serializes JSON; invalid UTF-8 (a token's partial bytes) becomes U+FFFD instead of throwing.
@@ -73,10 +94,12 @@ struct token_view {
 
 // Per-response context the formatters need.
 struct response_context {
-    std::string id;          // "chatcmpl-...", "cmpl-...", "msg_..."
+    std::string id;          // "chatcmpl-...", "cmpl-...", "msg_...", "resp_..."
     std::string model;       // as the client named it (or the alias)
     int64_t created = 0;     // unix seconds
     std::function<std::string(int32_t)> token_text;  // raw bytes of a token id
+    chat_parse_options parse;  // how the model's output is read (chat routes)
+    int32_t n_prompt = 0;      // prompt tokens (reported before the scheduler counts them)
 };
 
 // The per-request formatter a connection drives on its strand. Streaming: stream_begin() once,

@@ -1,108 +1,10 @@
-// src/server/api_openai.cpp - OpenAI chat/completions/models: request mapping and responses,
-// streaming chunks with stream_options.include_usage, logprobs and llama.cpp's timings.
+// src/server/api_openai.cpp - OpenAI chat/completions/models responses: the message (content,
+// reasoning_content, tool_calls), streaming chunks (delta.content, delta.reasoning_content,
+// delta.tool_calls) with stream_options.include_usage, logprobs and llama.cpp's timings.
 #include "src/server/api_openai.h"
+#include "src/server/api_output.h"
 
 namespace tandem::server {
-
-// Sampling fields common to chat and completions, with OpenAI's ranges.
-static void parse_sampling(const json &body, api_request &r) {
-    r.sampling.temperature = 1.0f;  // OpenAI's default
-    if (auto t = json_number(body, "temperature")) {
-        if (*t < 0.0 || *t > 2.0) fail(error_kind::invalid_request, "'temperature' must be in [0, 2], got {}", *t);
-        r.sampling.temperature = static_cast<float>(*t);
-    }
-    if (auto p = json_number(body, "top_p")) {
-        if (*p <= 0.0 || *p > 1.0) fail(error_kind::invalid_request, "'top_p' must be in (0, 1], got {}", *p);
-        r.sampling.top_p = static_cast<float>(*p);
-    }
-    if (auto k = json_integer(body, "top_k")) {
-        if (*k < 0 || *k > 1000000) fail(error_kind::invalid_request, "'top_k' must be >= 0, got {}", *k);
-        r.sampling.top_k = static_cast<int32_t>(*k);
-    }
-    if (auto m = json_number(body, "min_p")) {
-        if (*m < 0.0 || *m > 1.0) fail(error_kind::invalid_request, "'min_p' must be in [0, 1], got {}", *m);
-        r.sampling.min_p = static_cast<float>(*m);
-    }
-    if (auto s = json_integer(body, "seed")) r.sampling.seed = static_cast<uint64_t>(*s);
-    else r.sampling.seed = 0x7a5d'0000'0000'0000ull ^ static_cast<uint64_t>(std::random_device{}());
-    r.stop = json_stop_list(body, "stop");
-    if (auto n = json_integer(body, "n"); n && *n != 1) fail(error_kind::invalid_request, "only 'n': 1 is supported, got {}", *n);
-    r.model = json_string(body, "model").value_or("");
-    r.stream = json_bool(body, "stream").value_or(false);
-    if (auto it = body.find("stream_options"); it != body.end() && !it->is_null()) {
-        if (!it->is_object()) fail(error_kind::invalid_request, "'stream_options' must be an object");
-        r.include_usage = json_bool(*it, "include_usage").value_or(false);
-    }
-}
-
-static int32_t parse_max_tokens(const json &body, const char *key) {
-    auto v = json_integer(body, key);
-    if (!v) return -1;
-    if (*v < 1) fail(error_kind::invalid_request, "'{}' must be >= 1, got {}", key, *v);
-    if (*v > (1 << 30)) fail(error_kind::invalid_request, "'{}' is too large: {}", key, *v);
-    return static_cast<int32_t>(*v);
-}
-
-api_request openai_parse_chat(const json &body) {
-    api_request r;
-    r.route = route_kind::chat;
-    parse_sampling(body, r);
-    auto it = body.find("messages");
-    if (it == body.end() || !it->is_array() || it->empty())
-        fail(error_kind::invalid_request, "'messages' must be a non-empty array");
-    for (size_t i = 0; i < it->size(); ++i) {
-        const json &m = (*it)[i];
-        std::string where = fmt::format("messages[{}]", i);
-        if (!m.is_object()) fail(error_kind::invalid_request, "{} must be an object", where);
-        auto role = json_string(m, "role");
-        if (!role) fail(error_kind::invalid_request, "{} needs a 'role'", where);
-        if (*role == "developer") role = "system";
-        if (*role != "system" && *role != "user" && *role != "assistant")
-            fail(error_kind::invalid_request, "{}: role '{}' is not supported (system, developer, user, assistant)", where, *role);
-        auto content = m.find("content");
-        std::string text;
-        if (content != m.end() && !content->is_null()) text = json_text_content(*content, where + ".content");
-        else if (*role != "assistant") fail(error_kind::invalid_request, "{} needs 'content'", where);
-        r.messages.push_back({*role, text});
-    }
-    int32_t a = parse_max_tokens(body, "max_completion_tokens");
-    int32_t b = parse_max_tokens(body, "max_tokens");
-    if (a > 0) r.max_tokens = a;
-    else if (b > 0) r.max_tokens = b;
-    r.logprobs = json_bool(body, "logprobs").value_or(false);
-    if (auto n = json_integer(body, "top_logprobs")) {
-        if (*n < 0 || *n > 20) fail(error_kind::invalid_request, "'top_logprobs' must be in 0..20, got {}", *n);
-        if (!r.logprobs) fail(error_kind::invalid_request, "'top_logprobs' needs 'logprobs': true");
-        r.top_logprobs = static_cast<int32_t>(*n);
-    }
-    if (auto kw = body.find("chat_template_kwargs"); kw != body.end() && !kw->is_null()) {
-        if (!kw->is_object()) fail(error_kind::invalid_request, "'chat_template_kwargs' must be an object");
-        r.enable_thinking = json_bool(*kw, "enable_thinking").value_or(true);
-    }
-    r.sampling.n_logprobs = r.logprobs ? std::max<int32_t>(r.top_logprobs, 1) : 0;
-    return r;
-}
-
-api_request openai_parse_completion(const json &body) {
-    api_request r;
-    r.route = route_kind::completion;
-    parse_sampling(body, r);
-    auto it = body.find("prompt");
-    if (it == body.end() || it->is_null()) fail(error_kind::invalid_request, "'prompt' is required");
-    if (it->is_string()) r.prompt = it->get<std::string>();
-    else if (it->is_array() && it->size() == 1 && (*it)[0].is_string()) r.prompt = (*it)[0].get<std::string>();
-    else fail(error_kind::invalid_request, "'prompt' must be a string (or an array of one string)");
-    int32_t m = parse_max_tokens(body, "max_tokens");
-    r.max_tokens = m > 0 ? m : 16;  // the legacy API's default
-    if (auto n = json_integer(body, "logprobs")) {
-        if (*n < 0 || *n > 5) fail(error_kind::invalid_request, "'logprobs' must be in 0..5, got {}", *n);
-        r.logprobs = *n > 0;
-        r.top_logprobs = static_cast<int32_t>(*n);
-    }
-    if (json_bool(body, "echo").value_or(false)) fail(error_kind::invalid_request, "'echo' is not supported");
-    r.sampling.n_logprobs = r.top_logprobs;
-    return r;
-}
 
 json openai_models_body(const std::string &model_id, int64_t created, const json &meta) {
     json m = {{"id", model_id}, {"object", "model"}, {"created", created}, {"owned_by", "tandem"}, {"meta", meta}};
@@ -115,13 +17,13 @@ static json bytes_of(const std::string &s) {
     return b;
 }
 
-static const char *finish_name(finish_reason f) { return f == finish_reason::length ? "length" : "stop"; }
-
 namespace {
 
 class openai_job : public generation_job {
 public:
-    openai_job(const api_request &req, response_context ctx) : req_(req), ctx_(std::move(ctx)) {}
+    openai_job(const api_request &req, response_context ctx) : req_(req), ctx_(std::move(ctx)) {
+        if (chat()) reply_.emplace(ctx_.parse, "call_", /*keep_model_ids=*/true);
+    }
 
     bool streaming() const override { return req_.stream; }
 
@@ -132,27 +34,37 @@ public:
     }
 
     std::string on_event(const gen_event &ev) override {
+        if (ev.type == gen_event::kind::progress) return req_.stream ? std::string(": prefill\n\n") : std::string();
         std::vector<token_view> views;
         for (const auto &t : ev.tokens) views.push_back(view(t));
-        if (ev.type == gen_event::kind::progress) return req_.stream ? std::string(": prefill\n\n") : std::string();
         if (ev.type == gen_event::kind::delta) {
             text_ += ev.text;
             tokens_.insert(tokens_.end(), views.begin(), views.end());
-            if (!req_.stream || (ev.text.empty() && views.empty())) return {};
-            json lp = req_.logprobs ? logprobs_json(views, text_.size() - ev.text.size()) : json(nullptr);
-            if (chat()) return sse(chunk({{"content", ev.text}}, nullptr, lp));
-            return sse(chunk(ev.text, nullptr, lp));
+            if (!chat()) {
+                if (!req_.stream || (ev.text.empty() && views.empty())) return {};
+                json lp = req_.logprobs ? logprobs_json(views, text_.size() - ev.text.size()) : json(nullptr);
+                return sse(chunk(ev.text, nullptr, lp));
+            }
+            const std::vector<chat_event> events = reply_->push(ev.text);
+            if (!req_.stream) return {};
+            return chat_chunks(events, req_.logprobs && !views.empty() ? logprobs_json(views, 0) : json(nullptr));
         }
         done_ = ev;
+        std::string out;
+        if (chat()) {
+            const std::vector<chat_event> events = reply_->finish();
+            if (req_.stream && ev.finish != finish_reason::cancelled && ev.finish != finish_reason::error)
+                out = chat_chunks(events, json(nullptr));
+        }
         if (!req_.stream) return {};
         if (ev.finish == finish_reason::cancelled || ev.finish == finish_reason::error) {
             int status = ev.finish == finish_reason::cancelled ? 503 : 500;
             return "data: " + json_dump(openai_error_body(status, ev.error)) + "\n\n";
         }
-        json last = chat() ? chunk(json::object(), finish_name(ev.finish), json(nullptr))
-                           : chunk(std::string(), finish_name(ev.finish), json(nullptr));
+        json last = chat() ? chunk(json::object(), finish_name(), json(nullptr))
+                           : chunk(std::string(), finish_name(), json(nullptr));
         last["timings"] = timings_json(ev.timings);
-        std::string out = sse(last);
+        out += sse(last);
         if (req_.include_usage) {
             json u = chunk_base();
             u["choices"] = json::array();
@@ -164,16 +76,17 @@ public:
 
     json final_body() override {
         if (final_status() != 200) return openai_error_body(final_status(), done_.error);
-        json choice = {{"index", 0}, {"finish_reason", finish_name(done_.finish)}};
-        choice["logprobs"] = req_.logprobs ? logprobs_json(tokens_, 0) : json(nullptr);
+        json choice = {{"index", 0}};
         json body = {{"id", ctx_.id}, {"created", ctx_.created}, {"model", ctx_.model}};
         if (chat()) {
             body["object"] = "chat.completion";
-            choice["message"] = {{"role", "assistant"}, {"content", text_}};
+            choice["message"] = message();
         } else {
             body["object"] = "text_completion";
             choice["text"] = text_;
         }
+        choice["logprobs"] = req_.logprobs ? logprobs_json(tokens_, 0) : json(nullptr);
+        choice["finish_reason"] = finish_name();
         body["choices"] = json::array({choice});
         body["usage"] = usage();
         body["timings"] = timings_json(done_.timings);
@@ -184,6 +97,51 @@ public:
 
 private:
     bool chat() const { return req_.route == route_kind::chat; }
+
+    const char *finish_name() const {
+        if (done_.finish == finish_reason::length) return "length";
+        return chat() && !reply_->calls().empty() ? "tool_calls" : "stop";
+    }
+
+    // The assistant message: content (null beside tool calls when there is none, as OpenAI
+    // writes it), reasoning_content when the model reasoned, tool_calls when it called.
+    json message() const {
+        json m = {{"role", "assistant"}};
+        const bool calls = !reply_->calls().empty();
+        m["content"] = calls && reply_->content().empty() ? json(nullptr) : json(reply_->content());
+        if (!reply_->reasoning().empty()) m["reasoning_content"] = reply_->reasoning();
+        if (calls) {
+            json list = json::array();
+            for (const auto &c : reply_->calls())
+                list.push_back({{"id", c.id}, {"type", "function"}, {"function", {{"name", c.name}, {"arguments", c.arguments}}}});
+            m["tool_calls"] = list;
+        }
+        return m;
+    }
+
+    // One chunk per event; `lp` (this step's logprobs) rides on the first, or on an empty delta.
+    std::string chat_chunks(const std::vector<chat_event> &events, json lp) {
+        std::string out;
+        for (const chat_event &e : events) {
+            json delta;
+            switch (e.type) {
+            case chat_event::kind::content: delta = {{"content", e.text}}; break;
+            case chat_event::kind::reasoning: delta = {{"reasoning_content", e.text}}; break;
+            case chat_event::kind::tool_begin:
+                delta = {{"tool_calls", json::array({{{"index", e.index}, {"id", e.id}, {"type", "function"},
+                                                      {"function", {{"name", e.text}, {"arguments", ""}}}}})}};
+                break;
+            case chat_event::kind::tool_args:
+                delta = {{"tool_calls", json::array({{{"index", e.index}, {"function", {{"arguments", e.text}}}}})}};
+                break;
+            case chat_event::kind::tool_end: continue;
+            }
+            out += sse(chunk(delta, nullptr, lp));
+            lp = nullptr;
+        }
+        if (!lp.is_null()) out += sse(chunk({{"content", ""}}, nullptr, lp));
+        return out;
+    }
 
     token_view view(const gen_token &t) const {
         token_view v{ctx_.token_text(t.id), t.logprob, {}};
@@ -241,6 +199,7 @@ private:
 
     api_request req_;
     response_context ctx_;
+    std::optional<chat_reply> reply_;  // chat: the parsed output
     std::string text_;
     std::vector<token_view> tokens_;
     gen_event done_;

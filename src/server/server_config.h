@@ -48,6 +48,9 @@ struct server_config {
     int32_t request_queue = 64;              // requests waiting for those threads before 503
     json_limits json;                        // depth and value count of a request body
     bool allow_special_in_content = false;   // request text may spell special tokens (unsafe)
+    std::string chat_template_file;          // --chat-template-file: a Jinja template instead of the file's
+    std::string chat_template;               // --chat-template: a built-in (chatml, qwen3, plain) instead of the file's
+    std::string reasoning_format = "auto";   // auto: reasoning separated from the text; none: left in it
     std::vector<std::string> cors_origins;   // --cors-origin: browser origins allowed ("*": any)
     std::vector<std::string> allowed_hosts;  // --allowed-host: Host names a loopback server accepts
     size_t body_limit = 8u << 20;            // bytes per request body (generation routes)

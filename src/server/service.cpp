@@ -4,6 +4,8 @@
 
 #include "src/server/api_anthropic.h"
 #include "src/server/api_openai.h"
+#include "src/server/api_responses.h"
+#include "src/server/api_tools.h"
 #include "tandem/log.h"
 #include "tandem/sampler.h"
 #include "tandem/tokenizer.h"
@@ -32,6 +34,8 @@ constexpr route_entry routes[] = {
     {"/completions", route_id::completion, "POST", true},
     {"/v1/messages", route_id::messages, "POST", true},
     {"/v1/messages/count_tokens", route_id::count_tokens, "POST", true},
+    {"/v1/responses", route_id::responses, "POST", true},
+    {"/responses", route_id::responses, "POST", true},
 };
 
 std::string_view path_of(std::string_view target) { return target.substr(0, target.find('?')); }
@@ -58,6 +62,7 @@ api_request api_parse_request(route_id route, const std::string &body, const jso
     case route_id::completion: return openai_parse_completion(j);
     case route_id::messages: return anthropic_parse_messages(j, false);
     case route_id::count_tokens: return anthropic_parse_messages(j, true);
+    case route_id::responses: return responses_parse(j);
     default: break;
     }
     fail(error_kind::internal, "route has no request body to map");
@@ -198,7 +203,8 @@ http_reply service::route(const http_request_view &req, const route_entry &r, st
     switch (r.id) {
     case route_id::chat:
     case route_id::completion:
-    case route_id::messages: {
+    case route_id::messages:
+    case route_id::responses: {
         if (stopping_.load()) return error_reply(api, 503, "the server is shutting down");
         job = prepare(api_parse_request(r.id, req.body, config_.json));
         return {};
@@ -206,7 +212,7 @@ http_reply service::route(const http_request_view &req, const route_entry &r, st
     case route_id::count_tokens: {
         api_request a = api_parse_request(r.id, req.body, config_.json);
         check_model(a.model);
-        out.body = json_dump({{"input_tokens", tokenize_prompt(a).size()}});
+        out.body = json_dump({{"input_tokens", tokenize_prompt(render_prompt(a)).size()}});
         return out;
     }
     case route_id::models: {
@@ -232,49 +238,89 @@ void service::check_model(const std::string &model) const {
     fail(error_kind::not_found, "model '{}' not found; this server serves '{}'", model, model_.model_id);
 }
 
-std::vector<int32_t> service::tokenize_prompt(const api_request &req, size_t max_tokens) const {
+rendered_prompt service::render_prompt(const api_request &req) const {
     rendered_prompt rendered;
     if (req.route == route_kind::completion) {
         // A raw completion prompt is the client's whole prompt, turn markers included, so its
         // special-token texts are the tokens (as llama-server does).
         rendered.add_template(req.prompt);
-    } else {
-        // count_tokens counts what a generation would prefill, so the assistant opener is included.
-        rendered = model_.tmpl.render_prompt(req.messages, /*add_generation_prompt=*/true, req.enable_thinking);
+        return rendered;
     }
+    // transformers' choice: the file's tool_use template when the request offers tools.
+    const chat_template &t = req.tools.offered() && model_.tool_tmpl ? *model_.tool_tmpl : model_.tmpl;
+    // count_tokens counts what a generation would prefill, so the assistant opener is included.
+    return t.render_request(req.chat);
+}
+
+std::vector<int32_t> service::tokenize_prompt(const rendered_prompt &prompt, size_t max_tokens) const {
     std::vector<text_piece> pieces;
-    for (const auto &p : rendered.pieces) pieces.push_back({p.text, p.special || config_.allow_special_in_content});
+    for (const auto &p : prompt.pieces) pieces.push_back({p.text, p.special || config_.allow_special_in_content});
     return model_.tok->encode(pieces, /*add_special=*/true, max_tokens);
 }
 
-std::unique_ptr<generation_job> service::prepare(const api_request &req) {
+chat_parse_options service::parse_options(const api_request &req, const rendered_prompt &prompt) const {
+    chat_parse_options o;
+    o.syntax = model_.syntax;
+    o.reasoning = config_.reasoning_format != "none";
+    if (o.syntax.think_tags && !prompt.pieces.empty()) {
+        // Templates that open the reasoning block in the generation prompt (QwQ, DeepSeek V3.1
+        // thinking) leave the reply inside it.
+        std::string_view tail = prompt.pieces.back().text;
+        while (!tail.empty() && (tail.back() == '\n' || tail.back() == ' ')) tail.remove_suffix(1);
+        o.think_open = prompt.pieces.back().special && tail.ends_with("<think>");
+    }
+    o.tools = req.tools.offered();
+    o.parallel = req.tools.parallel;
+    o.signatures = req.tools.defs;
+    return o;
+}
+
+void service::set_tool_constraint(const api_request &req, bool think_open, gen_request &out) const {
+    out.constraint = req.constraint;
+    if (!req.tools.forced()) return;
+    if (req.constraint) fail(error_kind::invalid_request, "a forced tool_choice and a response format cannot be combined");
+    out.constraint = tool_forced_grammar(req.tools, model_.syntax.tools);
+    if (think_open) out.constraint_after = "</think>";  // the reasoning the prompt opened runs free
+}
+
+std::unique_ptr<generation_job> service::prepare(api_request req) {
     check_model(req.model);
+    if (req.route == route_kind::responses) responses_resolve(req, responses_);
     const int32_t n_ctx = model_.eng->n_ctx();
+    const rendered_prompt rendered = render_prompt(req);
     // The context is the tokenizer's budget: a prompt that cannot fit stops being encoded there.
-    std::vector<int32_t> prompt = tokenize_prompt(req, static_cast<size_t>(n_ctx));
+    std::vector<int32_t> prompt = tokenize_prompt(rendered, static_cast<size_t>(n_ctx));
     const int32_t n_prompt = static_cast<int32_t>(prompt.size());
     if (n_prompt == 0) fail(error_kind::invalid_request, "the prompt is empty");
     if (n_prompt > n_ctx)
         fail(error_kind::too_large, "the prompt has more than {} tokens but the context holds {} (--ctx); shorten it", n_ctx, n_ctx);
     if (n_prompt == n_ctx)
         fail(error_kind::too_large, "the prompt has {} tokens but the context holds {} (--ctx); shorten it", n_prompt, n_ctx);
-    int32_t max_tokens = req.max_tokens.value_or(n_ctx - n_prompt);
-    if (static_cast<int64_t>(n_prompt) + max_tokens > n_ctx)
-        fail(error_kind::invalid_request, "max_tokens {} plus the prompt's {} tokens exceed the context of {} tokens",
-             max_tokens, n_prompt, n_ctx);
+    // A max_tokens beyond the context's room is clamped to it (finish_reason length), as
+    // llama-server does: agents ask for 32,000 whatever the context.
+    const int32_t max_tokens = std::min(req.max_tokens.value_or(n_ctx - n_prompt), n_ctx - n_prompt);
 
     response_context ctx;
     uint64_t serial = next_response_++;
     uint64_t salt = static_cast<uint64_t>(std::random_device{}());
-    const char *prefix = req.route == route_kind::chat ? "chatcmpl-" : req.route == route_kind::completion ? "cmpl-" : "msg_";
+    const char *prefix = req.route == route_kind::chat         ? "chatcmpl-"
+                         : req.route == route_kind::completion ? "cmpl-"
+                         : req.route == route_kind::responses  ? "resp_"
+                                                               : "msg_";
     ctx.id = fmt::format("{}{:08x}{:08x}", prefix, salt & 0xffffffffu, serial);
     ctx.model = req.model.empty() ? model_.model_id : req.model;
     ctx.created = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
     const tokenizer *tok = model_.tok;
     ctx.token_text = [tok](int32_t id) { return tok->token_bytes(id); };
+    ctx.n_prompt = n_prompt;
+    if (req.route != route_kind::completion) ctx.parse = parse_options(req, rendered);
 
-    std::unique_ptr<generation_job> job = req.route == route_kind::messages ? anthropic_make_job(req, std::move(ctx))
-                                                                            : openai_make_job(req, std::move(ctx));
+    gen_request request;
+    set_tool_constraint(req, ctx.parse.think_open, request);
+    std::unique_ptr<generation_job> job = req.route == route_kind::messages    ? anthropic_make_job(req, std::move(ctx))
+                                          : req.route == route_kind::responses ? responses_make_job(req, std::move(ctx), &responses_)
+                                                                               : openai_make_job(req, std::move(ctx));
+    job->request = std::move(request);
     job->request.prompt = std::move(prompt);
     job->request.max_tokens = max_tokens;
     job->request.sampling = req.sampling;
@@ -382,7 +428,12 @@ json service::props_json() const {
         {"model_path", config_.model_path},
         {"model_alias", model_.model_id},
         {"chat_template", model_.tmpl.source},
+        {"chat_template_origin", model_.tmpl.origin},
         {"chat_template_family", chat_template_family_name(model_.tmpl.family)},
+        {"chat_template_tool_use", model_.tool_tmpl ? json(model_.tool_tmpl->source) : json(nullptr)},
+        {"chat_template_error", model_.tmpl.parse_error.empty() ? json(nullptr) : json(model_.tmpl.parse_error)},
+        {"tool_call_format", tool_format_name(model_.syntax.tools)},
+        {"reasoning_format", config_.reasoning_format},
         {"modalities", {{"vision", false}, {"audio", false}}},
         {"build_info", "tandem"},
         {"layout", model_.eng ? model_.eng->layout() : std::string()},

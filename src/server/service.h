@@ -6,6 +6,7 @@
 #include "src/scheduler/scheduler.h"
 #include "src/server/api_common.h"
 #include "src/server/request_guard.h"
+#include "src/server/response_store.h"
 #include "src/server/server_config.h"
 
 #include <atomic>
@@ -51,7 +52,7 @@ struct http_reply {
 
 // The routes, with the method each takes and whether its work is heavy (JSON bodies parsed and
 // prompts tokenized on the request pool) or cheap (answered on the I/O thread).
-enum class route_id { health, models, metrics, slots, props, chat, completion, messages, count_tokens };
+enum class route_id { health, models, metrics, slots, props, chat, completion, messages, count_tokens, responses };
 struct route_entry {
     std::string_view path;
     route_id id;
@@ -77,7 +78,9 @@ struct model_context {
     engine *eng = nullptr;
     scheduler *sched = nullptr;
     const tokenizer *tok = nullptr;
-    chat_template tmpl;
+    chat_template tmpl;                      // the chat template in use
+    std::optional<chat_template> tool_tmpl;  // the file's tool_use template, for requests with tools
+    chat_syntax syntax;                      // how the model writes reasoning and tool calls
     std::string model_id;                 // the alias clients use
     std::vector<std::string> model_names; // all accepted names (alias, file name)
     json meta;                            // /v1/models meta and /props details
@@ -124,9 +127,14 @@ public:
 
 private:
     http_reply route(const http_request_view &req, const route_entry &r, std::unique_ptr<generation_job> &job);
-    std::unique_ptr<generation_job> prepare(const api_request &req);
+    std::unique_ptr<generation_job> prepare(api_request req);
+    // The prompt as the template renders it (a completion's prompt as it is).
+    rendered_prompt render_prompt(const api_request &req) const;
     // At most max_tokens + 1 ids (tokenizer::encode's budget); count_tokens takes them all.
-    std::vector<int32_t> tokenize_prompt(const api_request &req, size_t max_tokens = SIZE_MAX) const;
+    std::vector<int32_t> tokenize_prompt(const rendered_prompt &prompt, size_t max_tokens = SIZE_MAX) const;
+    // How the reply's text is read, and the grammar a forced tool choice imposes.
+    chat_parse_options parse_options(const api_request &req, const rendered_prompt &prompt) const;
+    void set_tool_constraint(const api_request &req, bool think_open, gen_request &out) const;
     void check_model(const std::string &model) const;
     bool authorized(const http_request_view &req, api_kind api) const;
     http_reply preflight_reply(const http_request_view &head) const;
@@ -139,6 +147,7 @@ private:
     std::atomic<int32_t> busy_{0};
     std::atomic<uint64_t> next_response_{1};
     std::chrono::system_clock::time_point started_;
+    response_store responses_{256, 64u << 20};  // previous_response_id: the latest responses, up to 64 MiB
     // Completed-request accounting for the throughput gauges.
     std::atomic<uint64_t> http_requests_{0}, http_errors_{0};
 };

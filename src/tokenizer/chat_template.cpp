@@ -181,6 +181,13 @@ std::string rendered_prompt::text() const {
 rendered_prompt chat_template::render_prompt(const std::vector<chat_message> &messages, bool add_generation_prompt,
                                              bool enable_thinking) const {
     switch (family) {
+    case chat_template_family::jinja: {
+        nlohmann::ordered_json request = {{"messages", nlohmann::ordered_json::array()},
+                                          {"add_generation_prompt", add_generation_prompt},
+                                          {"chat_template_kwargs", {{"enable_thinking", enable_thinking}}}};
+        for (const auto &m : messages) request["messages"].push_back({{"role", m.role}, {"content", m.content}});
+        return render_request(request);
+    }
     case chat_template_family::chatml: return render_chatml(*this, messages, add_generation_prompt);
     case chat_template_family::qwen3: return render_qwen3(*this, messages, add_generation_prompt, enable_thinking);
     case chat_template_family::fallback: return render_fallback(messages, add_generation_prompt);
@@ -195,6 +202,7 @@ std::string chat_template::render(const std::vector<chat_message> &messages, boo
 
 const char *chat_template_family_name(chat_template_family family) {
     switch (family) {
+    case chat_template_family::jinja: return "jinja";
     case chat_template_family::chatml: return "chatml";
     case chat_template_family::qwen3: return "qwen3";
     case chat_template_family::fallback: return "fallback";

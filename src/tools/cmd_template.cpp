@@ -2,6 +2,7 @@
 // OpenAI chat request body, rendered by the Jinja engine exactly as transformers renders it.
 #include "commands.h"
 
+#include "tandem/chat_template.h"
 #include "tandem/error.h"
 #include "tandem/gguf.h"
 #include "tandem/jinja.h"
@@ -71,6 +72,7 @@ tandem::jinja_tool_arguments parse_tool_arguments(const std::string &s) {
     if (s == "given") return tandem::jinja_tool_arguments::given;
     if (s == "object") return tandem::jinja_tool_arguments::object;
     if (s == "string") return tandem::jinja_tool_arguments::string;
+    if (s == "auto") return tandem::jinja_tool_arguments::given;  // replaced by the probed form below
     tandem::fail(tandem::error_kind::config, "--tool-arguments '{}': expected given, object or string", s);
 }
 
@@ -96,6 +98,9 @@ int run_template(const template_cli &cli) {
     }
     if (!cli.bos.empty()) chat.bos_token = cli.bos;
     if (!cli.eos.empty()) chat.eos_token = cli.eos;
+    // auto: the form tandem-server probes for this template and passes it.
+    if (cli.tool_arguments == "auto")
+        chat.tool_arguments = chat_template::from_jinja(source, "template", chat.bos_token, chat.eos_token).jinja_options.tool_arguments;
 
     const auto tmpl = jinja_template::parse(source);
     jinja_render_options options;
@@ -124,8 +129,9 @@ TANDEM_COMMAND(template, "Print the prompt a chat template makes of an OpenAI ch
     sub.add_option("--eos-token", cli->eos, "eos_token text (default: the GGUF's)");
     sub.add_option("--template-name", cli->template_name, "Named template of the GGUF (tokenizer.chat_template.NAME)");
     sub.add_option("--tool-arguments", cli->tool_arguments,
-                   "Assistant tool_calls arguments as given (transformers), parsed to objects, or as strings")
-        ->check(CLI::IsMember({"given", "object", "string"}));
+                   "Assistant tool_calls arguments as given (transformers), parsed to objects, as strings, or auto: "
+                   "the form tandem-server probes for this template and passes")
+        ->check(CLI::IsMember({"given", "object", "string", "auto"}));
     sub.add_option("--now", cli->now, "Clock for strftime_now, in Unix seconds (default: now)");
     sub.add_flag("--show-marked", cli->show_marked, "Print the byte ranges that came from the request to stderr");
     return [cli] {

@@ -2,6 +2,7 @@
 // (health 503 while loading), load the engine, serve, and shut down cleanly on SIGTERM/SIGINT.
 // Exit codes: 0 after a signal, 1 runtime failure, 2 configuration or usage error (including a
 // memory plan that does not fit).
+#include "src/chat/chat_output.h"
 #include "src/engine/host_memory.h"
 #include "src/scheduler/scheduler.h"
 #include "src/server/http_server.h"
@@ -34,6 +35,8 @@ using namespace tandem::server;
 
 #ifdef TANDEM_TEST_HOOKS
 void alloc_failure_hook_arm(size_t min_bytes);  // tests/server/alloc_failure_hook.cpp
+std::unique_ptr<engine> scripted_engine_open(std::shared_ptr<const gguf_file> file, const engine_options &options,
+                                             const std::string &script);  // tests/server/scripted_engine.cpp
 #endif
 
 namespace {
@@ -99,16 +102,65 @@ void test_arm_alloc_failure() {
 }
 #endif
 
+std::optional<std::string> special_text(const tokenizer &tok, const gguf_file &file, const char *key) {
+    const int64_t id = file.get_int(key, -1);
+    if (id < 0 || id >= tok.n_vocab()) return std::nullopt;
+    return tok.token_text(static_cast<int32_t>(id));
+}
+
+// The chat template: --chat-template-file, else --chat-template, else the file's own (and its
+// tool_use variant), else the plain built-in. A file template that does not parse leaves the
+// server up for raw completions; chat requests get its error.
+struct chosen_templates {
+    chat_template main;
+    std::optional<chat_template> tool_use;
+};
+chosen_templates choose_templates(const server_config &cfg, const gguf_file &file, const tokenizer &tok) {
+    const auto bos = special_text(tok, file, "tokenizer.ggml.bos_token_id");
+    const auto eos = special_text(tok, file, "tokenizer.ggml.eos_token_id");
+    chosen_templates out;
+    if (!cfg.chat_template_file.empty()) {
+        std::ifstream in(cfg.chat_template_file, std::ios::binary);
+        if (!in) fail(error_kind::config, "--chat-template-file {}: cannot read it", cfg.chat_template_file);
+        std::string source((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+        out.main = chat_template::from_jinja(std::move(source), "--chat-template-file " + cfg.chat_template_file, bos, eos);
+        if (!out.main.parse_error.empty())
+            fail(error_kind::config, "--chat-template-file {}: {}", cfg.chat_template_file, out.main.parse_error);
+        return out;
+    }
+    if (!cfg.chat_template.empty()) {
+        out.main = chat_template::builtin(cfg.chat_template);
+        return out;
+    }
+    const std::string source = file.get_string("tokenizer.chat_template", "");
+    if (source.empty()) {
+        log_warn("the model file has no chat template; using the built-in plain 'role: content' one (see --chat-template)");
+        out.main = chat_template::builtin("plain");
+        return out;
+    }
+    out.main = chat_template::from_jinja(source, "tokenizer.chat_template", bos, eos);
+    if (!out.main.parse_error.empty())
+        log_warn("the model's chat template does not parse ({}); chat requests will be refused until "
+                 "--chat-template-file or --chat-template names another", out.main.parse_error);
+    const std::string tool_source = file.get_string("tokenizer.chat_template.tool_use", "");
+    if (!tool_source.empty()) {
+        out.tool_use = chat_template::from_jinja(tool_source, "tokenizer.chat_template.tool_use", bos, eos);
+        if (!out.tool_use->parse_error.empty()) log_warn("the model's tool_use chat template does not parse ({})", out.tool_use->parse_error);
+    }
+    return out;
+}
+
 std::string config_line(const server_config &c) {
     auto list = [](const std::vector<std::string> &v) { return v.empty() ? std::string("none") : fmt::format("{}", fmt::join(v, ",")); };
     return fmt::format("config: model={} host={} port={} ctx={} batched-session={} prefill-chunk={} prefill-yield={} "
                        "itl-budget={} max-queue={} draft={} (n-grams {}-{}, step rows {}) alias={} api-key={} threads={} http-threads={} body-limit={} timeouts={}s/{}s "
-                       "max-connections={} request-threads={} request-queue={} allow-special-in-content={} cors-origin={} allowed-host={} "
+                       "max-connections={} request-threads={} request-queue={} allow-special-in-content={} chat-template-file={} chat-template={} reasoning-format={} cors-origin={} allowed-host={} "
                        "backend={} devices={} gpu-devices={} gpu-vram={} tensor-parallel={} mem-budget={}",
                        c.model_path, c.host, c.port, c.n_ctx, c.n_slots, c.prefill_chunk, c.prefill_yield, c.itl_budget, c.max_queue,
                        c.draft, c.draft_ngram_min, c.draft_ngram_max, c.draft_step_rows, c.alias, c.api_key.empty() ? "off" : "on", c.n_threads, c.http_threads, c.body_limit,
                        c.read_timeout_s, c.write_timeout_s, c.max_connections, c.request_threads, c.request_queue,
-                       c.allow_special_in_content, list(c.cors_origins), list(c.allowed_hosts), c.backend, c.n_devices,
+                       c.allow_special_in_content, c.chat_template_file.empty() ? "none" : c.chat_template_file,
+                       c.chat_template.empty() ? "file" : c.chat_template, c.reasoning_format, list(c.cors_origins), list(c.allowed_hosts), c.backend, c.n_devices,
                        c.gpu_devices.empty() ? std::string("auto") : fmt::format("{}", fmt::join(c.gpu_devices, ",")),
                        c.gpu_vram, c.tensor_parallel, c.mem_budget_gib > 0 ? fmt::format("{}GiB", c.mem_budget_gib) : "auto");
 }
@@ -152,11 +204,17 @@ int serve(server_config cfg, const std::string &cpu_arithmetic) {
     if (cfg.backend != "cpu") log_info("placement plan fits: {}", engine_plan_check(*file, eo));
     log_info("{}", tools::version_line("tandem-server"));
     log_info("{}", config_line(cfg));
+    // The tokenizer and the chat template before listening: a template file that does not parse
+    // is a configuration error, reported at once.
+    std::optional<tokenizer> tok;
+    tok.emplace(tokenizer::from_gguf(*file));
+    chosen_templates templates = choose_templates(cfg, *file, *tok);
+    chat_syntax syntax = chat_syntax_detect(templates.main.source);
+    if (templates.main.family == chat_template_family::qwen3) syntax.think_tags = true;
 
     // Declared before the HTTP front so they outlive it: connections may cancel a request on
     // the scheduler and format tokens with the tokenizer until http.stop() has destroyed them.
     std::unique_ptr<engine> eng;
-    std::optional<tokenizer> tok;
     std::unique_ptr<scheduler> sched;
     service svc(cfg);
     http_server http(svc, cfg);
@@ -195,13 +253,15 @@ int serve(server_config cfg, const std::string &cpu_arithmetic) {
     test_load_delay();
 #endif
 
-    eng = engine_open(file, eo);
+#ifdef TANDEM_TEST_HOOKS
+    // TANDEM_TEST_SCRIPT: the scripted engine replies from a file instead of running the model.
+    if (const char *script = std::getenv("TANDEM_TEST_SCRIPT"); script != nullptr && *script != '\0')
+        eng = scripted_engine_open(file, eo, script);
+    else
+#endif
+        eng = engine_open(file, eo);
     log_info("{}", eng->layout());  // the engine's one-line layout ("layout: ...")
 
-    tok.emplace(tokenizer::from_gguf(*file));
-    chat_template tmpl = chat_template::detect(file->get_string("tokenizer.chat_template", ""));
-    if (tmpl.family == chat_template_family::fallback)
-        log_warn("the model's chat template is unknown or absent; using the plain 'role: content' fallback");
 
     scheduler_options so;
     so.prefill_chunk = cfg.prefill_chunk;
@@ -217,19 +277,23 @@ int serve(server_config cfg, const std::string &cpu_arithmetic) {
     mc.eng = eng.get();
     mc.sched = sched.get();
     mc.tok = &*tok;
-    mc.tmpl = tmpl;
+    mc.tmpl = std::move(templates.main);
+    mc.tool_tmpl = std::move(templates.tool_use);
+    mc.syntax = syntax;
     mc.model_id = cfg.alias;
     std::string file_name = std::filesystem::path(cfg.model_path).filename().string();
     mc.model_names = {cfg.alias, file_name, std::filesystem::path(cfg.model_path).stem().string()};
     mc.meta = {{"n_ctx", eng->n_ctx()}, {"n_slots", eng->n_slots()}, {"kv_type", cfg.kv_type}, {"n_vocab", hp.n_vocab},
                {"arch", hp.arch_name}, {"n_layer", hp.n_layer}, {"n_expert", hp.n_expert},
-               {"size", bytes.total()}, {"chat_template", chat_template_family_name(tmpl.family)}};
+               {"size", bytes.total()}, {"chat_template", chat_template_family_name(mc.tmpl.family)}};
+    const chat_template_family syntax_family = mc.tmpl.family;
+    const std::string syntax_origin = mc.tmpl.origin;
     svc.set_ready(std::move(mc));
 #ifdef TANDEM_TEST_HOOKS
     test_arm_alloc_failure();
 #endif
-    log_info("ready: model '{}' ({} {} layers, {} experts) chat template {}", cfg.alias, hp.arch_name, hp.n_layer,
-             hp.n_expert, chat_template_family_name(tmpl.family));
+    log_info("ready: model '{}' ({} {} layers, {} experts) chat template {} ({}), tool calls {}", cfg.alias, hp.arch_name,
+             hp.n_layer, hp.n_expert, chat_template_family_name(syntax_family), syntax_origin, tool_format_name(syntax.tools));
     systemd_notify(fmt::format("READY=1\nSTATUS=serving {} on {}:{}", cfg.alias, cfg.host, http.port()));
     systemd_watchdog watchdog([&](std::chrono::microseconds interval) { return sched->turning(interval); });
 
@@ -326,6 +390,16 @@ int main(int argc, char **argv) {
         ->capture_default_str();
     app.add_option("--request-queue", cfg.request_queue, "requests waiting for those threads before 503")
         ->check(CLI::Range(1, 1 << 20))
+        ->capture_default_str();
+    app.add_option("--chat-template-file", cfg.chat_template_file,
+                   "a Jinja chat template to use instead of the model file's tokenizer.chat_template");
+    app.add_option("--chat-template", cfg.chat_template,
+                   "a built-in chat template instead of the model file's: chatml, qwen3 or plain ('role: content')")
+        ->check(CLI::IsMember({"chatml", "qwen3", "plain"}));
+    app.add_option("--reasoning-format", cfg.reasoning_format,
+                   "auto: the model's reasoning (<think> blocks, gpt-oss analysis) is returned apart from its text "
+                   "(reasoning_content, thinking blocks, reasoning items); none: left in the text as written")
+        ->check(CLI::IsMember({"auto", "none"}))
         ->capture_default_str();
     app.add_flag("--allow-special-in-content", cfg.allow_special_in_content,
                  "tokenize special-token texts in message contents as those tokens (lets a user forge turns; off by "

@@ -49,34 +49,47 @@ int32_t control_tokens(const std::vector<int32_t> &ids) {
     return n;
 }
 
-// Every family renders the messages; the pieces must join to render()'s text and alternate, and
-// the request's text must add no control token to those the template writes (counted on the same
-// messages with '|' taken out of their text, so no marker can be spelled there).
+// Every string in a value with '|' taken out, so no marker can be spelled there.
+void scrub(json &j) {
+    if (j.is_string()) {
+        std::string s = j.get<std::string>();
+        std::replace(s.begin(), s.end(), '|', '!');
+        j = s;
+    }
+    if (j.is_structured())
+        for (auto &v : j) scrub(v);
+}
+
+// Every template renders the request; the pieces must alternate, and the request's text must add
+// no control token to those the template writes (counted on the same request scrubbed of '|').
 void check_rendering(const api_request &req) {
-    std::vector<chat_message> clean = req.messages;
-    for (auto &m : clean) std::replace(m.content.begin(), m.content.end(), '|', '!');
+    if (req.route == route_kind::completion) return;
+    json clean = req.chat;
+    scrub(clean);
     static const chat_template templates[] = {
-        chat_template::detect("<|im_start|> {{ '<think>' }} enable_thinking"),
+        chat_template::builtin("qwen3"),
         chat_template::detect("<|im_start|>system\\nYou are a helpful assistant.<|im_end|>"),
-        chat_template::detect(""),
+        chat_template::builtin("plain"),
+        chat_template::from_jinja("{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}"
+                                  "{% for c in m.tool_calls or [] %}<tool_call>{{ c.function | tojson }}</tool_call>{% endfor %}"
+                                  "<|im_end|>\n{% endfor %}{{ tools | tojson if tools }}<|im_start|>assistant\n",
+                                  "fuzz", std::nullopt, std::nullopt),
     };
     for (const auto &t : templates) {
         rendered_prompt r;
         try {
-            r = t.render_prompt(req.messages, true, req.enable_thinking);
+            r = t.render_request(req.chat);
         } catch (const error &e) {
             if (e.kind() != error_kind::invalid_request) std::abort();
             continue;
         }
-        if (r.text() != t.render(req.messages, true, req.enable_thinking)) std::abort();
         std::vector<text_piece> pieces;
         for (size_t i = 0; i < r.pieces.size(); ++i) {
             if (r.pieces[i].text.empty() || (i > 0 && r.pieces[i].special == r.pieces[i - 1].special)) std::abort();
             pieces.push_back({r.pieces[i].text, r.pieces[i].special});
         }
         try {
-            const int32_t template_controls =
-                control_tokens(fuzz_tokenizer().encode(t.render(clean, true, req.enable_thinking), true));
+            const int32_t template_controls = control_tokens(fuzz_tokenizer().encode(t.render_request(clean).text(), true));
             const auto ids = fuzz_tokenizer().encode(pieces);
             if (control_tokens(ids) > template_controls) std::abort();
             const auto budget = fuzz_tokenizer().encode(pieces, false, 8);
