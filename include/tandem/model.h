@@ -63,9 +63,15 @@ struct model_hparams {
 
 // What one layer computes: the one switch over architectures the engines take.
 enum class layer_attention : uint8_t { gqa_qk_norm, mla };
+enum class layer_router : uint8_t {
+    softmax_topk,  // softmax, top-k, optional renormalisation (qwen3moe)
+    grouped,       // softmax or sigmoid, selection bias, group-limited top-k, scaled (deepseek2)
+    none,          // a dense layer
+};
 enum class layer_ffn : uint8_t { routed, routed_shared, dense };
 struct layer_recipe {
     layer_attention attention;
+    layer_router router;
     layer_ffn ffn;
     int32_t n_expert_used;       // routed experts a row takes in this layer (0: dense FFN)
 };

@@ -135,11 +135,12 @@ void model_hparams_write(gguf_writer &w, const model_hparams &hp, int32_t d_ff) 
 
 layer_recipe model_layer_recipe(const model_hparams &hp, int32_t layer) {
     switch (hp.arch) {
-    case model_arch::qwen3moe: return {layer_attention::gqa_qk_norm, layer_ffn::routed, hp.n_expert_used};
+    case model_arch::qwen3moe:
+        return {layer_attention::gqa_qk_norm, layer_router::softmax_topk, layer_ffn::routed, hp.n_expert_used};
     case model_arch::deepseek2:
-        if (layer < hp.n_dense_lead) return {layer_attention::mla, layer_ffn::dense, 0};
-        return {layer_attention::mla, hp.n_expert_shared > 0 ? layer_ffn::routed_shared : layer_ffn::routed,
-                hp.n_expert_used};
+        if (layer < hp.n_dense_lead) return {layer_attention::mla, layer_router::none, layer_ffn::dense, 0};
+        return {layer_attention::mla, layer_router::grouped,
+                hp.n_expert_shared > 0 ? layer_ffn::routed_shared : layer_ffn::routed, hp.n_expert_used};
     }
     TANDEM_ASSERT(false, "unknown architecture");
 }

@@ -62,7 +62,8 @@ struct layer_writer {
 
     // A matrix of rows of ne[0] elements, in `type` where its rows fill the type's blocks.
     void matrix(const std::string &name, std::vector<int64_t> ne, float std) {
-        add_random(w, name, convert_fit_type(type, ne[0]), std::move(ne), std, seed);
+        const ggml_type t = convert_fit_type(type, ne[0]);
+        add_random(w, name, t, std::move(ne), std, seed);
     }
     void norm(const std::string &name, int64_t n) { add_random(w, name, ggml_type::f32, {n}, 0.05f, seed, 1.0f); }
     static float fan_in(int64_t n) { return 1.0f / std::sqrt(float(n)); }
