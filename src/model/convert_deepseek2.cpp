@@ -96,9 +96,14 @@ deepseek_config read_config(const json &cfg, const std::string &path, bool v3) {
         fail(error_kind::unsupported, "{}: attention_bias true", c.path);
     read_routing(cfg, c);
     read_yarn(c);
-    if (c.n_used > c.n_expert || c.n_expert % c.n_group != 0 || c.n_group_used > c.n_group || c.n_dense > c.n_layer)
-        fail(error_kind::file_format, "{}: inconsistent routing: {} experts, {} used, {} groups, {} used, {} dense "
-             "layers of {}", c.path, c.n_expert, c.n_used, c.n_group, c.n_group_used, c.n_dense, c.n_layer);
+    if (c.n_used > c.n_expert)
+        fail(error_kind::file_format, "{}: num_experts_per_tok {} exceeds the {} experts", c.path, c.n_used, c.n_expert);
+    if (c.n_expert % c.n_group != 0 || c.n_group_used > c.n_group)
+        fail(error_kind::file_format, "{}: n_group {} must divide n_routed_experts {} and be >= topk_group {}", c.path,
+             c.n_group, c.n_expert, c.n_group_used);
+    if (c.n_dense > c.n_layer)
+        fail(error_kind::file_format, "{}: first_k_dense_replace {} exceeds num_hidden_layers {}", c.path, c.n_dense,
+             c.n_layer);
     return c;
 }
 
