@@ -1,5 +1,6 @@
 // tandem/convert.h - Hugging Face checkpoint folders: the safetensors reader and the converter to
-// GGUF (`tandem convert`), writing what llama.cpp's convert_hf_to_gguf.py writes for qwen3moe.
+// GGUF (`tandem convert`), writing what llama.cpp's convert_hf_to_gguf.py writes for qwen3moe and
+// deepseek2.
 #pragma once
 
 #include "tandem/types.h"
@@ -15,8 +16,9 @@ namespace tandem {
 
 // ---- safetensors ----
 
-enum class st_dtype { f32, f16, bf16 };
-const char *st_dtype_name(st_dtype dtype);  // "F32", "F16", "BF16"
+// f8_e4m3: DeepSeek's FP8 checkpoints (OCP E4M3FN), each weight scaled by its block's weight_scale_inv.
+enum class st_dtype { f32, f16, bf16, f8_e4m3 };
+const char *st_dtype_name(st_dtype dtype);  // "F32", "F16", "BF16", "F8_E4M3"
 size_t st_dtype_bytes(st_dtype dtype);
 
 struct st_tensor {
@@ -32,7 +34,7 @@ struct st_tensor {
 
 // One mapped .safetensors file, its header validated: every tensor's dtype, shape and byte range
 // are checked against the file (no overflow, nothing past the end). Throws tandem::error
-// (file_format, or unsupported for a dtype other than F32/F16/BF16) naming the file and tensor.
+// (file_format, or unsupported for a dtype other than F32/F16/BF16/F8_E4M3) naming the file and tensor.
 class safetensors_file {
 public:
     static std::unique_ptr<safetensors_file> open(const std::string &path);
@@ -67,7 +69,8 @@ private:
     std::map<std::string, const st_tensor *> by_name_;
 };
 
-// dst[n] <- elements [first, first + n) of t, widened to float (exact for all three dtypes).
+// dst[n] <- elements [first, first + n) of t, widened to float (exact for every dtype; FP8 values
+// unscaled: the converter applies their blocks' scales).
 void st_read_f32(const st_tensor &t, int64_t first, int64_t n, float *dst);
 
 // ---- the converter ----
@@ -91,9 +94,11 @@ struct convert_summary {
     std::vector<std::string> fallbacks;  // "attn_q: q4_K -> q8_0 (row length 64)"
 };
 
-// Converts a Qwen3MoeForCausalLM checkpoint folder. Throws tandem::error: file_format (malformed
-// or missing files/tensors, named), config (a wrong option value), unsupported (architecture,
-// dtype or feature the engine cannot run: decoder_sparse_step != 1, mlp_only_layers, rope types).
+// Converts a Qwen3MoeForCausalLM, DeepseekV2ForCausalLM or DeepseekV3ForCausalLM checkpoint folder
+// (bf16/f16/f32, or DeepSeek's FP8 with 128x128 weight_scale_inv blocks, dequantised). Throws
+// tandem::error: file_format (malformed or missing files/tensors, named), config (a wrong option
+// value), unsupported (architecture, dtype or feature the engine cannot run: decoder_sparse_step !=
+// 1, mlp_only_layers, rope types, moe_layer_freq != 1, ...).
 convert_summary convert_hf(const convert_options &opts);
 
 // The type a tensor whose rows hold `row_len` elements gets when `wanted` is asked for: K-quants

@@ -1,6 +1,7 @@
 // tandem/synth.h - random-weight models of real shapes (benchmarks, tests, the demo model).
 #pragma once
 
+#include "tandem/model.h"
 #include "tandem/types.h"
 
 #include <cstdint>
@@ -10,14 +11,31 @@
 
 namespace tandem {
 
+// deepseek2 shapes: multi-head latent attention, shared experts, grouped routing, YaRN.
+struct synth_mla {
+    int32_t q_lora_rank = 0;             // 0: plain attn_q
+    int32_t kv_lora_rank = 0;
+    int32_t d_nope = 0, d_rope = 0, d_v = 0;
+    int32_t n_expert_shared = 0, n_dense_lead = 0;
+    int32_t n_group = 1, n_group_used = 1;
+    bool sigmoid = false;                // gating: sigmoid with a selection bias, else softmax
+    float weights_scale = 1.0f;
+    bool norm_topk = false;
+    float yarn_factor = 0.0f;            // 0: no rope scaling
+    int32_t yarn_n_ctx_orig = 0;
+    float mscale_all_dim = 0.0f;
+};
+
 struct synth_preset {
     std::string name;
     int32_t n_layer, d_model, n_head, n_head_kv, d_head, n_expert, n_expert_used, d_ff_expert, d_ff;
     int32_t n_vocab, n_ctx_train;
     float rope_theta, rms_eps;
+    model_arch arch = model_arch::qwen3moe;
+    synth_mla mla{};                     // deepseek2 only
 };
 
-// "tiny", "qwen3-30b-a3b", "qwen3-235b-a22b"; nullopt for an unknown name.
+// "tiny", "qwen3-30b-a3b", "deepseek-v3", ... (synth_preset_names); nullopt for an unknown name.
 std::optional<synth_preset> synth_preset_find(const std::string &name);
 std::vector<std::string> synth_preset_names();
 
@@ -31,10 +49,14 @@ struct synth_options {
     // experts' down in the first and last eighth of the layers and every third layer between
     // (llama-quant's use_more_bits), as in published Q4_K_M files.
     bool q4_k_m = false;
+    // deepseek2: write the latent's up-projection as one attn_kv_b tensor with llama.cpp's legacy
+    // keys, instead of the split attn_k_b/attn_v_b form of its current converter.
+    bool mla_kv_b = false;
 };
 
 // Writes the model. Quantized tensors are written as random blocks directly (no float pass),
-// scaled so dequantised weights have std ~ 1/sqrt(fan_in) and a near-zero mean.
+// scaled so dequantised weights have std ~ 1/sqrt(fan_in) and a near-zero mean. deepseek2 tensors whose
+// rows do not fill the type's blocks (attn_k_b's d_nope) fall back as `tandem convert` does.
 void synth_write(const synth_options &options, const std::string &path);
 
 }  // namespace tandem

@@ -101,4 +101,61 @@ int64_t moe_count_experts(const int32_t *ids, int64_t n_pairs, int64_t n_expert,
 // x[r] += sum over slots s = 0..k-1, in that order, of weights[r][s] * out[r][s].
 void moe_combine(float *x, const float *out, const float *weights, int64_t n_rows, int64_t k, int64_t d_model);
 
+// ---- rope_yarn.cpp: rotary embedding of adjacent pairs (DeepSeek's layout), YaRN frequencies ----
+// Inverse frequency of each rotated pair [d_rope / 2], in float32 as Hugging Face computes it:
+// theta^(-2i/d_rope); with yarn_factor > 1, blended with that / yarn_factor by YaRN's ramp between
+// the dims that turn beta_fast and beta_slow times over yarn_n_ctx_orig positions.
+std::vector<float> rope_inv_freq(float theta, int64_t d_rope, float yarn_factor, int64_t yarn_n_ctx_orig,
+                                 float beta_fast, float beta_slow);
+// Rotates the pairs (x[2i], x[2i+1]) of every head by angle positions[r] * inv_freq[i], cos and sin
+// scaled by mscale. Row r's head h starts at x + r * row_stride + h * head_stride; d_rope elements.
+void rope_pairs(float *x, const int32_t *positions, int64_t n_rows, int64_t row_stride, int64_t n_heads,
+                int64_t head_stride, const float *inv_freq, int64_t d_rope, float mscale);
+
+// ---- attention_mla.cpp: multi-head latent attention over each row's slot cache ----
+// The absorbed form, for every row: scores against the cached latent (no key or value is ever
+// decompressed); the caller turns q_nope into q_lat through W_UK and out_lat into values through W_UV.
+struct attention_mla_args {
+    const float *q_lat;          // [n_rows][n_head][kv_lora]: each head's nope query through W_UK
+    const float *q_rope;         // [n_rows][n_head][d_rope]: roped query tails
+    const float *const *cache;   // [n_rows] -> that row's slot cache [n_ctx][kv_lora + d_rope] (latent, roped key)
+    const int32_t *positions;    // [n_rows]: the row attends to cached positions 0..pos
+    float *out_lat;              // [n_rows][n_head][kv_lora]: softmax-weighted sum of the latents
+    int64_t n_rows = 0, n_head = 0, kv_lora = 0, d_rope = 0;
+    float scale = 1.0f;          // softmax scale (YaRN's mscale^2 / sqrt(d_head) for DeepSeek)
+};
+void attention_mla(const cpu_context &ctx, const attention_mla_args &args);
+
+// ---- route_grouped.cpp: DeepSeek routing ----
+// Scores = softmax or sigmoid of the router logits (float32); selection = scores + bias; with groups,
+// only experts of the n_group_used groups whose two best selections sum highest compete; top-k by
+// selection (ties: lower id; groups: lower group); weights = the unbiased scores of the chosen,
+// divided by their sum when normalise (at least 2^-14, as llama.cpp clamps it), times scale.
+struct moe_route_grouped_args {
+    const float *logits = nullptr;  // [n_rows][n_expert]
+    const float *bias = nullptr;    // [n_expert] selection bias (exp_probs_b), or nullptr
+    int32_t *ids = nullptr;         // [n_rows][k], best first
+    float *weights = nullptr;       // [n_rows][k]
+    int64_t n_rows = 0, n_expert = 0, k = 0, n_group = 1, n_group_used = 1;
+    bool sigmoid = false;
+    bool normalise = false;
+    float scale = 1.0f;
+};
+void moe_route_grouped(const moe_route_grouped_args &args);
+
+// ---- ffn_dense.cpp: a SwiGLU FFN that every row takes (shared experts, dense layers) ----
+struct ffn_swiglu_args {
+    cpu_matrix gate;          // [d_ff][d_model]
+    cpu_matrix up;            // [d_ff][d_model]
+    cpu_matrix down;          // [d_model][d_ff]
+    const float *x = nullptr; // [n_rows][d_model] normalised hidden states
+    float *out = nullptr;     // [n_rows][d_model] = down(silu(gate x) * up x)
+    int64_t n_rows = 0;
+};
+void ffn_swiglu(const cpu_context &ctx, const ffn_swiglu_args &args);
+// x[r] += (sum over slots s = 0..k-1, in that order, of weights[r][s] * out[r][s]) + dense[r]: the
+// routed experts, then the always-on FFN, then the residual, as DeepSeek's MoE adds them. k may be 0.
+void moe_combine_dense(float *x, const float *out, const float *weights, const float *dense, int64_t n_rows,
+                       int64_t k, int64_t d_model);
+
 }  // namespace tandem::cpu

@@ -23,9 +23,11 @@ cpu_device::cpu_device(const model_hparams &hp, const model_tensors &tensors, cp
     ctx_.n_threads = std::max(1, n_threads);
     ctx_.arithmetic = arithmetic;
     ctx_.ws = &ws_;
-    kv_dim_ = int64_t(hp_.n_head_kv) * hp_.d_head;
+    const model_kv_shape kv = model_kv_shape_of(hp_);
+    kv_dim_ = kv.width;
+    kv_planes_ = kv.n_planes;
     const size_t n_layers = size_t(part_.layer_end - part_.layer_begin);
-    kv_bytes_ = n_layers * 2 * size_t(n_slots_) * size_t(n_ctx_) * size_t(kv_dim_) * sizeof(float);
+    kv_bytes_ = n_layers * size_t(kv_planes_) * size_t(n_slots_) * size_t(n_ctx_) * size_t(kv_dim_) * sizeof(float);
     if (kv_bytes_ > 0) {
         // Anonymous mapping: pages cost nothing until a slot writes them.
         void *p = mmap(nullptr, kv_bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
@@ -33,6 +35,7 @@ cpu_device::cpu_device(const model_hparams &hp, const model_tensors &tensors, cp
             fail(error_kind::config, "cannot reserve {:.2f} GiB for the KV cache", kv_bytes_ / 1073741824.0);
         kv_ = static_cast<float *>(p);
     }
+    if (hp_.arch == model_arch::deepseek2) mla_prepare();
 }
 
 cpu_device::~cpu_device() {
@@ -41,12 +44,12 @@ cpu_device::~cpu_device() {
 
 float *cpu_device::k_cache(int32_t layer, int32_t slot) const {
     const size_t l = size_t(layer - part_.layer_begin);
-    return kv_ + ((l * 2 + 0) * size_t(n_slots_) + size_t(slot)) * size_t(n_ctx_) * size_t(kv_dim_);
+    return kv_ + ((l * size_t(kv_planes_) + 0) * size_t(n_slots_) + size_t(slot)) * size_t(n_ctx_) * size_t(kv_dim_);
 }
 
 float *cpu_device::v_cache(int32_t layer, int32_t slot) const {
     const size_t l = size_t(layer - part_.layer_begin);
-    return kv_ + ((l * 2 + 1) * size_t(n_slots_) + size_t(slot)) * size_t(n_ctx_) * size_t(kv_dim_);
+    return kv_ + ((l * size_t(kv_planes_) + 1) * size_t(n_slots_) + size_t(slot)) * size_t(n_ctx_) * size_t(kv_dim_);
 }
 
 cpu::cpu_matrix cpu_device::matrix(const gguf_tensor_info *t, int64_t n_in, int64_t n_out) const {
@@ -67,6 +70,7 @@ void cpu_device::embed(std::span<const engine_row> rows, float *x) const {
 
 void cpu_device::layer_attention(int32_t layer, std::span<const engine_row> rows, float *x) {
     TANDEM_ASSERT(layer >= part_.layer_begin && layer < part_.layer_end, "layer {} is not on this device", layer);
+    if (model_layer_recipe(hp_, layer).attention == layer_attention::mla) return layer_attention_mla(layer, rows, x);
     const layer_tensors &lt = tensors_.layers[size_t(layer)];
     const int64_t n = int64_t(rows.size()), d = hp_.d_model, dh = hp_.d_head;
     const int64_t q_dim = int64_t(hp_.n_head) * dh;
@@ -108,8 +112,13 @@ void cpu_device::layer_attention(int32_t layer, std::span<const engine_row> rows
 
 void cpu_device::layer_route(int32_t layer, int64_t n, const float *x, float *h, int32_t *ids, float *weights) {
     const layer_tensors &lt = tensors_.layers[size_t(layer)];
-    float *router_logits = cpu::grow(router_logits_, size_t(n * hp_.n_expert));
+    const layer_router router = model_layer_recipe(hp_, layer).router;
     cpu::rmsnorm(x, f32_data(lt.ffn_norm), h, n, hp_.d_model, hp_.rms_eps);
+    if (router != layer_router::softmax_topk) {
+        if (router == layer_router::grouped) layer_route_grouped(layer, n, h, ids, weights);
+        return;
+    }
+    float *router_logits = cpu::grow(router_logits_, size_t(n * hp_.n_expert));
     cpu::matmul(ctx_, matrix(lt.router, hp_.d_model, hp_.n_expert), h, router_logits, n);
     cpu::moe_route(router_logits, n, hp_.n_expert, hp_.n_expert_used, hp_.norm_topk, ids, weights);
 }

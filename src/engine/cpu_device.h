@@ -1,5 +1,6 @@
 // src/engine/cpu_device.h - one CPU (virtual) device of a placement: its layers, the routed
-// experts it owns in each, its share of the head, and the K/V of its layers for every slot.
+// experts it owns in each, its share of the head, and the cache of its layers for every slot
+// (K and V, or deepseek2's latent and roped key: model_kv_shape_of).
 #pragma once
 
 #include "src/cpu/cpu_ops.h"
@@ -40,8 +41,12 @@ public:
     // Attention half of `layer` for the rows: writes their K/V into the slot caches, then adds
     // the attention output to x [n_rows][d_model].
     void layer_attention(int32_t layer, std::span<const engine_row> rows, float *x);
-    // h [n][d_model] <- ffn_norm(x); ids/weights [n][k] <- the router's top-k.
+    // h [n][d_model] <- ffn_norm(x); ids/weights [n][k] <- the router's top-k (k of the layer's
+    // recipe; nothing for a dense layer).
     void layer_route(int32_t layer, int64_t n, const float *x, float *h, int32_t *ids, float *weights);
+    // out [n][d_model] <- the FFN every row of `layer` takes (shared experts, or a dense layer's
+    // FFN); every device of a pair computes it. Only for recipes other than layer_ffn::routed.
+    void layer_dense(int32_t layer, int64_t n, const float *h, float *out);
     // out [n][k][d_model]: per-slot outputs of the experts this device owns (others untouched).
     void layer_experts(int32_t layer, int64_t n, const float *h, const int32_t *ids, float *out);
     // Whether this device owns expert e of `layer`.
@@ -53,6 +58,10 @@ public:
 private:
     float *k_cache(int32_t layer, int32_t slot) const;
     float *v_cache(int32_t layer, int32_t slot) const;
+    // deepseek2 (cpu_layer_deepseek2.cpp): tables made once, the latent attention and the router.
+    void mla_prepare();
+    void layer_attention_mla(int32_t layer, std::span<const engine_row> rows, float *x);
+    void layer_route_grouped(int32_t layer, int64_t n, const float *h, int32_t *ids, float *weights);
     cpu::cpu_matrix matrix(const gguf_tensor_info *t, int64_t n_in, int64_t n_out) const;
 
     const model_hparams &hp_;
@@ -61,8 +70,9 @@ private:
     cpu::cpu_context ctx_;
     int32_t n_slots_ = 0, n_ctx_ = 0;
     bool kv_f16_ = false;
-    int64_t kv_dim_ = 0;
-    float *kv_ = nullptr;  // [layer_end - layer_begin][2][n_slots][n_ctx][kv_dim]; lazily backed
+    int64_t kv_dim_ = 0;     // values a token leaves in one plane of a layer's cache
+    int32_t kv_planes_ = 0;  // K and V, or deepseek2's one plane of latent and roped key
+    float *kv_ = nullptr;    // [layer_end - layer_begin][kv_planes][n_slots][n_ctx][kv_dim]; lazily backed
     size_t kv_bytes_ = 0;
     // Scratch kept across calls (they only grow): the ops' workspace and the layer's activations.
     cpu::cpu_workspace ws_;
@@ -70,6 +80,11 @@ private:
     std::vector<int32_t> pos_;
     std::vector<const float *> kc_, vc_;
     std::vector<size_t> picked_;
+    // deepseek2: rope frequencies, the softmax scale, and per layer the key half of attn_kv_b
+    // transposed to attn_k_b's layout [n_head][kv_lora][d_nope] (empty for the split form).
+    std::vector<float> rope_freq_;
+    float mla_scale_ = 1.0f;
+    std::vector<std::vector<float>> mla_k_b_;
 };
 
 }  // namespace tandem

@@ -94,33 +94,40 @@ std::map<std::string, double> cpu_engine::counters() const {
 void cpu_engine::run_stage(int32_t stage, std::span<const engine_row> rows, std::vector<float> &x,
                            stage_stats &stats) {
     const std::vector<int32_t> &members = stage_members_[size_t(stage)];
-    const int64_t n = int64_t(rows.size()), d = hp_.d_model, k = hp_.n_expert_used;
-    const size_t n_pairs = size_t(n * k);
+    const int64_t n = int64_t(rows.size()), d = hp_.d_model;
+    const size_t max_pairs = size_t(n * hp_.n_expert_used);
     const cpu_part &part = devices_[size_t(members[0])]->part();
     // Each member holds its own copy of the hidden states (attention is replicated in a pair). The
     // buffers are the stage's, kept across calls (every slot output is written each layer: by the
     // member that owns its expert, then the exchange).
     stage_scratch &sc = scratch_[size_t(stage)];
-    auto &xs = sc.xs, &hs = sc.hs, &outs = sc.outs, &weights = sc.weights;
+    // dense: the shared experts or a dense FFN, per member.
+    auto &xs = sc.xs, &hs = sc.hs, &outs = sc.outs, &weights = sc.weights, &dense = sc.dense;
     auto &ids = sc.ids;
-    for (auto *v : {&xs, &hs, &outs, &weights}) v->resize(members.size());
+    for (auto *v : {&xs, &hs, &outs, &weights, &dense}) v->resize(members.size());
     ids.resize(members.size());
     for (size_t m = 0; m < members.size(); ++m) {
         xs[m] = x;
         hs[m].resize(size_t(n * d));
-        outs[m].resize(n_pairs * size_t(d));
-        ids[m].resize(n_pairs);
-        weights[m].resize(n_pairs);
+        outs[m].resize(max_pairs * size_t(d));
+        ids[m].resize(max_pairs);
+        weights[m].resize(max_pairs);
     }
     if (stage > 0) stats.bytes_moved += x.size() * sizeof(float);  // hidden states from the previous stage
     if (members.size() > 1) stats.bytes_moved += x.size() * sizeof(float) * (members.size() - 1);
     int64_t touched = 0;
     for (int32_t l = part.layer_begin; l < part.layer_end; ++l) {
+        const layer_recipe recipe = model_layer_recipe(hp_, l);
+        const size_t n_pairs = size_t(n * recipe.n_expert_used);
         for (size_t m = 0; m < members.size(); ++m) {
             cpu_device &dev = *devices_[size_t(members[m])];
             dev.layer_attention(l, rows, xs[m].data());
             dev.layer_route(l, n, xs[m].data(), hs[m].data(), ids[m].data(), weights[m].data());
-            dev.layer_experts(l, n, hs[m].data(), ids[m].data(), outs[m].data());
+            if (n_pairs > 0) dev.layer_experts(l, n, hs[m].data(), ids[m].data(), outs[m].data());
+            if (recipe.ffn != layer_ffn::routed) {
+                dense[m].resize(size_t(n * d));
+                dev.layer_dense(l, n, hs[m].data(), dense[m].data());
+            }
         }
         // Exchange inside the pair: each member receives the slot outputs of the experts the
         // other owns, so both hold every slot's output before combining in slot order.
@@ -135,11 +142,17 @@ void cpu_engine::run_stage(int32_t stage, std::span<const engine_row> rows, std:
                         stats.bytes_moved += size_t(d) * sizeof(float);
                     }
             }
-        for (size_t m = 0; m < members.size(); ++m)
-            cpu::moe_combine(xs[m].data(), outs[m].data(), weights[m].data(), n, k, d);
+        for (size_t m = 0; m < members.size(); ++m) {
+            if (recipe.ffn == layer_ffn::routed)
+                cpu::moe_combine(xs[m].data(), outs[m].data(), weights[m].data(), n, recipe.n_expert_used, d);
+            else
+                cpu::moe_combine_dense(xs[m].data(), outs[m].data(), weights[m].data(), dense[m].data(), n,
+                                       recipe.n_expert_used, d);
+        }
+        if (n_pairs == 0) continue;
         touched += cpu::moe_count_experts(ids[0].data(), int64_t(n_pairs), hp_.n_expert, nullptr);
         if (!traffic_.empty())
-            for (int32_t e : ids[0]) ++traffic_[size_t(l)][size_t(e)];
+            for (size_t p = 0; p < n_pairs; ++p) ++traffic_[size_t(l)][size_t(ids[0][p])];
     }
     stats.experts_touched += touched;
     x.swap(xs[0]);

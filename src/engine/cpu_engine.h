@@ -53,7 +53,7 @@ private:
     // A stage's buffers, kept across calls (one thread runs a stage at a time): per member its hidden
     // states, normalised rows, slot outputs, routing.
     struct stage_scratch {
-        std::vector<std::vector<float>> xs, hs, outs, weights;
+        std::vector<std::vector<float>> xs, hs, outs, weights, dense;
         std::vector<std::vector<int32_t>> ids;
     };
     std::vector<stage_scratch> scratch_;                  // [stage]

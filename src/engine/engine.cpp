@@ -45,6 +45,21 @@ uint32_t engine_kv_bytes(const engine_options &options) {
     return engine_kv_type_resolve(options) == kv_type::f16 ? 2 : 4;
 }
 
+// The CUDA engine runs qwen3moe only so far: other architectures run on the CPU engine when the
+// backend is automatic, and are refused when CUDA is asked for by name.
+static bool cuda_runs(const gguf_file &file) { return model_hparams_read(file).arch == model_arch::qwen3moe; }
+
+static engine_options resolve_backend(const gguf_file &file, const engine_options &options_in) {
+    engine_options options = options_in;
+    options.backend = engine_backend_resolve(options_in);
+    if (options.backend != engine_backend::cuda || cuda_runs(file)) return options;
+    if (options_in.backend == engine_backend::cuda)
+        fail(error_kind::unsupported, "{}: the CUDA backend does not run {} models yet; use --backend cpu", file.path(),
+             model_hparams_read(file).arch_name);
+    options.backend = engine_backend::cpu;
+    return options;
+}
+
 #ifndef TANDEM_HAVE_CUDA
 [[noreturn]] static void no_cuda_backend() {
     fail(error_kind::unsupported, "this build has no CUDA backend (configure with -DTANDEM_CUDA=ON; use --backend cpu)");
@@ -52,8 +67,7 @@ uint32_t engine_kv_bytes(const engine_options &options) {
 #endif
 
 std::unique_ptr<engine> engine_open(std::shared_ptr<const gguf_file> file, const engine_options &options_in) {
-    engine_options options = options_in;
-    options.backend = engine_backend_resolve(options_in);
+    engine_options options = resolve_backend(*file, options_in);
     options.kv = engine_kv_type_resolve(options);
     if (options.backend == engine_backend::cpu) return std::make_unique<cpu_engine>(std::move(file), options);
 #ifdef TANDEM_HAVE_CUDA
@@ -64,8 +78,7 @@ std::unique_ptr<engine> engine_open(std::shared_ptr<const gguf_file> file, const
 }
 
 std::string engine_plan_check(const gguf_file &file, const engine_options &options_in) {
-    engine_options options = options_in;
-    options.backend = engine_backend_resolve(options_in);
+    const engine_options options = resolve_backend(file, options_in);
     if (options.backend == engine_backend::cpu) return "";
 #ifdef TANDEM_HAVE_CUDA
     return placement_layout_line(cuda_plan_make(file, model_hparams_read(file), options));

@@ -1,4 +1,7 @@
-// src/model/model_tensors.cpp - binds a Qwen3-MoE file's tensors by name and checks their shapes.
+// src/model/model_tensors.cpp - binds a model file's tensors by name and checks their shapes
+// (qwen3moe here; deepseek2 in model_deepseek2.cpp).
+#include "model_internal.h"
+
 #include "tandem/error.h"
 #include "tandem/gguf.h"
 #include "tandem/model.h"
@@ -8,7 +11,7 @@
 
 namespace tandem {
 
-namespace {
+namespace model_detail {
 
 std::string shape_text(const std::vector<int64_t> &ne) {
     std::string s = "[";
@@ -30,15 +33,20 @@ const gguf_tensor_info *bind(const gguf_file &file, const std::string &name, std
     return &t;
 }
 
-}  // namespace
+}  // namespace model_detail
 
 model_tensors model_tensors_bind(const gguf_file &file, const model_hparams &hp) {
+    using model_detail::bind;
     const int64_t d = hp.d_model, q_dim = int64_t(hp.n_head) * hp.d_head, kv_dim = int64_t(hp.n_head_kv) * hp.d_head;
     const int64_t ff = hp.d_ff_expert, ne = hp.n_expert, nv = hp.n_vocab;
     model_tensors t;
     t.tok_embd = bind(file, "token_embd.weight", {d, nv}, false);
     t.output_norm = bind(file, "output_norm.weight", {d}, true);
     t.output = file.find_tensor("output.weight") ? bind(file, "output.weight", {d, nv}, false) : t.tok_embd;
+    if (hp.arch == model_arch::deepseek2) {
+        model_detail::deepseek2_tensors_bind(file, hp, t);
+        return t;
+    }
     for (int32_t l = 0; l < hp.n_layer; ++l) {
         const std::string p = "blk." + std::to_string(l) + ".";
         layer_tensors lt;

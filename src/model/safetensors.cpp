@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -33,11 +34,19 @@ const char *st_dtype_name(st_dtype dtype) {
     case st_dtype::f32: return "F32";
     case st_dtype::f16: return "F16";
     case st_dtype::bf16: return "BF16";
+    case st_dtype::f8_e4m3: return "F8_E4M3";
     }
     return "?";
 }
 
-size_t st_dtype_bytes(st_dtype dtype) { return dtype == st_dtype::f32 ? 4 : 2; }
+size_t st_dtype_bytes(st_dtype dtype) {
+    switch (dtype) {
+    case st_dtype::f32: return 4;
+    case st_dtype::f16: case st_dtype::bf16: return 2;
+    case st_dtype::f8_e4m3: return 1;
+    }
+    return 0;
+}
 
 int64_t st_tensor::n_elements() const {
     int64_t n = 1;
@@ -56,7 +65,8 @@ st_dtype parse_dtype(const std::string &path, const std::string &name, const jso
     if (s == "F32") return st_dtype::f32;
     if (s == "F16") return st_dtype::f16;
     if (s == "BF16") return st_dtype::bf16;
-    fail(error_kind::unsupported, "{}: tensor '{}' has dtype {}; the converter reads F32, F16 and BF16",
+    if (s == "F8_E4M3") return st_dtype::f8_e4m3;
+    fail(error_kind::unsupported, "{}: tensor '{}' has dtype {}; the converter reads F32, F16, BF16 and F8_E4M3",
          path, name, s);
 }
 
@@ -68,6 +78,15 @@ uint64_t parse_index(const std::string &path, const std::string &name, const cha
     const uint64_t u = v.get<uint64_t>();
     if (u > max) fail(error_kind::file_format, "{}: tensor '{}': {} value {} is too large", path, name, what, u);
     return u;
+}
+
+// OCP E4M3FN: sign, 4 exponent bits (bias 7), 3 mantissa bits; no infinities, S.1111.111 is NaN.
+float fp8_e4m3_to_fp32(uint8_t v) {
+    const int exponent = (v >> 3) & 0xf, mantissa = v & 0x7;
+    const float sign = (v & 0x80) ? -1.0f : 1.0f;
+    if (exponent == 0xf && mantissa == 0x7) return std::numeric_limits<float>::quiet_NaN();
+    if (exponent == 0) return sign * std::ldexp(float(mantissa), -9);  // subnormal: m/8 * 2^-6
+    return sign * std::ldexp(1.0f + float(mantissa) / 8.0f, exponent - 7);
 }
 
 }  // namespace
@@ -259,6 +278,9 @@ void st_read_f32(const st_tensor &t, int64_t first, int64_t n, float *dst) {
             std::memcpy(&h, src + 2 * i, 2);
             dst[i] = bf16_to_fp32(h);
         }
+        break;
+    case st_dtype::f8_e4m3:
+        for (int64_t i = 0; i < n; ++i) dst[i] = fp8_e4m3_to_fp32(src[i]);
         break;
     }
 }

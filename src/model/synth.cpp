@@ -1,7 +1,9 @@
-// src/model/synth.cpp - writes random-weight Qwen3-MoE models of real shapes straight into GGUF:
-// quantized tensors get random blocks (no float pass), so 17 GB takes seconds on many cores.
+// src/model/synth.cpp - the presets, and random-weight Qwen3-MoE models of real shapes written
+// straight into GGUF: quantized tensors get random blocks (no float pass), so 17 GB takes seconds on
+// many cores. deepseek2 presets are written by synth_deepseek2.cpp.
 #include "tandem/synth.h"
 
+#include "synth_internal.h"
 #include "synth_vocab.h"
 #include "tandem/error.h"
 #include "tandem/gguf.h"
@@ -16,6 +18,16 @@ namespace tandem {
 
 namespace {
 
+// deepseek2 presets: {name, layers, d_model, heads, kv heads, d_head (nope + rope), experts, used,
+// d_ff_expert, d_ff (dense layers), vocab, ctx, theta, eps, arch, {q_lora, kv_lora, d_nope, d_rope, d_v,
+// shared, dense lead, groups, groups used, sigmoid, scale, norm_topk, yarn factor, yarn ctx, mscale_all_dim}}.
+synth_preset deepseek(std::string name, int32_t n_layer, int32_t d_model, int32_t n_head, int32_t n_expert,
+                      int32_t n_used, int32_t d_ff_expert, int32_t d_ff, int32_t n_vocab, int32_t n_ctx, float theta,
+                      float eps, synth_mla mla) {
+    return {std::move(name), n_layer, d_model, n_head, 1, mla.d_nope + mla.d_rope, n_expert, n_used, d_ff_expert, d_ff,
+            n_vocab, n_ctx, theta, eps, model_arch::deepseek2, mla};
+}
+
 const std::vector<synth_preset> &presets() {
     //                      name  layers d_model heads kv d_head experts used d_ff_e d_ff vocab ctx theta eps
     static const std::vector<synth_preset> list = {
@@ -29,30 +41,45 @@ const std::vector<synth_preset> &presets() {
         {"tiny-moe64", 2, 2048, 16, 2, 128, 64, 8, 256, 768, 1024, 32768, 1000000.0f, 1e-6f},
         {"qwen3-30b-a3b", 48, 2048, 32, 4, 128, 128, 8, 768, 6144, 151936, 40960, 1000000.0f, 1e-6f},
         {"qwen3-235b-a22b", 94, 4096, 64, 4, 128, 128, 8, 1536, 12288, 151936, 40960, 1000000.0f, 1e-6f},
+        // DeepSeek-V3's layout in small: q LoRA, 4 expert groups (2 used) with sigmoid scores and a
+        // bias, a shared expert, one dense layer, YaRN; and DeepSeek-V2-Lite's: plain q, softmax.
+        deepseek("tiny-deepseek-v3", 4, 256, 4, 16, 4, 256, 512, 1024, 32768, 10000.0f, 1e-6f,
+                 {256, 256, 64, 32, 64, 1, 1, 4, 2, true, 2.5f, true, 8.0f, 4096, 1.0f}),
+        deepseek("tiny-deepseek-v2", 3, 256, 4, 8, 2, 256, 512, 1024, 4096, 10000.0f, 1e-6f,
+                 {0, 256, 64, 32, 64, 2, 1, 1, 1, false, 1.0f, false, 0.0f, 0, 0.0f}),
+        deepseek("deepseek-v2-lite", 27, 2048, 16, 64, 6, 1408, 10944, 102400, 163840, 10000.0f, 1e-6f,
+                 {0, 512, 128, 64, 128, 2, 1, 1, 1, false, 1.0f, false, 40.0f, 4096, 0.707f}),
+        // Moonlight-16B-A3B: DeepSeek-V3's routing (sigmoid scores with a bias, normalised, scaled)
+        // at V2-Lite's size, without q LoRA or rope scaling.
+        deepseek("moonlight-16b-a3b", 27, 2048, 16, 64, 6, 1408, 11264, 163840, 8192, 50000.0f, 1e-5f,
+                 {0, 512, 128, 64, 128, 2, 1, 1, 1, true, 2.446f, true, 0.0f, 0, 0.0f}),
+        deepseek("deepseek-v3", 61, 7168, 128, 256, 8, 2048, 18432, 129280, 163840, 10000.0f, 1e-6f,
+                 {1536, 512, 128, 64, 128, 1, 3, 8, 4, true, 2.5f, true, 40.0f, 4096, 1.0f}),
     };
     return list;
 }
 
-// splitmix64: a tiny, fast, well-mixed generator; one stream per tensor so the file does not
-// depend on the thread count.
-struct rng64 {
-    uint64_t s;
-    uint64_t next() {
-        uint64_t z = (s += 0x9E3779B97F4A7C15ull);
-        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-        z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-        return z ^ (z >> 31);
-    }
-    float uniform() { return float(next() >> 40) * (1.0f / 16777216.0f); }  // [0, 1)
-    void fill(uint8_t *dst, size_t n) {
-        size_t i = 0;
-        for (; i + 8 <= n; i += 8) {
-            const uint64_t r = next();
-            std::memcpy(dst + i, &r, 8);
-        }
-        for (; i < n; ++i) dst[i] = uint8_t(next());
-    }
-};
+constexpr const char *qwen3_chat_template =
+    "{%- for message in messages %}{{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>' + '\\n' }}"
+    "{%- endfor %}{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}"
+    "{%- if enable_thinking is defined and enable_thinking is false %}{{- '<think>\\n\\n</think>\\n\\n' }}{%- endif %}"
+    "{%- endif %}";
+
+}  // namespace
+
+std::optional<synth_preset> synth_preset_find(const std::string &name) {
+    for (const auto &p : presets())
+        if (p.name == name) return p;
+    return std::nullopt;
+}
+
+std::vector<std::string> synth_preset_names() {
+    std::vector<std::string> names;
+    for (const auto &p : presets()) names.push_back(p.name);
+    return names;
+}
+
+namespace synth_detail {
 
 uint64_t name_hash(const std::string &s, uint64_t seed) {
     uint64_t h = 1469598103934665603ull ^ seed;
@@ -115,28 +142,53 @@ void fill_random(ggml_type type, uint8_t *dst, int64_t n_elems, float std, rng64
     }
 }
 
-constexpr const char *qwen3_chat_template =
-    "{%- for message in messages %}{{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>' + '\\n' }}"
-    "{%- endfor %}{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}"
-    "{%- if enable_thinking is defined and enable_thinking is false %}{{- '<think>\\n\\n</think>\\n\\n' }}{%- endif %}"
-    "{%- endif %}";
-
-}  // namespace
-
-std::optional<synth_preset> synth_preset_find(const std::string &name) {
-    for (const auto &p : presets())
-        if (p.name == name) return p;
-    return std::nullopt;
+void add_random(gguf_writer &w, const std::string &name, ggml_type t, std::vector<int64_t> ne, float std, uint64_t seed,
+                float mean) {
+    int64_t n = 1;
+    for (int64_t v : ne) n *= v;
+    w.add_tensor(name, t, ne, [=](uint8_t *dst) {
+        rng64 rng{name_hash(name, seed)};
+        fill_random(t, dst, n, std, rng);
+        if (mean != 0.0f) {  // norm weights: 1 + noise
+            float *f = reinterpret_cast<float *>(dst);
+            for (int64_t i = 0; i < n; ++i) f[i] += mean;
+        }
+    });
 }
 
-std::vector<std::string> synth_preset_names() {
-    std::vector<std::string> names;
-    for (const auto &p : presets()) names.push_back(p.name);
-    return names;
+void write_common(gguf_writer &w, const synth_options &options) {
+    const synth_preset &p = options.preset;
+    w.set_string("general.name", "tandem-synth-" + p.name);
+    w.set_u32("general.quantization_version", 2);
+    // llama_ftype of a file whose matrices are all `type` (all-Q4_K is closest to Q4_K_S), or of the Q4_K_M mix.
+    switch (options.type) {
+    case ggml_type::f32: w.set_u32("general.file_type", 0); break;
+    case ggml_type::f16: w.set_u32("general.file_type", 1); break;
+    case ggml_type::q8_0: w.set_u32("general.file_type", 7); break;
+    case ggml_type::q4_k: w.set_u32("general.file_type", options.q4_k_m ? 15 : 14); break;
+    case ggml_type::q6_k: w.set_u32("general.file_type", 18); break;
+    case ggml_type::bf16: w.set_u32("general.file_type", 32); break;
+    default: break;
+    }
+
+    synth_vocab vocab = synth_vocab_build(p.n_vocab, options.seed);
+    w.set_string("tokenizer.ggml.model", "gpt2");
+    w.set_string("tokenizer.ggml.pre", "qwen2");
+    w.set_array_string("tokenizer.ggml.tokens", vocab.tokens);
+    w.set_array_i32("tokenizer.ggml.token_type", vocab.types);
+    w.set_array_string("tokenizer.ggml.merges", vocab.merges);
+    w.set_u32("tokenizer.ggml.eos_token_id", uint32_t(vocab.im_end));
+    w.set_u32("tokenizer.ggml.padding_token_id", uint32_t(vocab.endoftext));
+    w.set_u32("tokenizer.ggml.bos_token_id", uint32_t(vocab.endoftext));
+    w.set_bool("tokenizer.ggml.add_bos_token", false);
+    w.set_string("tokenizer.chat_template", qwen3_chat_template);
 }
+
+}  // namespace synth_detail
 
 void synth_write(const synth_options &options, const std::string &path) {
     const synth_preset &p = options.preset;
+    if (p.arch == model_arch::deepseek2) return synth_detail::write_deepseek2(options, path);
     const int32_t n_layer = options.n_layer > 0 ? options.n_layer : p.n_layer;
     const ggml_type type = options.type;
     const auto &traits = ggml_type_info(type);
@@ -166,43 +218,10 @@ void synth_write(const synth_options &options, const std::string &path) {
     hp.rms_eps = p.rms_eps;
     hp.rope_theta = p.rope_theta;
     model_hparams_write(w, hp, p.d_ff);
-    w.set_string("general.name", "tandem-synth-" + p.name);
-    w.set_u32("general.quantization_version", 2);
-    // llama_ftype of a file whose matrices are all `type` (all-Q4_K is closest to Q4_K_S), or of the Q4_K_M mix.
-    switch (type) {
-    case ggml_type::f32: w.set_u32("general.file_type", 0); break;
-    case ggml_type::f16: w.set_u32("general.file_type", 1); break;
-    case ggml_type::q8_0: w.set_u32("general.file_type", 7); break;
-    case ggml_type::q4_k: w.set_u32("general.file_type", options.q4_k_m ? 15 : 14); break;
-    case ggml_type::q6_k: w.set_u32("general.file_type", 18); break;
-    case ggml_type::bf16: w.set_u32("general.file_type", 32); break;
-    default: break;
-    }
+    synth_detail::write_common(w, options);
 
-    synth_vocab vocab = synth_vocab_build(p.n_vocab, options.seed);
-    w.set_string("tokenizer.ggml.model", "gpt2");
-    w.set_string("tokenizer.ggml.pre", "qwen2");
-    w.set_array_string("tokenizer.ggml.tokens", vocab.tokens);
-    w.set_array_i32("tokenizer.ggml.token_type", vocab.types);
-    w.set_array_string("tokenizer.ggml.merges", vocab.merges);
-    w.set_u32("tokenizer.ggml.eos_token_id", uint32_t(vocab.im_end));
-    w.set_u32("tokenizer.ggml.padding_token_id", uint32_t(vocab.endoftext));
-    w.set_u32("tokenizer.ggml.bos_token_id", uint32_t(vocab.endoftext));
-    w.set_bool("tokenizer.ggml.add_bos_token", false);
-    w.set_string("tokenizer.chat_template", qwen3_chat_template);
-
-    const uint64_t seed = options.seed;
     auto add = [&](const std::string &name, ggml_type t, std::vector<int64_t> ne, float std, float mean = 0.0f) {
-        int64_t n = 1;
-        for (int64_t v : ne) n *= v;
-        w.add_tensor(name, t, ne, [=](uint8_t *dst) {
-            rng64 rng{name_hash(name, seed)};
-            fill_random(t, dst, n, std, rng);
-            if (mean != 0.0f) {  // norm weights: 1 + noise
-                float *f = reinterpret_cast<float *>(dst);
-                for (int64_t i = 0; i < n; ++i) f[i] += mean;
-            }
-        });
+        synth_detail::add_random(w, name, t, std::move(ne), std, options.seed, mean);
     };
     const float s_model = 1.0f / std::sqrt(float(p.d_model));
     add("token_embd.weight", type, {p.d_model, p.n_vocab}, 1.0f);

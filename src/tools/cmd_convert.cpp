@@ -1,4 +1,4 @@
-// src/tools/cmd_convert.cpp - `tandem convert`: a Hugging Face Qwen3-MoE checkpoint folder to GGUF.
+// src/tools/cmd_convert.cpp - `tandem convert`: a Hugging Face Qwen3-MoE or DeepSeek-V2/V3 checkpoint folder to GGUF.
 #include "commands.h"
 
 #include "tandem/convert.h"
@@ -23,7 +23,7 @@ tandem::ggml_type parse_type(const std::string &s, const char *flag) {
 
 }  // namespace
 
-TANDEM_COMMAND(convert, "Convert a Hugging Face Qwen3-MoE checkpoint folder to GGUF", [](CLI::App &sub) {
+TANDEM_COMMAND(convert, "Convert a Hugging Face Qwen3-MoE or DeepSeek-V2/V3 checkpoint folder to GGUF", [](CLI::App &sub) {
     auto cli = std::make_shared<convert_cli>();
     sub.add_option("--hf", cli->hf, "Checkpoint folder (config.json, *.safetensors, tokenizer.json)")->required();
     sub.add_option("--out", cli->out, "Output GGUF file")->required();

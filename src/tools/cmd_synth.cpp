@@ -14,20 +14,25 @@ struct synth_cli {
     std::string preset, out, type = "q4_k";
     int layers = 0, threads = 0;
     uint64_t seed = 1;
+    bool mla_kv_b = false;
 };
 
 }  // namespace
 
-TANDEM_COMMAND(synth, "Write a random-weight model of a real shape (tiny, qwen3-30b-a3b, qwen3-235b-a22b)",
+TANDEM_COMMAND(synth, "Write a random-weight model of a real shape (tiny, qwen3-30b-a3b, deepseek-v3, ...)",
                [](CLI::App &sub) {
                    auto cli = std::make_shared<synth_cli>();
-                   sub.add_option("--preset", cli->preset, "Model shape")->required();
+                   std::string known;
+                   for (const auto &n : tandem::synth_preset_names()) known += (known.empty() ? "" : ", ") + n;
+                   sub.add_option("--preset", cli->preset, "Model shape: " + known)->required();
                    sub.add_option("--out", cli->out, "Output GGUF file")->required();
                    sub.add_option("--type", cli->type,
                                   "Matrix type: f32, f16, bf16, q8_0, q4_k, q6_k, or q4_k_m (llama.cpp's Q4_K_M mix of q4_k and q6_k)");
                    sub.add_option("--layers", cli->layers, "Number of layers (default: the preset's)");
                    sub.add_option("--seed", cli->seed, "Random seed");
                    sub.add_option("--threads", cli->threads, "Writer threads (default: all cores)");
+                   sub.add_flag("--mla-kv-b", cli->mla_kv_b,
+                                "deepseek2: one attn_kv_b tensor with llama.cpp's legacy keys instead of attn_k_b/attn_v_b");
                    return [cli] {
                        using namespace tandem;
                        auto preset = synth_preset_find(cli->preset);
@@ -40,7 +45,9 @@ TANDEM_COMMAND(synth, "Write a random-weight model of a real shape (tiny, qwen3-
                        auto type = q4_k_m ? std::optional<ggml_type>(ggml_type::q4_k) : ggml_type_from_name(cli->type);
                        if (!type) fail(error_kind::config, "unknown type '{}'", cli->type);
                        if (cli->layers < 0) fail(error_kind::config, "--layers must be positive");
-                       synth_options opt{*preset, *type, cli->layers, cli->seed, cli->threads, q4_k_m};
+                       if (cli->mla_kv_b && preset->arch != model_arch::deepseek2)
+                           fail(error_kind::config, "--mla-kv-b applies to deepseek2 presets only");
+                       synth_options opt{*preset, *type, cli->layers, cli->seed, cli->threads, q4_k_m, cli->mla_kv_b};
                        const auto t0 = std::chrono::steady_clock::now();
                        synth_write(opt, cli->out);
                        const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -35,6 +35,7 @@ std::vector<std::vector<float>> run_sessions(const std::string &model, plan_case
     opt.tensor_parallel = pc.tensor_parallel;
     opt.micro_batches = pc.micro_batches;
     auto eng = engine_open(gguf_file::open(model), opt);
+    REQUIRE(eng->counters().at("devices") == double(pc.devices));  // the plan took effect
     std::mt19937 rng(seed);
     const int32_t nv = eng->hparams().n_vocab;
     std::vector<engine_row> rows;
@@ -84,6 +85,26 @@ TEST_CASE("fixture logits are bitwise equal on a tensor-parallel pair", "[multi_
     for (size_t i = 0; i < single.size(); ++i) {
         CHECK(std::memcmp(pair[i].data(), single[i].data(), single[i].size() * sizeof(float)) == 0);
         CHECK(std::memcmp(stages[i].data(), single[i].data(), single[i].size() * sizeof(float)) == 0);
+    }
+}
+
+// deepseek2: latent attention, the router and shared experts (or a dense layer's FFN) replicated in
+// a pair, routed experts split; the dense first layer and the cache of latent + rope key per token
+// cross stage boundaries like any other layer.
+TEST_CASE("deepseek2 logits are bitwise equal on one device, tensor-parallel pairs and pipeline stages",
+          "[multi_device][invariance][deepseek2]") {
+    const std::string preset = GENERATE(std::string("tiny-deepseek-v3"), std::string("tiny-deepseek-v2"));
+    const std::string model = synth_gguf(preset, ggml_type::q8_0, 0);
+    const auto single = run_sessions(model, {1, false}, 17);
+    const plan_case pc = GENERATE(values<plan_case>({{2, true}, {2, false}, {3, false}, {4, true}, {2, false, 1}}));
+    INFO(preset << ": " << pc.devices << " devices, " << (pc.tensor_parallel ? "tensor-parallel pairs" : "pipeline only")
+                << ", micro-batches " << pc.micro_batches);
+    const auto placed = run_sessions(model, pc, 17);
+    REQUIRE(placed.size() == single.size());
+    for (size_t i = 0; i < single.size(); ++i) {
+        INFO("call " << i);
+        REQUIRE(placed[i].size() == single[i].size());
+        CHECK(std::memcmp(placed[i].data(), single[i].data(), single[i].size() * sizeof(float)) == 0);
     }
 }
 

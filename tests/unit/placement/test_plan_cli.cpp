@@ -82,6 +82,32 @@ TEST_CASE("tandem plan: CPU virtual devices with pairs, JSON and text agree", "[
     }
 }
 
+// deepseek2 caches the latent (kv_lora_rank) and the roped key (rope dims) of each token and layer,
+// nothing per head: tiny-deepseek-v3 has kv_lora_rank 256 and 32 rope dims.
+TEST_CASE("tandem plan prices deepseek2's latent cache on every device of a plan", "[placement][cli][deepseek2]") {
+    const std::string model = std::string(TANDEM_BINARY_DIR) + "/test_plan_cli_tiny_deepseek_v3.gguf";
+    const run_result made = run_tandem("synth --preset tiny-deepseek-v3 --seed 1 --threads 1 --out " + model);
+    INFO(made.err);
+    REQUIRE(made.code == 0);
+    struct kv_case { const char *kv_type; uint64_t bytes; const char *devices; };
+    const kv_case c = GENERATE(values<kv_case>({{"f32", 4, "--devices 2"}, {"f16", 2, "--devices 4 --tensor-parallel"}}));
+    const int64_t n_sessions = 3, n_ctx = 320;
+    const run_result r = run_tandem("plan -m " + model + " --backend cpu " + c.devices + " --kv-type " + c.kv_type +
+                                    " --ctx " + std::to_string(n_ctx) + " --batched-session " +
+                                    std::to_string(n_sessions) + " --scratch-mib 8 --json");
+    INFO(c.kv_type << " " << c.devices << "\n" << r.err);
+    REQUIRE(r.code == 0);
+    const nlohmann::json j = nlohmann::json::parse(r.out);
+    int64_t layers_seen = 0;
+    for (const auto &d : j["devices"]) {
+        const int64_t n_layers = d["layer_end"].get<int64_t>() - d["layer_begin"].get<int64_t>();
+        layers_seen += n_layers;
+        CHECK(d["bytes"]["kv"].get<uint64_t>() == uint64_t(n_layers) * (256 + 32) * c.bytes * n_sessions * n_ctx);
+    }
+    // Each layer lives on one device of a stage, or on both of a pair.
+    CHECK(layers_seen == j["n_layer"].get<int64_t>() * (j["mode"] == "tp" ? 2 : 1));
+}
+
 TEST_CASE("tandem plan: topology files, traffic files and configuration errors", "[placement][cli]") {
     const std::string m = "plan -m " + tiny_model() + " ";
     const run_result ok = run_tandem(m + "--topology " + topo("l40s-8-pairs.json") + " --gpu-devices auto --tensor-parallel --json");
