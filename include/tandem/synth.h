@@ -31,10 +31,12 @@ struct synth_options {
     // experts' down in the first and last eighth of the layers and every third layer between
     // (llama-quant's use_more_bits), as in published Q4_K_M files.
     bool q4_k_m = false;
+    uint64_t split_max_bytes = 0;       // > 0: llama.cpp's split files of at most this many bytes each
 };
 
 // Writes the model. Quantized tensors are written as random blocks directly (no float pass),
 // scaled so dequantised weights have std ~ 1/sqrt(fan_in) and a near-zero mean.
-void synth_write(const synth_options &options, const std::string &path);
+// Returns the files written (one, or the parts of a split model).
+std::vector<std::string> synth_write(const synth_options &options, const std::string &path);
 
 }  // namespace tandem
