@@ -24,13 +24,24 @@ void dequantize_row(ggml_type type, const void *src, float *dst, int64_t n);
 // ggml_row_bytes(type, row_len) bytes).
 void dequantize_rows(ggml_type type, const void *src, float *dst, int64_t n_rows, int64_t row_len);
 
-// dst (n elements of `type`) <- src[n], as ggml quantizes without an importance matrix, with the
-// same float operations in the same order, so blocks equal ggml's: quantize_row_*_ref for the
-// legacy types, the K-quants and mxfp4 (make_qkx2_quants, make_q3_quants, make_qx_quants),
-// quantize_iq4_nl / quantize_iq4_xs (ntry 7) for the IQ4 types. f16/bf16 round to nearest even;
-// no error for them. The IQ2/IQ3/IQ1 types throw unsupported (ggml_type_can_quantize is false).
+// dst[n_rows] (rows of row_len elements of `type`, ggml_row_bytes(type, row_len) bytes each) <-
+// src[n_rows][row_len], as ggml_quantize_chunk does: with the same float operations in the same
+// order, so the blocks equal ggml's. importance[row_len] (one weight per column, the same for
+// every row, as llama-quantize passes an importance matrix) or nullptr. Without it: ggml's
+// reference quantizers for the legacy types, the K-quants and mxfp4 (quantize_row_*_ref), the
+// imatrix-free searches of iq4_nl/iq4_xs (ntry 7), iq3_xxs/iq3_s (weights x^2), iq2_s and iq1_m;
+// with it: quantize_row_*_impl for the K-quants and legacy types and the weighted searches of the
+// IQ types (q8_0, mxfp4, f16, bf16 and f32 ignore it, as ggml does). iq2_xxs, iq2_xs and iq1_s
+// exist only with one (unsupported without). f16/bf16 round to nearest even.
+// Errors (invalid_request): a non-finite input in a block type or importance value, a block
+// whose scale overflows fp16, a negative row count.
+void quantize_rows(ggml_type type, const float *src, void *dst, int64_t n_rows, int64_t row_len,
+                   const float *importance);
+// quantize_rows of one row of n elements without importance.
 void quantize_row(ggml_type type, const float *src, void *dst, int64_t n);
-bool ggml_type_can_quantize(ggml_type type);
+bool ggml_type_can_quantize(ggml_type type);      // a quantizer exists (perhaps needing importance)
+bool ggml_type_needs_importance(ggml_type type);  // iq2_xxs, iq2_xs, iq1_s
+bool ggml_type_uses_importance(ggml_type type);   // the result depends on an importance matrix
 
 // The first of n_blocks blocks of `type` at data whose fp16 scale (d, dmin or m) is inf or NaN,
 // or -1 when all are finite (and for types without such fields). A model with one is refused at

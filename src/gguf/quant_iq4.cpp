@@ -1,6 +1,6 @@
-// src/gguf/quant_iq4.cpp - IQ4_NL and IQ4_XS rows: dequantize and ggml's quantizer without an
-// importance matrix (quantize_iq4_nl / quantize_iq4_xs with quant_weights = NULL, which is what
-// llama-quantize runs), block for block the same bytes.
+// src/gguf/quant_iq4.cpp - IQ4_NL and IQ4_XS rows: dequantize and ggml's quantizer
+// (quantize_iq4_nl / quantize_iq4_xs: quantize_row_iq4_nl_impl with ntry 7), with or without an
+// importance matrix, block for block the same bytes.
 #include "quant_rows.h"
 
 #include <algorithm>
@@ -27,12 +27,13 @@ int best_index(float x) {
     return idx;
 }
 
-// quantize_row_iq4_nl_impl's per-32 search with weights x^2: the scale d of x ~ d * values[L]
-// maximising sumqx^2 / sumq2 over the first guess -max / values[0] and 15 more grids. L gets the
-// indices of the first guess (the caller requantizes). Returns d (0 for an all-zero group).
-float fit_scale(const float *x, uint8_t *L) {
+// quantize_row_iq4_nl_impl's per-32 search: the scale d of x ~ d * values[L] maximising
+// sumqx^2 / sumq2 over the first guess -max / values[0] and 15 more grids, with weights
+// qw * sqrt(sigma2 + x^2), or x^2 without qw. L gets the indices of the first guess (the caller
+// requantizes). Returns d (0 for an all-zero group).
+float fit_scale(const float *x, const float *qw, float sigma2, uint8_t *L) {
     float weight[32];
-    for (int j = 0; j < 32; ++j) weight[j] = x[j] * x[j];
+    for (int j = 0; j < 32; ++j) weight[j] = qw ? qw[j] * std::sqrt(sigma2 + x[j] * x[j]) : x[j] * x[j];
     float amax = 0, max = 0;
     for (int j = 0; j < 32; ++j) {
         const float ax = std::fabs(x[j]);
@@ -73,6 +74,13 @@ float fit_scale(const float *x, uint8_t *L) {
     return d;
 }
 
+// quantize_row_iq4_nl_impl's sigma2: the sum of squares over the super-block times 2 / its size.
+float super_sigma2(const float *x, int n) {
+    float s = 0;
+    for (int j = 0; j < n; ++j) s += x[j] * x[j];
+    return s * (2.f / static_cast<float>(n));
+}
+
 // Element j (< 16) of a 32-group in the low nibble of qs[j], j + 16 in the high nibble.
 void pack_group(const uint8_t *L, uint8_t *qs) {
     for (int j = 0; j < 16; ++j) qs[j] = static_cast<uint8_t>(L[j] | (L[j + 16] << 4));
@@ -110,11 +118,11 @@ void dequantize_row_iq4_xs(const block_iq4_xs *__restrict src, float *__restrict
 }
 
 // One group: d stored as fp16, indices recomputed against the unrounded d.
-void quantize_row_iq4_nl(const float *src, block_iq4_nl *dst, int64_t n_blocks) {
+void quantize_row_iq4_nl(const float *src, const float *qw, block_iq4_nl *dst, int64_t n_blocks) {
     for (int64_t b = 0; b < n_blocks; ++b) {
         const float *x = src + b * 32;
         uint8_t L[32];
-        const float d = fit_scale(x, L);
+        const float d = fit_scale(x, qw ? qw + b * 32 : nullptr, qw ? super_sigma2(x, 32) : 0.f, L);
         dst[b].d = checked_half(d, "iq4_nl", b);
         const float id = d != 0 ? 1 / d : 0;
         for (int j = 0; j < 32; ++j) L[j] = static_cast<uint8_t>(best_index(id * x[j]));
@@ -124,15 +132,17 @@ void quantize_row_iq4_nl(const float *src, block_iq4_nl *dst, int64_t n_blocks) 
 
 // Eight groups: their scales as signed 6-bit multiples of d = -max_scale / 32 (max_scale the
 // scale of largest magnitude), each group requantized against its rounded scale d * l.
-void quantize_row_iq4_xs(const float *src, block_iq4_xs *dst, int64_t n_blocks) {
+void quantize_row_iq4_xs(const float *src, const float *qw, block_iq4_xs *dst, int64_t n_blocks) {
     for (int64_t b = 0; b < n_blocks; ++b) {
         const float *x = src + b * qk_k_elems;
+        const float *qwb = qw ? qw + b * qk_k_elems : nullptr;
+        const float sigma2 = qw ? super_sigma2(x, qk_k_elems) : 0.f;
         block_iq4_xs &y = dst[b];
         uint8_t L[256];
         float scales[8];
         float max_scale = 0, amax_scale = 0;
         for (int ib = 0; ib < 8; ++ib) {
-            scales[ib] = fit_scale(x + 32 * ib, L + 32 * ib);
+            scales[ib] = fit_scale(x + 32 * ib, qwb ? qwb + 32 * ib : nullptr, sigma2, L + 32 * ib);
             const float abs_d = std::fabs(scales[ib]);
             if (abs_d > amax_scale) {
                 amax_scale = abs_d;

@@ -3,8 +3,8 @@
 Usage: test_quant_reference.py QUANT_ORACLE GRID_DATA_HEADER
 Dequantization: random blocks of every computable block type (scales random finite fp16) are
 dequantized by both; the float32 outputs must be identical bits. Quantization: seeded data of
-several shapes (gaussian, uniform, heavy outliers, a coarse grid full of ties, constant, zero,
-tiny) is quantized by both; the blocks must be identical bytes.
+several shapes (gaussian, uniform, heavy outliers, a coarse grid full of ties, IQ4's level
+midpoints, constant, zero, tiny) is quantized by both; the blocks must be identical bytes.
 """
 import os
 import subprocess
@@ -15,6 +15,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import quant_reference as ref  # noqa: E402
+import quant_reference_weighted as refw  # noqa: E402
 
 ORACLE, HEADER = sys.argv[1], sys.argv[2]
 GRIDS = ref.load_grids(HEADER)
@@ -71,6 +72,14 @@ def make_data(kind, n, rng):
         return x
     if kind == "grid":  # multiples of 1/8 in [-2, 2]: exact ties in every rounding step
         return (rng.integers(-16, 17, n) / 8).astype(np.float32)
+    if kind == "iq4_ties":
+        # Blocks whose value of largest magnitude is -127: IQ4's first guess has scale -1 and
+        # its trial itry = 0 scale 1, so the levels' midpoints (-115.5, ..., 101) sit exactly on
+        # the boundaries of best_index: the tie rule decides their levels and the fitted scale.
+        mids = [(a + b) / 2 for a, b in zip(ref.IQ4, ref.IQ4[1:])]
+        x = np.array([rng.choice(mids) * rng.choice([-1, 1]) for _ in range(n)], dtype=np.float32)
+        x[::32] = -127
+        return x
     if kind == "constant":
         return np.full(n, -0.37, dtype=np.float32)
     if kind == "zero":
@@ -78,14 +87,17 @@ def make_data(kind, n, rng):
     return (rng.standard_normal(n) * 1e-4).astype(np.float32)
 
 
-def check_quantize(type_name, rng):
+KINDS = ("gaussian", "uniform", "outliers", "grid", "iq4_ties", "constant", "zero", "tiny")
+
+
+def check_quantize(type_name, quantizer, rng):
     elems = ref.TYPES[type_name][0]
-    for kind in ("gaussian", "uniform", "outliers", "grid", "constant", "zero", "tiny"):
+    for kind in KINDS:
         x = make_data(kind, 4 * 256, rng)
         got = run_oracle("quantize", type_name, x.tobytes())
         want = bytearray()
         for i in range(0, len(x), elems):
-            want += ref.QUANTIZERS[type_name]([ref.F(v) for v in x[i:i + elems]])
+            want += quantizer([ref.F(v) for v in x[i:i + elems]])
         if got != bytes(want):
             first = next((i for i in range(min(len(got), len(want))) if got[i] != want[i]), -1)
             failures.append(f"quantize {type_name} ({kind}): first differing byte {first} of {len(want)}")
@@ -94,10 +106,11 @@ def check_quantize(type_name, rng):
 rng = np.random.default_rng(59)
 for name in ref.TYPES:
     check_dequantize(name, rng)
-for name in ref.QUANTIZERS:
-    check_quantize(name, rng)
+quantizers = dict(ref.QUANTIZERS, **refw.MORE_QUANTIZERS)
+for name, fn in quantizers.items():
+    check_quantize(name, fn, rng)
 for f in failures:
     print("FAIL", f)
-checked = len(ref.TYPES) + len(ref.QUANTIZERS)
+checked = len(ref.TYPES) + len(quantizers)
 print(f"{checked - len(failures)} passed, {len(failures)} failed")
 sys.exit(1 if failures else 0)
