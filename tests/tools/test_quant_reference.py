@@ -73,12 +73,17 @@ def make_data(kind, n, rng):
     if kind == "grid":  # multiples of 1/8 in [-2, 2]: exact ties in every rounding step
         return (rng.integers(-16, 17, n) / 8).astype(np.float32)
     if kind == "iq4_ties":
-        # Blocks whose value of largest magnitude is -127: IQ4's first guess has scale -1 and
-        # its trial itry = 0 scale 1, so the levels' midpoints (-115.5, ..., 101) sit exactly on
-        # the boundaries of best_index: the tie rule decides their levels and the fitted scale.
+        # Per 256: a first 32-group of exact levels times -32 (IQ4's fitted group scale is then
+        # exactly -32, so IQ4_XS's d is exactly 1), then groups of the levels' midpoints (-115.5,
+        # ..., 101) led by -127, whose scales round to +-1: the final indices of IQ4_XS, and the
+        # trial fits of both IQ4 types (scale -1 and 1), land exactly on best_index's boundaries,
+        # where the tie rule decides.
         mids = [(a + b) / 2 for a, b in zip(ref.IQ4, ref.IQ4[1:])]
         x = np.array([rng.choice(mids) * rng.choice([-1, 1]) for _ in range(n)], dtype=np.float32)
         x[::32] = -127
+        for b in range(0, n, 256):
+            x[b:b + 32] = -32 * np.array(ref.IQ4, dtype=np.float32)[rng.integers(0, 16, 32)]
+            x[b] = -32 * -127
         return x
     if kind == "constant":
         return np.full(n, -0.37, dtype=np.float32)
