@@ -1,5 +1,6 @@
 // src/engine/engine.cpp - engine_open: picks the backend and placement for a model file.
 #include "cpu_engine.h"
+#include "cuda_types.h"
 #ifdef TANDEM_HAVE_CUDA
 #include "cuda_engine.h"
 #include "cuda_link.h"
@@ -8,6 +9,8 @@
 #endif
 #include "tandem/engine.h"
 #include "tandem/error.h"
+#include "tandem/gguf.h"
+#include "tandem/log.h"
 #include "tandem/placement.h"
 
 #include <fstream>
@@ -45,7 +48,21 @@ uint32_t engine_kv_bytes(const engine_options &options) {
     return engine_kv_type_resolve(options) == kv_type::f16 ? 2 : 4;
 }
 
-#ifndef TANDEM_HAVE_CUDA
+#ifdef TANDEM_HAVE_CUDA
+// A file holding a type the CUDA backend cannot compute with is refused, naming the tensor, when
+// CUDA was asked for; with --backend auto it runs on the CPU backend instead.
+static engine_options cuda_or_cpu(const gguf_file &file, engine_options options, const engine_options &requested) {
+    if (options.backend != engine_backend::cuda) return options;
+    const std::string why = cuda_type_refusal(file);
+    if (why.empty()) return options;
+    if (requested.backend != engine_backend::automatic) fail(error_kind::unsupported, "{}: {}", file.path(), why);
+    log_info("backend auto: {}: {}; using the CPU backend", file.path(), why);
+    options.backend = engine_backend::cpu;
+    options.kv = requested.kv;
+    options.kv = engine_kv_type_resolve(options);
+    return options;
+}
+#else
 [[noreturn]] static void no_cuda_backend() {
     fail(error_kind::unsupported, "this build has no CUDA backend (configure with -DTANDEM_CUDA=ON; use --backend cpu)");
 }
@@ -55,6 +72,9 @@ std::unique_ptr<engine> engine_open(std::shared_ptr<const gguf_file> file, const
     engine_options options = options_in;
     options.backend = engine_backend_resolve(options_in);
     options.kv = engine_kv_type_resolve(options);
+#ifdef TANDEM_HAVE_CUDA
+    options = cuda_or_cpu(*file, options, options_in);
+#endif
     if (options.backend == engine_backend::cpu) return std::make_unique<cpu_engine>(std::move(file), options);
 #ifdef TANDEM_HAVE_CUDA
     return std::make_unique<cuda_engine>(std::move(file), options);
@@ -66,6 +86,9 @@ std::unique_ptr<engine> engine_open(std::shared_ptr<const gguf_file> file, const
 std::string engine_plan_check(const gguf_file &file, const engine_options &options_in) {
     engine_options options = options_in;
     options.backend = engine_backend_resolve(options_in);
+#ifdef TANDEM_HAVE_CUDA
+    options = cuda_or_cpu(file, options, options_in);
+#endif
     if (options.backend == engine_backend::cpu) return "";
 #ifdef TANDEM_HAVE_CUDA
     return placement_layout_line(cuda_plan_make(file, model_hparams_read(file), options));
