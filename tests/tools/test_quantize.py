@@ -5,7 +5,9 @@
    off llama-quant.cpp for this shape: 4 layers, 8 experts, n_gqa 2), writes llama-quantize's
    metadata, and the result runs on the CPU engine with finite logits.
 2. An importance matrix in llama-imatrix's GGUF format (written here) is read, used and recorded.
-3. A file holding every tensor type Tandem computes with gives bitwise the logits of its copy
+3. Quantized tensors are byte for byte the independent reference quantizers' blocks
+   (quant_reference*.py) of the source values, with each expert's slice of the importance matrix.
+4. A file holding every tensor type Tandem computes with gives bitwise the logits of its copy
    dequantized to F32 (the CPU engine dequantizes a tile of rows to F32 for every type, so the
    products are the same float operations).
 """
@@ -17,6 +19,12 @@ import struct
 import subprocess
 import sys
 import tempfile
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import quant_reference as ref  # noqa: E402
+import quant_reference_weighted as refw  # noqa: E402
 
 tandem = sys.argv[1]
 N_LAYER = 4
@@ -34,8 +42,9 @@ TYPE_NAMES = {0: "f32", 1: "f16", 2: "q4_0", 3: "q4_1", 6: "q5_0", 7: "q5_1", 8:
 SCALAR = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
 
 
-def read_gguf(path):
-    """(metadata dict, {tensor name: (type name, shape)}, [tensor names in file order])."""
+def read_gguf(path, with_data=False):
+    """(metadata dict, {tensor name: (type name, shape)}, [tensor names in file order]); with_data,
+    also {tensor name: its bytes}."""
     with open(path, "rb") as f:
         data = f.read()
     pos = 0
@@ -68,15 +77,21 @@ def read_gguf(path):
     for _ in range(n_kv):
         k = string()
         meta[k] = value(take("<I"))
-    tensors, order = {}, []
+    tensors, order, offsets = {}, [], []
     for _ in range(n_tensors):
         name = string()
         ne = [take("<Q") for _ in range(take("<I"))]
         t = take("<I")
-        take("<Q")
+        offsets.append(take("<Q"))
         tensors[name] = (TYPE_NAMES[t], ne)
         order.append(name)
-    return meta, tensors, order
+    if not with_data:
+        return meta, tensors, order
+    align = meta.get("general.alignment", 32)
+    start = pos + (-pos % align)
+    ends = offsets[1:] + [len(data) - start]
+    blobs = {n: data[start + a:start + b] for n, a, b in zip(order, offsets, ends)}
+    return meta, tensors, order, blobs
 
 
 def write_imatrix(path, entries, chunks):
@@ -153,6 +168,33 @@ def check_types(path, ftype):
     assert key == sorted(key), f"{ftype}: tensors not in llama.cpp's order"
 
 
+# Bytes per block and per-block reference quantizers (without and with importance).
+BLOCK = {"q4_k": (256, 144), "q6_k": (256, 210), "q8_0": (32, 34), "iq4_xs": (256, 136)}
+REF = {"q4_k": refw.q4_k, "q6_k": refw.q6_k, "q8_0": refw.q8_0}
+REF_W = {"q4_k": refw.q4_k_w, "q6_k": refw.q6_k_w, "iq4_xs": refw.iq4_xs_w}
+
+
+def check_reference_bytes(src_path, out_path, name, expert, n_rows, importance=None):
+    """The first n_rows rows of one expert of `name` against the reference quantizer of its type."""
+    _, src, _, src_data = read_gguf(src_path, True)
+    _, out, _, out_data = read_gguf(out_path, True)
+    ne = src[name][1]
+    assert src[name][0] == "f16", name
+    x = np.frombuffer(src_data[name], dtype=np.float16).astype(np.float32).reshape(-1, ne[1], ne[0])[expert]
+    t = out[name][0]
+    elems, nbytes = BLOCK[t]
+    row_bytes = ne[0] // elems * nbytes
+    qw = None if importance is None else importance[expert * ne[0]:(expert + 1) * ne[0]]
+    for r in range(n_rows):
+        want = bytearray()
+        for b in range(0, ne[0], elems):
+            xs = [ref.F(v) for v in x[r, b:b + elems]]
+            want += REF[t](xs) if qw is None else REF_W[t](xs, [ref.F(v) for v in qw[b:b + elems]])
+        at = (expert * ne[1] + r) * row_bytes
+        got = out_data[name][at:at + row_bytes]
+        assert bytes(want) == got, f"{out_path} {name} ({t}) expert {expert} row {r} differs from the reference"
+
+
 with tempfile.TemporaryDirectory() as tmp:
     f16 = f"{tmp}/f16.gguf"
     run("synth", "--preset", "tiny", "--type", "f16", "--seed", "3", "--out", f16)
@@ -191,9 +233,19 @@ with tempfile.TemporaryDirectory() as tmp:
         assert all(math.isfinite(v) for v in lg) and len(set(lg)) > 1, f"{ftype}: logits not finite or constant"
         passed += 1
 
+    # Blocks as the reference quantizers make them: Q4_K_M's Q4_K, Q6_K (ffn_down of layer 2) and
+    # Q8_0 (attn_v), and IQ4_XS with the last expert's slice of the importance matrix.
+    check_reference_bytes(f16, f"{tmp}/Q4_K_M.gguf", "blk.0.attn_q.weight", 0, 4)
+    check_reference_bytes(f16, f"{tmp}/Q4_K_M.gguf", "blk.2.ffn_down_exps.weight", 5, 2)
+    check_reference_bytes(f16, f"{tmp}/Q4_K_M.gguf", "blk.1.attn_v.weight", 0, 2)
+    passed += 1
+
     # The importance matrix changes the result (IQ4_XS quantizes with it), and the types needing
     # one are refused without it, naming the tensor.
     run("quantize", f16, f"{tmp}/iq4_im.gguf", "IQ4_XS", "--imatrix", imatrix)
+    ne0, n_mat, sums, counts = entries["blk.3.ffn_up_exps.weight"]
+    values = [np.float32(sums[j * ne0 + i]) / np.float32(counts[j]) for j in range(n_mat) for i in range(ne0)]
+    check_reference_bytes(f16, f"{tmp}/iq4_im.gguf", "blk.3.ffn_up_exps.weight", 7, 2, values)
     with open(f"{tmp}/IQ4_XS.gguf", "rb") as a, open(f"{tmp}/iq4_im.gguf", "rb") as b:
         assert a.read()[-4096:] != b.read()[-4096:], "the importance matrix changed nothing"
     r = subprocess.run([tandem, "quantize", f16, f"{tmp}/x.gguf", "IQ2_XXS"], capture_output=True, text=True)
