@@ -125,7 +125,9 @@ def make_qkx3(x, w, nmax):
 
 
 def make_qp(x, nmax, qw):
-    """make_qp_quants(n, nmax, x, L, qw) for non-negative x: (scale, L)."""
+    """make_qp_quants(n, nmax, x, L, qw): (scale, L). L is uint8_t there: a negative level (IQ2_XXS
+    hands over one flipped value per odd-parity group of 8) is stored wrapped, and the refinement
+    reads the stored byte while the first sums use the signed level."""
     n = len(x)
     mx = F(0)
     for v in x:
@@ -133,7 +135,7 @@ def make_qp(x, nmax, qw):
     if mx < EPS:
         return F(0), [0] * n
     iscale = F(F(nmax) / mx)
-    L = [nearest_int(F(iscale * v)) for v in x]
+    L = [nearest_int(F(iscale * v)) & 0xFF for v in x]
     scale = F(F(1) / iscale)
     best = F(0)
     for i in range(n):
@@ -153,9 +155,10 @@ def make_qp(x, nmax, qw):
             best, iscale = mse, iscale_is
     slx = sl2 = F(0)
     for i in range(n):
-        L[i] = min(nmax, nearest_int(F(iscale * x[i])))
-        slx = F(slx + F(F(qw[i] * x[i]) * F(L[i])))
-        sl2 = F(sl2 + F(F(qw[i] * F(L[i])) * F(L[i])))
+        l = min(nmax, nearest_int(F(iscale * x[i])))
+        L[i] = l & 0xFF
+        slx = F(slx + F(F(qw[i] * x[i]) * F(l)))
+        sl2 = F(sl2 + F(F(qw[i] * F(l)) * F(l)))
     for _ in range(5):
         changed = 0
         for i in range(n):
@@ -170,7 +173,7 @@ def make_qp(x, nmax, qw):
             a = F(a + F(F(w * x[i]) * F(nl)))
             b = F(b + F(F(w * F(nl)) * F(nl)))
             if F(F(a * a) * sl2) > F(F(slx * slx) * b):
-                L[i], slx, sl2 = nl, a, b
+                L[i], slx, sl2 = nl & 0xFF, a, b
                 changed += 1
         if not changed:
             break
