@@ -114,9 +114,14 @@ quantize_report quantize_model(const std::string &in_path, const std::string &ou
         if (t.type != to && ggml_type_info(t.type).block_elems > 1 && ggml_type_info(to).block_elems > 1)
             fail(error_kind::config, "quantize: tensor {} is already {}: requantizing to {} is not supported", t.name,
                  ggml_type_name(t.type), ggml_type_name(to));
-        const float *importance = t.type == to ? nullptr : importance_of(t, to, ftype->ftype, im.get());
         report.tensors.push_back({t.name, t.type, to, t.n_bytes, ggml_row_bytes(to, t.ne[0]) * uint64_t(t.n_rows())});
-        if (options.dry_run) continue;
+        if (options.dry_run) {
+            // As llama-quantize's --dry-run: sizes only, with a warning where the real run would stop.
+            if (!im && t.type != to && quant_mix_requires_imatrix(t.name, to, ftype->ftype))
+                log_warn("quantize: {} as {} will need an importance matrix (--imatrix)", t.name, ggml_type_name(to));
+            continue;
+        }
+        const float *importance = t.type == to ? nullptr : importance_of(t, to, ftype->ftype, im.get());
         w.add_tensor(t.name, to, t.ne, [&t, to, importance, done, n_tensors](uint8_t *dst) {
             convert_tensor(t, to, importance, dst);
             log_info("quantize: [{}/{}] {} {} -> {}", ++*done, n_tensors, t.name, ggml_type_name(t.type), ggml_type_name(to));
