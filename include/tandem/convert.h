@@ -82,6 +82,7 @@ struct convert_options {
     std::optional<ggml_type> expert_type;   // ffn_{gate,up,down}_exps; default: type
     std::string name;                       // general.name; default: the folder's name
     int n_threads = 0;                      // <= 0: all cores
+    uint64_t split_max_bytes = 0;           // > 0: llama.cpp's split files of at most this many bytes
 };
 
 // What the converter decided, for logs and tests.
@@ -92,6 +93,7 @@ struct convert_summary {
     int64_t n_tensors = 0;
     uint32_t file_type = 0;         // general.file_type (llama_ftype) of the expert type: most bytes
     std::vector<std::string> fallbacks;  // "attn_q: q4_K -> q8_0 (row length 64)"
+    std::vector<std::string> paths;      // the files written: out_path, or the parts of a split model
 };
 
 // Converts a Qwen3MoeForCausalLM, DeepseekV2ForCausalLM or DeepseekV3ForCausalLM checkpoint folder

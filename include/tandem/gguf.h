@@ -59,6 +59,10 @@ struct gguf_tensor_info {
 class gguf_file {
 public:
     // Opens and validates; throws tandem::error(file_format) naming the bad key or tensor.
+    // A split model (llama.cpp's gguf-split: split.no, split.count, split.tensors.count; files
+    // PREFIX-00001-of-0000N.gguf ...) is opened by naming its first file: the others are found
+    // beside it, each mapped and validated, and checked to belong to the same set; the result
+    // holds the first file's metadata and every part's tensors.
     static std::shared_ptr<const gguf_file> open(const std::string &path);
     // Validates a file held in memory (fuzzing, tests); `bytes` must outlive the result.
     static std::shared_ptr<const gguf_file> from_memory(std::span<const uint8_t> bytes);
@@ -70,7 +74,8 @@ public:
     const std::string &path() const { return path_; }
     uint32_t version() const { return version_; }
     uint64_t alignment() const { return alignment_; }
-    uint64_t file_bytes() const { return bytes_.size(); }
+    uint64_t file_bytes() const;                 // all parts of a split model
+    size_t n_parts() const { return parts_.size() + 1; }
     const std::vector<gguf_kv> &kvs() const { return kvs_; }
     const std::vector<gguf_tensor_info> &tensors() const { return tensors_; }
 
@@ -93,6 +98,8 @@ public:
 private:
     gguf_file() = default;
     void parse();
+    static std::shared_ptr<gguf_file> open_one(const std::string &path);
+    void join_parts();
 
     std::string path_;
     std::span<const uint8_t> bytes_;
@@ -105,7 +112,14 @@ private:
     // Lookups by name; the views point into kvs_ / tensors_, which never change after parse().
     std::unordered_map<std::string_view, size_t> kv_index_;
     std::unordered_map<std::string_view, size_t> tensor_index_;
+    std::vector<std::shared_ptr<const gguf_file>> parts_;  // the other files of a split model, in order
 };
+
+// llama.cpp's split file names: PREFIX-00002-of-00005.gguf for split_no 1 of 5.
+std::string gguf_split_path(const std::string &prefix, int split_no, int split_count);
+// llama-gguf-split's --split-max-size: a whole number with M (10^6 bytes) or G (10^9 bytes).
+// Throws error(config) naming the text otherwise.
+uint64_t gguf_parse_split_size(const std::string &text);
 
 // Writes a GGUF v3 file. Metadata and tensor infos are collected first; write() lays out the
 // file, sizes it, maps it and lets every tensor's fill callback write its bytes in place, in
@@ -130,8 +144,12 @@ public:
     // not a multiple of the type's block size.
     void add_tensor(const std::string &name, ggml_type type, std::vector<int64_t> ne, fill_fn fill);
 
-    // n_threads <= 0: hardware concurrency.
-    void write(const std::string &path, int n_threads = 0) const;
+    // n_threads <= 0: hardware concurrency. max_split_bytes > 0 writes llama.cpp's split format
+    // when the tensors do not fit one part of that many bytes: parts filled in tensor order (a
+    // tensor larger than the limit gets a part of its own), named gguf_split_path(path without
+    // ".gguf", i, n); the first holds all metadata, every part split.no/count/tensors.count.
+    // Returns the paths written.
+    std::vector<std::string> write(const std::string &path, int n_threads = 0, uint64_t max_split_bytes = 0) const;
 
 private:
     struct pending_tensor {
@@ -140,6 +158,8 @@ private:
         std::vector<int64_t> ne;
         fill_fn fill;
     };
+    void write_part(const std::string &path, const std::vector<gguf_kv> &kvs, const std::vector<size_t> &tensors,
+                    int n_threads) const;
     std::vector<gguf_kv> kvs_;
     std::vector<pending_tensor> tensors_;
 };

@@ -52,11 +52,13 @@ struct synth_options {
     // deepseek2: write the latent's up-projection as one attn_kv_b tensor with llama.cpp's legacy
     // keys, instead of the split attn_k_b/attn_v_b form of its current converter.
     bool mla_kv_b = false;
+    uint64_t split_max_bytes = 0;  // > 0: llama.cpp's split files of at most this many bytes each
 };
 
 // Writes the model. Quantized tensors are written as random blocks directly (no float pass),
 // scaled so dequantised weights have std ~ 1/sqrt(fan_in) and a near-zero mean. deepseek2 tensors whose
 // rows do not fill the type's blocks (attn_k_b's d_nope) fall back as `tandem convert` does.
-void synth_write(const synth_options &options, const std::string &path);
+// Returns the files written (one, or the parts of a split model).
+std::vector<std::string> synth_write(const synth_options &options, const std::string &path);
 
 }  // namespace tandem

@@ -1,5 +1,6 @@
 // src/engine/engine.cpp - engine_open: picks the backend and placement for a model file.
 #include "cpu_engine.h"
+#include "cuda_types.h"
 #ifdef TANDEM_HAVE_CUDA
 #include "cuda_engine.h"
 #include "cuda_link.h"
@@ -8,6 +9,8 @@
 #endif
 #include "tandem/engine.h"
 #include "tandem/error.h"
+#include "tandem/gguf.h"
+#include "tandem/log.h"
 #include "tandem/placement.h"
 
 #include <fstream>
@@ -49,14 +52,36 @@ uint32_t engine_kv_bytes(const engine_options &options) {
 // backend is automatic, and are refused when CUDA is asked for by name.
 static bool cuda_runs(const gguf_file &file) { return model_hparams_read(file).arch == model_arch::qwen3moe; }
 
+#ifdef TANDEM_HAVE_CUDA
+// A file holding a type the CUDA backend cannot compute with is refused, naming the tensor, when
+// CUDA was asked for; with --backend auto it runs on the CPU backend instead.
+static engine_options cuda_or_cpu(const gguf_file &file, engine_options options, const engine_options &requested) {
+    if (options.backend != engine_backend::cuda) return options;
+    const std::string why = cuda_type_refusal(file);
+    if (why.empty()) return options;
+    if (requested.backend != engine_backend::automatic) fail(error_kind::unsupported, "{}: {}", file.path(), why);
+    log_info("backend auto: {}: {}; using the CPU backend", file.path(), why);
+    options.backend = engine_backend::cpu;
+    options.kv = requested.kv;
+    options.kv = engine_kv_type_resolve(options);
+    return options;
+}
+#endif
+
 static engine_options resolve_backend(const gguf_file &file, const engine_options &options_in) {
     engine_options options = options_in;
     options.backend = engine_backend_resolve(options_in);
-    if (options.backend != engine_backend::cuda || cuda_runs(file)) return options;
-    if (options_in.backend == engine_backend::cuda)
-        fail(error_kind::unsupported, "{}: the CUDA backend does not run {} models yet; use --backend cpu", file.path(),
-             model_hparams_read(file).arch_name);
-    options.backend = engine_backend::cpu;
+    if (options.backend != engine_backend::cuda) return options;
+    if (!cuda_runs(file)) {
+        if (options_in.backend == engine_backend::cuda)
+            fail(error_kind::unsupported, "{}: the CUDA backend does not run {} models yet; use --backend cpu", file.path(),
+                 model_hparams_read(file).arch_name);
+        options.backend = engine_backend::cpu;
+        return options;
+    }
+#ifdef TANDEM_HAVE_CUDA
+    options = cuda_or_cpu(file, options, options_in);
+#endif
     return options;
 }
 

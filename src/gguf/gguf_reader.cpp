@@ -140,6 +140,12 @@ bool mul_overflows(uint64_t a, uint64_t b, uint64_t *out) { return __builtin_mul
 }  // namespace
 
 std::shared_ptr<const gguf_file> gguf_file::open(const std::string &path) {
+    std::shared_ptr<gguf_file> file = open_one(path);
+    file->join_parts();
+    return file;
+}
+
+std::shared_ptr<gguf_file> gguf_file::open_one(const std::string &path) {
     std::shared_ptr<gguf_file> file(new gguf_file());
     file->path_ = path;
     const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
@@ -168,6 +174,81 @@ std::shared_ptr<const gguf_file> gguf_file::open(const std::string &path) {
     }
     file->parse();
     return file;
+}
+
+uint64_t gguf_file::file_bytes() const {
+    uint64_t total = bytes_.size();
+    for (const auto &part : parts_) total += part->file_bytes();
+    return total;
+}
+
+std::string gguf_split_path(const std::string &prefix, int split_no, int split_count) {
+    return fmt::format("{}-{:05d}-of-{:05d}.gguf", prefix, split_no + 1, split_count);
+}
+
+uint64_t gguf_parse_split_size(const std::string &text) {
+    const auto bad = [&] {
+        fail(error_kind::config, "split size '{}': use a whole number of M (10^6 bytes) or G (10^9 bytes), e.g. 500M or 5G",
+             text);
+    };
+    if (text.size() < 2) bad();
+    const char unit = text.back();
+    if (unit != 'M' && unit != 'G') bad();
+    uint64_t n = 0;
+    for (size_t i = 0; i + 1 < text.size(); ++i) {
+        if (text[i] < '0' || text[i] > '9' || n > 1000000000ull) bad();
+        n = n * 10 + static_cast<uint64_t>(text[i] - '0');
+    }
+    if (n == 0) bad();
+    return n * (unit == 'M' ? 1000000ull : 1000000000ull);
+}
+
+// A split model's first file names the set; the other parts are opened beside it and joined:
+// their tensors (data pointing into their own mappings) follow the first file's, in part order.
+void gguf_file::join_parts() {
+    const gguf_value *count_value = find("split.count");
+    if (!count_value) return;
+    const int64_t count = get_int("split.count");
+    const int64_t no = get_int("split.no", 0);
+    if (count < 1 || count > 99999)
+        fail(error_kind::file_format, "{}: split.count is {}; 1 to 99999 parts are allowed", path_, count);
+    if (count == 1) return;
+    const std::string suffix = gguf_split_path("", 0, static_cast<int>(count));  // "-00001-of-0000N.gguf"
+    if (no != 0 || path_.size() <= suffix.size() || path_.compare(path_.size() - suffix.size(), suffix.size(), suffix) != 0)
+        fail(error_kind::file_format, "{}: part {} of a model split in {}; open its first part, PREFIX{}", path_, no + 1,
+             count, suffix);
+    const std::string prefix = path_.substr(0, path_.size() - suffix.size());
+    const int64_t n_total = get_int("split.tensors.count");
+    uint64_t n_seen = tensors_.size();
+    for (int64_t i = 1; i < count; ++i) {
+        const std::string part_path = gguf_split_path(prefix, static_cast<int>(i), static_cast<int>(count));
+        struct stat st {};
+        if (::stat(part_path.c_str(), &st) != 0)
+            fail(error_kind::file_format, "{}: part {} of {} of this split model is missing ({})", part_path, i + 1,
+                 count, std::strerror(errno));
+        std::shared_ptr<gguf_file> part = open_one(part_path);
+        const auto mismatch = [&](std::string_view key, int64_t want) {
+            const int64_t got = part->get_int(key, -1);
+            if (got != want)
+                fail(error_kind::file_format, "{}: {} is {} where {} expects {}: the file belongs to another split model",
+                     part_path, key, got, path_, want);
+        };
+        mismatch("split.no", i);
+        mismatch("split.count", count);
+        mismatch("split.tensors.count", n_total);
+        n_seen += part->tensors_.size();
+        parts_.push_back(part);
+    }
+    if (n_seen != static_cast<uint64_t>(n_total))
+        fail(error_kind::file_format, "{}: the {} parts hold {} tensors but split.tensors.count is {}", path_, count,
+             n_seen, n_total);
+    for (const auto &part : parts_)
+        for (const gguf_tensor_info &t : part->tensors_) tensors_.push_back(t);
+    tensor_index_.clear();
+    for (size_t i = 0; i < tensors_.size(); ++i)
+        if (!tensor_index_.emplace(tensors_[i].name, i).second)
+            fail(error_kind::file_format, "{}: tensor '{}' appears in more than one part", path_,
+                 fmtc::printable(tensors_[i].name));
 }
 
 std::shared_ptr<const gguf_file> gguf_file::from_memory(std::span<const uint8_t> bytes) {

@@ -270,9 +270,57 @@ void gguf_writer::add_tensor(const std::string &name, ggml_type type, std::vecto
     tensors_.push_back(pending_tensor{name, type, std::move(ne), std::move(fill)});
 }
 
-void gguf_writer::write(const std::string &path, int n_threads) const {
+std::vector<std::string> gguf_writer::write(const std::string &path, int n_threads, uint64_t max_split_bytes) const {
+    std::vector<size_t> all(tensors_.size());
+    std::iota(all.begin(), all.end(), size_t{0});
+    std::vector<std::vector<size_t>> parts;
+    if (max_split_bytes > 0) {
+        // gguf-split's rule: a new part when the next tensor would push this one past the limit.
+        uint64_t part_bytes = 0;
+        for (size_t i = 0; i < tensors_.size(); ++i) {
+            const uint64_t n = tensor_bytes(tensors_[i].type, tensors_[i].ne);
+            if (parts.empty() || (!parts.back().empty() && part_bytes + n > max_split_bytes)) {
+                parts.emplace_back();
+                part_bytes = 0;
+            }
+            parts.back().push_back(i);
+            part_bytes += n;
+        }
+    }
+    if (parts.size() <= 1) {
+        write_part(path, kvs_, all, n_threads);
+        return {path};
+    }
+    if (parts.size() > 99999) writer_fail("{} parts: at most 99999 are allowed", parts.size());
+    const std::string prefix = path.ends_with(".gguf") ? path.substr(0, path.size() - 5) : path;
+    const int count = static_cast<int>(parts.size());
+    auto split_keys = [&](int no) {
+        return std::vector<gguf_kv>{{"split.no", {gguf_type::u16, int64_t{no}}},
+                                    {"split.count", {gguf_type::u16, int64_t{count}}},
+                                    {"split.tensors.count", {gguf_type::i32, static_cast<int64_t>(tensors_.size())}}};
+    };
+    std::vector<std::string> paths;
+    for (int no = 0; no < count; ++no) {
+        std::vector<gguf_kv> kvs = no == 0 ? kvs_ : std::vector<gguf_kv>{};
+        const std::vector<gguf_kv> keys = split_keys(no);
+        // The first part's metadata: llama.cpp's split keys right after general.*, like gguf-split.
+        if (no == 0) {
+            size_t at = 0;
+            while (at < kvs.size() && kvs[at].key.starts_with("general.")) ++at;
+            kvs.insert(kvs.begin() + static_cast<std::ptrdiff_t>(at), keys.begin(), keys.end());
+        } else {
+            kvs = keys;
+        }
+        paths.push_back(gguf_split_path(prefix, no, count));
+        write_part(paths.back(), kvs, parts[static_cast<size_t>(no)], n_threads);
+    }
+    return paths;
+}
+
+void gguf_writer::write_part(const std::string &path, const std::vector<gguf_kv> &kvs, const std::vector<size_t> &tensors,
+                             int n_threads) const {
     uint64_t alignment = fmtc::default_alignment;
-    for (const gguf_kv &kv : kvs_)
+    for (const gguf_kv &kv : kvs)
         if (kv.key == fmtc::alignment_key) {
             const auto a = static_cast<uint64_t>(kv.value.type == gguf_type::u32 ? std::get<int64_t>(kv.value.data) : 0);
             if (a == 0 || (a & (a - 1)) != 0) writer_fail("'{}' must be a u32 power of two", fmtc::alignment_key);
@@ -283,15 +331,15 @@ void gguf_writer::write(const std::string &path, int n_threads) const {
     byte_sink meta;
     meta.put<uint32_t>(fmtc::magic);
     meta.put<uint32_t>(fmtc::version_written);
-    meta.put<uint64_t>(tensors_.size());
-    meta.put<uint64_t>(kvs_.size());
-    for (const gguf_kv &kv : kvs_) {
+    meta.put<uint64_t>(tensors.size());
+    meta.put<uint64_t>(kvs.size());
+    for (const gguf_kv &kv : kvs) {
         meta.put_string(kv.key);
         meta.put_value(kv.value);
     }
     std::vector<uint64_t> offsets(tensors_.size());
     uint64_t data_size = 0;
-    for (size_t i = 0; i < tensors_.size(); ++i) {
+    for (size_t i : tensors) {
         const pending_tensor &t = tensors_[i];
         meta.put_string(t.name);
         meta.put<uint32_t>(static_cast<uint32_t>(t.ne.size()));
@@ -304,7 +352,7 @@ void gguf_writer::write(const std::string &path, int n_threads) const {
         const uint64_t padded = fmtc::align_up(tensor_bytes(t.type, t.ne), alignment);
         if (__builtin_add_overflow(data_size, padded, &data_size)) writer_fail("file size overflows");
     }
-    const uint64_t data_start = tensors_.empty() ? meta.bytes().size() : fmtc::align_up(meta.bytes().size(), alignment);
+    const uint64_t data_start = tensors.empty() ? meta.bytes().size() : fmtc::align_up(meta.bytes().size(), alignment);
     uint64_t total = 0;
     if (__builtin_add_overflow(data_start, data_size, &total)) writer_fail("file size overflows");
 
@@ -314,13 +362,12 @@ void gguf_writer::write(const std::string &path, int n_threads) const {
     std::memcpy(base, meta.bytes().data(), meta.bytes().size());
 
     // Largest tensors first, so a few big ones do not end up alone at the tail.
-    std::vector<size_t> order(tensors_.size());
-    std::iota(order.begin(), order.end(), size_t{0});
+    std::vector<size_t> order = tensors;
     std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
         return tensor_bytes(tensors_[a].type, tensors_[a].ne) > tensor_bytes(tensors_[b].type, tensors_[b].ne);
     });
     int threads = n_threads > 0 ? n_threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-    threads = std::max(1, std::min<int>(threads, static_cast<int>(std::max<size_t>(tensors_.size(), 1))));
+    threads = std::max(1, std::min<int>(threads, static_cast<int>(std::max<size_t>(tensors.size(), 1))));
 
     // Exceptions must not leave an OpenMP region: the first one is kept and rethrown after it.
     std::exception_ptr first_error;

@@ -80,6 +80,11 @@ inline int nearest_int(float v) {
     return nearest_int_bounded(v);
 }
 
+// fp32 -> fp16 for a block scale the quantizer computed; a scale that does not fit fp16 (the block's
+// values are too large for the type) is refused, naming the type and block, instead of being
+// stored as inf. Defined in quant.cpp.
+uint16_t checked_half(float v, const char *type_name, int64_t block_index);
+
 // Row kernels. n_blocks blocks; inputs validated by quant.cpp (finite for quantize).
 void dequantize_row_q8_0(const block_q8_0 *src, float *dst, int64_t n_blocks);
 void quantize_row_q8_0(const float *src, block_q8_0 *dst, int64_t n_blocks);
@@ -87,6 +92,54 @@ void dequantize_row_q4_k(const block_q4_k *src, float *dst, int64_t n_blocks);
 void quantize_row_q4_k(const float *src, block_q4_k *dst, int64_t n_blocks);
 void dequantize_row_q6_k(const block_q6_k *src, float *dst, int64_t n_blocks);
 void quantize_row_q6_k(const float *src, block_q6_k *dst, int64_t n_blocks);
+
+void dequantize_row_q4_0(const block_q4_0 *src, float *dst, int64_t n_blocks);
+void quantize_row_q4_0(const float *src, block_q4_0 *dst, int64_t n_blocks);
+void dequantize_row_q4_1(const block_q4_1 *src, float *dst, int64_t n_blocks);
+void quantize_row_q4_1(const float *src, block_q4_1 *dst, int64_t n_blocks);
+void dequantize_row_q5_0(const block_q5_0 *src, float *dst, int64_t n_blocks);
+void quantize_row_q5_0(const float *src, block_q5_0 *dst, int64_t n_blocks);
+void dequantize_row_q5_1(const block_q5_1 *src, float *dst, int64_t n_blocks);
+void quantize_row_q5_1(const float *src, block_q5_1 *dst, int64_t n_blocks);
+void dequantize_row_q2_k(const block_q2_k *src, float *dst, int64_t n_blocks);
+void quantize_row_q2_k(const float *src, block_q2_k *dst, int64_t n_blocks);
+void dequantize_row_q3_k(const block_q3_k *src, float *dst, int64_t n_blocks);
+void quantize_row_q3_k(const float *src, block_q3_k *dst, int64_t n_blocks);
+void dequantize_row_q5_k(const block_q5_k *src, float *dst, int64_t n_blocks);
+void quantize_row_q5_k(const float *src, block_q5_k *dst, int64_t n_blocks);
+void dequantize_row_iq4_nl(const block_iq4_nl *src, float *dst, int64_t n_blocks);
+void quantize_row_iq4_nl(const float *src, const float *qw, block_iq4_nl *dst, int64_t n_blocks);
+void dequantize_row_iq4_xs(const block_iq4_xs *src, float *dst, int64_t n_blocks);
+void quantize_row_iq4_xs(const float *src, const float *qw, block_iq4_xs *dst, int64_t n_blocks);
+void dequantize_row_mxfp4(const block_mxfp4 *src, float *dst, int64_t n_blocks);
+void quantize_row_mxfp4(const float *src, block_mxfp4 *dst, int64_t n_blocks);
+void dequantize_row_iq2_xxs(const block_iq2_xxs *src, float *dst, int64_t n_blocks);
+void dequantize_row_iq2_xs(const block_iq2_xs *src, float *dst, int64_t n_blocks);
+void dequantize_row_iq2_s(const block_iq2_s *src, float *dst, int64_t n_blocks);
+void dequantize_row_iq3_xxs(const block_iq3_xxs *src, float *dst, int64_t n_blocks);
+void dequantize_row_iq3_s(const block_iq3_s *src, float *dst, int64_t n_blocks);
+void dequantize_row_iq1_s(const block_iq1_s *src, float *dst, int64_t n_blocks);
+void dequantize_row_iq1_m(const block_iq1_m *src, float *dst, int64_t n_blocks);
+
+// Quantizers with an importance matrix: one row of n_blocks blocks, qw[n_blocks * block] the
+// row's importance (quant_weighted.cpp; the IQ files). The IQ types below take qw = nullptr
+// where ggml does (IQ4, IQ3, IQ2_S, IQ1_M); IQ2_XXS, IQ2_XS and IQ1_S need it.
+void quantize_row_q2_k_weighted(const float *src, const float *qw, block_q2_k *dst, int64_t n_blocks);
+void quantize_row_q3_k_weighted(const float *src, const float *qw, block_q3_k *dst, int64_t n_blocks);
+void quantize_row_q4_k_weighted(const float *src, const float *qw, block_q4_k *dst, int64_t n_blocks);
+void quantize_row_q5_k_weighted(const float *src, const float *qw, block_q5_k *dst, int64_t n_blocks);
+void quantize_row_q6_k_weighted(const float *src, const float *qw, block_q6_k *dst, int64_t n_blocks);
+void quantize_row_q4_0_weighted(const float *src, const float *qw, block_q4_0 *dst, int64_t n_blocks);
+void quantize_row_q4_1_weighted(const float *src, const float *qw, block_q4_1 *dst, int64_t n_blocks);
+void quantize_row_q5_0_weighted(const float *src, const float *qw, block_q5_0 *dst, int64_t n_blocks);
+void quantize_row_q5_1_weighted(const float *src, const float *qw, block_q5_1 *dst, int64_t n_blocks);
+void quantize_row_iq2_xxs(const float *src, const float *qw, block_iq2_xxs *dst, int64_t n_blocks);
+void quantize_row_iq2_xs(const float *src, const float *qw, block_iq2_xs *dst, int64_t n_blocks);
+void quantize_row_iq2_s(const float *src, const float *qw, block_iq2_s *dst, int64_t n_blocks);
+void quantize_row_iq3_xxs(const float *src, const float *qw, block_iq3_xxs *dst, int64_t n_blocks);
+void quantize_row_iq3_s(const float *src, const float *qw, block_iq3_s *dst, int64_t n_blocks);
+void quantize_row_iq1_s(const float *src, const float *qw, block_iq1_s *dst, int64_t n_blocks);
+void quantize_row_iq1_m(const float *src, const float *qw, block_iq1_m *dst, int64_t n_blocks);
 
 void dequantize_row_f16(const uint16_t *src, float *dst, int64_t n);
 void quantize_row_f16(const float *src, uint16_t *dst, int64_t n);

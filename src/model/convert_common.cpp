@@ -433,6 +433,40 @@ int64_t fp8_block_size(const json &cfg, const std::string &path) {
     return (*block)[0].get<int64_t>();
 }
 
+// Written beside the target and renamed, so a failed conversion never leaves a truncated .gguf;
+// a split model's parts are renamed to PREFIX-0000i-of-0000n.gguf of the target.
+static std::vector<std::string> write_in_place(const gguf_writer &w, const convert_options &opts) {
+    const std::string tmp = opts.out_path + ".partial";
+    std::vector<std::string> written;
+    try {
+        written = w.write(tmp, opts.n_threads, opts.split_max_bytes);
+    } catch (...) {
+        std::error_code ec;
+        fs::remove(tmp, ec);
+        // Parts of a failed split write: TMP-0000i-of-0000n.gguf beside the target.
+        const fs::path dir = fs::path(tmp).parent_path().empty() ? fs::path(".") : fs::path(tmp).parent_path();
+        const std::string stem = fs::path(tmp).filename().string() + "-";
+        for (const auto &e : fs::directory_iterator(dir, ec))
+            if (e.path().filename().string().starts_with(stem)) fs::remove(e.path(), ec);
+        throw;
+    }
+    const std::string prefix =
+        opts.out_path.ends_with(".gguf") ? opts.out_path.substr(0, opts.out_path.size() - 5) : opts.out_path;
+    std::vector<std::string> paths;
+    for (size_t i = 0; i < written.size(); ++i) {
+        const int n = int(written.size());
+        const std::string to = n == 1 ? opts.out_path : gguf_split_path(prefix, int(i), n);
+        std::error_code ec;
+        fs::rename(written[i], to, ec);
+        if (ec) {
+            for (const std::string &p : written) fs::remove(p, ec);
+            fail(error_kind::file_format, "{}: cannot rename {} into place: {}", to, written[i], ec.message());
+        }
+        paths.push_back(to);
+    }
+    return paths;
+}
+
 void write_model(gguf_writer &w, const hf_vocab &voc, const std::string &pre, const tensor_plan &plan,
                  const convert_options &opts, convert_summary &sum) {
     w.set_string("tokenizer.ggml.model", "gpt2");
@@ -452,20 +486,7 @@ void write_model(gguf_writer &w, const hf_vocab &voc, const std::string &pre, co
         w.add_tensor(t.name, t.type, t.ne, [&t](uint8_t *dst) { fill_tensor(t, dst); });
     sum.n_tensors = int64_t(plan.tensors().size());
 
-    const std::string tmp = opts.out_path + ".partial";
-    try {
-        w.write(tmp, opts.n_threads);
-    } catch (...) {
-        std::error_code ec;
-        fs::remove(tmp, ec);
-        throw;
-    }
-    std::error_code ec;
-    fs::rename(tmp, opts.out_path, ec);
-    if (ec) {
-        fs::remove(tmp, ec);
-        fail(error_kind::file_format, "{}: cannot rename {} into place: {}", opts.out_path, tmp, ec.message());
-    }
+    sum.paths = write_in_place(w, opts);
     log_info("convert: wrote {} ({}, {} tensors, vocab {} of which {} from the tokenizer, {} / experts {})",
              opts.out_path, sum.arch, sum.n_tensors, sum.n_vocab, sum.n_tokenizer,
              ggml_type_name(opts.type), ggml_type_name(opts.expert_type.value_or(opts.type)));

@@ -5,6 +5,7 @@
 #include "tandem/error.h"
 #include "tandem/gguf.h"
 #include "tandem/model.h"
+#include "tandem/quant.h"
 
 #include <string>
 #include <vector>
@@ -28,8 +29,12 @@ const gguf_tensor_info *bind(const gguf_file &file, const std::string &name, std
     if (must_be_f32 && t.type != ggml_type::f32)
         fail(error_kind::unsupported, "{}: tensor {} must be f32, found {}", file.path(), name, ggml_type_name(t.type));
     if (!ggml_type_info(t.type).computable)
-        fail(error_kind::unsupported, "{}: tensor {} has type {}, which Tandem cannot compute with (supported: f32, "
-             "f16, bf16, q8_0, q4_K, q6_K)", file.path(), name, ggml_type_name(t.type));
+        fail(error_kind::unsupported, "{}: tensor {} has type {}, which Tandem cannot compute with", file.path(), name,
+             ggml_type_name(t.type));
+    const int64_t bad = find_nonfinite_scale(t.type, t.data, t.n_elements() / ggml_type_info(t.type).block_elems);
+    if (bad >= 0)
+        fail(error_kind::file_format, "{}: tensor {} ({}) block {} has a non-finite scale", file.path(), name,
+             ggml_type_name(t.type), bad);
     return &t;
 }
 

@@ -186,7 +186,7 @@ void write_common(gguf_writer &w, const synth_options &options) {
 
 }  // namespace synth_detail
 
-void synth_write(const synth_options &options, const std::string &path) {
+std::vector<std::string> synth_write(const synth_options &options, const std::string &path) {
     const synth_preset &p = options.preset;
     if (p.arch == model_arch::deepseek2) return synth_detail::write_deepseek2(options, path);
     const int32_t n_layer = options.n_layer > 0 ? options.n_layer : p.n_layer;
@@ -243,7 +243,7 @@ void synth_write(const synth_options &options, const std::string &path) {
         add(b + "ffn_down_exps.weight", mixed(more_bits(l)), {p.d_ff_expert, p.d_model, p.n_expert},
             1.0f / std::sqrt(float(p.d_ff_expert)));
     }
-    w.write(path, options.n_threads);
+    return w.write(path, options.n_threads, options.split_max_bytes);
 }
 
 }  // namespace tandem

@@ -114,7 +114,7 @@ struct layer_writer {
 
 }  // namespace
 
-void write_deepseek2(const synth_options &options, const std::string &path) {
+std::vector<std::string> write_deepseek2(const synth_options &options, const std::string &path) {
     const synth_preset &p = options.preset;
     const int32_t n_layer = options.n_layer > 0 ? options.n_layer : p.n_layer;
     if (!ggml_type_info(options.type).computable)
@@ -137,7 +137,7 @@ void write_deepseek2(const synth_options &options, const std::string &path) {
         lw.attention(b, options.mla_kv_b);
         lw.ffn(b, l);
     }
-    w.write(path, options.n_threads);
+    return w.write(path, options.n_threads, options.split_max_bytes);
 }
 
 }  // namespace tandem::synth_detail

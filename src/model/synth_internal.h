@@ -45,6 +45,6 @@ void add_random(gguf_writer &w, const std::string &name, ggml_type t, std::vecto
 void write_common(gguf_writer &w, const synth_options &options);
 
 // The deepseek2 writer (synth_deepseek2.cpp).
-void write_deepseek2(const synth_options &options, const std::string &path);
+std::vector<std::string> write_deepseek2(const synth_options &options, const std::string &path);
 
 }  // namespace tandem::synth_detail

@@ -2,6 +2,7 @@
 #include "commands.h"
 
 #include "tandem/error.h"
+#include "tandem/gguf.h"
 #include "tandem/log.h"
 #include "tandem/synth.h"
 
@@ -11,7 +12,7 @@
 namespace {
 
 struct synth_cli {
-    std::string preset, out, type = "q4_k";
+    std::string preset, out, type = "q4_k", split_max_size;
     int layers = 0, threads = 0;
     uint64_t seed = 1;
     bool mla_kv_b = false;
@@ -33,6 +34,8 @@ TANDEM_COMMAND(synth, "Write a random-weight model of a real shape (tiny, qwen3-
                    sub.add_option("--threads", cli->threads, "Writer threads (default: all cores)");
                    sub.add_flag("--mla-kv-b", cli->mla_kv_b,
                                 "deepseek2: one attn_kv_b tensor with llama.cpp's legacy keys instead of attn_k_b/attn_v_b");
+                   sub.add_option("--split-max-size", cli->split_max_size,
+                                  "Write llama.cpp's split files of at most this size (e.g. 500M, 5G)");
                    return [cli] {
                        using namespace tandem;
                        auto preset = synth_preset_find(cli->preset);
@@ -48,11 +51,13 @@ TANDEM_COMMAND(synth, "Write a random-weight model of a real shape (tiny, qwen3-
                        if (cli->mla_kv_b && preset->arch != model_arch::deepseek2)
                            fail(error_kind::config, "--mla-kv-b applies to deepseek2 presets only");
                        synth_options opt{*preset, *type, cli->layers, cli->seed, cli->threads, q4_k_m, cli->mla_kv_b};
+                       if (!cli->split_max_size.empty()) opt.split_max_bytes = gguf_parse_split_size(cli->split_max_size);
                        const auto t0 = std::chrono::steady_clock::now();
-                       synth_write(opt, cli->out);
+                       const std::vector<std::string> paths = synth_write(opt, cli->out);
                        const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-                       const double gb = double(std::filesystem::file_size(cli->out)) / 1e9;
-                       log_info("synth: wrote {} ({} {}, {:.2f} GB) in {:.1f} s ({:.2f} GB/s)", cli->out, cli->preset,
+                       double gb = 0;
+                       for (const std::string &p : paths) gb += double(std::filesystem::file_size(p)) / 1e9;
+                       log_info("synth: wrote {} ({} {}, {:.2f} GB) in {:.1f} s ({:.2f} GB/s)", paths.front(), cli->preset,
                                 cli->type, gb, secs, gb / secs);
                        return 0;
                    };

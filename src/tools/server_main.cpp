@@ -201,7 +201,10 @@ int serve(server_config cfg, const std::string &cpu_arithmetic) {
         log_info("memory plan: {}", plan.describe());
     }
     // GPUs: the placement plan against each device's budget and free memory, before listening.
-    if (cfg.backend != "cpu") log_info("placement plan fits: {}", engine_plan_check(*file, eo));
+    // Empty when --backend auto falls back to the CPU (a tensor type the CUDA backend lacks).
+    if (cfg.backend != "cpu")
+        if (const std::string layout = engine_plan_check(*file, eo); !layout.empty())
+            log_info("placement plan fits: {}", layout);
     log_info("{}", tools::version_line("tandem-server"));
     log_info("{}", config_line(cfg));
     // The tokenizer and the chat template before listening: a template file that does not parse

@@ -10,6 +10,7 @@
 #include "tandem/quant.h"
 
 #include <catch2/catch.hpp>
+#include <fmt/format.h>
 
 #include <cmath>
 
@@ -386,4 +387,28 @@ TEST_CASE("convert: tied embeddings write no output tensor", "[convert]") {
     CHECK(c.file->find_tensor("output.weight") == nullptr);
     CHECK(c.file->find_tensor("token_embd.weight") != nullptr);
     check_tensors(*c.file, m, ggml_type::f32);
+}
+
+TEST_CASE("convert: --split-max-size writes llama.cpp's split files that load as the whole model", "[convert]") {
+    temp_dir tmp("split");
+    const fs::path hf = tmp.path / "tiny-split";
+    fs::create_directories(hf);
+    tiny_model m = make_model(tiny_spec{}, 13);
+    write_folder(hf, m, folder_style{});
+    tandem::convert_options o;
+    o.hf_dir = hf.string();
+    o.out_path = (tmp.path / "tiny-split.gguf").string();
+    o.type = ggml_type::f32;
+    o.n_threads = 2;
+    o.split_max_bytes = 4096;  // smaller than most tensors: many parts
+    const tandem::convert_summary sum = tandem::convert_hf(o);
+    REQUIRE(sum.paths.size() > 2);
+    CHECK(sum.paths.front() == (tmp.path / fmt::format("tiny-split-00001-of-{:05d}.gguf", sum.paths.size())).string());
+    CHECK_FALSE(fs::exists(o.out_path));
+    const auto file = tandem::gguf_file::open(sum.paths.front());
+    CHECK(file->n_parts() == sum.paths.size());
+    check_common_metadata(*file, m.spec);
+    check_tensors(*file, m, ggml_type::f32);
+    for (const auto &e : fs::directory_iterator(tmp.path))
+        CHECK(e.path().filename().string().find(".partial") == std::string::npos);
 }

@@ -63,8 +63,10 @@ TEST_CASE("types: computable types and row bytes", "[gguf]") {
         const auto info = tandem::ggml_type_info(id);
         if (!info) continue;
         const auto t = static_cast<ggml_type>(id);
-        const bool want = t == ggml_type::f32 || t == ggml_type::f16 || t == ggml_type::bf16 ||
-                          t == ggml_type::q8_0 || t == ggml_type::q4_k || t == ggml_type::q6_k;
+        // Everything but the activation-only q8_1/q8_K, the integer and f64 types and the ternary TQ types.
+        const bool want = !(t == ggml_type::q8_1 || t == ggml_type::q8_k || t == ggml_type::i8 || t == ggml_type::i16 ||
+                            t == ggml_type::i32 || t == ggml_type::i64 || t == ggml_type::f64 || t == ggml_type::tq1_0 ||
+                            t == ggml_type::tq2_0);
         CHECK(info->computable == want);
     }
     CHECK(tandem::ggml_row_bytes(ggml_type::q4_k, 2048) == 8 * 144);

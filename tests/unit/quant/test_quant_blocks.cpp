@@ -278,12 +278,25 @@ TEST_CASE("bad arguments throw typed errors", "[quant][errors]") {
         return error_kind::internal;  // nothing thrown
     };
     SECTION("unsupported types name the type") {
-        for (ggml_type type : {ggml_type::q4_0, ggml_type::q5_k, ggml_type::q2_k, ggml_type::i32, ggml_type::iq4_xs}) {
+        for (ggml_type type : {ggml_type::q8_1, ggml_type::q8_k, ggml_type::i32, ggml_type::tq1_0, ggml_type::tq2_0}) {
             CAPTURE(ggml_type_name(type));
             CHECK(kind_of([&] { dequantize_row(type, q.data(), y.data(), 256); }) == error_kind::unsupported);
             CHECK(kind_of([&] { quantize_row(type, x.data(), q.data(), 256); }) == error_kind::unsupported);
             CHECK_THROWS_WITH(dequantize_row(type, q.data(), y.data(), 256),
                               Catch::Contains(std::string(ggml_type_name(type))));
+        }
+        // Types ggml quantizes only with an importance matrix: quantize_row (none) refuses them.
+        for (ggml_type type : {ggml_type::iq2_xxs, ggml_type::iq2_xs, ggml_type::iq1_s}) {
+            CAPTURE(ggml_type_name(type));
+            CHECK(kind_of([&] { quantize_row(type, x.data(), q.data(), 256); }) == error_kind::unsupported);
+            CHECK(ggml_type_can_quantize(type));
+            CHECK(ggml_type_needs_importance(type));
+        }
+        // The other IQ grid types have an imatrix-free search (ggml's quantize_iq2_s etc. with no weights).
+        for (ggml_type type : {ggml_type::iq2_s, ggml_type::iq1_m, ggml_type::iq3_xxs, ggml_type::iq3_s}) {
+            CAPTURE(ggml_type_name(type));
+            CHECK_NOTHROW(quantize_row(type, x.data(), q.data(), 256));
+            CHECK_FALSE(ggml_type_needs_importance(type));
         }
         const auto bogus = static_cast<ggml_type>(99u);
         CHECK(kind_of([&] { dequantize_row(bogus, q.data(), y.data(), 256); }) == error_kind::unsupported);

@@ -25,6 +25,7 @@ struct bound_row {
     data_kind kind;
     double max_rel_rms;
     const char *why;
+    bool importance = false;  // quantize with unit importance (the types ggml quantizes only with one)
 };
 
 const bound_row bounds[] = {
@@ -75,14 +76,47 @@ const bound_row bounds[] = {
     // Tiny: d = max_scale/128 ~ 6e-7 is an fp16 subnormal with ~10% precision; requantizing
     // against it changes the effective step by up to that much (measured 0.0205).
     {ggml_type::q6_k, data_kind::tiny, 0.03, "Gaussian bound + ~10% coarser step from subnormal d"},
+    // The other types on Gaussians (sigma 1): noise ~ step/sqrt(12) with the step each layout
+    // gives; amax of 32 Gaussians ~ 2.0-2.5 sigma, of 16 ~ 1.8-2, range of 32 ~ 4.2 sigma.
+    // q4_0: levels -8..7 times amax/8: 2.3/8/3.46 = 0.083. q4_1: range/15: 4.2/15/3.46 = 0.081.
+    {ggml_type::q4_0, data_kind::gaussian, 0.11, "amax/8/sqrt(12) per 32"},
+    {ggml_type::q4_1, data_kind::gaussian, 0.11, "range/15/sqrt(12) per 32"},
+    // q5_0: amax/16: 0.042; q5_1: range/31: 0.039; q5_K: range/31 per 32 under 6-bit scales: ~0.039.
+    {ggml_type::q5_0, data_kind::gaussian, 0.06, "amax/16/sqrt(12) per 32"},
+    {ggml_type::q5_1, data_kind::gaussian, 0.055, "range/31/sqrt(12) per 32"},
+    {ggml_type::q5_k, data_kind::gaussian, 0.055, "range/31/sqrt(12) per 32 sub-block"},
+    // q3_K: levels -4..3 times amax/4 per 16: 1.9/4/3.46 = 0.137, trimmed by the scale search.
+    {ggml_type::q3_k, data_kind::gaussian, 0.18, "amax/4/sqrt(12) per 16"},
+    // q2_K: 4 levels over each 16's range (~3.5 sigma): 3.5/3/3.46 = 0.34 before the min/scale search.
+    {ggml_type::q2_k, data_kind::gaussian, 0.40, "range/3/sqrt(12) per 16"},
+    // IQ4: 16 non-linear levels spanning +-amax, denser near 0 than q4_0's: at most q4_0's 0.083.
+    {ggml_type::iq4_nl, data_kind::gaussian, 0.11, "q4_0's bound: same span, denser levels"},
+    {ggml_type::iq4_xs, data_kind::gaussian, 0.11, "q4_0's bound: same span, denser levels"},
+    // mxfp4: e2m1 levels {0,.5,1,1.5,2,3,4,6} times 2^e with amax/2^e in [4, 8): the bulk of a
+    // Gaussian block (|x| < 1 sigma ~ 2-4 units) sees steps of 0.5-1 unit = 0.12-0.5 sigma.
+    {ggml_type::mxfp4, data_kind::gaussian, 0.2, "e2m1 steps of 0.5-1 unit, unit amax/4..8"},
+    // IQ3: 3.06-3.44 bits: points of 4 values on a grid of 8 magnitudes, sign bits apart: q3_K's
+    // 0.137 plus the grid's constraint.
+    {ggml_type::iq3_xxs, data_kind::gaussian, 0.25, "q3_K's step, grid-constrained"},
+    {ggml_type::iq3_s, data_kind::gaussian, 0.25, "q3_K's step, grid-constrained"},
+    // IQ2: 2.06-2.5 bits: points of 8 values from 3 magnitudes: about q2_K's 0.34.
+    {ggml_type::iq2_s, data_kind::gaussian, 0.5, "q2_K's step, grid-constrained"},
+    {ggml_type::iq2_xs, data_kind::gaussian, 0.5, "q2_K's step, grid-constrained", true},
+    {ggml_type::iq2_xxs, data_kind::gaussian, 0.5, "q2_K's step, grid-constrained", true},
+    // IQ1: 1.56-1.75 bits, values in {-1, 0, 1} + delta times a scale: a ternary quantizer of a
+    // Gaussian keeps at best ~81% of its energy (rel. error 0.44); the grid costs more.
+    {ggml_type::iq1_m, data_kind::gaussian, 0.75, "ternary levels: >= 0.44, grid-constrained"},
+    {ggml_type::iq1_s, data_kind::gaussian, 0.75, "ternary levels: >= 0.44, grid-constrained", true},
 };
 
 constexpr int64_t n_values = 64 * 256;
 
-std::vector<float> round_trip(ggml_type type, const std::vector<float> &x, std::vector<uint8_t> *q_out = nullptr) {
+std::vector<float> round_trip(ggml_type type, const std::vector<float> &x, std::vector<uint8_t> *q_out = nullptr,
+                              bool importance = false) {
     const int64_t n = static_cast<int64_t>(x.size());
     std::vector<uint8_t> q(ggml_row_bytes(type, n));
-    quantize_row(type, x.data(), q.data(), n);
+    const std::vector<float> ones(static_cast<size_t>(n), 1.0f);
+    quantize_rows(type, x.data(), q.data(), 1, n, importance ? ones.data() : nullptr);
     std::vector<float> y(n);
     dequantize_row(type, q.data(), y.data(), n);
     if (q_out) *q_out = std::move(q);
@@ -95,7 +129,7 @@ TEST_CASE("round-trip error is within the bound table", "[quant][roundtrip]") {
     for (uint64_t seed : {1, 2, 3}) {
         for (const bound_row &row : bounds) {
             const std::vector<float> x = make_data(row.kind, n_values, seed);
-            const std::vector<float> y = round_trip(row.type, x);
+            const std::vector<float> y = round_trip(row.type, x, nullptr, row.importance);
             const double err = rel_rms_error(x, y);
             CAPTURE(seed, ggml_type_name(row.type), data_kind_name(row.kind), err, row.max_rel_rms, row.why);
             REQUIRE(err <= row.max_rel_rms);

@@ -1,0 +1,33 @@
+// src/engine/cuda_types.cpp - the CUDA backend's tensor types, checked on the host.
+#include "cuda_types.h"
+
+#include "tandem/gguf.h"
+
+#include <fmt/format.h>
+
+namespace tandem {
+
+// Kept equal to cuda::matvec_row_bytes's cases (cuda/matvec.cu): the other types have CPU row
+// kernels only; the CPU engine dequantizes them a tile at a time.
+bool cuda_computes(ggml_type type) {
+    switch (type) {
+    case ggml_type::f32:
+    case ggml_type::f16:
+    case ggml_type::bf16:
+    case ggml_type::q8_0:
+    case ggml_type::q4_k:
+    case ggml_type::q6_k: return true;
+    default: return false;
+    }
+}
+
+std::string cuda_type_refusal(const gguf_file &file) {
+    for (const gguf_tensor_info &t : file.tensors())
+        if (t.ne.size() >= 2 && !cuda_computes(t.type))
+            return fmt::format("tensor {} has type {}, which the CUDA backend cannot compute with (the CPU backend can: "
+                               "--backend cpu)",
+                               t.name, ggml_type_name(t.type));
+    return "";
+}
+
+}  // namespace tandem

@@ -1,0 +1,41 @@
+// tests/unit/engine/test_cuda_types.cpp - the host-side check that refuses a file for the CUDA
+// backend (or sends `--backend auto` to the CPU) names the first tensor of a type it cannot compute.
+#include "../../../src/engine/cuda_types.h"
+
+#include "tandem/gguf.h"
+
+#include <catch2/catch.hpp>
+
+#include <cstdio>
+#include <cstring>
+
+using namespace tandem;
+
+namespace {
+
+std::string file_with(std::vector<std::pair<std::string, ggml_type>> tensors) {
+    const std::string path = std::string(P_tmpdir) + "/tandem_test_cuda_types.gguf";
+    gguf_writer w;
+    w.set_string("general.architecture", "qwen3moe");
+    for (const auto &[name, type] : tensors)
+        w.add_tensor(name, type, {256, 2}, [n = ggml_row_bytes(type, 256) * 2](uint8_t *dst) { std::memset(dst, 0, n); });
+    w.add_tensor("blk.0.attn_norm.weight", ggml_type::f32, {256}, [](uint8_t *dst) { std::memset(dst, 0, 1024); });
+    w.write(path, 1);
+    return path;
+}
+
+}  // namespace
+
+TEST_CASE("the CUDA type check names the first tensor it cannot compute", "[engine][cuda_types]") {
+    const std::string ok = file_with({{"blk.0.attn_q.weight", ggml_type::q4_k}, {"output.weight", ggml_type::q6_k},
+                                      {"token_embd.weight", ggml_type::q8_0}, {"blk.0.attn_k.weight", ggml_type::bf16}});
+    CHECK(cuda_type_refusal(*gguf_file::open(ok)).empty());
+    const std::string bad = file_with({{"blk.0.attn_q.weight", ggml_type::q4_k}, {"blk.0.ffn_down_exps.weight", ggml_type::iq4_xs},
+                                       {"blk.1.attn_v.weight", ggml_type::q5_k}});
+    const std::string why = cuda_type_refusal(*gguf_file::open(bad));
+    CHECK_THAT(why, Catch::Contains("blk.0.ffn_down_exps.weight") && Catch::Contains("iq4_xs") && Catch::Contains("CUDA"));
+    for (ggml_type t : {ggml_type::q4_0, ggml_type::q5_k, ggml_type::q3_k, ggml_type::q2_k, ggml_type::mxfp4, ggml_type::iq2_xxs})
+        CHECK_FALSE(cuda_computes(t));
+    std::remove(ok.c_str());
+    std::remove(bad.c_str());
+}
