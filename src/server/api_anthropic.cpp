@@ -3,6 +3,8 @@
 // content_block_stop, message_delta, message_stop.
 #include "src/server/api_anthropic.h"
 
+#include "src/server/api_controls.h"
+
 #include <random>
 
 namespace tandem::server {
@@ -38,20 +40,7 @@ api_request anthropic_parse_messages(const json &body, bool count_tokens) {
         if (content == m.end() || content->is_null()) fail(error_kind::invalid_request, "{}.content is required", where);
         r.messages.push_back({*role, json_text_content(*content, where + ".content")});
     }
-    r.sampling.temperature = 1.0f;  // Anthropic's default
-    if (auto t = json_number(body, "temperature")) {
-        if (*t < 0.0 || *t > 1.0) fail(error_kind::invalid_request, "'temperature' must be in [0, 1], got {}", *t);
-        r.sampling.temperature = static_cast<float>(*t);
-    }
-    if (auto p = json_number(body, "top_p")) {
-        if (*p <= 0.0 || *p > 1.0) fail(error_kind::invalid_request, "'top_p' must be in (0, 1], got {}", *p);
-        r.sampling.top_p = static_cast<float>(*p);
-    }
-    if (auto k = json_integer(body, "top_k")) {
-        if (*k < 0) fail(error_kind::invalid_request, "'top_k' must be >= 0, got {}", *k);
-        r.sampling.top_k = static_cast<int32_t>(std::min<int64_t>(*k, 1000000));
-    }
-    r.sampling.seed = static_cast<uint64_t>(std::random_device{}());
+    parse_sampling_controls(body, api_kind::anthropic, r);
     r.stop = json_stop_list(body, "stop_sequences");
     r.stream = json_bool(body, "stream").value_or(false);
     return r;

@@ -24,6 +24,12 @@ enum class api_kind { openai, anthropic };
 
 enum class route_kind { chat, completion, messages, count_tokens };
 
+// The sampling fields a request set (the others take the server's sampling_defaults).
+struct sampling_overrides {
+    std::optional<float> temperature, top_p, min_p, presence_penalty, frequency_penalty, repeat_penalty;
+    std::optional<int32_t> top_k, repeat_last_n;
+};
+
 // A generation request after JSON mapping, before tokenization.
 struct api_request {
     route_kind route = route_kind::chat;
@@ -31,7 +37,8 @@ struct api_request {
     std::vector<chat_message> messages;  // chat, messages, count_tokens
     std::string prompt;                  // completion
     std::optional<int32_t> max_tokens;
-    sampling_params sampling;
+    sampling_params sampling;            // seed, logprobs and logit_bias; the rest from `overrides`
+    sampling_overrides overrides;        // and the server's defaults (sampling_resolve)
     std::vector<std::string> stop;
     bool stream = false;
     bool include_usage = false;          // OpenAI stream_options.include_usage

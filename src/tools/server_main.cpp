@@ -4,6 +4,7 @@
 // memory plan that does not fit).
 #include "src/engine/host_memory.h"
 #include "src/scheduler/scheduler.h"
+#include "src/server/api_controls.h"
 #include "src/server/http_server.h"
 #include "src/server/memory_plan.h"
 #include "src/server/service.h"
@@ -97,6 +98,42 @@ void test_arm_alloc_failure() {
 }
 #endif
 
+// The request defaults, named as llama-server names them; only those given override the model
+// file's recommendation (api_controls.h).
+struct sampling_options {
+    sampling_defaults value;
+    std::vector<std::pair<CLI::Option *, std::function<void(sampling_flags &)>>> given_if;
+    sampling_flags given() const {
+        sampling_flags f;
+        for (const auto &[opt, take] : given_if)
+            if (opt->count() > 0) take(f);
+        return f;
+    }
+};
+
+std::shared_ptr<sampling_options> add_sampling_flags(CLI::App &app) {
+    auto s = std::make_shared<sampling_options>();
+    sampling_defaults &v = s->value;
+    auto add = [&](const char *name, auto &field, auto range, const char *help, auto take) {
+        CLI::Option *o = app.add_option(name, field, help)->check(range)->capture_default_str();
+        s->given_if.emplace_back(o, [&field, take](sampling_flags &f) { take(f, field); });
+    };
+    add("--temp", v.temperature, CLI::Range(0.0, 2.0), "default temperature of requests that set none (0: greedy)",
+        [](sampling_flags &f, float x) { f.temperature = x; });
+    add("--top-k", v.top_k, CLI::Range(0, 1 << 30), "default top_k (0: off)", [](sampling_flags &f, int32_t x) { f.top_k = x; });
+    add("--top-p", v.top_p, CLI::Range(0.000001, 1.0), "default top_p (1: off)", [](sampling_flags &f, float x) { f.top_p = x; });
+    add("--min-p", v.min_p, CLI::Range(0.0, 1.0), "default min_p (0: off)", [](sampling_flags &f, float x) { f.min_p = x; });
+    add("--presence-penalty", v.presence_penalty, CLI::Range(-2.0, 2.0), "default presence_penalty (0: off)",
+        [](sampling_flags &f, float x) { f.presence_penalty = x; });
+    add("--frequency-penalty", v.frequency_penalty, CLI::Range(-2.0, 2.0), "default frequency_penalty (0: off)",
+        [](sampling_flags &f, float x) { f.frequency_penalty = x; });
+    add("--repeat-penalty", v.repeat_penalty, CLI::Range(0.000001, 10.0), "default repeat_penalty, llama.cpp's (1: off)",
+        [](sampling_flags &f, float x) { f.repeat_penalty = x; });
+    add("--repeat-last-n", v.repeat_last_n, CLI::Range(-1, 1 << 30),
+        "tokens of prompt and output the penalties look back over (-1: all, 0: none)", [](sampling_flags &f, int32_t x) { f.repeat_last_n = x; });
+    return s;
+}
+
 std::string config_line(const server_config &c) {
     auto list = [](const std::vector<std::string> &v) { return v.empty() ? std::string("none") : fmt::format("{}", fmt::join(v, ",")); };
     return fmt::format("config: model={} host={} port={} ctx={} batched-session={} prefill-chunk={} prefill-yield={} "
@@ -111,9 +148,10 @@ std::string config_line(const server_config &c) {
                        c.gpu_vram, c.tensor_parallel, c.mem_budget_gib > 0 ? fmt::format("{}GiB", c.mem_budget_gib) : "auto");
 }
 
-int serve(server_config cfg) {
+int serve(server_config cfg, const sampling_flags &sampling) {
     auto file = gguf_file::open(cfg.model_path);
     model_hparams hp = model_hparams_read(*file);
+    cfg.sampling = sampling_defaults_resolve(sampling, file.get());
     if (cfg.alias.empty()) cfg.alias = std::filesystem::path(cfg.model_path).filename().string();
 
     engine_options eo;
@@ -148,6 +186,7 @@ int serve(server_config cfg) {
     // GPUs: the placement plan against each device's budget and free memory, before listening.
     if (cfg.backend != "cpu") log_info("placement plan fits: {}", engine_plan_check(*file, eo));
     log_info("{}", config_line(cfg));
+    log_info("sampling defaults: {}", sampling_defaults_line(cfg.sampling));
 
     // Declared before the HTTP front so they outlive it: connections may cancel a request on
     // the scheduler and format tokens with the tokenizer until http.stop() has destroyed them.
@@ -339,17 +378,20 @@ int main(int argc, char **argv) {
                    "--expert-balance)");
     app.add_option("--transport", cfg.transport, "CUDA transfers between devices: auto, p2p or host (staged)")
         ->check(CLI::IsMember({"auto", "p2p", "host"}));
+    sampling_flags sampling;
+    const auto sampling_opts = add_sampling_flags(app);
     try {
         app.parse(argc, argv);
     } catch (const CLI::ParseError &e) {
         return app.exit(e) == 0 ? 0 : 2;
     }
+    sampling = sampling_opts->given();
     try {
         if (!api_key_file.empty()) cfg.api_key = read_key_file(api_key_file);
         cfg.gpu_devices = parse_devices(gpu_devices);
         cfg.body_limit = static_cast<size_t>(body_limit_mib * (1 << 20));
         cfg.read_timeout_s = cfg.write_timeout_s = timeout_s;
-        return serve(std::move(cfg));
+        return serve(std::move(cfg), sampling);
     } catch (const error &e) {
         log_error("{}", e.what());
         return e.kind() == error_kind::config || e.kind() == error_kind::invalid_request ? 2 : 1;

@@ -1,0 +1,140 @@
+// src/scheduler/session_rules.cpp - a session's logit rules: the adjustments from logit_bias and the
+// penalties' window, the grammar's mask, and the steering that lets a constrained output end within
+// its length limit.
+#include "src/scheduler/session_rules.h"
+
+#include "tandem/error.h"
+
+#include <algorithm>
+
+namespace tandem {
+
+constraint_table::constraint_table(std::shared_ptr<const grammar_vocab> vocab, size_t capacity)
+    : vocab_(std::move(vocab)), capacity_(std::max<size_t>(capacity, 1)) {
+    TANDEM_ASSERT(vocab_ != nullptr);
+}
+
+std::shared_ptr<const grammar_constraint> constraint_table::bind(const grammar &g) {
+    const std::string &key = g.gbnf();
+    for (auto it = lru_.begin(); it != lru_.end(); ++it) {
+        if (it->first != key) continue;
+        lru_.splice(lru_.begin(), lru_, it);
+        return lru_.front().second;
+    }
+    lru_.emplace_front(key, std::make_shared<const grammar_constraint>(g, *vocab_));
+    if (lru_.size() > capacity_) lru_.pop_back();  // sessions using it keep it alive
+    return lru_.front().second;
+}
+
+bool session_rules::wanted(const sampling_params &params, bool constrained) {
+    return constrained || params.has_penalties() || !params.logit_bias.empty();
+}
+
+session_rules::session_rules(const sampling_params &params, std::span<const int32_t> prompt, int32_t n_vocab,
+                             std::shared_ptr<const grammar_constraint> constraint, std::string after, token_bytes_fn token_bytes)
+    : params_(params), n_vocab_(n_vocab), constraint_(std::move(constraint)), after_(std::move(after)),
+      token_bytes_(std::move(token_bytes)) {
+    TANDEM_ASSERT(n_vocab_ > 0);
+    for (const auto &[id, bias] : params_.logit_bias)
+        if (id < 0 || id >= n_vocab_)
+            fail(error_kind::invalid_request, "logit_bias: token id {} is out of range (the vocabulary has {} tokens)", id, n_vocab_);
+    if (params_.has_penalties()) {
+        const size_t n = params_.repeat_last_n < 0 ? prompt.size() : std::min(prompt.size(), size_t(params_.repeat_last_n));
+        for (int32_t id : prompt.subspan(prompt.size() - n)) window_push(id);
+    }
+    if (constraint_) {
+        if (constraint_->vocab().n_vocab() > n_vocab_)
+            fail(error_kind::internal, "the grammar vocabulary has {} tokens, the model's rows {}", constraint_->vocab().n_vocab(), n_vocab_);
+        mask_.assign(size_t(n_vocab_ + 31) / 32, 0u);
+        if (after_.empty()) matcher_ = std::make_unique<grammar_matcher>(*constraint_);
+        else TANDEM_ASSERT(token_bytes_ != nullptr, "a constraint after a text needs the tokens' bytes");
+    }
+}
+
+void session_rules::window_push(int32_t id) {
+    window_.push_back(id);
+    ++counts_[id];
+    if (params_.repeat_last_n < 0 || window_.size() <= size_t(params_.repeat_last_n)) return;
+    const int32_t old = window_.front();
+    window_.pop_front();
+    if (--counts_[old] == 0) counts_.erase(old);
+}
+
+// Both lists are ascending: one merge gives each token's adjustment once, neutral ones left out.
+void session_rules::build_adjust() {
+    adjust_.clear();
+    auto c = counts_.begin();
+    auto b = params_.logit_bias.begin();
+    while (c != counts_.end() || b != params_.logit_bias.end()) {
+        const bool take_c = c != counts_.end() && (b == params_.logit_bias.end() || c->first <= b->first);
+        const bool take_b = b != params_.logit_bias.end() && (c == counts_.end() || b->first <= c->first);
+        token_adjust a;
+        a.id = take_c ? c->first : b->first;
+        if (take_b) a.bias = b->second;
+        if (take_c) {
+            a.repeat = params_.repeat_penalty;
+            a.subtract = float(c->second) * params_.frequency_penalty + params_.presence_penalty;
+        }
+        if (a.bias != 0.0f || a.repeat != 1.0f || a.subtract != 0.0f) adjust_.push_back(a);
+        if (take_c) ++c;
+        if (take_b) ++b;
+    }
+}
+
+// With `left` picks to go and the output d bytes from complete, d tokens of one byte and an end
+// token still fit when left > d; at left <= d + 1 every pick must bring it closer (any token on a
+// shortest completion does), then the end token. Costs a trial parse of each allowed token, on the
+// last few picks of a generation that would otherwise be cut off.
+bool session_rules::steer(int64_t left) {
+    const uint64_t distance = matcher_->bytes_to_complete();
+    if (left > int64_t(std::min<uint64_t>(distance, uint64_t(INT64_MAX - 1))) + 1) return false;
+    std::vector<uint32_t> closer(mask_.size(), 0u);
+    bool any = false;
+    for (size_t w = 0; w < mask_.size(); ++w) {
+        for (uint32_t bits = mask_[w]; bits != 0; bits &= bits - 1) {
+            const int32_t id = int32_t(w * 32 + size_t(__builtin_ctz(bits)));
+            const grammar_snapshot at = matcher_->snapshot();
+            const bool ok = matcher_->accept_token(id) && (matcher_->is_terminated() || matcher_->bytes_to_complete() < distance);
+            matcher_->restore(at);
+            if (!ok) continue;
+            closer[w] |= 1u << (id & 31);
+            any = true;
+        }
+    }
+    if (any) mask_.swap(closer);
+    return any;
+}
+
+const row_rules *session_rules::next_row(int64_t left) {
+    if (params_.has_penalties() || !params_.logit_bias.empty()) build_adjust();
+    rules_ = row_rules{adjust_, {}};
+    if (matcher_) {
+        matcher_->fill_mask(mask_);
+        if (std::all_of(mask_.begin(), mask_.end(), [](uint32_t w) { return w == 0; }))
+            fail(error_kind::invalid_request, "the output's grammar allows no token of this model's vocabulary after {} tokens",
+                 matcher_->n_tokens());
+        steer(left);
+        rules_.allowed = mask_;
+    }
+    return rules_.empty() ? nullptr : &rules_;
+}
+
+bool session_rules::accept(int32_t id) {
+    if (params_.has_penalties()) window_push(id);
+    if (matcher_) return matcher_->accept_token(id);
+    if (!constraint_) return true;
+    // Not yet under the grammar: look for the text that starts it; the bytes after it are the
+    // grammar's first.
+    seen_ += token_bytes_(id);
+    const size_t at = seen_.find(after_);
+    if (at == std::string::npos) {
+        if (seen_.size() >= after_.size()) seen_.erase(0, seen_.size() - (after_.size() - 1));
+        return true;
+    }
+    const std::string rest = seen_.substr(at + after_.size());
+    seen_.clear();
+    matcher_ = std::make_unique<grammar_matcher>(*constraint_);
+    return rest.empty() || matcher_->accept_bytes(rest);
+}
+
+}  // namespace tandem
