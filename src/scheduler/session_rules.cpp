@@ -6,6 +6,7 @@
 #include "tandem/error.h"
 
 #include <algorithm>
+#include <array>
 
 namespace tandem {
 
@@ -30,10 +31,17 @@ bool session_rules::wanted(const sampling_params &params, bool constrained) {
     return constrained || params.has_penalties() || !params.logit_bias.empty();
 }
 
-session_rules::session_rules(const sampling_params &params, std::span<const int32_t> prompt, int32_t n_vocab,
-                             std::shared_ptr<const grammar_constraint> constraint, std::string after, token_bytes_fn token_bytes)
-    : params_(params), n_vocab_(n_vocab), constraint_(std::move(constraint)), after_(std::move(after)),
-      token_bytes_(std::move(token_bytes)) {
+std::vector<int16_t> session_first_bytes(int32_t n_vocab, const token_bytes_fn &token_bytes, const std::function<bool(int32_t)> &is_eog) {
+    std::vector<int16_t> first(size_t(n_vocab), -1);
+    for (int32_t id = 0; id < n_vocab; ++id) {
+        const std::string &b = token_bytes(id);
+        if (!b.empty() && !is_eog(id)) first[size_t(id)] = int16_t(uint8_t(b[0]));
+    }
+    return first;
+}
+
+session_rules::session_rules(const sampling_params &params, std::span<const int32_t> prompt, int32_t n_vocab, session_constraint c)
+    : params_(params), n_vocab_(n_vocab), c_(std::move(c)) {
     TANDEM_ASSERT(n_vocab_ > 0);
     for (const auto &[id, bias] : params_.logit_bias)
         if (id < 0 || id >= n_vocab_)
@@ -42,12 +50,13 @@ session_rules::session_rules(const sampling_params &params, std::span<const int3
         const size_t n = params_.repeat_last_n < 0 ? prompt.size() : std::min(prompt.size(), size_t(params_.repeat_last_n));
         for (int32_t id : prompt.subspan(prompt.size() - n)) window_push(id);
     }
-    if (constraint_) {
-        if (constraint_->vocab().n_vocab() > n_vocab_)
-            fail(error_kind::internal, "the grammar vocabulary has {} tokens, the model's rows {}", constraint_->vocab().n_vocab(), n_vocab_);
+    if (c_.constraint) {
+        if (c_.constraint->vocab().n_vocab() > n_vocab_)
+            fail(error_kind::internal, "the grammar vocabulary has {} tokens, the model's rows {}", c_.constraint->vocab().n_vocab(), n_vocab_);
+        TANDEM_ASSERT(c_.first_bytes.empty() || c_.first_bytes.size() >= size_t(c_.constraint->vocab().n_vocab()));
         mask_.assign(size_t(n_vocab_ + 31) / 32, 0u);
-        if (after_.empty()) matcher_ = std::make_unique<grammar_matcher>(*constraint_);
-        else TANDEM_ASSERT(token_bytes_ != nullptr, "a constraint after a text needs the tokens' bytes");
+        if (c_.after.empty()) matcher_ = std::make_unique<grammar_matcher>(*c_.constraint);
+        else TANDEM_ASSERT(c_.token_bytes != nullptr, "a constraint after a text needs the tokens' bytes");
     }
 }
 
@@ -83,16 +92,28 @@ void session_rules::build_adjust() {
 
 // With `left` picks to go and the output d bytes from complete, d tokens of one byte and an end
 // token still fit when left > d; at left <= d + 1 every pick must bring it closer (any token on a
-// shortest completion does), then the end token. Costs a trial parse of each allowed token, on the
+// shortest completion does), then the end token. A token is tried (parsed and rolled back) only
+// when its first byte alone brings the output closer (every byte on a shortest completion does),
+// or, once complete, when it has no bytes (the end tokens): a few hundred trials a step, on the
 // last few picks of a generation that would otherwise be cut off.
 bool session_rules::steer(int64_t left) {
     const uint64_t distance = matcher_->bytes_to_complete();
     if (left > int64_t(std::min<uint64_t>(distance, uint64_t(INT64_MAX - 1))) + 1) return false;
+    std::array<bool, 256> closer_byte{};
+    for (int b = 0; b < 256 && distance > 0 && !c_.first_bytes.empty(); ++b) {
+        const grammar_snapshot at = matcher_->snapshot();
+        closer_byte[size_t(b)] = matcher_->accept_bytes(std::string(1, char(b))) && matcher_->bytes_to_complete() < distance;
+        matcher_->restore(at);
+    }
     std::vector<uint32_t> closer(mask_.size(), 0u);
     bool any = false;
     for (size_t w = 0; w < mask_.size(); ++w) {
         for (uint32_t bits = mask_[w]; bits != 0; bits &= bits - 1) {
             const int32_t id = int32_t(w * 32 + size_t(__builtin_ctz(bits)));
+            if (!c_.first_bytes.empty()) {
+                const int16_t first = c_.first_bytes[size_t(id)];
+                if (distance == 0 ? first >= 0 : first < 0 || !closer_byte[size_t(first)]) continue;
+            }
             const grammar_snapshot at = matcher_->snapshot();
             const bool ok = matcher_->accept_token(id) && (matcher_->is_terminated() || matcher_->bytes_to_complete() < distance);
             matcher_->restore(at);
@@ -122,18 +143,18 @@ const row_rules *session_rules::next_row(int64_t left) {
 bool session_rules::accept(int32_t id) {
     if (params_.has_penalties()) window_push(id);
     if (matcher_) return matcher_->accept_token(id);
-    if (!constraint_) return true;
+    if (!c_.constraint) return true;
     // Not yet under the grammar: look for the text that starts it; the bytes after it are the
     // grammar's first.
-    seen_ += token_bytes_(id);
-    const size_t at = seen_.find(after_);
+    seen_ += c_.token_bytes(id);
+    const size_t at = seen_.find(c_.after);
     if (at == std::string::npos) {
-        if (seen_.size() >= after_.size()) seen_.erase(0, seen_.size() - (after_.size() - 1));
+        if (seen_.size() >= c_.after.size()) seen_.erase(0, seen_.size() - (c_.after.size() - 1));
         return true;
     }
-    const std::string rest = seen_.substr(at + after_.size());
+    const std::string rest = seen_.substr(at + c_.after.size());
     seen_.clear();
-    matcher_ = std::make_unique<grammar_matcher>(*constraint_);
+    matcher_ = std::make_unique<grammar_matcher>(*c_.constraint);
     return rest.empty() || matcher_->accept_bytes(rest);
 }
 

@@ -40,14 +40,24 @@ private:
     std::list<std::pair<std::string, std::shared_ptr<const grammar_constraint>>> lru_;  // most recent first
 };
 
+// The grammar a session's output must match, and what its rules need to know of the vocabulary.
+struct session_constraint {
+    std::shared_ptr<const grammar_constraint> constraint;  // null: none
+    std::string after;                  // the constraint applies once the output holds this (empty: at once)
+    token_bytes_fn token_bytes;         // needed with `after`
+    // [n_vocab] each token's first byte, -1 for end-of-generation tokens and tokens without bytes
+    // (outlives the session); empty: steering tries every allowed token.
+    std::span<const int16_t> first_bytes;
+};
+
+// first_bytes for session_constraint: one pass over the vocabulary.
+std::vector<int16_t> session_first_bytes(int32_t n_vocab, const token_bytes_fn &token_bytes, const std::function<bool(int32_t)> &is_eog);
+
 class session_rules {
 public:
     // prompt: the session's prompt, whose last tokens start the penalties' window. n_vocab: the
-    // engine's (its logits rows' width, at least the grammar vocabulary's). constraint (null: none)
-    // applies once the output holds `after` (at once when empty; token_bytes needed otherwise).
-    session_rules(const sampling_params &params, std::span<const int32_t> prompt, int32_t n_vocab,
-                  std::shared_ptr<const grammar_constraint> constraint = nullptr, std::string after = {},
-                  token_bytes_fn token_bytes = nullptr);
+    // engine's (its logits rows' width, at least the grammar vocabulary's).
+    session_rules(const sampling_params &params, std::span<const int32_t> prompt, int32_t n_vocab, session_constraint c = {});
 
     // Whether the session's rows carry rules (else it needs no session_rules at all).
     static bool wanted(const sampling_params &params, bool constrained);
@@ -62,7 +72,7 @@ public:
     // grammar refuses it (only a token the mask did not allow can be refused).
     bool accept(int32_t id);
 
-    bool constrained() const { return constraint_ != nullptr; }
+    bool constrained() const { return c_.constraint != nullptr; }
     bool constraint_active() const { return matcher_ != nullptr; }
     bool complete() const { return matcher_ && matcher_->is_complete(); }
 
@@ -75,10 +85,9 @@ private:
     int32_t n_vocab_ = 0;
     std::deque<int32_t> window_;       // the last repeat_last_n tokens (all of them for -1)
     std::map<int32_t, int32_t> counts_;  // occurrences in the window, by id
-    std::shared_ptr<const grammar_constraint> constraint_;
+    session_constraint c_;
     std::unique_ptr<grammar_matcher> matcher_;  // from the point the constraint applies
-    std::string after_, seen_;         // the text that starts the constraint; output bytes looked at so far
-    token_bytes_fn token_bytes_;
+    std::string seen_;                 // output bytes looked at for c_.after so far
     std::vector<token_adjust> adjust_;
     std::vector<uint32_t> mask_;       // [(n_vocab + 31) / 32]
     row_rules rules_;

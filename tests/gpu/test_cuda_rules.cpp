@@ -185,7 +185,9 @@ TEST_CASE("CUDA greedy decoding under a grammar and penalties gives the CPU engi
     p.presence_penalty = 0.75f;
     p.repeat_penalty = 1.2f;
     const std::vector<int32_t> prompt = tok.encode("Describe the item as JSON:", false);
-    session_rules cpu_rules(p, prompt, cpu->hparams().n_vocab, table.bind(g)), gpu_rules(p, prompt, gpu->hparams().n_vocab, table.bind(g));
+    session_constraint c;
+    c.constraint = table.bind(g);
+    session_rules cpu_rules(p, prompt, cpu->hparams().n_vocab, c), gpu_rules(p, prompt, gpu->hparams().n_vocab, c);
     std::vector<engine_row> rows;
     for (size_t i = 0; i < prompt.size(); ++i) rows.push_back({0, int32_t(i), prompt[i], logits_if(i + 1 == prompt.size()), true});
     std::vector<int32_t> cpu_tokens, gpu_tokens;

@@ -50,6 +50,14 @@ std::vector<int32_t> allowed_ids(const row_rules *r) {
 
 int32_t byte_id(char c) { return int32_t(uint8_t(c)); }
 
+session_constraint under(std::shared_ptr<const grammar_constraint> c, std::string after = {}, token_bytes_fn bytes = nullptr) {
+    session_constraint s;
+    s.constraint = std::move(c);
+    s.after = std::move(after);
+    s.token_bytes = std::move(bytes);
+    return s;
+}
+
 }  // namespace
 
 TEST_CASE("the penalties count the last repeat_last_n tokens of prompt and output", "[rules]") {
@@ -117,7 +125,7 @@ TEST_CASE("logit_bias merges with the window, each id once, neutral entries left
 TEST_CASE("a grammar's mask allows what continues it, the end token only once it is complete", "[rules][grammar]") {
     constraint_table table(tokens().vocab);
     const grammar g = grammar::from_gbnf(R"(root ::= "ab" | "abc")");
-    session_rules s({}, std::vector<int32_t>{1}, tokens().n(), table.bind(g));
+    session_rules s({}, std::vector<int32_t>{1}, tokens().n(), under(table.bind(g)));
     CHECK(allowed_ids(s.next_row(100)) == std::vector<int32_t>{byte_id('a')});
     REQUIRE(s.accept(byte_id('a')));
     CHECK(allowed_ids(s.next_row(99)) == std::vector<int32_t>{byte_id('b')});
@@ -130,21 +138,31 @@ TEST_CASE("a grammar's mask allows what continues it, the end token only once it
 TEST_CASE("near the length limit a constrained session may only come closer to complete", "[rules][grammar]") {
     constraint_table table(tokens().vocab);
     const grammar g = grammar::from_gbnf(R"(root ::= "{" [a-z]* "}")");
-    session_rules s({}, std::vector<int32_t>{1}, tokens().n(), table.bind(g));
-    REQUIRE(s.accept(byte_id('{')));
-    // Two bytes... one byte ("}") from complete: with 3 picks left, anything the grammar allows.
-    CHECK(allowed_ids(s.next_row(3)).size() == 27);
-    // With 2 left ("}" then the end token), only the closing brace.
-    CHECK(allowed_ids(s.next_row(2)) == std::vector<int32_t>{byte_id('}')});
-    REQUIRE(s.accept(byte_id('}')));
-    CHECK(allowed_ids(s.next_row(1)) == std::vector<int32_t>{256});
+    const auto bytes = [](int32_t id) -> const std::string & { return tokens().bytes[size_t(id)]; };
+    const std::vector<int16_t> first = session_first_bytes(tokens().n(), bytes, [](int32_t id) { return id == 256; });
+    CHECK(first[size_t(byte_id('{'))] == '{');
+    CHECK(first[256] == -1);
+    // Trying every allowed token, or only those whose first byte comes closer: the same masks.
+    for (const bool by_first_byte : {false, true}) {
+        INFO((by_first_byte ? "tokens filtered by their first byte" : "every allowed token tried"));
+        session_constraint c = under(table.bind(g));
+        if (by_first_byte) c.first_bytes = first;
+        session_rules s({}, std::vector<int32_t>{1}, tokens().n(), c);
+        REQUIRE(s.accept(byte_id('{')));
+        // One byte ("}") from complete: with 3 picks left, anything the grammar allows.
+        CHECK(allowed_ids(s.next_row(3)).size() == 27);
+        // With 2 left ("}" then the end token), only the closing brace.
+        CHECK(allowed_ids(s.next_row(2)) == std::vector<int32_t>{byte_id('}')});
+        REQUIRE(s.accept(byte_id('}')));
+        CHECK(allowed_ids(s.next_row(1)) == std::vector<int32_t>{256});
+    }
 }
 
 TEST_CASE("a constraint after a text starts once the output holds it, across token boundaries", "[rules][grammar]") {
     constraint_table table(tokens().vocab);
     const grammar g = grammar::from_gbnf(R"(root ::= "yes" | "no")");
     const auto bytes = [](int32_t id) -> const std::string & { return tokens().bytes[size_t(id)]; };
-    session_rules s({}, std::vector<int32_t>{1}, tokens().n(), table.bind(g), "</t>", bytes);
+    session_rules s({}, std::vector<int32_t>{1}, tokens().n(), under(table.bind(g), "</t>", bytes));
     CHECK(s.next_row(50) == nullptr);  // free text first
     for (char c : std::string("think</")) REQUIRE(s.accept(byte_id(c)));
     CHECK_FALSE(s.constraint_active());
@@ -162,10 +180,10 @@ TEST_CASE("the bytes after the start text in the same token are the grammar's fi
     constraint_table table(vocab);
     const grammar g = grammar::from_gbnf(R"(root ::= "yes" | "no")");
     const auto token_bytes = [&bytes](int32_t id) -> const std::string & { return bytes[size_t(id)]; };
-    session_rules ok({}, std::vector<int32_t>{1}, int32_t(bytes.size()), table.bind(g), "</t>", token_bytes);
+    session_rules ok({}, std::vector<int32_t>{1}, int32_t(bytes.size()), under(table.bind(g), "</t>", token_bytes));
     REQUIRE(ok.accept(258));
     CHECK(allowed_ids(ok.next_row(10)) == std::vector<int32_t>{byte_id('o')});
-    session_rules bad({}, std::vector<int32_t>{1}, int32_t(bytes.size()), table.bind(g), "</t>", token_bytes);
+    session_rules bad({}, std::vector<int32_t>{1}, int32_t(bytes.size()), under(table.bind(g), "</t>", token_bytes));
     CHECK_FALSE(bad.accept(259));
 }
 
@@ -186,6 +204,6 @@ TEST_CASE("a grammar the vocabulary cannot spell is an error, not an empty mask"
     for (int b = 0; b < 256; ++b) bytes.push_back(b == 'z' ? std::string() : std::string(1, char(b)));
     auto vocab = std::make_shared<const grammar_vocab>(bytes, std::vector<int32_t>{}, std::vector<int32_t>{});
     constraint_table table(vocab);
-    session_rules s({}, std::vector<int32_t>{1}, 256, table.bind(grammar::from_gbnf(R"(root ::= "z")")));
+    session_rules s({}, std::vector<int32_t>{1}, 256, under(table.bind(grammar::from_gbnf(R"(root ::= "z")"))));
     CHECK_THROWS_WITH(s.next_row(10), Catch::Contains("allows no token"));
 }
