@@ -49,7 +49,6 @@ scheduler::scheduler(engine &eng, const scheduler_options &options, scheduler_ho
             fail(error_kind::config, "the tokenizer has {} tokens but the model's logits rows {}", hooks_.vocab->n_vocab(),
                  engine_.hparams().n_vocab);
         constraints_ = std::make_unique<constraint_table>(hooks_.vocab);
-        if (hooks_.token_bytes) first_bytes_ = session_first_bytes(hooks_.vocab->n_vocab(), hooks_.token_bytes, hooks_.is_eog);
     }
     slots_.resize(static_cast<size_t>(engine_.n_slots()));
     for (int32_t s = 0; s < engine_.n_slots(); ++s) {
@@ -238,7 +237,7 @@ void scheduler::admit() {
         a->stops = stop_matcher(a->req.stop);
         if (session_rules::wanted(a->req.sampling, a->req.constraint != nullptr)) {
             session_constraint c;
-            if (a->req.constraint) c = {constraints_->bind(*a->req.constraint), a->req.constraint_after, hooks_.token_bytes, first_bytes_};
+            if (a->req.constraint) c = {constraints_->bind(*a->req.constraint), a->req.constraint_after, hooks_.token_bytes};
             a->rules = std::make_unique<session_rules>(a->req.sampling, a->req.prompt, engine_.hparams().n_vocab, std::move(c));
         }
         if (options_.draft.n_max > 0 && !a->rules) {

@@ -258,7 +258,6 @@ private:
     std::vector<slot_state> slots_;
     std::vector<std::unique_ptr<active>> active_;  // in admission order
     std::unique_ptr<constraint_table> constraints_;  // with hooks_.vocab
-    std::vector<int16_t> first_bytes_;               // each token's first byte (session_constraint)
     uint64_t use_clock_ = 0;
     engine_outputs outputs_;  // the last step's output rows
     prefill_budget budget_;

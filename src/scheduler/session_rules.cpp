@@ -6,9 +6,12 @@
 #include "tandem/error.h"
 
 #include <algorithm>
-#include <array>
 
 namespace tandem {
+
+// Picks before a constrained output's length limit could first bind (left = distance + 1) from which
+// every pick is checked to leave room to finish: one token adds rarely more than this many bytes.
+constexpr int64_t steer_margin = 16;
 
 constraint_table::constraint_table(std::shared_ptr<const grammar_vocab> vocab, size_t capacity)
     : vocab_(std::move(vocab)), capacity_(std::max<size_t>(capacity, 1)) {
@@ -31,15 +34,6 @@ bool session_rules::wanted(const sampling_params &params, bool constrained) {
     return constrained || params.has_penalties() || !params.logit_bias.empty();
 }
 
-std::vector<int16_t> session_first_bytes(int32_t n_vocab, const token_bytes_fn &token_bytes, const std::function<bool(int32_t)> &is_eog) {
-    std::vector<int16_t> first(size_t(n_vocab), -1);
-    for (int32_t id = 0; id < n_vocab; ++id) {
-        const std::string &b = token_bytes(id);
-        if (!b.empty() && !is_eog(id)) first[size_t(id)] = int16_t(uint8_t(b[0]));
-    }
-    return first;
-}
-
 session_rules::session_rules(const sampling_params &params, std::span<const int32_t> prompt, int32_t n_vocab, session_constraint c)
     : params_(params), n_vocab_(n_vocab), c_(std::move(c)) {
     TANDEM_ASSERT(n_vocab_ > 0);
@@ -53,7 +47,6 @@ session_rules::session_rules(const sampling_params &params, std::span<const int3
     if (c_.constraint) {
         if (c_.constraint->vocab().n_vocab() > n_vocab_)
             fail(error_kind::internal, "the grammar vocabulary has {} tokens, the model's rows {}", c_.constraint->vocab().n_vocab(), n_vocab_);
-        TANDEM_ASSERT(c_.first_bytes.empty() || c_.first_bytes.size() >= size_t(c_.constraint->vocab().n_vocab()));
         mask_.assign(size_t(n_vocab_ + 31) / 32, 0u);
         if (c_.after.empty()) matcher_ = std::make_unique<grammar_matcher>(*c_.constraint);
         else TANDEM_ASSERT(c_.token_bytes != nullptr, "a constraint after a text needs the tokens' bytes");
@@ -90,39 +83,32 @@ void session_rules::build_adjust() {
     }
 }
 
-// With `left` picks to go and the output d bytes from complete, d tokens of one byte and an end
-// token still fit when left > d; at left <= d + 1 every pick must bring it closer (any token on a
-// shortest completion does), then the end token. A token is tried (parsed and rolled back) only
-// when its first byte alone brings the output closer (every byte on a shortest completion does),
-// or, once complete, when it has no bytes (the end tokens): a few hundred trials a step, on the
-// last few picks of a generation that would otherwise be cut off.
+// With `left` picks to go, a pick must leave room to finish: after it, left - 1 picks remain, the
+// last an end token and each other at least one byte, so its output may be at most left - 2 bytes
+// from complete (or the pick is the end token). Some token always qualifies while the output is no
+// more than left - 1 bytes from complete (a byte on a shortest completion), which the rule keeps
+// true once applied; it is applied from steer_margin picks before it could first bind, since one
+// token may take the output several bytes further. Each allowed token is tried (parsed and rolled
+// back): the cost of the last few picks of a generation that would otherwise be cut off.
 bool session_rules::steer(int64_t left) {
     const uint64_t distance = matcher_->bytes_to_complete();
-    if (left > int64_t(std::min<uint64_t>(distance, uint64_t(INT64_MAX - 1))) + 1) return false;
-    std::array<bool, 256> closer_byte{};
-    for (int b = 0; b < 256 && distance > 0 && !c_.first_bytes.empty(); ++b) {
-        const grammar_snapshot at = matcher_->snapshot();
-        closer_byte[size_t(b)] = matcher_->accept_bytes(std::string(1, char(b))) && matcher_->bytes_to_complete() < distance;
-        matcher_->restore(at);
-    }
-    std::vector<uint32_t> closer(mask_.size(), 0u);
+    if (distance < uint64_t(INT64_MAX / 2) && left > int64_t(distance) + 1 + steer_margin) return false;
+    const int64_t room = left - 2;
+    std::vector<uint32_t> fits(mask_.size(), 0u);
     bool any = false;
     for (size_t w = 0; w < mask_.size(); ++w) {
         for (uint32_t bits = mask_[w]; bits != 0; bits &= bits - 1) {
             const int32_t id = int32_t(w * 32 + size_t(__builtin_ctz(bits)));
-            if (!c_.first_bytes.empty()) {
-                const int16_t first = c_.first_bytes[size_t(id)];
-                if (distance == 0 ? first >= 0 : first < 0 || !closer_byte[size_t(first)]) continue;
-            }
             const grammar_snapshot at = matcher_->snapshot();
-            const bool ok = matcher_->accept_token(id) && (matcher_->is_terminated() || matcher_->bytes_to_complete() < distance);
+            const bool ok = matcher_->accept_token(id) &&
+                            (matcher_->is_terminated() || (room >= 0 && matcher_->bytes_to_complete() <= uint64_t(room)));
             matcher_->restore(at);
             if (!ok) continue;
-            closer[w] |= 1u << (id & 31);
+            fits[w] |= 1u << (id & 31);
             any = true;
         }
     }
-    if (any) mask_.swap(closer);
+    if (any) mask_.swap(fits);  // else it cannot end in time whatever it picks: the grammar's mask
     return any;
 }
 

@@ -45,13 +45,7 @@ struct session_constraint {
     std::shared_ptr<const grammar_constraint> constraint;  // null: none
     std::string after;                  // the constraint applies once the output holds this (empty: at once)
     token_bytes_fn token_bytes;         // needed with `after`
-    // [n_vocab] each token's first byte, -1 for end-of-generation tokens and tokens without bytes
-    // (outlives the session); empty: steering tries every allowed token.
-    std::span<const int16_t> first_bytes;
 };
-
-// first_bytes for session_constraint: one pass over the vocabulary.
-std::vector<int16_t> session_first_bytes(int32_t n_vocab, const token_bytes_fn &token_bytes, const std::function<bool(int32_t)> &is_eog);
 
 class session_rules {
 public:
@@ -64,9 +58,9 @@ public:
 
     // The rules of the session's next output row, valid until the next call; `left`: the picks the
     // session may still make, this one included (its length limit). Near the limit a constrained
-    // session may only take tokens that bring its output closer to complete (and an end token once
-    // it is). Null when the row needs none. Throws error(invalid_request) when the grammar allows no
-    // token of the vocabulary.
+    // session may only take tokens after which its output can still be completed and ended within
+    // the picks left. Null when the row needs none. Throws error(invalid_request) when the grammar
+    // allows no token of the vocabulary.
     const row_rules *next_row(int64_t left);
     // The token picked from that row: into the window and through the grammar. False when the
     // grammar refuses it (only a token the mask did not allow can be refused).

@@ -136,7 +136,7 @@ struct bench_constraints {
         rules.clear();
         for (size_t s = 0; s < n; ++s)
             rules.push_back(std::make_unique<tandem::session_rules>(tandem::sampling_params{}, std::span<const int32_t>{}, n_vocab,
-                                                                   tandem::session_constraint{constraint, {}, nullptr, {}}));
+                                                                   tandem::session_constraint{constraint, {}, nullptr}));
         rules_seconds = 0;
         outputs_completed = 0;
     }
@@ -151,7 +151,7 @@ struct bench_constraints {
             if (!rules[s]->accept(picked[s])) tandem::fail(tandem::error_kind::internal, "session {} drew token {} outside its grammar", s, picked[s]);
             if (tok->is_eog(picked[s])) {
                 rules[s] = std::make_unique<tandem::session_rules>(tandem::sampling_params{}, std::span<const int32_t>{}, n_vocab,
-                                                                   tandem::session_constraint{constraint, {}, nullptr, {}});
+                                                                   tandem::session_constraint{constraint, {}, nullptr});
                 ++outputs_completed;
             }
         }

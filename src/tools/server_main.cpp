@@ -24,6 +24,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <thread>
@@ -115,22 +116,24 @@ std::shared_ptr<sampling_options> add_sampling_flags(CLI::App &app) {
     auto s = std::make_shared<sampling_options>();
     sampling_defaults &v = s->value;
     auto add = [&](const char *name, auto &field, auto range, const char *help, auto take) {
-        CLI::Option *o = app.add_option(name, field, help)->check(range)->capture_default_str();
+        CLI::Option *o = app.add_option(name, field, help)->check(range);
         s->given_if.emplace_back(o, [&field, take](sampling_flags &f) { take(f, field); });
     };
-    add("--temp", v.temperature, CLI::Range(0.0, 2.0), "default temperature of requests that set none (0: greedy)",
+    // Each: what requests that set none get; without the flag, the model file's recommendation
+    // (general.sampling.*), else llama-server's default (api_controls.h).
+    add("--temp", v.temperature, CLI::Range(0.0, 2.0), "default temperature (0: greedy) [model file, else 0.8]",
         [](sampling_flags &f, float x) { f.temperature = x; });
-    add("--top-k", v.top_k, CLI::Range(0, 1 << 30), "default top_k (0: off)", [](sampling_flags &f, int32_t x) { f.top_k = x; });
-    add("--top-p", v.top_p, CLI::Range(0.000001, 1.0), "default top_p (1: off)", [](sampling_flags &f, float x) { f.top_p = x; });
-    add("--min-p", v.min_p, CLI::Range(0.0, 1.0), "default min_p (0: off)", [](sampling_flags &f, float x) { f.min_p = x; });
-    add("--presence-penalty", v.presence_penalty, CLI::Range(-2.0, 2.0), "default presence_penalty (0: off)",
+    add("--top-k", v.top_k, CLI::Range(0, 1 << 30), "default top_k (0: off) [model file, else 40]", [](sampling_flags &f, int32_t x) { f.top_k = x; });
+    add("--top-p", v.top_p, CLI::Range(0.000001, 1.0), "default top_p (1: off) [model file, else 0.95]", [](sampling_flags &f, float x) { f.top_p = x; });
+    add("--min-p", v.min_p, CLI::Range(0.0, 1.0), "default min_p (0: off) [model file, else 0.05]", [](sampling_flags &f, float x) { f.min_p = x; });
+    add("--presence-penalty", v.presence_penalty, CLI::Range(-2.0, 2.0), "default presence_penalty (0: off) [0]",
         [](sampling_flags &f, float x) { f.presence_penalty = x; });
-    add("--frequency-penalty", v.frequency_penalty, CLI::Range(-2.0, 2.0), "default frequency_penalty (0: off)",
+    add("--frequency-penalty", v.frequency_penalty, CLI::Range(-2.0, 2.0), "default frequency_penalty (0: off) [0]",
         [](sampling_flags &f, float x) { f.frequency_penalty = x; });
-    add("--repeat-penalty", v.repeat_penalty, CLI::Range(0.000001, 10.0), "default repeat_penalty, llama.cpp's (1: off)",
+    add("--repeat-penalty", v.repeat_penalty, CLI::Range(0.000001, 10.0), "default repeat_penalty, llama.cpp's (1: off) [model file, else 1]",
         [](sampling_flags &f, float x) { f.repeat_penalty = x; });
     add("--repeat-last-n", v.repeat_last_n, CLI::Range(-1, 1 << 30),
-        "tokens of prompt and output the penalties look back over (-1: all, 0: none)", [](sampling_flags &f, int32_t x) { f.repeat_last_n = x; });
+        "default window of the penalties: the last N tokens of prompt and output (-1: all, 0: none) [model file, else 64]", [](sampling_flags &f, int32_t x) { f.repeat_last_n = x; });
     return s;
 }
 
