@@ -10,8 +10,9 @@
 namespace tandem {
 
 // Picks before a constrained output's length limit could first bind (left = distance + 1) from which
-// every pick is checked to leave room to finish: one token adds rarely more than this many bytes.
-constexpr int64_t steer_margin = 16;
+// every pick is checked to leave room to finish, at least: one token of a recursive grammar can
+// open a structure tens of bytes long, so the margin also grows with the largest rise seen.
+constexpr int64_t steer_margin = 64;
 
 constraint_table::constraint_table(std::shared_ptr<const grammar_vocab> vocab, size_t capacity)
     : vocab_(std::move(vocab)), capacity_(std::max<size_t>(capacity, 1)) {
@@ -87,12 +88,13 @@ void session_rules::build_adjust() {
 // last an end token and each other at least one byte, so its output may be at most left - 2 bytes
 // from complete (or the pick is the end token). Some token always qualifies while the output is no
 // more than left - 1 bytes from complete (a byte on a shortest completion), which the rule keeps
-// true once applied; it is applied from steer_margin picks before it could first bind, since one
-// token may take the output several bytes further. Each allowed token is tried (parsed and rolled
+// true once applied; it is applied from a margin of picks before it could first bind, since one
+// token may take the output many bytes further. Each allowed token is tried (parsed and rolled
 // back): the cost of the last few picks of a generation that would otherwise be cut off.
 bool session_rules::steer(int64_t left) {
     const uint64_t distance = matcher_->bytes_to_complete();
-    if (distance < uint64_t(INT64_MAX / 2) && left > int64_t(distance) + 1 + steer_margin) return false;
+    const int64_t margin = std::max<int64_t>(steer_margin, 2 * max_rise_);
+    if (distance < uint64_t(INT64_MAX / 2) && left > int64_t(distance) + 1 + margin) return false;
     const int64_t room = left - 2;
     std::vector<uint32_t> fits(mask_.size(), 0u);
     bool any = false;
@@ -128,7 +130,13 @@ const row_rules *session_rules::next_row(int64_t left) {
 
 bool session_rules::accept(int32_t id) {
     if (params_.has_penalties()) window_push(id);
-    if (matcher_) return matcher_->accept_token(id);
+    if (matcher_) {
+        const uint64_t before = matcher_->bytes_to_complete();
+        if (!matcher_->accept_token(id)) return false;
+        const uint64_t after = matcher_->bytes_to_complete();
+        if (after > before && after - before < uint64_t(INT64_MAX / 4)) max_rise_ = std::max(max_rise_, int64_t(after - before));
+        return true;
+    }
     if (!c_.constraint) return true;
     // Not yet under the grammar: look for the text that starts it; the bytes after it are the
     // grammar's first.

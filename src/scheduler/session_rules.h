@@ -82,6 +82,7 @@ private:
     session_constraint c_;
     std::unique_ptr<grammar_matcher> matcher_;  // from the point the constraint applies
     std::string seen_;                 // output bytes looked at for c_.after so far
+    int64_t max_rise_ = 0;             // the most one accepted token added to the bytes still needed
     std::vector<token_adjust> adjust_;
     std::vector<uint32_t> mask_;       // [(n_vocab + 31) / 32]
     row_rules rules_;

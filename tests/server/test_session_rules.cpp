@@ -147,7 +147,7 @@ TEST_CASE("near the length limit a constrained session takes only tokens that le
     CHECK(allowed_ids(s.next_row(1)) == std::vector<int32_t>{256});
 
     // A token that takes the output further from complete is refused once it would not fit.
-    session_rules n({}, std::vector<int32_t>{1}, tokens().n(), under(table.bind(grammar::from_gbnf(R"(root ::= "(" root ")" | "()")"))));
+    session_rules n({}, std::vector<int32_t>{1}, tokens().n(), under(table.bind(grammar::from_gbnf(R"g(root ::= "(" root ")" | "()")g"))));
     REQUIRE(n.accept(byte_id('(')));  // ")" from complete
     CHECK(allowed_ids(n.next_row(4)) == std::vector<int32_t>{byte_id('('), byte_id(')')});
     CHECK(allowed_ids(n.next_row(3)) == std::vector<int32_t>{byte_id(')')});  // "((" would need "))" and the end: 3 picks
