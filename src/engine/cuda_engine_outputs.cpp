@@ -3,6 +3,7 @@
 // launched, and the devices' summaries merged into each row's.
 #include "cuda_device_state.h"
 #include "cuda_engine_host.h"
+#include "cuda_check.h"
 #include "cuda_link.h"
 #include "tandem/error.h"
 

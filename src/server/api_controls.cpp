@@ -227,9 +227,6 @@ std::shared_ptr<const grammar> grammar_from_response_format(const ordered_json &
     return schema_grammar(*schema, at + ".schema");
 }
 
-std::shared_ptr<const grammar> grammar_from_response_format(const json &format, std::string_view where) {
-    return grammar_from_response_format(ordered_json(format), where);
-}
 
 void parse_output_controls(const json &body, std::string_view raw_body, api_request &r) {
     // The schema's own property order lives only in the text (json keeps keys sorted).

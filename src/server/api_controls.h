@@ -47,7 +47,6 @@ void parse_output_controls(const json &body, std::string_view raw_body, api_requ
 // "text"} (null: no constraint). `where` names the field in errors ("response_format"). `strict`
 // false is enforced all the same. Pass an ordered_json to keep the schema's property order.
 std::shared_ptr<const grammar> grammar_from_response_format(const nlohmann::ordered_json &format, std::string_view where);
-std::shared_ptr<const grammar> grammar_from_response_format(const json &format, std::string_view where);
 // A llama.cpp GBNF grammar, compiled once per text.
 std::shared_ptr<const grammar> grammar_from_gbnf(std::string_view text);
 

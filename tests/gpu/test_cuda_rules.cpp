@@ -8,6 +8,7 @@
 #include "model_test_util.h"
 #include "scheduler_test_util.h"
 #include "src/scheduler/session_rules.h"
+#include "src/server/api_controls.h"
 #include "src/server/service.h"
 
 #include "tandem/sampler.h"
@@ -192,10 +193,10 @@ TEST_CASE("CUDA greedy decoding under a grammar and penalties gives the CPU engi
     for (size_t i = 0; i < prompt.size(); ++i) rows.push_back({0, int32_t(i), prompt[i], logits_if(i + 1 == prompt.size()), true});
     std::vector<int32_t> cpu_tokens, gpu_tokens;
     for (int step = 0; step < 48; ++step) {
-        std::vector<engine_row> c = rows, q = rows;
-        c.back().rules = cpu_rules.next_row(48 - step);
+        std::vector<engine_row> p_rows = rows, q = rows;
+        p_rows.back().rules = cpu_rules.next_row(48 - step);
         q.back().rules = gpu_rules.next_row(48 - step);
-        const int32_t tc = forward_as(*cpu, c, row_output::best).top[0].top[0].id;
+        const int32_t tc = forward_as(*cpu, p_rows, row_output::best).top[0].top[0].id;
         const int32_t tg = forward_as(*gpu, q, row_output::best).top[0].top[0].id;
         cpu_tokens.push_back(tc);
         gpu_tokens.push_back(tg);

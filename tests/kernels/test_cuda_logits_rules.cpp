@@ -161,7 +161,7 @@ TEST_CASE("logits_rules: rows without rules keep their bits beside ruled rows", 
     std::mt19937_64 rng(7);
     const int32_t n_rows = 9, n_vocab = 40000;
     const std::vector<float> logits = tricky_logits(rng, size_t(n_rows) * size_t(n_vocab));
-    std::vector<host_rules> rules(size_t(n_rows));
+    std::vector<host_rules> rules(static_cast<size_t>(n_rows));
     for (int32_t r = 1; r < n_rows; r += 2) rules[size_t(r)] = random_rules(rng, n_vocab, 3);
     const std::vector<float> got = run_kernel(logits, n_rows, n_vocab, 0, n_vocab, rules);
     for (int32_t r = 0; r < n_rows; r += 2) {
