@@ -133,6 +133,20 @@ public:
     // Keeps the first n_keep cached positions of the slot and forgets the rest.
     virtual void slot_truncate(int32_t slot, int32_t n_keep) = 0;
 
+    // A slot's K/V as a blob, for the host prompt cache and slot files. A blob of n tokens holds,
+    // token after token, every layer's cache planes (model_kv_shape_of) once in layer order, each
+    // plane's `width` elements in the cache's type (kv_cache_type: floats or halves), bitwise as
+    // the slot holds them, whatever the placement; so its first m tokens are the blob of m.
+    // Bytes of one token of a blob; 0: this engine cannot move K/V (the methods below throw).
+    virtual uint64_t kv_token_bytes() const { return 0; }
+    virtual kv_type kv_cache_type() const { return kv_type::f32; }
+    // out [n_tokens * kv_token_bytes()] <- the slot's positions [0, n_tokens) (<= slot_length).
+    virtual void slot_export(int32_t slot, int32_t n_tokens, std::span<uint8_t> out);
+    // The slot holds the blob's in.size() / kv_token_bytes() tokens (<= n_ctx) and nothing after.
+    virtual void slot_import(int32_t slot, std::span<const uint8_t> in);
+    // Slot dst holds slot src's positions [0, n_tokens) (<= its length) and nothing after.
+    virtual void slot_copy(int32_t src, int32_t dst, int32_t n_tokens);
+
     // One line describing the backend and placement ("cpu: 1 device, 16 slots x 4096 ...").
     virtual std::string layout() const = 0;
 

@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
 namespace tandem {
 
@@ -42,14 +43,63 @@ cpu_device::~cpu_device() {
     if (kv_) munmap(kv_, kv_bytes_);
 }
 
-float *cpu_device::k_cache(int32_t layer, int32_t slot) const {
+float *cpu_device::kv_plane(int32_t layer, int32_t plane, int32_t slot) const {
     const size_t l = size_t(layer - part_.layer_begin);
-    return kv_ + ((l * size_t(kv_planes_) + 0) * size_t(n_slots_) + size_t(slot)) * size_t(n_ctx_) * size_t(kv_dim_);
+    return kv_ + ((l * size_t(kv_planes_) + size_t(plane)) * size_t(n_slots_) + size_t(slot)) * size_t(n_ctx_) * size_t(kv_dim_);
 }
 
-float *cpu_device::v_cache(int32_t layer, int32_t slot) const {
-    const size_t l = size_t(layer - part_.layer_begin);
-    return kv_ + ((l * size_t(kv_planes_) + 1) * size_t(n_slots_) + size_t(slot)) * size_t(n_ctx_) * size_t(kv_dim_);
+float *cpu_device::k_cache(int32_t layer, int32_t slot) const { return kv_plane(layer, 0, slot); }
+
+float *cpu_device::v_cache(int32_t layer, int32_t slot) const { return kv_plane(layer, 1, slot); }
+
+// With kv_f16 the cache's floats are halves already, so a blob holds them as halves, exactly.
+void cpu_device::kv_export(int32_t slot, int32_t n, uint8_t *blob, size_t token_bytes) const {
+    const size_t width = size_t(kv_dim_), elem = kv_f16_ ? 2 : 4;
+    for (int32_t l = part_.layer_begin; l < part_.layer_end; ++l)
+        for (int32_t p = 0; p < kv_planes_; ++p) {
+            const float *src = kv_plane(l, p, slot);
+            const size_t offset = (size_t(l) * size_t(kv_planes_) + size_t(p)) * width * elem;
+            for (int32_t t = 0; t < n; ++t) {
+                uint8_t *dst = blob + size_t(t) * token_bytes + offset;
+                const float *row = src + size_t(t) * width;
+                if (!kv_f16_) {
+                    std::memcpy(dst, row, width * sizeof(float));
+                    continue;
+                }
+                for (size_t i = 0; i < width; ++i) {
+                    const uint16_t half = fp32_to_fp16(row[i]);
+                    std::memcpy(dst + i * 2, &half, 2);
+                }
+            }
+        }
+}
+
+void cpu_device::kv_import(int32_t slot, int32_t n, const uint8_t *blob, size_t token_bytes) {
+    const size_t width = size_t(kv_dim_), elem = kv_f16_ ? 2 : 4;
+    for (int32_t l = part_.layer_begin; l < part_.layer_end; ++l)
+        for (int32_t p = 0; p < kv_planes_; ++p) {
+            float *dst = kv_plane(l, p, slot);
+            const size_t offset = (size_t(l) * size_t(kv_planes_) + size_t(p)) * width * elem;
+            for (int32_t t = 0; t < n; ++t) {
+                const uint8_t *src = blob + size_t(t) * token_bytes + offset;
+                float *row = dst + size_t(t) * width;
+                if (!kv_f16_) {
+                    std::memcpy(row, src, width * sizeof(float));
+                    continue;
+                }
+                for (size_t i = 0; i < width; ++i) {
+                    uint16_t half = 0;
+                    std::memcpy(&half, src + i * 2, 2);
+                    row[i] = fp16_to_fp32(half);
+                }
+            }
+        }
+}
+
+void cpu_device::kv_copy(int32_t src, int32_t dst, int32_t n) {
+    for (int32_t l = part_.layer_begin; l < part_.layer_end; ++l)
+        for (int32_t p = 0; p < kv_planes_; ++p)
+            std::memcpy(kv_plane(l, p, dst), kv_plane(l, p, src), size_t(n) * size_t(kv_dim_) * sizeof(float));
 }
 
 cpu::cpu_matrix cpu_device::matrix(const gguf_tensor_info *t, int64_t n_in, int64_t n_out) const {

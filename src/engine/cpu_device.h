@@ -55,7 +55,15 @@ public:
     // want logits (final norm applied to x [n_rows][d_model] first).
     void head(std::span<const engine_row> rows, const float *x, std::vector<float> &out);
 
+    // The K/V of this device's layers for a slot's positions [0, n) to and from a blob in
+    // engine.h's layout (token_bytes a token; this device's layers at their place in each token),
+    // and from one slot to another.
+    void kv_export(int32_t slot, int32_t n, uint8_t *blob, size_t token_bytes) const;
+    void kv_import(int32_t slot, int32_t n, const uint8_t *blob, size_t token_bytes);
+    void kv_copy(int32_t src, int32_t dst, int32_t n);
+
 private:
+    float *kv_plane(int32_t layer, int32_t plane, int32_t slot) const;  // [n_ctx][kv_dim]
     float *k_cache(int32_t layer, int32_t slot) const;
     float *v_cache(int32_t layer, int32_t slot) const;
     // deepseek2 (cpu_layer_deepseek2.cpp): tables made once, the latent attention and the router.

@@ -75,6 +75,31 @@ int32_t cpu_engine::slot_length(int32_t slot) const { return slots_.length(slot)
 
 void cpu_engine::slot_truncate(int32_t slot, int32_t n_keep) { slots_.truncate(slot, n_keep); }
 
+uint64_t cpu_engine::kv_token_bytes() const {
+    return uint64_t(hp_.n_layer) * uint64_t(model_kv_shape_of(hp_).per_token()) * (kv_f16_ ? 2 : 4);
+}
+
+// Each stage's first member writes its layers once; a tensor-parallel partner holds the same K/V.
+void cpu_engine::slot_export(int32_t slot, int32_t n_tokens, std::span<uint8_t> out) {
+    slots_.check_export(slot, n_tokens, out.size(), kv_token_bytes());
+    for (const std::vector<int32_t> &members : stage_members_)
+        devices_[size_t(members[0])]->kv_export(slot, n_tokens, out.data(), kv_token_bytes());
+}
+
+void cpu_engine::slot_import(int32_t slot, std::span<const uint8_t> in) {
+    const int32_t n = slots_.check_import(slot, in.size(), kv_token_bytes());
+    for (const auto &dev : devices_) dev->kv_import(slot, n, in.data(), kv_token_bytes());
+    slots_.set_length(slot, n);
+}
+
+void cpu_engine::slot_copy(int32_t src, int32_t dst, int32_t n_tokens) {
+    slots_.check_export(src, n_tokens, size_t(n_tokens) * kv_token_bytes(), kv_token_bytes());
+    slots_.length(dst);
+    if (src == dst) return slots_.truncate(dst, n_tokens);
+    for (const auto &dev : devices_) dev->kv_copy(src, dst, n_tokens);
+    slots_.set_length(dst, n_tokens);
+}
+
 std::string cpu_engine::layout() const {
     size_t kv = 0;
     for (const auto &d : devices_) kv += d->kv_bytes();

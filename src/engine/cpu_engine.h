@@ -24,6 +24,11 @@ public:
     void forward(std::span<const engine_row> rows, engine_outputs &out) override;
     int32_t slot_length(int32_t slot) const override;
     void slot_truncate(int32_t slot, int32_t n_keep) override;
+    uint64_t kv_token_bytes() const override;
+    kv_type kv_cache_type() const override { return kv_f16_ ? kv_type::f16 : kv_type::f32; }
+    void slot_export(int32_t slot, int32_t n_tokens, std::span<uint8_t> out) override;
+    void slot_import(int32_t slot, std::span<const uint8_t> in) override;
+    void slot_copy(int32_t src, int32_t dst, int32_t n_tokens) override;
     std::string layout() const override;
     std::map<std::string, double> counters() const override;
     std::vector<std::vector<uint64_t>> expert_traffic() const override { return traffic_; }

@@ -102,6 +102,13 @@ public:
     int64_t logits_rules(int32_t n_out);
     // Summaries of rows [0, n_out) -> host (cuda::logits_top_row each, ids of the whole vocabulary).
     void download_logits_top(void *host_pinned, int32_t n_out);
+    // The K/V of this device's layers for a slot's positions [t0, t0 + n), enqueued on its stream:
+    // to and from pinned host memory laid out as engine.h's blob (token_bytes a token; host
+    // holds token t0 first, this device's layers at their place in each token), and from one
+    // slot to another on the device (positions [0, n)).
+    void kv_download(int32_t slot, int32_t t0, int32_t n, uint8_t *host_pinned, size_t token_bytes);
+    void kv_upload(int32_t slot, int32_t t0, int32_t n, const uint8_t *host_pinned, size_t token_bytes);
+    void kv_copy(int32_t src, int32_t dst, int32_t n);
     // Adds the number of expert groups routed so far to `total` once the stream is done.
     void download_groups_total(int32_t *host_pinned);
     void synchronize();

@@ -30,6 +30,11 @@ public:
     void forward(std::span<const engine_row> rows, engine_outputs &out) override;
     int32_t slot_length(int32_t slot) const override;
     void slot_truncate(int32_t slot, int32_t n_keep) override;
+    uint64_t kv_token_bytes() const override;
+    kv_type kv_cache_type() const override { return kv_f16_ ? kv_type::f16 : kv_type::f32; }
+    void slot_export(int32_t slot, int32_t n_tokens, std::span<uint8_t> out) override;
+    void slot_import(int32_t slot, std::span<const uint8_t> in) override;
+    void slot_copy(int32_t src, int32_t dst, int32_t n_tokens) override;
     std::string layout() const override;
     std::map<std::string, double> counters() const override;
     std::vector<int32_t> gpus() const override;
@@ -59,6 +64,11 @@ private:
     // best_only: top_out gets each row's best token alone.
     void run_step(std::span<const engine_row> rows, bool prompt, float *logits_out, logits_top *top_out, const row_draw *draws_in,
                   bool best_only, bool device_rules);
+    // Tokens of K/V the pinned staging buffer holds (allocated on first use), and every device
+    // finished with what was enqueued (the staging buffer is reused and graphs replay on device
+    // 0's stream, so a device's own stream order is not enough).
+    int32_t kv_staging_tokens();
+    void synchronize_all();
     // Device 0's stream waits for everything enqueued so far on the other devices' streams.
     void join_streams();
     // Enqueues the whole step on every device; returns the launches.

@@ -33,6 +33,8 @@ struct cuda_engine::host_state {
     std::map<graph_key, cudaGraphExec_t> graphs;
     std::map<graph_key, uint64_t> graph_bytes;
     int32_t exchanges = 0;        // pair exchanges so far (their buffer parity)
+    uint8_t *kv_staging = nullptr;  // pinned: K/V moving between a slot and host memory, in chunks
+    size_t kv_staging_bytes = 0;
 
     ~host_state() {
         for (auto &[bucket, g] : graphs) cudaGraphExecDestroy(g);
@@ -43,6 +45,7 @@ struct cuda_engine::host_state {
         if (rule_rows) cudaFreeHost(rule_rows);
         if (rule_pool) cudaFreeHost(rule_pool);
         if (groups) cudaFreeHost(groups);
+        if (kv_staging) cudaFreeHost(kv_staging);
     }
 };
 

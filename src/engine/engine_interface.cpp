@@ -94,6 +94,16 @@ void engine_outputs_from_logits(std::span<const engine_row> rows, int32_t n_voca
     if (!want_logits) out.logits.clear();
 }
 
+void engine::slot_export(int32_t, int32_t, std::span<uint8_t>) {
+    fail(error_kind::unsupported, "this engine cannot copy a slot's KV out");
+}
+
+void engine::slot_import(int32_t, std::span<const uint8_t>) {
+    fail(error_kind::unsupported, "this engine cannot copy KV into a slot");
+}
+
+void engine::slot_copy(int32_t, int32_t, int32_t) { fail(error_kind::unsupported, "this engine cannot copy KV between slots"); }
+
 void engine_forward_logits(engine &eng, std::span<const engine_row> rows, std::vector<float> &logits) {
     TANDEM_ASSERT(std::all_of(rows.begin(), rows.end(), [](const engine_row &r) {
                       return r.want == row_output::none || r.want == row_output::logits;

@@ -29,6 +29,31 @@ void slot_table::truncate(int32_t slot, int32_t n_keep) {
     len_[size_t(slot)] = n_keep;
 }
 
+void slot_table::check_export(int32_t slot, int32_t n_tokens, size_t out_bytes, uint64_t token_bytes) const {
+    const int32_t len = length(slot);
+    if (n_tokens < 0 || n_tokens > len)
+        fail(error_kind::invalid_request, "cannot copy {} tokens of slot {} which holds {}", n_tokens, slot, len);
+    if (out_bytes != uint64_t(n_tokens) * token_bytes)
+        fail(error_kind::invalid_request, "{} tokens of KV take {} bytes, not {}", n_tokens, uint64_t(n_tokens) * token_bytes,
+             out_bytes);
+}
+
+int32_t slot_table::check_import(int32_t slot, size_t in_bytes, uint64_t token_bytes) const {
+    length(slot);
+    if (token_bytes == 0 || in_bytes % token_bytes != 0)
+        fail(error_kind::invalid_request, "a KV blob of {} bytes is not whole tokens of {} bytes", in_bytes, token_bytes);
+    const uint64_t n = in_bytes / token_bytes;
+    if (n > uint64_t(n_ctx_))
+        fail(error_kind::too_large, "a KV blob of {} tokens does not fit the context of {} tokens", n, n_ctx_);
+    return int32_t(n);
+}
+
+void slot_table::set_length(int32_t slot, int32_t n_tokens) {
+    TANDEM_ASSERT(n_tokens >= 0 && n_tokens <= n_ctx_, "slot length {} outside 0..{}", n_tokens, n_ctx_);
+    length(slot);
+    len_[size_t(slot)] = n_tokens;
+}
+
 void slot_table::validate(std::span<const engine_row> rows) const {
     std::vector<int32_t> next = len_;
     for (size_t i = 0; i < rows.size(); ++i) {

@@ -19,6 +19,13 @@ public:
     int32_t n_ctx() const { return n_ctx_; }
     int32_t length(int32_t slot) const;            // throws invalid_request for a bad slot
     void truncate(int32_t slot, int32_t n_keep);   // keeps the first n_keep positions
+    // Moving K/V (engine::slot_export, slot_import, slot_copy): the slot must hold n_tokens and
+    // out_bytes be their blob's size; an imported blob must be whole tokens that fit the context
+    // (returns its tokens). Throw invalid_request / too_large naming the value.
+    void check_export(int32_t slot, int32_t n_tokens, size_t out_bytes, uint64_t token_bytes) const;
+    int32_t check_import(int32_t slot, size_t in_bytes, uint64_t token_bytes) const;
+    // After an import or copy: the slot holds exactly n_tokens.
+    void set_length(int32_t slot, int32_t n_tokens);
     // Rows must name valid slots and tokens, continue each slot's sequence in order and fit the
     // context; throws invalid_request / too_large naming the row.
     void validate(std::span<const engine_row> rows) const;
