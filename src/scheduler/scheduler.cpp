@@ -55,6 +55,10 @@ scheduler::scheduler(engine &eng, const scheduler_options &options, scheduler_ho
         // Start from what the engine holds (normally nothing).
         if (engine_.slot_length(s) != 0) engine_.slot_truncate(s, 0);
     }
+    if (options_.prompt_cache_bytes > 0 && engine_.kv_token_bytes() > 0)
+        cache_ = std::make_unique<prompt_cache>(options_.prompt_cache_bytes);
+    else if (options_.prompt_cache_bytes > 0)
+        log_warn("this engine cannot copy KV: the prompt cache is off");
     stats_.n_slots = engine_.n_slots();
     stats_.prefill_budget = options_.prefill_yield;
     publish();
@@ -71,8 +75,10 @@ void scheduler::run() {
     for (;;) {
         {
             std::unique_lock lock(mutex_);
-            wake_.wait(lock, [&] { return stopping_ || !queue_.empty() || !cancels_.empty() || !active_.empty(); });
-            if (stopping_ && queue_.empty() && active_.empty()) return;
+            wake_.wait(lock, [&] {
+                return stopping_ || !queue_.empty() || !cancels_.empty() || !active_.empty() || !tasks_.empty();
+            });
+            if (stopping_ && queue_.empty() && active_.empty() && tasks_.empty()) return;
         }
         // step() handles the engine's and the samplers' failures itself; anything else escaping
         // it must not end the thread (and with it the process): the requests in flight fail.
@@ -228,11 +234,8 @@ void scheduler::admit() {
         a->id = q.id;
         a->req = std::move(q.request);
         a->slot = best;
-        // Recompute at least the last prompt token: its logits pick the first output token.
-        int32_t n_keep = static_cast<int32_t>(std::min(best_common, a->req.prompt.size() - 1));
+        const int32_t n_keep = static_cast<int32_t>(take_prefix(best, a->req.prompt, best_common));
         auto &st = slots_[best];
-        engine_.slot_truncate(best, n_keep);
-        st.tokens.resize(static_cast<size_t>(n_keep));
         st.owner = a.get();
         st.last_used = ++use_clock_;
         a->n_past = n_keep;
@@ -258,6 +261,121 @@ void scheduler::admit() {
         a->pending.slot = best;
         active_.push_back(std::move(a));
     }
+}
+
+namespace {
+size_t common_prefix(const std::vector<int32_t> &a, const std::vector<int32_t> &b) {
+    const size_t n = std::min(a.size(), b.size());
+    return static_cast<size_t>(std::mismatch(a.begin(), a.begin() + static_cast<ptrdiff_t>(n), b.begin()).first - a.begin());
+}
+}  // namespace
+
+size_t scheduler::take_prefix(int32_t slot, const std::vector<int32_t> &prompt, size_t own_common) {
+    auto &st = slots_[slot];
+    // Recompute at least the last prompt token: its logits pick the first output token.
+    const size_t limit = prompt.size() - 1, keep = std::min(own_common, limit);
+    size_t from_slot = keep, cached = 0;
+    int32_t source = -1;
+    prompt_cache::match m;
+    if (cache_) {
+        for (int32_t s = 0; s < static_cast<int32_t>(slots_.size()); ++s) {
+            const size_t common = std::min(common_prefix(slots_[s].tokens, prompt), limit);
+            if (s != slot && common > from_slot) {
+                source = s;
+                from_slot = common;
+            }
+        }
+        m = cache_->longest_prefix(prompt);
+        cached = std::min(m.n_common, limit);
+    }
+    const bool restore = cached > from_slot, copy = !restore && source >= 0;
+    const size_t n = restore ? cached : from_slot;
+    // The slot's conversation moves to the host cache before anything overwrites it (the cache is
+    // filled after the restore, whose entry an insert could evict).
+    prompt_cache::entry leaving;
+    const uint64_t token_bytes = cache_ ? engine_.kv_token_bytes() : 0;
+    const bool lost = restore || copy ? !st.tokens.empty() : keep < st.tokens.size();
+    if (cache_ && lost && st.tokens.size() * (token_bytes + sizeof(int32_t)) <= cache_->capacity() &&
+        !cache_->covers(st.tokens)) {
+        leaving.tokens = st.tokens;
+        leaving.kv.resize(st.tokens.size() * token_bytes);
+        engine_.slot_export(slot, static_cast<int32_t>(st.tokens.size()), leaving.kv);
+    }
+    if (restore)
+        engine_.slot_import(slot, std::span<const uint8_t>(m.hit->kv).first(n * token_bytes));
+    else if (copy)
+        engine_.slot_copy(source, slot, static_cast<int32_t>(n));
+    else
+        engine_.slot_truncate(slot, static_cast<int32_t>(n));
+    st.tokens.assign(prompt.begin(), prompt.begin() + static_cast<ptrdiff_t>(n));
+    if (!leaving.tokens.empty()) cache_->insert(std::move(leaving));
+    if (cache_) {
+        std::lock_guard lock(mutex_);
+        (restore ? stats_.prompt_cache_hits : stats_.prompt_cache_misses) += 1;
+        stats_.prompt_cache_restored += restore ? n : 0;
+        stats_.prefix_tokens_copied += copy ? n : 0;
+    }
+    if (restore || copy) log_debug("slot {}: {} prompt tokens {}", slot, n, restore ? "restored from the host cache" : "copied from another slot");
+    return n;
+}
+
+void scheduler::run_tasks() {
+    std::deque<std::packaged_task<void()>> tasks;
+    {
+        std::lock_guard lock(mutex_);
+        tasks.swap(tasks_);
+    }
+    for (auto &t : tasks) t();
+}
+
+void scheduler::run_on_idle_slot(int32_t slot, std::function<void()> fn) {
+    if (slot < 0 || slot >= engine_.n_slots()) fail(error_kind::not_found, "slot {} does not exist (0..{})", slot, engine_.n_slots() - 1);
+    if (engine_.kv_token_bytes() == 0) fail(error_kind::unsupported, "this engine cannot copy a slot's KV");
+    std::packaged_task<void()> task([this, slot, fn = std::move(fn)] {
+        if (slots_[slot].owner) fail(error_kind::invalid_request, "slot {} is processing a request", slot);
+        fn();
+        publish();
+    });
+    std::future<void> done = task.get_future();
+    {
+        std::lock_guard lock(mutex_);
+        if (stopping_) fail(error_kind::unavailable, "the server is shutting down");
+        tasks_.push_back(std::move(task));
+        wake_.notify_one();
+    }
+    done.get();
+}
+
+slot_snapshot scheduler::slot_save(int32_t slot) {
+    slot_snapshot out;
+    run_on_idle_slot(slot, [&] {
+        out.tokens = slots_[slot].tokens;
+        out.kv.resize(out.tokens.size() * engine_.kv_token_bytes());
+        engine_.slot_export(slot, static_cast<int32_t>(out.tokens.size()), out.kv);
+    });
+    return out;
+}
+
+void scheduler::slot_restore(int32_t slot, slot_snapshot snapshot) {
+    for (int32_t id : snapshot.tokens)
+        if (id < 0 || id >= engine_.hparams().n_vocab) fail(error_kind::invalid_request, "the slot file holds token {} outside the vocabulary", id);
+    if (snapshot.tokens.size() >= static_cast<size_t>(engine_.n_ctx()))
+        fail(error_kind::invalid_request, "the slot file holds {} tokens; a slot holds {}", snapshot.tokens.size(), engine_.n_ctx());
+    if (snapshot.kv.size() != snapshot.tokens.size() * engine_.kv_token_bytes())
+        fail(error_kind::invalid_request, "the slot file's KV has {} bytes, not {} for its {} tokens", snapshot.kv.size(),
+             snapshot.tokens.size() * engine_.kv_token_bytes(), snapshot.tokens.size());
+    run_on_idle_slot(slot, [&] {
+        engine_.slot_import(slot, snapshot.kv);
+        slots_[slot].tokens = std::move(snapshot.tokens);
+        slots_[slot].last_used = ++use_clock_;
+    });
+}
+
+void scheduler::slot_erase(int32_t slot) {
+    run_on_idle_slot(slot, [&] {
+        engine_.slot_truncate(slot, 0);
+        slots_[slot].tokens.clear();
+    });
 }
 
 void scheduler::drain_cancels() {
@@ -385,6 +503,7 @@ void scheduler::publish() {
         }
     }
     std::lock_guard lock(mutex_);
+    stats_.prompt_cache_bytes = cache_ ? cache_->bytes() : 0;
     n_free_ = static_cast<int32_t>(slots_.size()) - in_use;
     slot_view_ = std::move(view);
     stats_.kv_tokens = kv;

@@ -6,6 +6,7 @@
 
 #include "src/scheduler/draft_lookup.h"
 #include "src/scheduler/prefill_budget.h"
+#include "src/scheduler/prompt_cache.h"
 #include "src/scheduler/session_rules.h"
 #include "tandem/engine.h"
 #include "tandem/error.h"
@@ -18,6 +19,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <future>
 #include <memory>
 #include <mutex>
 #include <span>
@@ -90,6 +92,11 @@ struct scheduler_options {
     // drafts before it being kept.
     draft_options draft;
     int32_t draft_step_rows = 16;
+    // The prompt cache (--cache-ram): bytes of host memory for the KV of conversations whose slot
+    // was given to another request; a new prompt takes its longest shared prefix from there or
+    // from another slot (copied, not prefilled). 0: off, each prompt reuses only its own slot's
+    // prefix. Engines that cannot move K/V (engine::kv_token_bytes 0) run without it.
+    uint64_t prompt_cache_bytes = 0;
 };
 
 enum class finish_reason { none, stop, length, cancelled, error };
@@ -176,6 +183,17 @@ struct scheduler_stats {
     int32_t max_rows_per_decode = 0;
     uint64_t draft_tokens = 0;         // drafted tokens fed as decode rows
     uint64_t draft_accepted = 0;       // of which kept (each saved a step)
+    uint64_t prompt_cache_bytes = 0;   // host prompt cache held now
+    uint64_t prompt_cache_hits = 0;    // admissions that restored a prefix from it
+    uint64_t prompt_cache_misses = 0;  // admissions (with the cache on) that did not
+    uint64_t prompt_cache_restored = 0;  // prompt tokens restored from it
+    uint64_t prefix_tokens_copied = 0; // prompt tokens copied from another slot
+};
+
+// A slot's conversation as slot files hold it: its tokens and their KV blob (engine.h).
+struct slot_snapshot {
+    std::vector<int32_t> tokens;
+    std::vector<uint8_t> kv;
 };
 
 class scheduler {
@@ -207,6 +225,14 @@ public:
 
     scheduler_stats stats() const;
     std::vector<slot_info> slots() const;
+
+    // Slot files (POST /slots/{id}): an idle slot's conversation out, in, or forgotten. Any thread;
+    // the work runs on the engine thread between steps (the caller waits). Throw not_found for a
+    // slot out of range, invalid_request for a slot that is processing a request or a snapshot
+    // that does not fit, unsupported when the engine cannot move K/V.
+    slot_snapshot slot_save(int32_t slot);
+    void slot_restore(int32_t slot, slot_snapshot snapshot);
+    void slot_erase(int32_t slot);
     const scheduler_options &options() const { return options_; }
 
 private:
@@ -214,6 +240,14 @@ private:
     void run();
     void drain_cancels();
     void admit();
+    // The prompt's prefix into the slot it was given (own_common: tokens the slot already shares
+    // with it): kept, copied from another slot or restored from the host cache, whichever is
+    // longest; the slot's conversation goes to the host cache when it would be lost. Returns the
+    // tokens the slot now holds.
+    size_t take_prefix(int32_t slot, const std::vector<int32_t> &prompt, size_t own_common);
+    // Runs fn on the engine thread between steps with the idle slot (checked there) and waits.
+    void run_on_idle_slot(int32_t slot, std::function<void()> fn);
+    void run_tasks();
     void finish(active &a, finish_reason reason, const std::string &error);
     void emit_token(active &a, const sample_result &r, bool &done);
     bool rules_accept(active &a, int32_t id);
@@ -246,6 +280,7 @@ private:
     };
     std::deque<queued> queue_;
     std::vector<uint64_t> cancels_;
+    std::deque<std::packaged_task<void()>> tasks_;  // slot file work for the engine thread
     uint64_t next_id_ = 1;
     bool stopping_ = false;
     int32_t n_free_ = 0;  // free slots as of the last step (admission control in submit)
@@ -262,6 +297,7 @@ private:
     std::vector<slot_state> slots_;
     std::vector<std::unique_ptr<active>> active_;  // in admission order
     std::unique_ptr<constraint_table> constraints_;  // with hooks_.vocab
+    std::unique_ptr<prompt_cache> cache_;            // with options.prompt_cache_bytes
     uint64_t use_clock_ = 0;
     engine_outputs outputs_;  // the last step's output rows
     prefill_budget budget_;

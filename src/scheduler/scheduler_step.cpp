@@ -15,6 +15,7 @@
 namespace tandem {
 
 bool scheduler::step() {
+    run_tasks();
     admit();
     drain_cancels();
     std::erase_if(active_, [](const std::unique_ptr<active> &a) { return a->finished; });

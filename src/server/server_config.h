@@ -76,6 +76,11 @@ struct server_config {
     int32_t write_timeout_s = 60;            // per response write
     int32_t shutdown_grace_s = 10;           // in-flight work may finish within this on SIGTERM
     double mem_budget_gib = 0.0;             // 0: MemAvailable for the CPU backend
+    // --cache-ram: GiB of host memory for the prompt cache (conversations whose slot was reused,
+    // and prefixes shared between slots); negative: auto, a quarter of the memory available once
+    // the model is loaded, at most 8 GiB; 0: off.
+    double cache_ram_gib = -1.0;
+    std::string slot_save_path;              // --slot-save-path: folder of slot files (empty: saving is off)
     // Placement, passed to engine_options.
     std::string backend = "auto";            // auto: cuda when a GPU is visible, else cpu
     int32_t n_devices = 1;

@@ -50,9 +50,13 @@ bool is_header_list(std::string_view s) {
 
 }  // namespace
 
+// /slots/{id}: the id is checked by the handler, so a bad one gets an error in the API's shape.
+constexpr route_entry slot_action_route{"/slots/", route_id::slot_action, "POST", true};
+
 const route_entry *route_find(std::string_view path) {
     for (const auto &r : routes)
         if (r.path == path) return &r;
+    if (path.starts_with(slot_action_route.path) && path.size() > slot_action_route.path.size()) return &slot_action_route;
     return nullptr;
 }
 
@@ -229,6 +233,7 @@ http_reply service::route(const http_request_view &req, const route_entry &r, st
         out.body = metrics_text();
         return out;
     case route_id::slots: out.body = json_dump(slots_json()); return out;
+    case route_id::slot_action: out.body = json_dump(slot_action(req)); return out;
     case route_id::props: out.body = json_dump(props_json()); return out;
     case route_id::health: break;
     }
@@ -395,6 +400,16 @@ std::string service::metrics_text() const {
            s.prefill_budget);
     family("tandem_prompt_tokens_cached_total", "counter", "Prompt tokens reused from slot caches.",
            static_cast<double>(s.cached_prompt_tokens));
+    family("tandem_prompt_cache_bytes", "gauge", "Host memory the prompt cache holds (--cache-ram).",
+           static_cast<double>(s.prompt_cache_bytes));
+    family("tandem_prompt_cache_hits_total", "counter", "Requests that restored a prompt prefix from the host cache.",
+           static_cast<double>(s.prompt_cache_hits));
+    family("tandem_prompt_cache_misses_total", "counter", "Requests that found nothing longer in the host cache than their slot held.",
+           static_cast<double>(s.prompt_cache_misses));
+    family("tandem_prompt_cache_tokens_restored_total", "counter", "Prompt tokens restored from the host cache.",
+           static_cast<double>(s.prompt_cache_restored));
+    family("tandem_prefix_tokens_copied_total", "counter", "Prompt tokens copied from another slot's shared prefix.",
+           static_cast<double>(s.prefix_tokens_copied));
     family("tandem_requests_total", "counter", "Generation requests accepted.", static_cast<double>(s.requests_total));
     family("tandem_requests_cancelled_total", "counter", "Generation requests cancelled.",
            static_cast<double>(s.requests_cancelled));
@@ -425,6 +440,55 @@ json service::slots_json() const {
         });
     }
     return out;
+}
+
+namespace {
+
+// The id of /slots/{id} and the one query parameter, action.
+std::pair<int32_t, std::string> slot_action_target(std::string_view target) {
+    const size_t q = target.find('?');
+    const std::string_view id = target.substr(7, q == std::string_view::npos ? std::string_view::npos : q - 7);
+    if (id.empty() || id.size() > 4 || !std::all_of(id.begin(), id.end(), [](char c) { return c >= '0' && c <= '9'; }))
+        fail(error_kind::not_found, "no slot '{}'", id);
+    const std::string_view query = q == std::string_view::npos ? std::string_view() : target.substr(q + 1);
+    if (!query.starts_with("action=") || query.find('&') != std::string_view::npos)
+        fail(error_kind::invalid_request, "POST /slots/{{id}} takes one query parameter, action=save|restore|erase");
+    return {std::stoi(std::string(id)), std::string(query.substr(7))};
+}
+
+}  // namespace
+
+json service::slot_action(const http_request_view &req) {
+    const auto [slot, action] = slot_action_target(req.target);
+    if (action != "save" && action != "restore" && action != "erase")
+        fail(error_kind::invalid_request, "unknown slot action '{}' (save, restore or erase)", action);
+    const json body = req.body.empty() ? json::object() : json_parse_body(req.body, config_.json);
+    if (!body.is_object()) fail(error_kind::invalid_request, "the body must be a JSON object");
+    for (const auto &[key, value] : body.items())
+        if (key != "filename" || action == "erase") fail(error_kind::invalid_request, "unsupported field '{}' for action {}", key, action);
+    const auto start = std::chrono::steady_clock::now();
+    auto ms = [&] { return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count(); };
+    if (action == "erase") {
+        const auto before = model_.sched->slots();
+        model_.sched->slot_erase(slot);
+        return {{"id_slot", slot}, {"n_erased", before[size_t(slot)].n_cached}};
+    }
+    if (config_.slot_save_path.empty())
+        fail(error_kind::unsupported, "slot files are off; start the server with --slot-save-path DIR");
+    if (!body.contains("filename") || !body["filename"].is_string()) fail(error_kind::invalid_request, "'filename' (a string) is required");
+    const std::string name = body["filename"].get<std::string>();
+    const std::string path = slot_file_path(config_.slot_save_path, name);
+    if (action == "save") {
+        const slot_snapshot snap = model_.sched->slot_save(slot);
+        const uint64_t written = slot_file_write(path, model_.slot_identity, snap);
+        return {{"id_slot", slot}, {"filename", name}, {"n_saved", snap.tokens.size()}, {"n_written", written},
+                {"timings", {{"save_ms", ms()}}}};
+    }
+    uint64_t read = 0;
+    slot_snapshot snap = slot_file_read(path, model_.slot_identity, read);
+    const size_t n = snap.tokens.size();
+    model_.sched->slot_restore(slot, std::move(snap));
+    return {{"id_slot", slot}, {"filename", name}, {"n_restored", n}, {"n_read", read}, {"timings", {{"restore_ms", ms()}}}};
 }
 
 json service::props_json() const {

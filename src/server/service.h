@@ -8,6 +8,7 @@
 #include "src/server/request_guard.h"
 #include "src/server/response_store.h"
 #include "src/server/server_config.h"
+#include "src/server/slot_files.h"
 
 #include <atomic>
 #include <chrono>
@@ -52,7 +53,7 @@ struct http_reply {
 
 // The routes, with the method each takes and whether its work is heavy (JSON bodies parsed and
 // prompts tokenized on the request pool) or cheap (answered on the I/O thread).
-enum class route_id { health, models, metrics, slots, props, chat, completion, messages, count_tokens, responses };
+enum class route_id { health, models, metrics, slots, slot_action, props, chat, completion, messages, count_tokens, responses };
 struct route_entry {
     std::string_view path;
     route_id id;
@@ -84,6 +85,7 @@ struct model_context {
     std::string model_id;                 // the alias clients use
     std::vector<std::string> model_names; // all accepted names (alias, file name)
     json meta;                            // /v1/models meta and /props details
+    slot_file_identity slot_identity;     // what slot files must match
 };
 
 class service {
@@ -122,6 +124,8 @@ public:
     std::string metrics_text() const;
     json slots_json() const;
     json props_json() const;
+    // POST /slots/{id}?action=save|restore|erase, llama-server's shapes.
+    json slot_action(const http_request_view &req);
 
     const server_config &config() const { return config_; }
 

@@ -195,14 +195,23 @@ std::string config_line(const server_config &c) {
     return fmt::format("config: model={} host={} port={} ctx={} batched-session={} prefill-chunk={} prefill-yield={} "
                        "itl-budget={} max-queue={} draft={} (n-grams {}-{}, step rows {}) alias={} api-key={} threads={} http-threads={} body-limit={} timeouts={}s/{}s "
                        "max-connections={} request-threads={} request-queue={} allow-special-in-content={} chat-template-file={} chat-template={} reasoning-format={} cors-origin={} allowed-host={} "
-                       "backend={} devices={} gpu-devices={} gpu-vram={} tensor-parallel={} mem-budget={}",
+                       "backend={} devices={} gpu-devices={} gpu-vram={} tensor-parallel={} mem-budget={} cache-ram={} slot-save-path={}",
                        c.model_path, c.host, c.port, c.n_ctx, c.n_slots, c.prefill_chunk, c.prefill_yield, c.itl_budget, c.max_queue,
                        c.draft, c.draft_ngram_min, c.draft_ngram_max, c.draft_step_rows, c.alias, c.api_key.empty() ? "off" : "on", c.n_threads, c.http_threads, c.body_limit,
                        c.read_timeout_s, c.write_timeout_s, c.max_connections, c.request_threads, c.request_queue,
                        c.allow_special_in_content, c.chat_template_file.empty() ? "none" : c.chat_template_file,
                        c.chat_template.empty() ? "file" : c.chat_template, c.reasoning_format, list(c.cors_origins), list(c.allowed_hosts), c.backend, c.n_devices,
                        c.gpu_devices.empty() ? std::string("auto") : fmt::format("{}", fmt::join(c.gpu_devices, ",")),
-                       c.gpu_vram, c.tensor_parallel, c.mem_budget_gib > 0 ? fmt::format("{}GiB", c.mem_budget_gib) : "auto");
+                       c.gpu_vram, c.tensor_parallel, c.mem_budget_gib > 0 ? fmt::format("{}GiB", c.mem_budget_gib) : "auto",
+                       c.cache_ram_gib >= 0 ? fmt::format("{}GiB", c.cache_ram_gib) : "auto",
+                       c.slot_save_path.empty() ? "off" : c.slot_save_path);
+}
+
+// --cache-ram in bytes; auto: a quarter of the memory available once the model is loaded (what
+// the CPU engine's slots have touched is already taken), at most 8 GiB as llama-server's default.
+uint64_t prompt_cache_bytes(const server_config &cfg) {
+    if (cfg.cache_ram_gib >= 0) return static_cast<uint64_t>(cfg.cache_ram_gib * double(1ull << 30));
+    return std::min<uint64_t>(host_memory_read().available_bytes / 4, uint64_t(8) << 30);
 }
 
 int serve(server_config cfg, const std::string &cpu_arithmetic, const sampling_flags &sampling) {
@@ -315,6 +324,9 @@ int serve(server_config cfg, const std::string &cpu_arithmetic, const sampling_f
     so.max_queue = cfg.max_queue;
     so.draft = {cfg.draft, cfg.draft_ngram_min, cfg.draft_ngram_max};
     so.draft_step_rows = cfg.draft_step_rows;
+    so.prompt_cache_bytes = prompt_cache_bytes(cfg);
+    log_info("prompt cache: {}", so.prompt_cache_bytes > 0 ? fmt::format("{:.2f} GiB of host memory", double(so.prompt_cache_bytes) / (1ull << 30))
+                                                            : std::string("off"));
     sched = std::make_unique<scheduler>(*eng, so, make_scheduler_hooks(*tok));
     sched->start();
 
@@ -328,6 +340,7 @@ int serve(server_config cfg, const std::string &cpu_arithmetic, const sampling_f
     mc.model_id = cfg.alias;
     std::string file_name = std::filesystem::path(cfg.model_path).filename().string();
     mc.model_names = {cfg.alias, file_name, std::filesystem::path(cfg.model_path).stem().string()};
+    mc.slot_identity = {slot_file_model_hash(*file), kv_type_name(eng->kv_cache_type()), eng->kv_token_bytes()};
     mc.meta = {{"n_ctx", eng->n_ctx()}, {"n_slots", eng->n_slots()}, {"kv_type", cfg.kv_type}, {"n_vocab", hp.n_vocab},
                {"arch", hp.arch_name}, {"n_layer", hp.n_layer}, {"n_expert", hp.n_expert},
                {"size", bytes.total()}, {"chat_template", chat_template_family_name(mc.tmpl.family)}};
@@ -459,6 +472,13 @@ int main(int argc, char **argv) {
     app.add_option("--timeout", timeout_s, "read and write timeout in seconds")->check(CLI::Range(1, 3600));
     app.add_option("--shutdown-grace", cfg.shutdown_grace_s, "seconds in-flight requests may finish after SIGTERM")->check(CLI::Range(0, 3600));
     app.add_option("--mem-budget", cfg.mem_budget_gib, "memory budget in GiB (default: available RAM for --backend cpu)")->check(CLI::Range(0.0, 1e6));
+    app.add_option("--cache-ram", cfg.cache_ram_gib,
+                   "GiB of host memory for the prompt cache (conversations whose slot was reused, prefixes shared "
+                   "between slots); 0: off; default: a quarter of the available memory, at most 8")
+        ->check(CLI::Range(0.0, 1e6));
+    app.add_option("--slot-save-path", cfg.slot_save_path,
+                   "folder for POST /slots/{id}?action=save|restore files (saving is off without it)")
+        ->check(CLI::ExistingDirectory);
     app.add_option("--backend", cfg.backend, "auto (cuda when a GPU is visible), cpu or cuda")
         ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
     app.add_option("--devices", cfg.n_devices, "CPU virtual devices (placement)")->check(CLI::Range(1, 64));

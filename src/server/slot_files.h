@@ -1,0 +1,37 @@
+// src/server/slot_files.h - slot files (POST /slots/{id}?action=save|restore): a slot's tokens and
+// KV in a folder the operator names (--slot-save-path), with a versioned header saying which
+// model and KV type wrote them, so a file from anything else is refused with the reason.
+#pragma once
+
+#include "src/scheduler/scheduler.h"
+
+#include <cstdint>
+#include <string>
+
+namespace tandem {
+class gguf_file;
+}
+
+namespace tandem::server {
+
+// What a slot file must match to be restored: the model (a hash of its tensor table and the first
+// bytes of every tensor) and the cache's element type and bytes per token.
+struct slot_file_identity {
+    uint64_t model_hash = 0;
+    std::string kv_type;       // "f32", "f16"
+    uint64_t kv_token_bytes = 0;
+};
+uint64_t slot_file_model_hash(const gguf_file &file);
+
+// `name` inside `folder`: a plain file name (no separators, not . or .., no control characters,
+// at most 255 bytes); throws invalid_request naming what is wrong.
+std::string slot_file_path(const std::string &folder, const std::string &name);
+
+// Writes the snapshot (through a temporary file renamed into place); returns the bytes written.
+// Throws internal when the file cannot be written.
+uint64_t slot_file_write(const std::string &path, const slot_file_identity &id, const slot_snapshot &snapshot);
+// Reads a snapshot; throws not_found for a missing file and invalid_request naming why a file is
+// refused (not a slot file, another version, model or KV type, truncated or too long).
+slot_snapshot slot_file_read(const std::string &path, const slot_file_identity &id, uint64_t &bytes_read);
+
+}  // namespace tandem::server
