@@ -7,7 +7,9 @@
 #include "tandem/host_device.h"
 
 #include <cstdint>
+#if __cplusplus >= 202002L
 #include <span>
+#endif
 
 namespace tandem {
 
@@ -36,6 +38,8 @@ TANDEM_HOST_DEVICE inline bool token_allowed(const uint32_t *allowed, int32_t id
     return (allowed[id >> 5] >> (id & 31)) & 1u;
 }
 
+// The kernels (cuda/logits_rules.h) are C++17 and see only the per-token parts above.
+#if __cplusplus >= 202002L
 // A row's rules. Adjustments first, then every token outside the mask becomes -infinity.
 struct row_rules {
     std::span<const token_adjust> adjust;  // ids ascending, each once
@@ -45,5 +49,6 @@ struct row_rules {
 
 // The host twin: applies the rules to one row of n_vocab logits in place.
 void row_rules_apply(const row_rules &rules, std::span<float> logits);
+#endif
 
 }  // namespace tandem

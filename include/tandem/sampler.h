@@ -9,6 +9,7 @@
 #include <optional>
 #include <random>
 #include <span>
+#include <utility>
 #include <vector>
 
 namespace tandem {
@@ -20,6 +21,20 @@ struct sampling_params {
     float min_p = 0.0f;        // 0: off
     uint64_t seed = 0;
     int32_t n_logprobs = 0;    // how many top alternatives to report (0: none)
+    // What the request changes in its rows' logits before any of the above (tandem/logit_rules.h;
+    // the scheduler turns them into each row's rules): llama.cpp's penalties over the window of the
+    // last repeat_last_n tokens of prompt and output (-1: all of them, 0: none), a seen token's
+    // logit l becoming (l > 0 ? l / repeat_penalty : l x repeat_penalty) - count x
+    // frequency_penalty - presence_penalty; and logit_bias, added first.
+    float presence_penalty = 0.0f;   // [-2, 2]
+    float frequency_penalty = 0.0f;  // [-2, 2]
+    float repeat_penalty = 1.0f;     // (0, 10]; 1: off
+    int32_t repeat_last_n = 64;
+    std::vector<std::pair<int32_t, float>> logit_bias;  // (token id, bias in [-100, 100]), ids ascending, each once
+
+    bool has_penalties() const {
+        return repeat_last_n != 0 && (presence_penalty != 0.0f || frequency_penalty != 0.0f || repeat_penalty != 1.0f);
+    }
 };
 
 struct token_logprob {

@@ -16,6 +16,7 @@
 #include "cuda/norm.h"
 #include "tandem/error.h"
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 
@@ -99,8 +100,9 @@ uint64_t cuda_device::scratch_bytes(const model_hparams &hp, int32_t n_ctx, bool
         // The summaries: 64 candidate keys (two floats each), max, sum (two) and flag per slice and row.
         floats += size_t(max_logit_rows) * (size_t(cuda::logits_top_slices(hp.n_vocab)) * (2 * cuda::logits_top_n + 4) +
                                            sizeof(cuda::logits_top_row) / 4);
-        // The draws (a whole head): a request a row.
-        floats += size_t(max_logit_rows) * (sizeof(row_draw) / 4);
+        // The draws (a whole head): a request a row; the rows' rule descriptors (their pool, sized
+        // by the requests, grows from 1 MiB: the slack below).
+        floats += size_t(max_logit_rows) * (sizeof(row_draw) / 4 + sizeof(cuda::logits_rules_row) / 4);
     }
     if (paired) floats += 2 * r * k * d + 2 * r * k + 2 * size_t(hp.n_expert) + 2;
     return uint64_t(floats) * 4 + (uint64_t(64) << 20);  // + allocator slack and the graphs
@@ -303,6 +305,7 @@ cuda_device::cuda_device(const model_hparams &hp, const model_tensors &tensors, 
             m.top_slice_sum = device_alloc<double>(D * size_t(slices));
             m.top_slice_nan = device_alloc<int32_t>(D * size_t(slices));
             m.top_rows = device_alloc<cuda::logits_top_row>(D);
+            m.rule_rows = device_alloc<cuda::logits_rules_row>(D);
             if (part.head_begin == 0) {
                 m.draws = device_alloc<row_draw>(D);
                 if (cols < hp.n_vocab) m.logits_rest = device_alloc<float>(D * size_t(hp.n_vocab - cols));
@@ -326,7 +329,7 @@ cuda_device::~cuda_device() {
              m.weights, m.kv, m.inv_freq, m.rows, m.x, m.h, m.q, m.kb, m.vb, m.att, m.router_logits, m.route_w, m.act,
              m.eout, m.partial, m.exchange[0], m.exchange[1], m.ids, m.group_expert, m.group_off, m.n_groups, m.pair_x,
              m.pair_y, m.groups_total, m.own_mat, m.own_off, m.own_n, m.own_x, m.own_y, m.logits, m.top_keys, m.top_slice_max,
-             m.top_slice_sum, m.top_slice_nan, m.top_rows, m.draws, m.logits_rest, m.h_split, m.h_sums, m.h_digits, m.h_digit_scales, m.h_digit_sums, m.act_digits,
+             m.top_slice_sum, m.top_slice_nan, m.top_rows, m.rule_rows, m.rule_pool, m.draws, m.logits_rest, m.h_split, m.h_sums, m.h_digits, m.h_digit_scales, m.h_digit_sums, m.act_digits,
              m.act_digit_scales, m.act_digit_sums, m.att_split,
              m.att_sums, m.act_split, m.act_sums, m.prompt_split, m.prompt_sums, m.traffic, local})
         if (p) cudaFree(const_cast<void *>(p));
@@ -553,6 +556,44 @@ int64_t cuda_device::logits_draw(int32_t n_out) {
     a.draws = m.draws;
     a.rows = m.top_rows;
     cuda::logits_draw(a, m.stream);
+    return 1;
+}
+
+uint8_t *cuda_device::rules_pool(size_t n_bytes) {
+    state &m = *s_;
+    TANDEM_ASSERT(m.rule_rows, "device {} applies no logit rules", m.part.logical);
+    if (n_bytes <= m.rule_pool_bytes) return m.rule_pool;
+    TANDEM_CUDA_CHECK(cudaSetDevice(m.device));
+    TANDEM_CUDA_CHECK(cudaStreamSynchronize(m.stream));  // a launch may still read the old pool
+    if (m.rule_pool) TANDEM_CUDA_CHECK(cudaFree(m.rule_pool));
+    m.rule_pool = nullptr;
+    // Doubling from 1 MiB: a few growths cover any step (16 rows of a 152 K mask are 0.3 MB).
+    size_t bytes = std::max<size_t>(m.rule_pool_bytes * 2, size_t(1) << 20);
+    while (bytes < n_bytes) bytes *= 2;
+    m.rule_pool = device_alloc<uint8_t>(bytes);
+    m.rule_pool_bytes = bytes;
+    return m.rule_pool;
+}
+
+void cuda_device::upload_rules(const void *rows_host_pinned, int32_t n_rows, const void *pool_host_pinned, size_t n_bytes) {
+    state &m = *s_;
+    TANDEM_ASSERT(m.rule_rows && n_rows >= 0 && n_rows <= max_logit_rows && n_bytes <= m.rule_pool_bytes,
+                  "device {}: rules of {} rows, {} bytes (pool {})", m.part.logical, n_rows, n_bytes, m.rule_pool_bytes);
+    TANDEM_CUDA_CHECK(cudaSetDevice(m.device));
+    if (n_bytes > 0)
+        TANDEM_CUDA_CHECK(cudaMemcpyAsync(m.rule_pool, pool_host_pinned, n_bytes, cudaMemcpyHostToDevice, m.stream));
+    if (n_rows > 0)
+        TANDEM_CUDA_CHECK(cudaMemcpyAsync(m.rule_rows, rows_host_pinned, size_t(n_rows) * sizeof(cuda::logits_rules_row),
+                                          cudaMemcpyHostToDevice, m.stream));
+}
+
+int64_t cuda_device::logits_rules(int32_t n_out) {
+    state &m = *s_;
+    TANDEM_ASSERT(m.rule_rows, "device {} applies no logit rules", m.part.logical);
+    if (n_out == 0) return 0;
+    TANDEM_CUDA_CHECK(cudaSetDevice(m.device));
+    cuda::logits_rules({.logits = m.logits, .n_rows = n_out, .n_cols = m.head.n_out, .first_id = m.part.head_begin, .rules = m.rule_rows},
+                       m.stream);
     return 1;
 }
 

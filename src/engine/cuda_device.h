@@ -92,6 +92,14 @@ public:
     bool can_draw() const;
     void upload_draws(const row_draw *host_pinned, int32_t n_out);
     int64_t logits_draw(int32_t n_out);
+    // Logit rules of the logits rows (cuda/logits_rules.h; devices holding head columns): the device
+    // pool of at least n_bytes that the rows' descriptors point into (grown between steps, which
+    // voids earlier pointers: ask before packing each step); the packed pool and the descriptors of
+    // rows [0, n_rows) (cuda::logits_rules_row each) -> device, before the step; the launch that
+    // applies them to rows [0, n_out), after the head and before logits_top.
+    uint8_t *rules_pool(size_t n_bytes);
+    void upload_rules(const void *rows_host_pinned, int32_t n_rows, const void *pool_host_pinned, size_t n_bytes);
+    int64_t logits_rules(int32_t n_out);
     // Summaries of rows [0, n_out) -> host (cuda::logits_top_row each, ids of the whole vocabulary).
     void download_logits_top(void *host_pinned, int32_t n_out);
     // Adds the number of expert groups routed so far to `total` once the stream is done.

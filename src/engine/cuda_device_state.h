@@ -3,6 +3,7 @@
 #pragma once
 
 #include "cuda/logits_draw.h"
+#include "cuda/logits_rules.h"
 #include "cuda/logits_top.h"
 #include "cuda/matvec_digits.h"
 #include "cuda/moe.h"
@@ -80,6 +81,12 @@ struct cuda_device::state {
     // A split head (a tensor-parallel pair): the other columns' logits rows, sent here for the
     // draws, [max_logit_rows][n_vocab - head columns] (the scratch plan's head rows are whole).
     float *logits_rest = nullptr;
+    // The logits rows' rules (cuda/logits_rules.h), on every device holding head columns: a
+    // descriptor a row, pointing into a pool of adjustments and masks that grows between steps
+    // (the descriptors, uploaded each step, are all a captured graph holds).
+    cuda::logits_rules_row *rule_rows = nullptr;  // [max_logit_rows]
+    uint8_t *rule_pool = nullptr;
+    size_t rule_pool_bytes = 0;
     // Decode rows' split twins (cuda/x_split.cuh), max_logit_rows rows: h, att and the SwiGLU
     // outputs (k rows each) with their 32-element sums. h_split_fresh: h_split holds the rows h
     // holds (the last writer of h was this device's norm or combine in a decode step, not a

@@ -9,6 +9,7 @@
 #include "cuda/cuda_check.h"
 #include "cuda/logits_top.h"
 #include "cuda_device_state.h"
+#include "cuda_engine_host.h"
 #include "cuda_link.h"
 #include "step_split.h"
 #include "tandem/error.h"
@@ -61,30 +62,6 @@ int32_t graph_bucket(int32_t n) {
 
 }  // namespace
 
-struct cuda_engine::host_state {
-    int32_t *rows = nullptr;      // pinned [4][cuda_device::max_step_rows]: tokens, slots, positions, head rows
-    float *logits = nullptr;      // pinned [cuda_device::max_logit_rows][n_vocab]
-    cuda::logits_top_row *tops = nullptr;  // pinned [devices][cuda_device::max_logit_rows]: row summaries
-    row_draw *draws = nullptr;    // pinned [cuda_device::max_logit_rows]: the step's draw requests
-    int32_t *groups = nullptr;    // pinned [devices]: each device's routed-group counter
-    std::vector<int64_t> groups_seen;
-    // Small steps: (bucket, prompt rows, rows reduced on the device, rows of distinct slots, rows
-    // drawn on the device, rows reduced to their best token) -> captured step, and the bytes its
-    // transfers move.
-    using graph_key = std::tuple<int32_t, bool, bool, bool, bool, bool>;
-    std::map<graph_key, cudaGraphExec_t> graphs;
-    std::map<graph_key, uint64_t> graph_bytes;
-    int32_t exchanges = 0;        // pair exchanges so far (their buffer parity)
-
-    ~host_state() {
-        for (auto &[bucket, g] : graphs) cudaGraphExecDestroy(g);
-        if (rows) cudaFreeHost(rows);
-        if (logits) cudaFreeHost(logits);
-        if (tops) cudaFreeHost(tops);
-        if (draws) cudaFreeHost(draws);
-        if (groups) cudaFreeHost(groups);
-    }
-};
 
 topology cuda_topology_probe() {
     int n = 0;
@@ -241,6 +218,9 @@ cuda_engine::cuda_engine(std::shared_ptr<const gguf_file> file, const engine_opt
                                     cudaHostAllocPortable));
     TANDEM_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void **>(&h.groups), devices_.size() * sizeof(int32_t),
                                     cudaHostAllocPortable));
+    TANDEM_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void **>(&h.rule_rows),
+                                    devices_.size() * size_t(cuda_device::max_logit_rows) * sizeof(cuda::logits_rules_row),
+                                    cudaHostAllocPortable));
     h.groups_seen.assign(devices_.size(), 0);
     uint64_t weights = 0, kv = 0;
     for (const auto &d : devices_) {
@@ -378,64 +358,9 @@ void cuda_engine::join_streams() {
     TANDEM_CUDA_CHECK(cudaSetDevice(d0.device));
 }
 
-namespace {
-
-// The summaries of one row from the devices holding its head columns (each sorted best first):
-// the max over devices, the sums rescaled to it in device order, the lists merged in the sampler's order.
-logits_top merge_logits_top(const std::vector<const cuda::logits_top_row *> &parts, int32_t n_vocab) {
-    logits_top t;
-    t.n_vocab = n_vocab;
-    float max_logit = -INFINITY;
-    for (const cuda::logits_top_row *p : parts) {
-        max_logit = std::max(max_logit, p->max);
-        t.has_nan = t.has_nan || p->has_nan != 0;
-    }
-    double sum = 0.0;
-    for (const cuda::logits_top_row *p : parts)
-        if (p->sum_exp > 0.0) sum += p->sum_exp * std::exp(double(p->max) - double(max_logit));
-    t.log_norm = double(max_logit) + std::log(sum);
-    std::vector<size_t> at(parts.size(), 0);
-    const size_t want = std::min<size_t>(logits_top_max, size_t(n_vocab));
-    while (t.top.size() < want) {
-        int best = -1;
-        for (size_t d = 0; d < parts.size(); ++d) {
-            if (at[d] >= size_t(parts[d]->n)) continue;
-            if (best < 0) {
-                best = int(d);
-                continue;
-            }
-            const float a = parts[d]->logit[at[d]], b = parts[size_t(best)]->logit[at[size_t(best)]];
-            if (a > b || (a == b && parts[d]->id[at[d]] < parts[size_t(best)]->id[at[size_t(best)]])) best = int(d);
-        }
-        TANDEM_ASSERT(best >= 0, "the devices' logits summaries hold {} of {} tokens", t.top.size(), want);
-        const size_t b = size_t(best);
-        t.top.push_back({parts[b]->id[at[b]], parts[b]->logit[at[b]]});
-        ++at[b];
-    }
-    return t;
-}
-
-// The best token of one row from the devices holding its head columns (cuda::logits_best's
-// rows): the best of theirs in the sampler's order, a device with only NaNs (id -1) left out.
-logits_top merge_logits_best(const std::vector<const cuda::logits_top_row *> &parts, int32_t n_vocab) {
-    logits_top t;
-    t.n_vocab = n_vocab;
-    t.log_norm = std::numeric_limits<double>::quiet_NaN();  // not computed
-    token_logit best{-1, -INFINITY};
-    for (const cuda::logits_top_row *p : parts) {
-        t.has_nan = t.has_nan || p->has_nan != 0;
-        if (p->n < 1 || p->id[0] < 0) continue;
-        const token_logit c{p->id[0], p->logit[0]};
-        if (best.id < 0 || c.logit > best.logit || (c.logit == best.logit && c.id < best.id)) best = c;
-    }
-    t.top.push_back(best);
-    return t;
-}
-
-}  // namespace
 
 void cuda_engine::run_step(std::span<const engine_row> rows, bool prompt, float *logits_out, logits_top *top_out,
-                           const row_draw *draws_in, bool best_only) {
+                           const row_draw *draws_in, bool best_only, bool device_rules) {
     host_state &h = *host_;
     const int32_t R = cuda_device::max_step_rows;
     const int32_t n_real = int32_t(rows.size());
@@ -455,7 +380,8 @@ void cuda_engine::run_step(std::span<const engine_row> rows, bool prompt, float 
         std::sort(slots.begin(), slots.end());
         distinct = std::adjacent_find(slots.begin(), slots.end()) == slots.end();
     }
-    const host_state::graph_key graph_key{n, prompt, reduce, distinct, draw, best};
+    const bool ruled = reduce && device_rules && engine_rows_have_rules(rows);
+    const host_state::graph_key graph_key{n, prompt, reduce, distinct, draw, best, ruled};
     for (const auto &d : devices_) {
         d->set_prompt_rows(prompt);
         d->set_distinct_slots(distinct);
@@ -500,6 +426,7 @@ void cuda_engine::run_step(std::span<const engine_row> rows, bool prompt, float 
         TANDEM_ASSERT(draw_device_ >= 0, "no device draws from the logits rows");
         devices_[size_t(draw_device_)]->upload_draws(h.draws, use_graph ? n : n_wanted);
     }
+    if (ruled) upload_rules(rows, keep, use_graph ? n : n_wanted);
     for (const auto &d : devices_) d->upload_rows(h.rows);
     links_->reset_counters();
     if (use_graph) {
@@ -517,6 +444,7 @@ void cuda_engine::run_step(std::span<const engine_row> rows, bool prompt, float 
             for (size_t i = 1; i < devices_.size(); ++i)
                 TANDEM_CUDA_CHECK(cudaStreamWaitEvent(devices_[i]->impl().stream, d0.event, 0));
             launches_per_step_ = enqueue(mb_begin, mb_out, n);
+            if (ruled) launches_per_step_ += enqueue_rules(n);
             if (reduce) launches_per_step_ += enqueue_logits_top(n, best);
             if (draw) launches_per_step_ += enqueue_draw(n);
             join_streams();
@@ -532,6 +460,7 @@ void cuda_engine::run_step(std::span<const engine_row> rows, bool prompt, float 
             TANDEM_CUDA_CHECK(cudaStreamWaitEvent(devices_[i]->impl().stream, d0.event, 0));
     } else {
         launches_per_step_ = enqueue(mb_begin, mb_out, n_wanted);
+        if (ruled) launches_per_step_ += enqueue_rules(n_wanted);
         if (reduce) launches_per_step_ += enqueue_logits_top(n_wanted, best);
         if (draw) launches_per_step_ += enqueue_draw(n_wanted);
     }
@@ -568,7 +497,7 @@ void cuda_engine::run_step(std::span<const engine_row> rows, bool prompt, float 
             for (size_t i = 0; i < devices_.size(); ++i)
                 if (devices_[i]->part().head_end > devices_[i]->part().head_begin)
                     parts.push_back(h.tops + i * size_t(cuda_device::max_logit_rows) + r);
-            top_out[j] = best ? merge_logits_best(parts, hp_.n_vocab) : merge_logits_top(parts, hp_.n_vocab);
+            top_out[j] = best ? cuda_merge_logits_best(parts, hp_.n_vocab) : cuda_merge_logits_top(parts, hp_.n_vocab);
             if (draw && draws_in[j].temperature > 0.0f) {
                 const cuda::logits_top_row &d = h.tops[size_t(draw_device_) * size_t(cuda_device::max_logit_rows) + r];
                 // A row with NaN may draw nothing: the sampler refuses it (has_nan) whatever was drawn.
@@ -581,23 +510,6 @@ void cuda_engine::run_step(std::span<const engine_row> rows, bool prompt, float 
     }
 }
 
-int64_t cuda_engine::enqueue_draw(int32_t n_out) {
-    cuda_device &d = *devices_[size_t(draw_device_)];
-    if (draw_rest_ >= 0) {
-        cuda_device &rest = *devices_[size_t(draw_rest_)];
-        const size_t row = size_t(rest.part().head_end - rest.part().head_begin) * sizeof(float);
-        links_->send(rest, rest.logits_rows(), d, d.logits_rest_rows(), size_t(n_out) * row, size_t(cuda_device::max_logit_rows) * row);
-    }
-    return d.logits_draw(n_out);
-}
-
-int64_t cuda_engine::enqueue_logits_top(int32_t n_out, bool best_only) {
-    int64_t launches = 0;
-    for (const auto &d : devices_)
-        if (d->part().head_end > d->part().head_begin) launches += d->logits_top(n_out, best_only);
-    return launches;
-}
-
 void cuda_engine::forward(std::span<const engine_row> rows, engine_outputs &out) {
     bool want_logits = false, want_summary = false, draws = false;
     for (const engine_row &r : rows) {
@@ -607,9 +519,10 @@ void cuda_engine::forward(std::span<const engine_row> rows, engine_outputs &out)
         draws = draws || r.draw.temperature > 0.0f;
     }
     // Whole rows when a row wants them, or when the device cannot reduce (the head's devices
-    // make no summaries) or draw (a plan without device draws), or a row carries logit rules:
-    // rules, summaries and draws then come from the rows on the host, the same bits.
-    if (want_logits || !device_top_ || (draws && draw_device_ < 0) || engine_rows_have_rules(rows)) {
+    // make no summaries) or draw (a plan without device draws): logit rules, summaries and draws
+    // then come from the rows on the host, the same bits. Otherwise the rules are applied on the
+    // head's devices before the summaries and draws (cuda/logits_rules.h).
+    if (want_logits || !device_top_ || (draws && draw_device_ < 0)) {
         forward_rows(rows, &out.logits, device_top_ ? &out.top : nullptr);
         engine_outputs_from_logits(rows, hp_.n_vocab, device_top_, out);
         return;
@@ -618,11 +531,11 @@ void cuda_engine::forward(std::span<const engine_row> rows, engine_outputs &out)
     for (const engine_row &r : rows)
         if (r.want != row_output::none && draws) row_draws.push_back(r.draw);
     out.logits.clear();
-    forward_rows(rows, nullptr, &out.top, row_draws, !want_summary);
+    forward_rows(rows, nullptr, &out.top, row_draws, !want_summary, true);
 }
 
 void cuda_engine::forward_rows(std::span<const engine_row> rows, std::vector<float> *logits, std::vector<logits_top> *top,
-                               std::span<const row_draw> draws, bool best_only) {
+                               std::span<const row_draw> draws, bool best_only, bool device_rules) {
     if (logits) logits->clear();
     if (top) top->clear();
     if (rows.empty()) return;
@@ -665,7 +578,7 @@ void cuda_engine::forward_rows(std::span<const engine_row> rows, std::vector<flo
             if (!draws.empty()) step_draws.push_back(draws[j]);
         const bool step_draw = draws_any(step_draws);
         run_step(step_rows, step.prompt, dst, top && !step.out.empty() ? step_top.data() : nullptr,
-                 step_draw ? step_draws.data() : nullptr, best_only && !logits);
+                 step_draw ? step_draws.data() : nullptr, best_only && !logits, device_rules && !logits);
         if (logits && !direct)
             for (size_t j = 0; j < step.out.size(); ++j)
                 std::memcpy(logits->data() + step.out[j] * vocab, scratch.data() + j * vocab, vocab * sizeof(float));

@@ -49,14 +49,16 @@ private:
     // Whole rows into *logits and / or summaries into *top (either may be null) for the output
     // rows; with draws (one an output row, or empty) the summaries carry the device's draws; with
     // best_only (no logits) each summary is the row's best token alone.
+    // device_rules: the output rows' logit rules are applied on the head's devices (only without
+    // whole rows, whose rules the host applies).
     void forward_rows(std::span<const engine_row> rows, std::vector<float> *logits, std::vector<logits_top> *top,
-                      std::span<const row_draw> draws = {}, bool best_only = false);
+                      std::span<const row_draw> draws = {}, bool best_only = false, bool device_rules = false);
     // One step of rows of one kind (engine_row::prompt), within cuda_device's row limits; the
     // logits rows go to logits_out and / or, reduced on the devices, to top_out (either may be
     // null); draws_in (null, or one a logits row) are drawn on the head's device into top_out;
     // best_only: top_out gets each row's best token alone.
     void run_step(std::span<const engine_row> rows, bool prompt, float *logits_out, logits_top *top_out, const row_draw *draws_in,
-                  bool best_only);
+                  bool best_only, bool device_rules);
     // Device 0's stream waits for everything enqueued so far on the other devices' streams.
     void join_streams();
     // Enqueues the whole step on every device; returns the launches.
@@ -65,6 +67,11 @@ private:
     // (best_only: to each row's best token).
     int64_t enqueue_logits_top(int32_t n_out, bool best_only);
     int64_t enqueue_draw(int32_t n_out);  // a split head's other columns sent first
+    // The output rows' logit rules -> every device holding head columns, a descriptor for each of
+    // the step's n_logits_rows logits rows (keep: a graph's logits row of each output row; empty:
+    // output row j is logits row j); then their launches, before the summaries.
+    void upload_rules(std::span<const engine_row> rows, const std::vector<int32_t> &keep, int32_t n_logits_rows);
+    int64_t enqueue_rules(int32_t n_out);
 
     std::shared_ptr<const gguf_file> file_;
     model_hparams hp_;

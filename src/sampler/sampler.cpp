@@ -32,6 +32,21 @@ sampler::sampler(const sampling_params &params) : params_(params), rng_(params.s
         fail(error_kind::invalid_request, "min_p must be in [0, 1], got {}", params.min_p);
     if (params.n_logprobs < 0 || params.n_logprobs > 20)
         fail(error_kind::invalid_request, "the number of top logprobs must be in 0..20, got {}", params.n_logprobs);
+    if (!(params.presence_penalty >= -2.0f && params.presence_penalty <= 2.0f))
+        fail(error_kind::invalid_request, "presence_penalty must be in [-2, 2], got {}", params.presence_penalty);
+    if (!(params.frequency_penalty >= -2.0f && params.frequency_penalty <= 2.0f))
+        fail(error_kind::invalid_request, "frequency_penalty must be in [-2, 2], got {}", params.frequency_penalty);
+    if (!(params.repeat_penalty > 0.0f && params.repeat_penalty <= 10.0f))
+        fail(error_kind::invalid_request, "repeat_penalty must be in (0, 10], got {}", params.repeat_penalty);
+    if (params.repeat_last_n < -1) fail(error_kind::invalid_request, "repeat_last_n must be -1 (all tokens) or >= 0, got {}", params.repeat_last_n);
+    for (size_t i = 0; i < params.logit_bias.size(); ++i) {
+        const auto [id, bias] = params.logit_bias[i];
+        if (id < 0) fail(error_kind::invalid_request, "logit_bias: token id {} is negative", id);
+        if (i > 0 && id <= params.logit_bias[i - 1].first)
+            fail(error_kind::invalid_request, "logit_bias: token ids must be ascending and distinct ({} after {})", id,
+                 params.logit_bias[i - 1].first);
+        if (!(bias >= -100.0f && bias <= 100.0f)) fail(error_kind::invalid_request, "logit_bias: the bias of token {} must be in [-100, 100], got {}", id, bias);
+    }
 }
 
 sample_result sampler::sample(std::span<const float> logits, const logits_top *summary) {

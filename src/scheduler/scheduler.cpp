@@ -1,10 +1,8 @@
-// src/scheduler/scheduler.cpp - the engine loop: FIFO admission, longest-prefix slot choice,
-// decode-first steps with a prefill share sized by step time (prefill_budget.h), prompt-lookup
-// drafts checked by the session's own sampler (draft_lookup.h), sampling, stop conditions, stats
-// for /metrics.
-#include "src/scheduler/scheduler.h"
+// src/scheduler/scheduler.cpp - the engine loop's sessions: FIFO admission, longest-prefix slot
+// choice, each session's sampler, drafts and logit rules, cancellation and shutdown, stop
+// conditions, stats for /metrics. A step's phases are in scheduler_step.cpp.
+#include "src/scheduler/scheduler_state.h"
 
-#include "src/scheduler/stop_matcher.h"
 #include "tandem/error.h"
 #include "tandem/log.h"
 
@@ -15,14 +13,9 @@
 
 namespace tandem {
 
-using clock_type = std::chrono::steady_clock;
-
 // Most drafted tokens a session may feed in one step: 16 slots of 1 + 16 rows stay well inside any
 // backend's decode step.
 constexpr int32_t max_draft = 16;
-
-// Threads that draw from whole logits rows at once (one session each at a time).
-constexpr size_t max_pick_threads = 8;
 
 static double ms_between(clock_type::time_point a, clock_type::time_point b) {
     return std::chrono::duration<double, std::milli>(b - a).count();
@@ -39,27 +32,6 @@ const char *finish_reason_name(finish_reason reason) {
     return "none";
 }
 
-// A request that holds a slot: prefilling (n_past < prompt size) or decoding.
-struct scheduler::active {
-    uint64_t id = 0;
-    gen_request req;
-    int32_t slot = -1;
-    int32_t n_past = 0;        // prompt tokens in the KV
-    int32_t n_cached = 0;      // of which reused from the slot's cache
-    bool decoding = false;
-    bool finished = false;
-    int32_t next_token = 0;    // sampled, to be fed by the next decode row
-    int32_t n_generated = 0;
-    std::unique_ptr<draft_lookup> drafts;  // --draft > 0: the session's history, for proposals
-    draft_length draft_len{0};
-    std::vector<int32_t> draft;            // this step's drafted tokens (decode rows after next_token)
-    std::unique_ptr<text_stream> text;
-    std::unique_ptr<token_picker> picker;
-    stop_matcher stops{{}};
-    gen_event pending;         // delta being built this step
-    clock_type::time_point t_arrived, t_admit, t_first, t_last;
-};
-
 scheduler::scheduler(engine &eng, const scheduler_options &options, scheduler_hooks hooks)
     : engine_(eng), options_(options), hooks_(std::move(hooks)), budget_(options.prefill_yield, options.itl_budget) {
     if (options_.prefill_chunk < 1) fail(error_kind::config, "--prefill-chunk must be >= 1, got {}", options_.prefill_chunk);
@@ -72,6 +44,12 @@ scheduler::scheduler(engine &eng, const scheduler_options &options, scheduler_ho
         draft_lookup check(options_.draft);  // rejects bad n-gram lengths now, not at the first request
     }
     TANDEM_ASSERT(hooks_.is_eog && hooks_.make_text_stream && hooks_.make_picker);
+    if (hooks_.vocab) {
+        if (hooks_.vocab->n_vocab() > engine_.hparams().n_vocab)
+            fail(error_kind::config, "the tokenizer has {} tokens but the model's logits rows {}", hooks_.vocab->n_vocab(),
+                 engine_.hparams().n_vocab);
+        constraints_ = std::make_unique<constraint_table>(hooks_.vocab);
+    }
     slots_.resize(static_cast<size_t>(engine_.n_slots()));
     for (int32_t s = 0; s < engine_.n_slots(); ++s) {
         // Start from what the engine holds (normally nothing).
@@ -132,6 +110,13 @@ uint64_t scheduler::submit(gen_request request) {
     if (static_cast<int64_t>(request.prompt.size()) >= engine_.n_ctx())
         fail(error_kind::too_large, "the prompt has {} tokens; the context holds {}", request.prompt.size(), engine_.n_ctx());
     if (request.max_tokens < 1) fail(error_kind::invalid_request, "max_tokens must be >= 1, got {}", request.max_tokens);
+    if (request.constraint && !constraints_) fail(error_kind::invalid_request, "this server cannot constrain outputs (no tokenizer vocabulary)");
+    if (request.constraint && !request.constraint_after.empty() && !hooks_.token_bytes)
+        fail(error_kind::invalid_request, "this server cannot start a constraint after a text (no token bytes)");
+    for (const auto &[id, bias] : request.sampling.logit_bias)
+        if (id < 0 || id >= engine_.hparams().n_vocab)
+            fail(error_kind::invalid_request, "logit_bias: token id {} is out of range (the vocabulary has {} tokens)", id,
+                 engine_.hparams().n_vocab);
     TANDEM_ASSERT(request.sink != nullptr);
     std::lock_guard lock(mutex_);
     if (stopping_) {
@@ -259,7 +244,12 @@ void scheduler::admit() {
         a->text = hooks_.make_text_stream();
         a->picker = hooks_.make_picker(a->req.sampling);
         a->stops = stop_matcher(a->req.stop);
-        if (options_.draft.n_max > 0) {
+        if (session_rules::wanted(a->req.sampling, a->req.constraint != nullptr)) {
+            session_constraint c;
+            if (a->req.constraint) c = {constraints_->bind(*a->req.constraint), a->req.constraint_after, hooks_.token_bytes};
+            a->rules = std::make_unique<session_rules>(a->req.sampling, a->req.prompt, engine_.hparams().n_vocab, std::move(c));
+        }
+        if (options_.draft.n_max > 0 && !a->rules) {
             a->drafts = std::make_unique<draft_lookup>(options_.draft);
             a->drafts->append(a->req.prompt);
             a->draft_len = draft_length(options_.draft.n_max);
@@ -368,274 +358,6 @@ void scheduler::emit_token(active &a, const sample_result &r, bool &done) {
     }
     a.next_token = r.id;
     a.decoding = true;
-}
-
-// One step's rows and what they are for, built by the plan_* phases of step().
-struct scheduler::step_plan {
-    std::vector<engine_row> rows;
-    std::vector<active *> owner;  // the session of each output row (want != none), in row order
-    int32_t n_decode = 0;         // decode rows (drafts included)
-    int32_t n_prefill = 0;        // prompt rows
-    int32_t budget = 0;           // prompt tokens the step could carry
-    uint64_t n_drafted = 0;
-    bool yielded = false;         // a prefill was held back for the decoders
-    bool whole_rows = false;      // some output row wants its whole logits
-};
-
-// One session's picks from its output rows of a step (its next token's row, then one a draft).
-struct scheduler::session_picks {
-    active *a;
-    size_t first_row;
-    bool decode;
-    std::vector<sample_result> picks;
-    std::string error;
-};
-
-bool scheduler::step() {
-    admit();
-    drain_cancels();
-    std::erase_if(active_, [](const std::unique_ptr<active> &a) { return a->finished; });
-    if (active_.empty()) {
-        publish();
-        return false;
-    }
-    step_plan plan;
-    plan_decode_rows(plan);
-    plan_prompt_rows(plan);
-    plan_outputs(plan);
-    auto t0 = clock_type::now();
-    try {
-        engine_.forward(plan.rows, outputs_);
-    } catch (const std::exception &e) {
-        log_error("engine forward failed ({} rows): {}", plan.rows.size(), e.what());
-        abandon_active(std::string("engine error: ") + e.what());
-        return true;
-    }
-    const double dt = std::chrono::duration<double>(clock_type::now() - t0).count();
-    budget_.record(plan.n_decode, plan.n_prefill, dt);
-    log_debug("step: {} decode rows, {} prompt rows (share {}), {:.3f} ms", plan.n_decode, plan.n_prefill, plan.budget,
-              dt * 1e3);
-    TANDEM_ASSERT(outputs_.top.size() == plan.owner.size(), "engine returned {} summaries for {} rows", outputs_.top.size(),
-                  plan.owner.size());
-    if (plan.whole_rows)
-        TANDEM_ASSERT(outputs_.logits.size() >= plan.owner.size() * size_t(engine_.hparams().n_vocab),
-                      "engine returned {} logits for {} rows", outputs_.logits.size(), plan.owner.size());
-    std::vector<session_picks> picks = pick_tokens(plan);
-    const auto [n_decode_tokens, n_accepted] = apply_picks(picks);
-    send_events();
-    std::erase_if(active_, [](const std::unique_ptr<active> &a) { return a->finished; });
-    record_step(plan, dt, n_decode_tokens, n_accepted);
-    publish();
-    return true;
-}
-
-// Decode rows first: every generating session, one row each, in one call; then, with --draft,
-// each session's drafted tokens as more decode rows of its slot (in admission order, while the
-// step's decode rows stay within --draft-step-rows).
-void scheduler::plan_decode_rows(step_plan &plan) {
-    int32_t n_sessions_decoding = 0;
-    for (auto &a : active_) n_sessions_decoding += a->decoding ? 1 : 0;
-    int32_t spare_rows = options_.draft.n_max > 0 ? std::max(0, options_.draft_step_rows - n_sessions_decoding) : 0;
-    for (auto &a : active_) {
-        if (!a->decoding) continue;
-        auto &st = slots_[a->slot];
-        plan.rows.push_back({a->slot, static_cast<int32_t>(st.tokens.size()), a->next_token, row_output::summary});
-        st.tokens.push_back(a->next_token);
-        plan.owner.push_back(a.get());
-        ++plan.n_decode;
-        a->draft.clear();
-        if (!a->drafts || spare_rows <= 0) continue;
-        // The history ends with next_token (emit_token appended it).
-        a->draft = a->drafts->propose(std::min(spare_rows, draft_room(*a)));
-        for (int32_t d : a->draft) {
-            plan.rows.push_back({a->slot, static_cast<int32_t>(st.tokens.size()), d, row_output::summary});
-            st.tokens.push_back(d);
-            plan.owner.push_back(a.get());
-        }
-        spare_rows -= static_cast<int32_t>(a->draft.size());
-        plan.n_decode += static_cast<int32_t>(a->draft.size());
-        plan.n_drafted += a->draft.size();
-    }
-}
-
-// Then prefill, FIFO, within this step's budget: while anyone decodes, as many prompt tokens as
-// keep the step within --itl-budget x a decode-only step, at most --prefill-yield.
-void scheduler::plan_prompt_rows(step_plan &plan) {
-    int32_t n_waiting = 0;  // sessions with a slot still prefilling
-    for (auto &a : active_) n_waiting += a->decoding ? 0 : 1;
-    plan.budget = plan.n_decode > 0 ? budget_.tokens(plan.n_decode, n_waiting) : options_.prefill_chunk;
-    int32_t budget = plan.budget;
-    for (auto &a : active_) {
-        if (a->decoding) continue;
-        const int32_t left = static_cast<int32_t>(a->req.prompt.size()) - a->n_past;
-        if (budget <= 0) {
-            plan.yielded = plan.yielded || plan.n_decode > 0;
-            continue;
-        }
-        const int32_t n = std::min(budget, left);
-        if (n < left && plan.n_decode > 0) plan.yielded = true;
-        auto &st = slots_[a->slot];
-        for (int32_t i = 0; i < n; ++i) {
-            const int32_t tok = a->req.prompt[static_cast<size_t>(a->n_past + i)];
-            const bool last = a->n_past + i + 1 == static_cast<int32_t>(a->req.prompt.size());
-            plan.rows.push_back(
-                {a->slot, static_cast<int32_t>(st.tokens.size()), tok, last ? row_output::summary : row_output::none, true});
-            st.tokens.push_back(tok);
-            if (last) plan.owner.push_back(a.get());
-        }
-        a->n_past += n;
-        budget -= n;
-        plan.n_prefill += n;
-    }
-}
-
-// What each output row needs back, as its session's picker says: its whole row for a draw the
-// summary cannot decide (a temperature draw with a top_k over 64), its best token alone for rows
-// without logprobs (greedy, or drawn by the engine: one launch on CUDA instead of the summaries'
-// two), else its 64 best tokens; with the exact draw the picker asks the engine for (a session's
-// row j draws with the uniform number j draws ahead: a draw is made for row j only after the j
-// before it).
-void scheduler::plan_outputs(step_plan &plan) {
-    size_t out = 0, j = 0;
-    for (engine_row &r : plan.rows) {
-        if (r.want == row_output::none) continue;
-        const active &a = *plan.owner[out];
-        j = out > 0 && plan.owner[out - 1] == &a ? j + 1 : 0;  // a session's rows are adjacent
-        ++out;
-        if (!a.picker->picks_from_top()) {
-            r.want = row_output::logits;
-            plan.whole_rows = true;
-            continue;
-        }
-        r.want = a.picker->needs_best_only() ? row_output::best : row_output::summary;
-        r.draw = a.picker->draw_request(j);
-    }
-}
-
-// A session's rows come together: its next token's row, then one a draft. The draw from row j is
-// kept only while every earlier draw equalled the draft fed after it, and draws are made in row
-// order and stop at the first miss, so the sampler's random stream advances exactly as it would one
-// token a step: the output does not depend on the drafts. Sessions that pick from whole rows do so
-// on several threads (~1 ms each for a 150k vocabulary; the sessions' samplers are independent). A
-// draw that throws (NaN logits: a broken model file or kernel) ends its own request with the error;
-// the step's other sessions go on.
-std::vector<scheduler::session_picks> scheduler::pick_tokens(const step_plan &plan) {
-    const size_t n_vocab = static_cast<size_t>(engine_.hparams().n_vocab);
-    const std::vector<logits_top> &tops = outputs_.top;
-    const std::vector<float> &logits = outputs_.logits;
-    std::vector<session_picks> picks;
-    for (size_t i = 0; i < plan.owner.size(); i += 1 + plan.owner[i]->draft.size())
-        picks.push_back({plan.owner[i], i, i < static_cast<size_t>(plan.n_decode), {}, {}});
-    auto pick_session = [&](session_picks &d) {
-        active &a = *d.a;
-        try {
-            for (size_t j = 0; j <= a.draft.size(); ++j) {
-                const size_t row = d.first_row + j;
-                d.picks.push_back(a.picker->picks_from_top()
-                                      ? a.picker->pick_top(tops[row])
-                                      : a.picker->pick(std::span<const float>(logits.data() + row * n_vocab, n_vocab), &tops[row]));
-                if (j == a.draft.size() || d.picks.back().id != a.draft[j]) break;
-            }
-        } catch (const std::exception &e) {
-            d.error = e.what();
-        }
-    };
-    const size_t n_workers = plan.whole_rows ? std::min<size_t>(picks.size(), max_pick_threads) : 1;
-    if (n_workers <= 1) {
-        for (auto &d : picks) pick_session(d);
-        return picks;
-    }
-    std::vector<std::thread> workers;
-    std::atomic<size_t> next{0};
-    for (size_t w = 0; w < n_workers; ++w)
-        workers.emplace_back([&] {
-            for (size_t k; (k = next.fetch_add(1)) < picks.size();) pick_session(picks[k]);
-        });
-    for (auto &t : workers) t.join();
-    return picks;
-}
-
-// In row order, the tokens each session's picks emit; a draft's row stands while the pick before
-// it equalled it, and the slot forgets the rows past the last that stands. A pick past a token
-// that ends the session is dropped with its sampler. Returns (decode tokens emitted, drafts kept).
-std::pair<uint64_t, uint64_t> scheduler::apply_picks(std::vector<session_picks> &picks) {
-    uint64_t n_accepted = 0, n_decode_tokens = 0;
-    for (session_picks &d : picks) {
-        active &a = *d.a;
-        auto &st = slots_[a.slot];
-        const size_t held = st.tokens.size();
-        st.tokens.resize(held - a.draft.size());  // drafts come back as they are kept
-        if (!d.error.empty()) {
-            // The cache keeps what the slot's tokens say (the drafts' rows go): a later request
-            // may still reuse the prefix.
-            if (st.tokens.size() < held) engine_.slot_truncate(a.slot, static_cast<int32_t>(st.tokens.size()));
-            a.draft.clear();
-            log_error("slot {}: sampling failed: {}", a.slot, d.error);
-            finish(a, finish_reason::error, "sampling failed: " + d.error);
-            continue;
-        }
-        size_t kept = 0;
-        for (size_t j = 0; j < d.picks.size(); ++j) {
-            bool done = false;
-            emit_token(a, d.picks[j], done);
-            n_decode_tokens += d.decode ? 1 : 0;
-            if (done || j + 1 == d.picks.size()) break;
-            st.tokens.push_back(a.draft[j]);  // picks[j] equalled it: row j + 1 stands
-            ++kept;
-        }
-        if (!a.draft.empty()) {
-            if (st.tokens.size() < held) engine_.slot_truncate(a.slot, static_cast<int32_t>(st.tokens.size()));
-            a.draft_len.record(a.draft.size(), kept);
-            n_accepted += kept;
-            a.draft.clear();
-        }
-    }
-    return {n_decode_tokens, n_accepted};
-}
-
-// Each session's new text and tokens since the last step, or its prefill progress.
-void scheduler::send_events() {
-    for (auto &a : active_) {
-        if (a->finished) continue;
-        if (!a->pending.text.empty() || !a->pending.tokens.empty()) {
-            gen_event ev = std::exchange(a->pending, gen_event{});
-            ev.type = gen_event::kind::delta;
-            ev.slot = a->slot;
-            a->req.sink->on_event(std::move(ev));
-        } else if (!a->decoding) {
-            gen_event ev;
-            ev.type = gen_event::kind::progress;
-            ev.prefill_done = a->n_past;
-            ev.prefill_total = static_cast<int32_t>(a->req.prompt.size());
-            ev.slot = a->slot;
-            a->req.sink->on_event(std::move(ev));
-        }
-    }
-}
-
-void scheduler::record_step(const step_plan &plan, double dt, uint64_t n_decode_tokens, uint64_t n_accepted) {
-    std::vector<int32_t> in_call;
-    for (const auto &r : plan.rows) in_call.push_back(r.slot);
-    std::sort(in_call.begin(), in_call.end());
-    const auto busy = static_cast<uint64_t>(std::unique(in_call.begin(), in_call.end()) - in_call.begin());
-    const double n_rows = static_cast<double>(plan.rows.size());
-    std::lock_guard lock(mutex_);
-    stats_.n_steps += 1;
-    stats_.busy_slot_steps += busy;
-    stats_.prompt_tokens += static_cast<uint64_t>(plan.n_prefill);
-    stats_.predicted_tokens += n_decode_tokens;
-    stats_.draft_tokens += plan.n_drafted;
-    stats_.draft_accepted += n_accepted;
-    // A mixed call's time is split between prompt and decode by rows.
-    stats_.prompt_seconds += n_rows > 0 ? dt * plan.n_prefill / n_rows : 0.0;
-    stats_.predicted_seconds += n_rows > 0 ? dt * plan.n_decode / n_rows : 0.0;
-    if (plan.n_decode > 0) {
-        stats_.decode_steps += 1;
-        stats_.decode_rows += static_cast<uint64_t>(plan.n_decode);
-        stats_.max_rows_per_decode = std::max(stats_.max_rows_per_decode, plan.n_decode);
-        stats_.prefill_budget = plan.budget;
-    }
-    if (plan.yielded) stats_.prefill_yields += 1;
 }
 
 void scheduler::publish() {

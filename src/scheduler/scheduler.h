@@ -6,6 +6,7 @@
 
 #include "src/scheduler/draft_lookup.h"
 #include "src/scheduler/prefill_budget.h"
+#include "src/scheduler/session_rules.h"
 #include "tandem/engine.h"
 #include "tandem/error.h"
 #include "tandem/grammar.h"
@@ -69,6 +70,10 @@ struct scheduler_hooks {
     std::function<bool(int32_t)> is_eog;
     std::function<std::unique_ptr<text_stream>()> make_text_stream;
     std::function<std::unique_ptr<token_picker>(const sampling_params &)> make_picker;
+    // The tokenizer's vocabulary as grammars see it (null: constrained requests are refused), and
+    // each token's bytes (for gen_request::constraint_after).
+    std::shared_ptr<const grammar_vocab> vocab;
+    token_bytes_fn token_bytes;
 };
 
 struct scheduler_options {
@@ -80,7 +85,9 @@ struct scheduler_options {
     // Speculative decoding by prompt lookup (draft_lookup.h): each decoding session may feed up to
     // draft.n_max guessed tokens as extra decode rows, while the step's decode rows stay within
     // draft_step_rows; only draws that the session's sampler makes anyway are kept, so the output
-    // is the same as without drafts. draft.n_max 0: off.
+    // is the same as without drafts. draft.n_max 0: off. Sessions whose rows carry logit rules
+    // (penalties, logit_bias, a grammar) are never drafted: a draft row's rules would depend on the
+    // drafts before it being kept.
     draft_options draft;
     int32_t draft_step_rows = 16;
 };
@@ -211,6 +218,7 @@ private:
     void admit();
     void finish(active &a, finish_reason reason, const std::string &error);
     void emit_token(active &a, const sample_result &r, bool &done);
+    bool rules_accept(active &a, int32_t id);
     int32_t draft_room(const active &a) const;
     // The phases of step().
     struct step_plan;
@@ -218,6 +226,7 @@ private:
     void plan_decode_rows(step_plan &plan);
     void plan_prompt_rows(step_plan &plan);
     void plan_outputs(step_plan &plan);
+    void plan_rules(step_plan &plan);
     std::vector<session_picks> pick_tokens(const step_plan &plan);
     std::pair<uint64_t, uint64_t> apply_picks(std::vector<session_picks> &picks);
     void send_events();
@@ -254,6 +263,7 @@ private:
     };
     std::vector<slot_state> slots_;
     std::vector<std::unique_ptr<active>> active_;  // in admission order
+    std::unique_ptr<constraint_table> constraints_;  // with hooks_.vocab
     uint64_t use_clock_ = 0;
     engine_outputs outputs_;  // the last step's output rows
     prefill_budget budget_;

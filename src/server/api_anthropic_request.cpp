@@ -2,9 +2,8 @@
 // content blocks (text, tool_use, tool_result, thinking) into OpenAI-shaped messages for the chat
 // template, tools with input_schema, tool_choice, thinking, and the sampling fields.
 #include "src/server/api_anthropic.h"
+#include "src/server/api_controls.h"
 #include "src/server/api_tools.h"
-
-#include <random>
 
 namespace tandem::server {
 
@@ -130,20 +129,7 @@ void parse_thinking(const json &body, api_request &r) {
 }
 
 void parse_sampling(const json &body, api_request &r) {
-    r.sampling.temperature = 1.0f;  // Anthropic's default
-    if (auto t = json_number(body, "temperature")) {
-        if (*t < 0.0 || *t > 1.0) fail(error_kind::invalid_request, "'temperature' must be in [0, 1], got {}", *t);
-        r.sampling.temperature = static_cast<float>(*t);
-    }
-    if (auto p = json_number(body, "top_p")) {
-        if (*p <= 0.0 || *p > 1.0) fail(error_kind::invalid_request, "'top_p' must be in (0, 1], got {}", *p);
-        r.sampling.top_p = static_cast<float>(*p);
-    }
-    if (auto k = json_integer(body, "top_k")) {
-        if (*k < 0) fail(error_kind::invalid_request, "'top_k' must be >= 0, got {}", *k);
-        r.sampling.top_k = static_cast<int32_t>(std::min<int64_t>(*k, 1000000));
-    }
-    r.sampling.seed = static_cast<uint64_t>(std::random_device{}());
+    parse_sampling_controls(body, api_kind::anthropic, r);
     r.stop = json_stop_list(body, "stop_sequences");
     r.stream = json_bool(body, "stream").value_or(false);
 }

@@ -39,6 +39,12 @@ struct api_tools {
     bool forced() const { return choice == tool_choice::required || choice == tool_choice::named; }
 };
 
+// The sampling fields a request set (the others take the server's sampling_defaults).
+struct sampling_overrides {
+    std::optional<float> temperature, top_p, min_p, presence_penalty, frequency_penalty, repeat_penalty;
+    std::optional<int32_t> top_k, repeat_last_n;
+};
+
 // A generation request after JSON mapping, before tokenization.
 struct api_request {
     route_kind route = route_kind::chat;
@@ -49,7 +55,8 @@ struct api_request {
     json chat = json::object();
     std::string prompt;                  // completion
     std::optional<int32_t> max_tokens;
-    sampling_params sampling;
+    sampling_params sampling;            // seed, logprobs and logit_bias; the rest from `overrides`
+    sampling_overrides overrides;        // and the server's defaults (sampling_resolve)
     std::vector<std::string> stop;
     bool stream = false;
     bool include_usage = false;          // OpenAI stream_options.include_usage

@@ -2,35 +2,16 @@
 // sampling fields with OpenAI's ranges, messages with tool calls and tool results, tools and the
 // tool choice, and the template's keyword arguments.
 #include "src/server/api_openai.h"
+#include "src/server/api_controls.h"
 #include "src/server/api_tools.h"
-
-#include <random>
 
 namespace tandem::server {
 
 namespace {
 
-// Sampling fields common to chat and completions, with OpenAI's ranges.
+// Fields common to chat and completions (sampling, penalties, logit_bias: api_controls.h).
 void parse_sampling(const json &body, api_request &r) {
-    r.sampling.temperature = 1.0f;  // OpenAI's default
-    if (auto t = json_number(body, "temperature")) {
-        if (*t < 0.0 || *t > 2.0) fail(error_kind::invalid_request, "'temperature' must be in [0, 2], got {}", *t);
-        r.sampling.temperature = static_cast<float>(*t);
-    }
-    if (auto p = json_number(body, "top_p")) {
-        if (*p <= 0.0 || *p > 1.0) fail(error_kind::invalid_request, "'top_p' must be in (0, 1], got {}", *p);
-        r.sampling.top_p = static_cast<float>(*p);
-    }
-    if (auto k = json_integer(body, "top_k")) {
-        if (*k < 0 || *k > 1000000) fail(error_kind::invalid_request, "'top_k' must be >= 0, got {}", *k);
-        r.sampling.top_k = static_cast<int32_t>(*k);
-    }
-    if (auto m = json_number(body, "min_p")) {
-        if (*m < 0.0 || *m > 1.0) fail(error_kind::invalid_request, "'min_p' must be in [0, 1], got {}", *m);
-        r.sampling.min_p = static_cast<float>(*m);
-    }
-    if (auto s = json_integer(body, "seed")) r.sampling.seed = static_cast<uint64_t>(*s);
-    else r.sampling.seed = 0x7a5d'0000'0000'0000ull ^ static_cast<uint64_t>(std::random_device{}());
+    parse_sampling_controls(body, api_kind::openai, r);
     r.stop = json_stop_list(body, "stop");
     if (auto n = json_integer(body, "n"); n && *n != 1) fail(error_kind::invalid_request, "only 'n': 1 is supported, got {}", *n);
     r.model = json_string(body, "model").value_or("");

@@ -7,12 +7,14 @@
 #include "src/server/response_store.h"
 
 #include <memory>
+#include <string_view>
 
 namespace tandem::server {
 
 // Maps a request body; throws error(invalid_request) naming the bad field. Fields the API defines
-// that Tandem does not implement are refused by name.
-api_request responses_parse(const json &body);
+// that Tandem does not implement are refused by name. raw_body, when given, is the body's text:
+// text.format's schema is read from it in its own property order.
+api_request responses_parse(const json &body, std::string_view raw_body = {});
 
 // Continues the stored conversation of previous_response_id (a 400 naming it when unknown) and
 // checks the function_call_output items that answer its calls.

@@ -2,9 +2,9 @@
 // or items: messages, function_call, function_call_output, reasoning) into OpenAI chat messages,
 // instructions, function tools, tool_choice, sampling and the fields echoed in the reply.
 #include "src/server/api_responses.h"
+#include "src/server/api_controls.h"
 #include "src/server/api_tools.h"
 
-#include <random>
 #include <set>
 
 namespace tandem::server {
@@ -130,37 +130,27 @@ void parse_tools(const json &body, api_request &r) {
     if (r.tools.offered()) r.chat["tools"] = std::move(entries);
 }
 
-// text.format: plain text here. The response-format parser of the generation controls will
-// compile json_schema and json_object formats into api_request::constraint; until then they are
-// refused rather than ignored.
-void responses_text_format(const json &body, api_request &r) {
-    (void)r;
+// text.format: plain text, or a JSON object or schema the output must match (read from the body's
+// text when given, so the schema's property order is the output's).
+void responses_text_format(const json &body, std::string_view raw_body, api_request &r) {
     auto text = body.find("text");
     if (text == body.end() || text->is_null()) return;
     if (!text->is_object()) fail(error_kind::invalid_request, "'text' must be an object");
     for (const auto &[key, value] : text->items()) {
         if (key == "format") {
-            const std::string type = value.is_object() ? json_string(value, "type").value_or("") : "";
-            if (type == "text") continue;
-            fail(error_kind::invalid_request, "'text.format' of type '{}' is not supported yet (structured output needs "
-                 "the generation controls); use type 'text'", type);
+            if (value.is_null()) continue;
+            const nlohmann::ordered_json format =
+                raw_body.empty() ? nlohmann::ordered_json(value) : nlohmann::ordered_json::parse(raw_body).at("text").at("format");
+            r.constraint = grammar_from_response_format(format, "text.format");
+            continue;
         }
         if (key == "verbosity" && (value.is_null() || value == "medium")) continue;
         fail(error_kind::invalid_request, "'text.{}' is not supported", key);
     }
 }
 
-void parse_options(const json &body, api_request &r, json &echo) {
-    r.sampling.temperature = 1.0f;
-    if (auto t = json_number(body, "temperature")) {
-        if (*t < 0.0 || *t > 2.0) fail(error_kind::invalid_request, "'temperature' must be in [0, 2], got {}", *t);
-        r.sampling.temperature = static_cast<float>(*t);
-    }
-    if (auto p = json_number(body, "top_p")) {
-        if (*p <= 0.0 || *p > 1.0) fail(error_kind::invalid_request, "'top_p' must be in (0, 1], got {}", *p);
-        r.sampling.top_p = static_cast<float>(*p);
-    }
-    r.sampling.seed = static_cast<uint64_t>(std::random_device{}());
+void parse_options(const json &body, std::string_view raw_body, api_request &r, json &echo) {
+    parse_sampling_controls(body, api_kind::openai, r);  // of them, only temperature and top_p pass the field check
     if (auto m = json_integer(body, "max_output_tokens")) {
         if (*m < 1 || *m > (1 << 30)) fail(error_kind::invalid_request, "'max_output_tokens' must be in 1..2^30, got {}", *m);
         r.max_tokens = static_cast<int32_t>(*m);
@@ -184,7 +174,7 @@ void parse_options(const json &body, api_request &r, json &echo) {
         }
         echo["reasoning"] = {{"effort", reasoning->value("effort", json())}, {"summary", nullptr}};
     }
-    responses_text_format(body, r);
+    responses_text_format(body, raw_body, r);
     for (const char *key : {"instructions", "max_output_tokens", "previous_response_id", "temperature", "top_p", "metadata"})
         if (body.contains(key)) echo[key] = body.at(key);
     echo["parallel_tool_calls"] = r.tools.parallel;
@@ -195,7 +185,7 @@ void parse_options(const json &body, api_request &r, json &echo) {
 
 }  // namespace
 
-api_request responses_parse(const json &body) {
+api_request responses_parse(const json &body, std::string_view raw_body) {
     for (const auto &[key, value] : body.items())
         if (!known_fields.count(key)) fail(error_kind::invalid_request, "'{}' is not supported by /v1/responses", key);
     api_request r;
@@ -219,7 +209,7 @@ api_request responses_parse(const json &body) {
     r.chat["messages"] = std::move(s.messages);
     parse_tools(body, r);
     json echo = json::object();
-    parse_options(body, r, echo);
+    parse_options(body, raw_body, r, echo);
     r.responses = {{"echo", echo}, {"n_system", n_system}, {"pending_answers", s.pending_answers}};
     return r;
 }

@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -17,6 +18,22 @@ namespace tandem::server {
 struct json_limits {
     int32_t max_depth = 128;
     int64_t max_values = int64_t{1} << 18;
+};
+
+// What a request samples with for the fields it does not set: the flags named as llama-server
+// names them (--temp, --top-k, ...), else the model file's recommended sampling (general.sampling.*),
+// else these, llama-server's own defaults. `from` names where each came from ("flag", "model";
+// absent: built in), for /props and the start-up log.
+struct sampling_defaults {
+    float temperature = 0.8f;
+    int32_t top_k = 40;
+    float top_p = 0.95f;
+    float min_p = 0.05f;
+    float presence_penalty = 0.0f;
+    float frequency_penalty = 0.0f;
+    float repeat_penalty = 1.0f;
+    int32_t repeat_last_n = 64;
+    std::map<std::string, std::string> from;
 };
 
 struct server_config {
@@ -69,6 +86,7 @@ struct server_config {
     std::string expert_traffic_out;          // write the recorded expert traffic here at shutdown
     std::string transport = "auto";          // CUDA transfers between devices: auto, p2p, host
     bool tensor_parallel = false;
+    sampling_defaults sampling;              // resolved from flags and the model file before serving
 };
 
 }  // namespace tandem::server

@@ -3,6 +3,7 @@
 #include "src/server/service.h"
 
 #include "src/server/api_anthropic.h"
+#include "src/server/api_controls.h"
 #include "src/server/api_openai.h"
 #include "src/server/api_responses.h"
 #include "src/server/api_tools.h"
@@ -65,15 +66,18 @@ const route_entry *route_find(std::string_view path) {
 
 api_request api_parse_request(route_id route, const std::string &body, const json_limits &limits) {
     const json j = json_parse_body(body, limits);
+    api_request r;
     switch (route) {
-    case route_id::chat: return openai_parse_chat(j);
-    case route_id::completion: return openai_parse_completion(j);
-    case route_id::messages: return anthropic_parse_messages(j, false);
-    case route_id::count_tokens: return anthropic_parse_messages(j, true);
-    case route_id::responses: return responses_parse(j);
-    default: break;
+    case route_id::chat: r = openai_parse_chat(j); break;
+    case route_id::completion: r = openai_parse_completion(j); break;
+    case route_id::messages: r = anthropic_parse_messages(j, false); break;
+    case route_id::count_tokens: r = anthropic_parse_messages(j, true); break;
+    case route_id::responses: return responses_parse(j, body);  // checks its own fields and text.format
+    default: fail(error_kind::internal, "route has no request body to map");
     }
-    fail(error_kind::internal, "route has no request body to map");
+    check_request_fields(r.route, j);
+    parse_output_controls(j, body, r);
+    return r;
 }
 
 service::service(const server_config &config) : config_(config), started_(std::chrono::system_clock::now()) {
@@ -357,8 +361,12 @@ std::unique_ptr<generation_job> service::prepare(api_request req) {
     job->request = std::move(request);
     job->request.prompt = std::move(prompt);
     job->request.max_tokens = max_tokens;
-    job->request.sampling = req.sampling;
-    sampler validate(req.sampling);  // throws invalid_request here, not later on the engine thread
+    job->request.sampling = sampling_resolve(config_.sampling, req);
+    sampler validate(job->request.sampling);  // throws invalid_request here, not later on the engine thread
+    for (const auto &[id, bias] : job->request.sampling.logit_bias)
+        if (id >= model_.tok->n_vocab())
+            fail(error_kind::invalid_request, "'logit_bias': token id {} is out of range (the vocabulary has {} tokens)", id,
+                 model_.tok->n_vocab());
     job->request.stop = req.stop;
     return job;
 }
@@ -454,10 +462,12 @@ json service::slots_json() const {
 }
 
 json service::props_json() const {
-    json settings = {{"n_ctx", model_.eng ? model_.eng->n_ctx() : config_.n_ctx},
-                     {"params", {{"temperature", 1.0}, {"top_k", 0}, {"top_p", 1.0}, {"min_p", 0.0}, {"n_predict", -1}}}};
+    json params = sampling_defaults_json(config_.sampling);
+    params["n_predict"] = -1;
+    json settings = {{"n_ctx", model_.eng ? model_.eng->n_ctx() : config_.n_ctx}, {"params", params}};
     return {
         {"default_generation_settings", settings},
+        {"default_generation_settings_from", config_.sampling.from},
         {"total_slots", model_.eng ? model_.eng->n_slots() : config_.n_slots},
         {"model_path", config_.model_path},
         {"model_alias", model_.model_id},
@@ -504,6 +514,8 @@ scheduler_hooks make_scheduler_hooks(const tokenizer &tok) {
     h.is_eog = [t](int32_t id) { return t->is_eog(id); };
     h.make_text_stream = [t] { return std::make_unique<streamer_text>(*t); };
     h.make_picker = make_sampler_picker;
+    h.vocab = std::make_shared<const grammar_vocab>(grammar_vocab_of(tok));
+    h.token_bytes = [t](int32_t id) -> const std::string & { return t->token_bytes(id); };
     return h;
 }
 

@@ -3,12 +3,15 @@
 #include "commands.h"
 #include "engine_flags.h"
 #include "src/scheduler/draft_lookup.h"
+#include "src/scheduler/session_rules.h"
+#include "src/server/api_controls.h"
 
 #include "tandem/error.h"
 #include "tandem/gguf.h"
 #include "tandem/log.h"
 #include "tandem/model.h"
 #include "tandem/sampler.h"
+#include "tandem/tokenizer.h"
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -17,6 +20,7 @@
 #include <chrono>
 #include <cmath>
 #include <fstream>
+#include <optional>
 #include <random>
 #include <sstream>
 
@@ -30,7 +34,8 @@ using clock_type = std::chrono::steady_clock;
 
 struct bench_cli {
     tandem::engine_options engine;
-    std::string model, sessions = "1,4,16", json_path, traffic_path;
+    std::string model, sessions = "1,4,16", json_path, traffic_path, schema_path;
+    int constrained = -1;  // sessions under --schema a session count (-1: all)
     int prompt = 2048, gen = 128, decode_prompt = 16, prefill_chunk = 2048, repeats = 3, draft = 0, draft_step_rows = 16;
     double bandwidth_gbps = 0;
     float temperature = 0.0f, top_p = 1.0f;
@@ -116,6 +121,43 @@ void forward_tops(tandem::engine &eng, std::span<const tandem::engine_row> rows,
 }
 
 tandem::row_output summary_if(bool wanted) { return wanted ? tandem::row_output::summary : tandem::row_output::none; }
+
+// --schema: the first sessions of a decode run generate under the schema's grammar, as the server's
+// constrained requests do (each row's mask filled on the host, applied where the backend applies
+// rules); a session whose output completes starts a new one in the same slot.
+struct bench_constraints {
+    std::shared_ptr<const tandem::grammar_constraint> constraint;  // null: no --schema
+    std::optional<tandem::tokenizer> tok;
+    std::vector<std::unique_ptr<tandem::session_rules>> rules;     // [constrained sessions]
+    double rules_seconds = 0;                                       // filling masks, this run
+    uint64_t outputs_completed = 0;
+
+    void start(size_t n, int32_t n_vocab) {
+        rules.clear();
+        for (size_t s = 0; s < n; ++s)
+            rules.push_back(std::make_unique<tandem::session_rules>(tandem::sampling_params{}, std::span<const int32_t>{}, n_vocab,
+                                                                   tandem::session_constraint{constraint, {}, nullptr}));
+        rules_seconds = 0;
+        outputs_completed = 0;
+    }
+    void attach(std::vector<tandem::engine_row> &rows) {
+        const auto t0 = clock_type::now();
+        for (size_t s = 0; s < rules.size(); ++s) rows[s].rules = rules[s]->next_row(INT64_MAX);
+        rules_seconds += seconds_since(t0);
+    }
+    void accept(const std::vector<int32_t> &picked, int32_t n_vocab) {
+        const auto t0 = clock_type::now();
+        for (size_t s = 0; s < rules.size(); ++s) {
+            if (!rules[s]->accept(picked[s])) tandem::fail(tandem::error_kind::internal, "session {} drew token {} outside its grammar", s, picked[s]);
+            if (tok->is_eog(picked[s])) {
+                rules[s] = std::make_unique<tandem::session_rules>(tandem::sampling_params{}, std::span<const int32_t>{}, n_vocab,
+                                                                   tandem::session_constraint{constraint, {}, nullptr});
+                ++outputs_completed;
+            }
+        }
+        rules_seconds += seconds_since(t0);
+    }
+};
 
 }  // namespace
 
@@ -253,6 +295,11 @@ TANDEM_COMMAND(bench, "Measure prefill and multi-session decode throughput", [](
     sub.add_flag("--draft-oracle", cli->draft_oracle,
                  "With --draft, also decode with each session's own greedy continuation as its drafts (all kept): "
                  "what steps of 1 + draft rows a session give at full acceptance");
+    sub.add_option("--schema", cli->schema_path,
+                   "Decode with sessions constrained by this JSON Schema file (as response_format json_schema): each "
+                   "step fills their grammar masks, which the engine applies with their rows");
+    sub.add_option("--constrained", cli->constrained, "With --schema: this many of each session count constrained (default: all)")
+        ->check(CLI::Range(0, 1 << 20));
     sub.add_option("--json", cli->json_path, "Also write the results as JSON to this file");
     sub.add_option("--expert-traffic-out", cli->traffic_path,
                    "Record the rows routed to each expert and write them here (the --expert-balance format)");
@@ -280,6 +327,18 @@ TANDEM_COMMAND(bench, "Measure prefill and multi-session decode throughput", [](
         opt.backend = engine_backend_resolve(opt);
         opt.record_expert_traffic = !cli->traffic_path.empty();
         auto eng = engine_open(file, opt);
+        bench_constraints constraints;
+        if (!cli->schema_path.empty()) {
+            std::ifstream in(cli->schema_path);
+            if (!in) fail(error_kind::config, "--schema {}: cannot read it", cli->schema_path);
+            std::stringstream text;
+            text << in.rdbuf();
+            constraints.tok.emplace(tokenizer::from_gguf(*file));
+            const grammar g = grammar::from_json_schema_text(text.str());
+            constraints.constraint = std::make_shared<const grammar_constraint>(g, server::grammar_vocab_of(*constraints.tok));
+        } else if (cli->constrained >= 0) {
+            fail(error_kind::config, "--constrained needs --schema");
+        }
         const bench_roof roof_info = bench_roof_measure(*eng, cli->bandwidth_gbps);
         const double roof = roof_info.gb_s;
         std::mt19937 rng(1234);
@@ -345,6 +404,9 @@ TANDEM_COMMAND(bench, "Measure prefill and multi-session decode throughput", [](
             for (int s = 0; s < n; ++s) next[size_t(s)] = int32_t(rng() % uint32_t(hp.n_vocab));
             std::vector<double> step_times;
             uint64_t tokens_fnv = 1469598103934665603ull;  // the tokens decoded (runs that should agree compare it)
+            const int n_constrained = constraints.constraint ? (cli->constrained < 0 ? n : std::min(n, cli->constrained)) : 0;
+            constraints.start(size_t(n_constrained), hp.n_vocab);
+            double rules_seconds_timed = 0;
             double touched_sum = 0;
             int touched_n = 0;
             for (int step = 0; step < cli->gen + 2; ++step) {
@@ -360,16 +422,19 @@ TANDEM_COMMAND(bench, "Measure prefill and multi-session decode throughput", [](
                     }
                 }
                 const auto t0 = clock_type::now();
+                const double rules_before = constraints.rules_seconds;
+                constraints.attach(rows);
                 eng->forward(rows, outputs);
-                const double dt = seconds_since(t0);
                 for (int s = 0; s < n; ++s)
                     next[size_t(s)] = cli->full_logits ? argmax({outputs.logits.data() + size_t(s) * size_t(hp.n_vocab), size_t(hp.n_vocab)})
                                       : cli->temperature > 0.0f ? outputs.top[size_t(s)].drawn
                                                                 : outputs.top[size_t(s)].top[0].id;
-                for (int s = 0; s < n; ++s) {
+                for (int s = 0; s < n; ++s)
                     if (next[size_t(s)] < 0) fail(error_kind::internal, "decode row {} was not drawn (NaN logits?)", s);
-                    tokens_fnv = (tokens_fnv ^ uint64_t(uint32_t(next[size_t(s)]))) * 1099511628211ull;
-                }
+                constraints.accept(next, hp.n_vocab);
+                const double dt = seconds_since(t0);  // a constrained step's time includes its masks
+                if (step >= 2) rules_seconds_timed += constraints.rules_seconds - rules_before;
+                for (int s = 0; s < n; ++s) tokens_fnv = (tokens_fnv ^ uint64_t(uint32_t(next[size_t(s)]))) * 1099511628211ull;
                 if (step >= 2) {
                     step_times.push_back(dt);
                     const auto c = eng->counters();
@@ -392,11 +457,19 @@ TANDEM_COMMAND(bench, "Measure prefill and multi-session decode throughput", [](
                 row["top_p"] = cli->top_p;
             }
             row["tokens_fnv"] = fmt::format("{:016x}", tokens_fnv);
+            if (constraints.constraint) {
+                row["constrained"] = n_constrained;
+                row["rules_ms_per_step"] = rules_seconds_timed * 1e3 / cli->gen;
+                row["constrained_outputs_completed"] = constraints.outputs_completed;
+            }
             result["decode"].push_back(row);
             const auto launches = counters.find("launches_per_step");
             fmt::print("decode   {:3} sessions  {:8.2f} ms/step  {:9.1f} tok/s aggregate  {:8.1f} tok/s/session  "
-                       "{:7.3f} GB/step  {:8.1f} GB/s{}{}\n",
+                       "{:7.3f} GB/step  {:8.1f} GB/s{}{}{}\n",
                        n, t * 1e3, n / t, 1.0 / t, b / 1e9, gbps,
+                       constraints.constraint ? fmt::format("  {} constrained ({:.3f} ms/step of masks)", n_constrained,
+                                                            rules_seconds_timed * 1e3 / cli->gen)
+                                              : std::string(),
                        roof > 0 ? fmt::format("  {:.1f}% of {:.0f} GB/s", 100.0 * gbps / roof, roof) : "",
                        launches != counters.end() && launches->second > 0 ? fmt::format("  {:.0f} launches/step", launches->second) : "");
             for (const bool oracle : {false, true}) {
@@ -424,7 +497,7 @@ TANDEM_COMMAND(bench, "Measure prefill and multi-session decode throughput", [](
                            {"file_type", file->get_int("general.file_type", -1)}, {"bytes", bytes.total()}};
         result["flags"] = {{"prompt", cli->prompt}, {"gen", cli->gen}, {"sessions", counts},
                            {"decode_prompt", cli->decode_prompt}, {"prefill_chunk", cli->prefill_chunk}, {"full_logits", cli->full_logits}, {"summaries", cli->summaries}, {"temperature", cli->temperature}, {"top_p", cli->top_p}, {"device_draws", opt.device_draws},
-                           {"draft", cli->draft}, {"draft_step_rows", cli->draft_step_rows}, {"draft_oracle", cli->draft_oracle}, {"threads", opt.n_threads}, {"devices", opt.n_devices}, {"n_ctx", opt.n_ctx}, {"kv_type", kv_type_name(engine_kv_type_resolve(opt))}};
+                           {"draft", cli->draft}, {"draft_step_rows", cli->draft_step_rows}, {"schema", cli->schema_path}, {"constrained", cli->constrained}, {"draft_oracle", cli->draft_oracle}, {"threads", opt.n_threads}, {"devices", opt.n_devices}, {"n_ctx", opt.n_ctx}, {"kv_type", kv_type_name(engine_kv_type_resolve(opt))}};
         fmt::print("{}\n", eng->layout());
         if (!cli->traffic_path.empty()) engine_write_expert_traffic(*eng, cli->traffic_path);
         if (!cli->json_path.empty()) {

@@ -138,6 +138,9 @@ void server_flags_add(CLI::App &app, server_flags &f) {
     add_model_flags(app, f);
     add_http_flags(app, f);
     add_engine_flags(app, f);
+}
+
+void server_flags_bind_env(CLI::App &app) {
     for (CLI::Option *opt : app.get_options()) {
         const auto &names = opt->get_lnames();
         if (names.empty() || names[0] == "help" || names[0] == "version") continue;

@@ -27,8 +27,12 @@ struct server_flags {
     int32_t timeout_s = 0;
 };
 
-// Adds every flag to `app`, each bound to `f` and to its environment variable.
+// Adds the server's flags to `app`, each bound to `f`.
 void server_flags_add(CLI::App &app, server_flags &f);
+
+// Names each of `app`'s options' environment variable, TANDEM_<FIRST LONG NAME>; called once every
+// flag is added.
+void server_flags_bind_env(CLI::App &app);
 
 // argv with llama-server's multi-letter short flags (-np, -ngl), which CLI11 cannot name, spelled
 // as their long forms.

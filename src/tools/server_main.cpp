@@ -5,6 +5,7 @@
 #include "src/chat/chat_output.h"
 #include "src/engine/host_memory.h"
 #include "src/scheduler/scheduler.h"
+#include "src/server/api_controls.h"
 #include "src/server/http_server.h"
 #include "src/server/memory_plan.h"
 #include "src/server/service.h"
@@ -27,6 +28,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <thread>
@@ -121,6 +123,44 @@ chosen_templates choose_templates(const server_config &cfg, const gguf_file &fil
     return out;
 }
 
+// The request defaults, named as llama-server names them; only those given override the model
+// file's recommendation (api_controls.h).
+struct sampling_options {
+    sampling_defaults value;
+    std::vector<std::pair<CLI::Option *, std::function<void(sampling_flags &)>>> given_if;
+    sampling_flags given() const {
+        sampling_flags f;
+        for (const auto &[opt, take] : given_if)
+            if (opt->count() > 0) take(f);
+        return f;
+    }
+};
+
+std::shared_ptr<sampling_options> add_sampling_flags(CLI::App &app) {
+    auto s = std::make_shared<sampling_options>();
+    sampling_defaults &v = s->value;
+    auto add = [&](const char *name, auto &field, auto range, const char *help, auto take) {
+        CLI::Option *o = app.add_option(name, field, help)->check(range);
+        s->given_if.emplace_back(o, [&field, take](sampling_flags &f) { take(f, field); });
+    };
+    // Each: what requests that set none get; without the flag, the model file's recommendation
+    // (general.sampling.*), else llama-server's default (api_controls.h).
+    add("--temp", v.temperature, CLI::Range(0.0, 2.0), "default temperature (0: greedy) [model file, else 0.8]",
+        [](sampling_flags &f, float x) { f.temperature = x; });
+    add("--top-k", v.top_k, CLI::Range(0, 1 << 30), "default top_k (0: off) [model file, else 40]", [](sampling_flags &f, int32_t x) { f.top_k = x; });
+    add("--top-p", v.top_p, CLI::Range(0.000001, 1.0), "default top_p (1: off) [model file, else 0.95]", [](sampling_flags &f, float x) { f.top_p = x; });
+    add("--min-p", v.min_p, CLI::Range(0.0, 1.0), "default min_p (0: off) [model file, else 0.05]", [](sampling_flags &f, float x) { f.min_p = x; });
+    add("--presence-penalty", v.presence_penalty, CLI::Range(-2.0, 2.0), "default presence_penalty (0: off) [0]",
+        [](sampling_flags &f, float x) { f.presence_penalty = x; });
+    add("--frequency-penalty", v.frequency_penalty, CLI::Range(-2.0, 2.0), "default frequency_penalty (0: off) [0]",
+        [](sampling_flags &f, float x) { f.frequency_penalty = x; });
+    add("--repeat-penalty", v.repeat_penalty, CLI::Range(0.000001, 10.0), "default repeat_penalty, llama.cpp's (1: off) [model file, else 1]",
+        [](sampling_flags &f, float x) { f.repeat_penalty = x; });
+    add("--repeat-last-n", v.repeat_last_n, CLI::Range(-1, 1 << 30),
+        "default window of the penalties: the last N tokens of prompt and output (-1: all, 0: none) [model file, else 64]", [](sampling_flags &f, int32_t x) { f.repeat_last_n = x; });
+    return s;
+}
+
 std::string config_line(const server_config &c) {
     auto list = [](const std::vector<std::string> &v) { return v.empty() ? std::string("none") : fmt::format("{}", fmt::join(v, ",")); };
     return fmt::format("config: model={} host={} port={} ctx={} batched-session={} prefill-chunk={} prefill-yield={} "
@@ -136,9 +176,10 @@ std::string config_line(const server_config &c) {
                        c.gpu_vram, c.tensor_parallel, c.mem_budget_gib > 0 ? fmt::format("{}GiB", c.mem_budget_gib) : "auto");
 }
 
-int serve(server_config cfg, const std::string &cpu_arithmetic) {
+int serve(server_config cfg, const std::string &cpu_arithmetic, const sampling_flags &sampling) {
     auto file = gguf_file::open(cfg.model_path);
     model_hparams hp = model_hparams_read(*file);
+    cfg.sampling = sampling_defaults_resolve(sampling, file.get());
     if (cfg.alias.empty()) cfg.alias = std::filesystem::path(cfg.model_path).filename().string();
 
     engine_options eo;
@@ -178,6 +219,7 @@ int serve(server_config cfg, const std::string &cpu_arithmetic) {
             log_info("placement plan fits: {}", layout);
     log_info("{}", tools::version_line("tandem-server"));
     log_info("{}", config_line(cfg));
+    log_info("sampling defaults: {}", sampling_defaults_line(cfg.sampling));
     // The tokenizer and the chat template before listening: a template file that does not parse
     // is a configuration error, reported at once.
     std::optional<tokenizer> tok;
@@ -312,6 +354,8 @@ int main(int argc, char **argv) {
                  "a flag wins over the environment, the environment over the file."};
     app.set_version_flag("--version", tools::version_line("tandem-server"));
     tools::server_flags_add(app, flags);
+    const auto sampling_opts = add_sampling_flags(app);
+    tools::server_flags_bind_env(app);
     const std::vector<std::string> args = tools::server_flags_normalize(argc, argv);
     std::vector<const char *> arg_ptrs;
     for (const auto &a : args) arg_ptrs.push_back(a.c_str());
@@ -323,7 +367,7 @@ int main(int argc, char **argv) {
     try {
         if (!flags.config_file.empty()) tools::server_flags_apply_config(app, flags.config_file);
         server_config cfg = tools::server_flags_resolve(flags);
-        return serve(std::move(cfg), flags.cpu_arithmetic);
+        return serve(std::move(cfg), flags.cpu_arithmetic, sampling_opts->given());
     } catch (const error &e) {
         log_error("{}", e.what());
         return e.kind() == error_kind::config || e.kind() == error_kind::invalid_request ? 2 : 1;

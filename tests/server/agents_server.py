@@ -319,7 +319,7 @@ def test_bad_input(build_dir, test_server):
             ("/v1/messages", {"model": MODEL, "max_tokens": 5, "messages": [{"role": "user", "content": [
                 {"type": "tool_result", "tool_use_id": "toolu_x", "content": "r"}]}]}, "toolu_x"),
             ("/v1/responses", {"input": "x", "tools": [{"type": "web_search"}]}, "tools[0]"),
-            ("/v1/responses", {"input": "x", "text": {"format": {"type": "json_schema", "name": "n", "schema": {}}}}, "text.format"),
+            ("/v1/responses", {"input": "x", "text": {"format": {"type": "json_schema", "name": "n", "schema": 5}}}, "text.format"),
             ("/v1/responses", {"input": "x", "previous_response_id": "resp_missing"}, "resp_missing"),
             ("/v1/responses", {"input": "x", "seed": 3}, "'seed'"),
         ]

@@ -1,6 +1,7 @@
 // tests/server/test_api.cpp - JSON -> request mapping, errors in each API's shape, the response
 // and streaming formats (OpenAI chunks, Anthropic's event sequence), and the memory plan.
 #include "api_test_util.h"
+#include "src/server/api_controls.h"
 #include "src/server/memory_plan.h"
 
 using namespace tandem;
@@ -18,10 +19,11 @@ TEST_CASE("OpenAI chat requests map fields and defaults", "[api]") {
     CHECK(m[0]["role"] == "system");
     CHECK(m[1]["content"] == "hi there");
     CHECK(r.max_tokens == 12);
-    CHECK(r.sampling.temperature == 0.0f);
-    CHECK(r.sampling.top_p == 0.5f);
-    CHECK(r.sampling.top_k == 4);
-    CHECK(r.sampling.seed == 9);
+    const sampling_params sp = sampling_resolve(sampling_defaults{}, r);
+    CHECK(sp.temperature == 0.0f);
+    CHECK(sp.top_p == 0.5f);
+    CHECK(sp.top_k == 4);
+    CHECK(sp.seed == 9);
     CHECK(r.stop == std::vector<std::string>{"END"});
     CHECK(r.stream);
     CHECK(r.include_usage);
@@ -30,7 +32,7 @@ TEST_CASE("OpenAI chat requests map fields and defaults", "[api]") {
     api_request d = openai_parse_chat(json::parse(R"({"messages":[{"role":"developer","content":"x"},{"role":"user","content":"y"}]})"));
     CHECK(d.chat["messages"][0]["role"] == "system");
     CHECK_FALSE(d.max_tokens.has_value());
-    CHECK(d.sampling.temperature == 1.0f);
+    CHECK_FALSE(d.overrides.temperature.has_value());  // the server's default (sampling_defaults)
     CHECK_FALSE(d.stream);
     // max_tokens is the older name of the same limit.
     CHECK(openai_parse_chat(json::parse(R"({"messages":[{"role":"user","content":"y"}],"max_tokens":5})")).max_tokens == 5);

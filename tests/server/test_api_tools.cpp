@@ -167,17 +167,22 @@ TEST_CASE("Responses input items become a chat conversation", "[api][responses]"
     CHECK(r.chat["chat_template_kwargs"]["reasoning_effort"] == "high");
     CHECK(r.tools.choice == tool_choice::named);
     CHECK(r.max_tokens == 64);
-    CHECK(r.sampling.temperature == 0.5f);
+    CHECK(r.overrides.temperature == 0.5f);
     CHECK(r.responses["echo"]["store"] == false);
 
     const api_request plain = responses_parse(json::parse(R"({"input":"hello"})"));
     CHECK(plain.chat["messages"] == json::array({{{"role", "user"}, {"content", "hello"}}}));
+    CHECK(plain.constraint == nullptr);
+    // text.format's schema constrains the output, as response_format does for chat.
+    const std::string typed = R"({"input":"x","text":{"format":{"type":"json_schema","name":"a","schema":{"type":"object"}}}})";
+    CHECK(responses_parse(json::parse(typed), typed).constraint != nullptr);
 }
 
 TEST_CASE("Responses requests with fields or items Tandem does not implement are 400s naming them", "[api][responses]") {
     CHECK(has(responses_error(R"({"input":"x","frequency_penalty":1})"), "'frequency_penalty'"));
     CHECK(has(responses_error(R"({"input":"x","tools":[{"type":"web_search"}]})"), "tools[0]"));
-    CHECK(has(responses_error(R"({"input":"x","text":{"format":{"type":"json_schema","name":"a","schema":{}}}})"), "text.format"));
+    CHECK(has(responses_error(R"({"input":"x","text":{"format":{"type":"json_schema","name":"a","schema":5}}})"), "text.format"));
+    CHECK(has(responses_error(R"({"input":"x","text":{"format":{"type":"xml"}}})"), "text.format"));
     CHECK(has(responses_error(R"({"input":[{"type":"item_reference","id":"x"}]})"), "input[0]"));
     CHECK(has(responses_error(R"({"input":[{"role":"user","content":[{"type":"input_image","image_url":"u"}]}]})"), "input[0].content"));
     CHECK(has(responses_error(R"({"input":[{"type":"function_call_output","call_id":"c","output":"o"}]})"),
