@@ -9,7 +9,8 @@ PORT       ?= 8080
 # Debian packages the build and the tests need (see README: Dependencies).
 DEB_PACKAGES := build-essential cmake ninja-build pkg-config libboost1.81-dev nlohmann-json3-dev \
                 libfmt-dev catch2 libpcre2-dev libicu-dev libcli11-dev libomp-dev libsystemd-dev curl python3 \
-                python3-prometheus-client python3-jsonschema python3-jinja2 python3-numpy systemd nodejs
+                libtomlplusplus-dev python3-prometheus-client python3-jsonschema python3-jinja2 python3-numpy systemd nodejs \
+                chromium
 
 ifeq ($(CI),true)
   CMAKE_ARGS += -DTANDEM_WERROR=ON

@@ -88,7 +88,8 @@ cmd_start() {
   fi
   flags+=("${extra[@]}")
   echo "run-tp-server: starting $TANDEM_SERVER_BIN ${flags[*]}" >&2
-  nohup setsid "$TANDEM_SERVER_BIN" "${flags[@]}" >"$log_file" 2>&1 </dev/null &
+  # The server reads TANDEM_<FLAG> variables too; the key reaches it through the file alone.
+  nohup setsid env -u TANDEM_API_KEY "$TANDEM_SERVER_BIN" "${flags[@]}" >"$log_file" 2>&1 </dev/null &
   pid=$!
   echo "$pid" > "$pid_file"
   local waited=0

@@ -258,6 +258,7 @@ void scheduler::admit() {
             a->draft_len = draft_length(options_.draft.n_max);
         }
         a->t_admit = clock_type::now();
+        a->t_arrived = q.arrived;
         a->pending.slot = best;
         active_.push_back(std::move(a));
     }
@@ -423,6 +424,7 @@ void scheduler::finish(active &a, finish_reason reason, const std::string &error
     done.n_prompt = static_cast<int32_t>(a.req.prompt.size());
     done.n_generated = a.n_generated;
     done.slot = a.slot;
+    done.queue_ms = ms_between(a.t_arrived, a.t_admit);
     done.timings.cache_n = a.n_cached;
     done.timings.prompt_n = a.n_past - a.n_cached;
     if (a.n_generated > 0) {
@@ -496,6 +498,7 @@ void scheduler::publish() {
             v.n_prompt = static_cast<int32_t>(a.req.prompt.size());
             v.n_prompt_done = a.n_past;
             v.n_decoded = a.n_generated;
+            v.age_s = std::chrono::duration<double>(now - a.t_admit).count();
             double prompt_s = std::chrono::duration<double>((a.n_generated ? a.t_first : now) - a.t_admit).count();
             if (prompt_s > 0) v.prompt_per_second = (a.n_past - a.n_cached) / prompt_s;
             double pred_s = a.n_generated > 1 ? std::chrono::duration<double>(a.t_last - a.t_first).count() : 0.0;

@@ -131,6 +131,7 @@ struct gen_event {
     int32_t n_generated = 0;        // done: generated tokens (eog included)
     int32_t slot = -1;
     gen_timings timings;            // done
+    double queue_ms = 0.0;          // done: from submit to admission into a slot
 };
 
 // Receives a request's events. Called on the engine thread (and, for queued requests that are
@@ -163,6 +164,7 @@ struct slot_info {
     uint64_t request_id = 0;       // 0 when idle
     int32_t n_prompt = 0, n_prompt_done = 0, n_decoded = 0;
     double prompt_per_second = 0.0, predicted_per_second = 0.0;
+    double age_s = 0.0;            // since the session was admitted (0 when idle)
 };
 
 struct scheduler_stats {

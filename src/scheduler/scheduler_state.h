@@ -38,7 +38,7 @@ struct scheduler::active {
     std::string rules_error;               // this step's rules could not be made: the session fails
     stop_matcher stops{{}};
     gen_event pending;         // delta being built this step
-    clock_type::time_point t_admit, t_first, t_last;
+    clock_type::time_point t_arrived, t_admit, t_first, t_last;
 };
 
 // One step's rows and what they are for, built by the plan_* phases of step().

@@ -67,14 +67,20 @@ private:
 class session : public std::enable_shared_from_this<session>, public reclaimable {
 public:
     session(tcp::socket &&socket, session_env env, connection_table::lane lane)
-        : stream_(std::move(socket)), timer_(stream_.get_executor()), env_(env), svc_(env.svc), config_(env.config), lane_(lane) {}
+        : stream_(std::move(socket)), timer_(stream_.get_executor()), env_(env), svc_(env.svc), config_(env.config), lane_(lane) {
+        beast::error_code ec;
+        const tcp::endpoint peer = stream_.socket().remote_endpoint(ec);
+        client_ = ec ? "-" : fmt::format("{}:{}", peer.address().to_string(), peer.port());
+    }
 
     ~session() override {
         // Last line of defence: a generation still running for a dead connection is cancelled.
         if (gen_id_ != 0 && !gen_done_) {
             svc_.cancel(gen_id_);
             svc_.job_finished();
+            record_.finish = "cancelled";
         }
+        finish_record(client_closed);
         if (idle_ticket_ != 0) env_.table.busy(idle_ticket_);
         beast::error_code ec;
         stream_.socket().close(ec);  // the descriptor is free before the place is given back
@@ -129,6 +135,7 @@ private:
         try {
             out_.clear();
             response_started_ = true;
+            finish_record(503);
             queue_raw(reply);
             then(after::close);
         } catch (const std::bad_alloc &) {
@@ -178,7 +185,10 @@ private:
             head_ = http_head_view(*parser_);
             api_ = service::api_of(head_.target);
             version_ = head_.version;
+            begin_record(head_.method, head_.target);
             decision_ = svc_.check_head(head_, overflow());
+            record_.key_name = decision_.key_name;
+            decision_.headers.emplace_back("X-Request-Id", record_.id);
             if (decision_.reply) {
                 // The body, if any, is never read: the connection cannot carry another request.
                 const bool keep = parser_->get().keep_alive() && parser_->is_done() && !overflow();
@@ -215,8 +225,9 @@ private:
             // The request line may have been parsed even when the head was not: its path picks the
             // API whose error shape the client reads.
             const api_kind api = parser_ ? service::api_of(std::string(parser_->get().target())) : api_kind::openai;
-            const std::vector<std::pair<std::string, std::string>> none;
             decision_.headers.clear();
+            if (!record_open_) begin_record(parser_ ? std::string(parser_->get().method_string()) : "-",
+                                            parser_ ? std::string(parser_->get().target()) : "-");
             if (ec == http::error::body_limit) {
                 const size_t limit = parser_->is_header_done() && decision_.body_limit ? decision_.body_limit : config_.body_limit;
                 return write_reply(svc_.error_reply(api, 413, fmt::format("the request body exceeds the limit of {} bytes", limit)), false);
@@ -262,6 +273,7 @@ private:
     void start_generation(std::unique_ptr<generation_job> job) {
         job_ = std::move(job);
         job_->request.sink = std::make_shared<strand_sink>(weak_from_this(), stream_.get_executor());
+        record_.generation = true;
         try {
             gen_id_ = svc_.submit(*job_);
         } catch (const error &e) {
@@ -290,6 +302,7 @@ private:
         auto now = std::chrono::steady_clock::now();
         if (ev.type == gen_event::kind::progress && now - last_sent_ < std::chrono::seconds(1)) return;
         last_sent_ = now;
+        note_event(ev, now);
         std::string bytes = job_->on_event(ev);
         if (job_->streaming() && !bytes.empty()) queue_chunk(bytes);
         if (!done) return;
@@ -297,6 +310,7 @@ private:
         svc_.job_finished();
         if (job_->streaming()) {
             if (chunked_) queue_raw("0\r\n\r\n");  // last chunk
+            finish_record(200);
             return then(after::close);
         }
         http_reply r;
@@ -343,8 +357,68 @@ private:
             gen_done_ = true;
             svc_.cancel(gen_id_);
             svc_.job_finished();
+            record_.finish = "cancelled";
         }
+        finish_record(response_started_ && job_ && job_->streaming() ? 200 : client_closed);
         close();
+    }
+
+    // ---- the request's record: its log line and metrics ----
+
+    // nginx's code for a client that went away before its reply.
+    static constexpr int client_closed = 499;
+
+    void begin_record(const std::string &method, const std::string &target) {
+        record_ = {};
+        record_open_ = true;
+        got_token_ = false;
+        t_start_ = std::chrono::steady_clock::now();
+        record_.id = svc_.next_request_id();
+        record_.method = method;
+        record_.route = target.substr(0, target.find('?'));
+        record_.client = client_;
+        record_.key_name = "-";
+        record_.model = "-";
+    }
+
+    // Inter-token times as the connection receives the tokens; tokens that arrive together (kept
+    // drafts) are spread over the gap since the previous ones.
+    void note_event(const gen_event &ev, std::chrono::steady_clock::time_point now) {
+        if (ev.type == gen_event::kind::done) {
+            record_.n_prompt = ev.n_prompt;
+            record_.n_cached = ev.timings.cache_n;
+            record_.n_generated = ev.n_generated;
+            record_.finish = finish_reason_name(ev.finish);
+            if (ev.slot >= 0) record_.queue_s = ev.queue_ms / 1e3;
+            // The scheduler's own clock: from arrival through admission and prefill to the first token.
+            if (ev.n_generated > 0) record_.ttft_s = (ev.queue_ms + ev.timings.prompt_ms) / 1e3;
+            if (ev.timings.predicted_ms > 0) record_.decode_tok_s = ev.timings.predicted_n / (ev.timings.predicted_ms / 1e3);
+            return;
+        }
+        if (ev.tokens.empty()) return;
+        auto n = static_cast<double>(ev.tokens.size());
+        if (!got_token_) {
+            got_token_ = true;
+            record_.itl_s.insert(record_.itl_s.end(), ev.tokens.size() - 1, 0.0f);
+        } else {
+            const double gap = std::chrono::duration<double>(now - t_last_token_).count() / n;
+            record_.itl_s.insert(record_.itl_s.end(), ev.tokens.size(), static_cast<float>(gap));
+        }
+        t_last_token_ = now;
+    }
+
+    void finish_record(int status) {
+        if (!record_open_) return;
+        record_open_ = false;
+        record_.status = status;
+        record_.duration_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start_).count();
+        if (record_.generation) record_.model = svc_.model_id();
+        try {
+            svc_.request_finished(record_);
+        } catch (const std::exception &) {
+            // Out of memory for a log line: the reply matters more.
+        }
+        record_ = {};
     }
 
     // ---- writing ----
@@ -368,6 +442,7 @@ private:
 
     void write_reply(http_reply r, bool keep_alive) {
         response_started_ = true;
+        finish_record(r.status);
         queue_raw(serialize(r, keep_alive, decision_.headers));
         then(keep_alive ? after::read_next : after::close);
     }
@@ -449,6 +524,11 @@ private:
     bool closed_ = false;    // the socket is closed
     bool watching_ = false;  // a read on the raw socket is pending
     std::chrono::steady_clock::time_point last_sent_ = std::chrono::steady_clock::now();
+    std::string client_;  // the peer's address:port
+    request_record record_;
+    bool record_open_ = false;
+    bool got_token_ = false;
+    std::chrono::steady_clock::time_point t_start_, t_last_token_;
     std::array<char, 4096> scratch_{};
 };
 

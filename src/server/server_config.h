@@ -2,6 +2,8 @@
 // place (only server_main reads argv).
 #pragma once
 
+#include "src/server/api_keys.h"
+
 #include <cstddef>
 #include <cstdint>
 #include <map>
@@ -51,7 +53,7 @@ struct server_config {
     int32_t draft_ngram_max = 4;             // longest (tried first)
     int32_t draft_step_rows = 16;            // drafts only while a step's decode rows stay within this
     std::string alias;                       // model id in the APIs (default: file name)
-    std::string api_key;                     // empty: no auth
+    std::vector<api_key> api_keys;           // empty: no auth
     int32_t n_threads = 0;                   // engine CPU threads (0: all cores)
     int32_t http_threads = 2;
     // Open connections; beyond them the oldest idle ones are closed and accepts wait. 512 as

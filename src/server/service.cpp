@@ -37,7 +37,13 @@ constexpr route_entry routes[] = {
     {"/v1/messages/count_tokens", route_id::count_tokens, "POST", true},
     {"/v1/responses", route_id::responses, "POST", true},
     {"/responses", route_id::responses, "POST", true},
+    {"/tokenize", route_id::tokenize, "POST", true},
+    {"/detokenize", route_id::detokenize, "POST", true},
+    {"/monitor", route_id::monitor, "GET", false},
+    {"/monitor/data", route_id::monitor_data, "GET", false},
 };
+// GET /v1/models/{id} (and /models/{id}): the id may hold slashes, so it is matched by prefix.
+constexpr route_entry model_one_route = {"/v1/models/", route_id::model_one, "GET", false};
 
 std::string_view path_of(std::string_view target) { return target.substr(0, target.find('?')); }
 
@@ -57,6 +63,8 @@ const route_entry *route_find(std::string_view path) {
     for (const auto &r : routes)
         if (r.path == path) return &r;
     if (path.starts_with(slot_action_route.path) && path.size() > slot_action_route.path.size()) return &slot_action_route;
+    for (std::string_view prefix : {"/v1/models/", "/models/"})
+        if (path.starts_with(prefix) && path.size() > prefix.size()) return &model_one_route;
     return nullptr;
 }
 
@@ -77,7 +85,7 @@ api_request api_parse_request(route_id route, const std::string &body, const jso
 }
 
 service::service(const server_config &config) : config_(config), started_(std::chrono::system_clock::now()) {
-    policy_.guard = is_loopback_address(config.host) && config.api_key.empty();
+    policy_.guard = is_loopback_address(config.host) && config.api_keys.empty();
     policy_.port = config.port;
     policy_.cors_origins = config.cors_origins;
     for (const auto &h : config.allowed_hosts) {
@@ -89,6 +97,8 @@ service::service(const server_config &config) : config_(config), started_(std::c
 
 void service::set_ready(model_context ctx) {
     model_ = std::move(ctx);
+    // Five minutes of throughput for /monitor's charts, a sample every two seconds.
+    if (model_.sched) history_ = std::make_unique<monitor_history>(*model_.sched, std::chrono::seconds(2), 151);
     ready_.store(true);
 }
 
@@ -105,10 +115,12 @@ http_reply service::error_reply(api_kind api, int status, const std::string &mes
     return r;
 }
 
-bool service::authorized(const http_request_view &req, api_kind api) const {
-    if (config_.api_key.empty()) return true;
-    if (auto token = bearer_token(req.authorization); token && constant_time_equal(*token, config_.api_key)) return true;
-    return api == api_kind::anthropic && !req.x_api_key.empty() && constant_time_equal(req.x_api_key, config_.api_key);
+std::optional<std::string> service::key_of(const http_request_view &req, api_kind api) const {
+    if (config_.api_keys.empty()) return "-";
+    if (auto token = bearer_token(req.authorization))
+        if (auto name = api_keys_match(config_.api_keys, *token)) return name;
+    if (api == api_kind::anthropic && !req.x_api_key.empty()) return api_keys_match(config_.api_keys, req.x_api_key);
+    return std::nullopt;
 }
 
 http_reply service::preflight_reply(const http_request_view &head) const {
@@ -163,13 +175,18 @@ head_decision service::check_head(const http_request_view &head, bool overflow) 
     if (overflow && d.route->heavy)
         return reject(503, fmt::format("the server is at its connection limit (--max-connections {}); retry later",
                                        config_.max_connections));
-    if (d.route->id != route_id::health && !authorized(head, api)) return reject(401, "invalid or missing API key");
+    // The page is static (it asks for the key and sends it with each /monitor/data request).
+    if (d.route->id != route_id::health && d.route->id != route_id::monitor) {
+        std::optional<std::string> key = key_of(head, api);
+        if (!key) return reject(401, "invalid or missing API key");
+        d.key_name = *key;
+    }
     if (head.has_body && head.method == "POST" && !is_json_content_type(head.content_type))
         return reject(415, fmt::format("Content-Type must be application/json, got '{}'", head.content_type));
     d.body_limit = d.route->heavy ? config_.body_limit : config_.small_body_limit;
     if (head.content_length && *head.content_length > d.body_limit)
         return reject(413, fmt::format("the request body exceeds the limit of {} bytes", d.body_limit));
-    if (d.route->id != route_id::health && !ready())
+    if (d.route->id != route_id::health && d.route->id != route_id::monitor && !ready())
         return reject(503, "model is loading; retry when GET /health returns 200");
     return d;
 }
@@ -206,6 +223,15 @@ http_reply service::route(const http_request_view &req, const route_entry &r, st
         out.body = ready() ? R"({"status":"ok"})" : R"({"status":"loading model"})";
         return out;
     }
+    if (r.id == route_id::monitor) {
+        http_reply out;
+        out.content_type = "text/html; charset=utf-8";
+        out.body = std::string(monitor_page());
+        out.headers.emplace_back("Content-Security-Policy",
+                                 "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; connect-src 'self'; img-src data:");
+        out.headers.emplace_back("Cache-Control", "no-store");
+        return out;
+    }
     if (!ready()) return error_reply(api, 503, "model is loading; retry when GET /health returns 200");
     http_reply out;
     switch (r.id) {
@@ -230,12 +256,20 @@ http_reply service::route(const http_request_view &req, const route_entry &r, st
     }
     case route_id::metrics:
         out.content_type = "text/plain; version=0.0.4; charset=utf-8";
-        out.body = metrics_text();
+        out.body = metrics_text() + metrics_.prometheus_text();
         return out;
-    case route_id::slots: out.body = json_dump(slots_json()); return out;
+    case route_id::model_one: return model_one(path_of(req.target));
+    case route_id::slots: return slots_reply(req.target);
     case route_id::slot_action: out.body = json_dump(slot_action(req)); return out;
     case route_id::props: out.body = json_dump(props_json()); return out;
-    case route_id::health: break;
+    case route_id::tokenize: return tokenize(req.body);
+    case route_id::detokenize: return detokenize(req.body);
+    case route_id::monitor_data:
+        out.body = json_dump(monitor_json());
+        out.headers.emplace_back("Cache-Control", "no-store");
+        return out;
+    case route_id::health:
+    case route_id::monitor: break;
     }
     fail(error_kind::internal, "unrouted path {}", r.path);
 }

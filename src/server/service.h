@@ -5,7 +5,9 @@
 
 #include "src/scheduler/scheduler.h"
 #include "src/server/api_common.h"
+#include "src/server/monitor.h"
 #include "src/server/request_guard.h"
+#include "src/server/request_metrics.h"
 #include "src/server/response_store.h"
 #include "src/server/server_config.h"
 #include "src/server/slot_files.h"
@@ -53,7 +55,10 @@ struct http_reply {
 
 // The routes, with the method each takes and whether its work is heavy (JSON bodies parsed and
 // prompts tokenized on the request pool) or cheap (answered on the I/O thread).
-enum class route_id { health, models, metrics, slots, slot_action, props, chat, completion, messages, count_tokens, responses };
+enum class route_id {
+    health, models, model_one, metrics, slots, slot_action, props, chat, completion, messages, count_tokens, responses,
+    tokenize, detokenize, monitor, monitor_data
+};
 struct route_entry {
     std::string_view path;
     route_id id;
@@ -71,6 +76,7 @@ struct head_decision {
     std::optional<http_reply> reply;  // answer now (the body, if any, is never read)
     const route_entry *route = nullptr;
     size_t body_limit = 0;            // bytes this route accepts
+    std::string key_name = "-";       // the name of the API key presented ("-": no keys, or not checked)
     std::vector<std::pair<std::string, std::string>> headers;  // CORS headers for every reply
 };
 
@@ -126,6 +132,13 @@ public:
     json props_json() const;
     // POST /slots/{id}?action=save|restore|erase, llama-server's shapes.
     json slot_action(const http_request_view &req);
+    json monitor_json() const;
+
+    // The id a request's reply carries (X-Request-Id) and its log line names.
+    std::string next_request_id();
+    // Counts a finished request in the metrics and writes its log line.
+    void request_finished(const request_record &r);
+    const std::string &model_id() const { return model_.model_id; }
 
     const server_config &config() const { return config_; }
 
@@ -140,7 +153,12 @@ private:
     chat_parse_options parse_options(const api_request &req, const rendered_prompt &prompt) const;
     void set_tool_constraint(const api_request &req, bool think_open, gen_request &out) const;
     void check_model(const std::string &model) const;
-    bool authorized(const http_request_view &req, api_kind api) const;
+    // The name of the key the request presents ("-" when the server has none), or nothing.
+    std::optional<std::string> key_of(const http_request_view &req, api_kind api) const;
+    http_reply tokenize(const std::string &body) const;
+    http_reply detokenize(const std::string &body) const;
+    http_reply model_one(std::string_view path) const;
+    http_reply slots_reply(std::string_view target) const;
     http_reply preflight_reply(const http_request_view &head) const;
 
     server_config config_;
@@ -154,6 +172,9 @@ private:
     response_store responses_{256, 64u << 20};  // previous_response_id: the latest responses, up to 64 MiB
     // Completed-request accounting for the throughput gauges.
     std::atomic<uint64_t> http_requests_{0}, http_errors_{0};
+    std::atomic<uint64_t> next_request_{1};
+    request_metrics metrics_;
+    std::unique_ptr<monitor_history> history_;  // from set_ready on
 };
 
 // The scheduler's tokenizer and sampler hooks for a real model: token_streamer for UTF-8-safe

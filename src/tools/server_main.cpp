@@ -11,6 +11,7 @@
 #include "src/server/service.h"
 #include "src/server/signal_waiter.h"
 #include "src/server/systemd_notify.h"
+#include "src/tools/server_flags.h"
 #include "src/tools/version.h"
 #include "tandem/chat_template.h"
 #include "tandem/engine.h"
@@ -42,36 +43,6 @@ std::unique_ptr<engine> scripted_engine_open(std::shared_ptr<const gguf_file> fi
 #endif
 
 namespace {
-
-std::string read_key_file(const std::string &path) {
-    std::ifstream in(path);
-    if (!in) fail(error_kind::config, "--api-key-file {}: cannot read it", path);
-    std::string key((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    while (!key.empty() && (key.back() == '\n' || key.back() == '\r' || key.back() == ' ')) key.pop_back();
-    if (key.empty()) fail(error_kind::config, "--api-key-file {} is empty", path);
-    return key;
-}
-
-std::vector<int32_t> parse_devices(const std::string &text) {
-    std::vector<int32_t> out;
-    if (text.empty() || text == "auto") return out;
-    size_t at = 0;
-    while (at <= text.size()) {
-        size_t comma = text.find(',', at);
-        std::string item = text.substr(at, comma == std::string::npos ? std::string::npos : comma - at);
-        try {
-            size_t used = 0;
-            int v = std::stoi(item, &used);
-            if (used != item.size() || v < 0) throw std::invalid_argument(item);
-            out.push_back(v);
-        } catch (const std::exception &) {
-            fail(error_kind::config, "--gpu-devices '{}': '{}' is not a device ordinal (expected e.g. 0,1 or auto)", text, item);
-        }
-        if (comma == std::string::npos) break;
-        at = comma + 1;
-    }
-    return out;
-}
 
 #ifdef TANDEM_TEST_HOOKS
 // Compiled only into tests/server's tandem-server-test, never into tandem-server:
@@ -193,11 +164,11 @@ std::shared_ptr<sampling_options> add_sampling_flags(CLI::App &app) {
 std::string config_line(const server_config &c) {
     auto list = [](const std::vector<std::string> &v) { return v.empty() ? std::string("none") : fmt::format("{}", fmt::join(v, ",")); };
     return fmt::format("config: model={} host={} port={} ctx={} batched-session={} prefill-chunk={} prefill-yield={} "
-                       "itl-budget={} max-queue={} draft={} (n-grams {}-{}, step rows {}) alias={} api-key={} threads={} http-threads={} body-limit={} timeouts={}s/{}s "
+                       "itl-budget={} max-queue={} draft={} (n-grams {}-{}, step rows {}) alias={} api-keys={} threads={} http-threads={} body-limit={} timeouts={}s/{}s "
                        "max-connections={} request-threads={} request-queue={} allow-special-in-content={} chat-template-file={} chat-template={} reasoning-format={} cors-origin={} allowed-host={} "
                        "backend={} devices={} gpu-devices={} gpu-vram={} tensor-parallel={} mem-budget={} cache-ram={} slot-save-path={}",
                        c.model_path, c.host, c.port, c.n_ctx, c.n_slots, c.prefill_chunk, c.prefill_yield, c.itl_budget, c.max_queue,
-                       c.draft, c.draft_ngram_min, c.draft_ngram_max, c.draft_step_rows, c.alias, c.api_key.empty() ? "off" : "on", c.n_threads, c.http_threads, c.body_limit,
+                       c.draft, c.draft_ngram_min, c.draft_ngram_max, c.draft_step_rows, c.alias, c.api_keys.size(), c.n_threads, c.http_threads, c.body_limit,
                        c.read_timeout_s, c.write_timeout_s, c.max_connections, c.request_threads, c.request_queue,
                        c.allow_special_in_content, c.chat_template_file.empty() ? "none" : c.chat_template_file,
                        c.chat_template.empty() ? "file" : c.chat_template, c.reasoning_format, list(c.cors_origins), list(c.allowed_hosts), c.backend, c.n_devices,
@@ -390,121 +361,26 @@ int serve(server_config cfg, const std::string &cpu_arithmetic, const sampling_f
 int main(int argc, char **argv) {
     // Before any thread starts, so every thread inherits it; serve()'s signal_waiter takes them.
     signal_waiter_block_in_this_thread();
-    server_config cfg;
-    std::string api_key_file, gpu_devices = "auto", cpu_arithmetic = cpu_arithmetic_name(engine_options{}.arithmetic);
-    double body_limit_mib = static_cast<double>(cfg.body_limit) / (1 << 20);
-    int32_t timeout_s = cfg.read_timeout_s;
-
-    CLI::App app{"tandem-server: OpenAI- and Anthropic-compatible HTTP server for MoE models in GGUF files"};
+    tools::server_flags flags;
+    CLI::App app{"tandem-server: OpenAI- and Anthropic-compatible HTTP server for MoE models in GGUF files.\n"
+                 "Every flag may also come from TANDEM_<FLAG> (e.g. TANDEM_BATCHED_SESSION) or a --config TOML file; "
+                 "a flag wins over the environment, the environment over the file."};
     app.set_version_flag("--version", tools::version_line("tandem-server"));
-    app.add_option("-m,--model", cfg.model_path, "GGUF model file")->required();
-    app.add_option("--host", cfg.host, "address to listen on (loopback by default)");
-    app.add_option("--port", cfg.port, "TCP port (0: any free port)");
-    app.add_option("--ctx", cfg.n_ctx, "tokens per KV slot")->check(CLI::Range(16, 1 << 24));
-    app.add_option("--kv-type", cfg.kv_type, "KV cache element type: f32, f16 (half the memory, tensor-core decode attention), or auto: f16 on CUDA, f32 on the CPU")
-        ->check(CLI::IsMember({"f32", "f16", "auto"}))
-        ->capture_default_str();
-    app.add_option("--batched-session", cfg.n_slots, "resident KV slots (concurrent sessions)")->check(CLI::Range(1, 1024));
-    app.add_option("--prefill-chunk", cfg.prefill_chunk, "prompt tokens per step while nobody decodes")->check(CLI::Range(1, 1 << 20));
-    app.add_option("--prefill-yield", cfg.prefill_yield, "most prompt tokens per step while others decode")->check(CLI::Range(1, 1 << 20));
-    app.add_option("--itl-budget", cfg.itl_budget,
-                   "while others decode, a step with prompt tokens may take at most this many times a decode-only "
-                   "step (measured; >= 1.0)")
-        ->check(CLI::Range(1.0, 1e6));
-    app.add_option("--max-queue", cfg.max_queue, "requests waiting for a slot before 503")->check(CLI::Range(0, 1 << 20));
-    app.add_flag("--device-draws,!--no-device-draws", cfg.device_draws,
-                 "CUDA: temperature draws (any top_k, min_p, top_p) on the GPU holding the head (a tensor-parallel pair: "
-                 "its first half's GPU), only the token leaving it (default); --no-device-draws: on the host from whole rows (the same tokens)");
-    app.add_option("--draft", cfg.draft,
-                   "speculative decoding by prompt lookup: up to this many drafted tokens a session a step, checked by "
-                   "the session's own sampler (the output is unchanged; 0: off)")
-        ->check(CLI::Range(0, 16));
-    app.add_option("--draft-ngram-min", cfg.draft_ngram_min, "shortest suffix of a session's tokens looked up for a draft")
-        ->check(CLI::Range(1, 64))
-        ->capture_default_str();
-    app.add_option("--draft-ngram-max", cfg.draft_ngram_max, "longest suffix looked up for a draft (tried first)")
-        ->check(CLI::Range(1, 64))
-        ->capture_default_str();
-    app.add_option("--draft-step-rows", cfg.draft_step_rows,
-                   "drafts are fed only while a step's decode rows stay within this (busy steps gain little from them)")
-        ->check(CLI::Range(2, 512))
-        ->capture_default_str();
-    app.add_option("--alias", cfg.alias, "model id shown by the APIs (default: the file name)");
-    auto *key = app.add_option("--api-key", cfg.api_key, "require this key (Bearer; x-api-key on Anthropic routes)");
-    app.add_option("--api-key-file", api_key_file, "read the API key from this file")->excludes(key);
-    app.add_option("--threads", cfg.n_threads, "engine CPU threads (0: all cores)")->check(CLI::Range(0, 4096));
-    app.add_option("--cpu-arithmetic", cpu_arithmetic,
-                   "CPU backend: Q4_K, Q6_K and Q8_0 products on int8 digits (the GPU's Q4_K arithmetic; fast) or exact "
-                   "(fp32 on dequantised weights: the reference)")
-        ->check(CLI::IsMember({"digits", "exact"}))
-        ->capture_default_str();
-    app.add_option("--http-threads", cfg.http_threads, "HTTP I/O threads")->check(CLI::Range(1, 256));
-    app.add_option("--max-connections", cfg.max_connections,
-                   "open connections; beyond them idle ones are closed and accepts wait (a few more are kept for /health)")
-        ->check(CLI::Range(1, 1 << 20))
-        ->capture_default_str();
-    app.add_option("--request-threads", cfg.request_threads, "threads that parse JSON bodies and tokenize prompts")
-        ->check(CLI::Range(1, 256))
-        ->capture_default_str();
-    app.add_option("--request-queue", cfg.request_queue, "requests waiting for those threads before 503")
-        ->check(CLI::Range(1, 1 << 20))
-        ->capture_default_str();
-    app.add_option("--chat-template-file", cfg.chat_template_file,
-                   "a Jinja chat template to use instead of the model file's tokenizer.chat_template");
-    app.add_option("--chat-template", cfg.chat_template,
-                   "a built-in chat template instead of the model file's: chatml, qwen3 or plain ('role: content')")
-        ->check(CLI::IsMember({"chatml", "qwen3", "plain"}));
-    app.add_option("--reasoning-format", cfg.reasoning_format,
-                   "auto: the model's reasoning (<think> blocks, gpt-oss analysis) is returned apart from its text "
-                   "(reasoning_content, thinking blocks, reasoning items); none: left in the text as written")
-        ->check(CLI::IsMember({"auto", "none"}))
-        ->capture_default_str();
-    app.add_flag("--allow-special-in-content", cfg.allow_special_in_content,
-                 "tokenize special-token texts in message contents as those tokens (lets a user forge turns; off by "
-                 "default: only the chat template's own markers are special)");
-    app.add_option("--cors-origin", cfg.cors_origins,
-                   "a browser origin allowed to call this server (repeatable; '*' allows any): CORS preflights are "
-                   "answered and replies carry Access-Control-Allow-Origin");
-    app.add_option("--allowed-host", cfg.allowed_hosts,
-                   "another Host name a loopback server without --api-key answers (repeatable; localhost and "
-                   "127.0.0.1 always are)");
-    app.add_option("--body-limit", body_limit_mib, "largest request body in MiB")->check(CLI::Range(0.001, 1024.0));
-    app.add_option("--timeout", timeout_s, "read and write timeout in seconds")->check(CLI::Range(1, 3600));
-    app.add_option("--shutdown-grace", cfg.shutdown_grace_s, "seconds in-flight requests may finish after SIGTERM")->check(CLI::Range(0, 3600));
-    app.add_option("--mem-budget", cfg.mem_budget_gib, "memory budget in GiB (default: available RAM for --backend cpu)")->check(CLI::Range(0.0, 1e6));
-    app.add_option("--cache-ram", cfg.cache_ram_gib,
-                   "GiB of host memory for the prompt cache (conversations whose slot was reused, prefixes shared "
-                   "between slots); 0: off; default: a quarter of the available memory, at most 8")
-        ->check(CLI::Range(0.0, 1e6));
-    app.add_option("--slot-save-path", cfg.slot_save_path,
-                   "folder for POST /slots/{id}?action=save|restore files (saving is off without it)")
-        ->check(CLI::ExistingDirectory);
-    app.add_option("--backend", cfg.backend, "auto (cuda when a GPU is visible), cpu or cuda")
-        ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
-    app.add_option("--devices", cfg.n_devices, "CPU virtual devices (placement)")->check(CLI::Range(1, 64));
-    app.add_option("--gpu-devices", gpu_devices, "CUDA device order, e.g. 0,2,1,3 or auto");
-    app.add_option("--gpu-vram", cfg.gpu_vram, "per-GPU budget in GiB list or auto");
-    app.add_flag("--tensor-parallel", cfg.tensor_parallel,
-                 "pair device i with i+N/2: routed experts split 50/50 inside each pair (an even number of devices)");
-    app.add_option("--expert-traffic-out", cfg.expert_traffic_out,
-                   "record the rows routed to each expert; write them to this file at shutdown (for tandem plan "
-                   "--expert-balance)");
-    app.add_option("--transport", cfg.transport, "CUDA transfers between devices: auto, p2p or host (staged)")
-        ->check(CLI::IsMember({"auto", "p2p", "host"}));
-    sampling_flags sampling;
+    tools::server_flags_add(app, flags);
     const auto sampling_opts = add_sampling_flags(app);
+    tools::server_flags_bind_env(app);
+    const std::vector<std::string> args = tools::server_flags_normalize(argc, argv);
+    std::vector<const char *> arg_ptrs;
+    for (const auto &a : args) arg_ptrs.push_back(a.c_str());
     try {
-        app.parse(argc, argv);
+        app.parse(static_cast<int>(arg_ptrs.size()), arg_ptrs.data());
     } catch (const CLI::ParseError &e) {
         return app.exit(e) == 0 ? 0 : 2;
     }
-    sampling = sampling_opts->given();
     try {
-        if (!api_key_file.empty()) cfg.api_key = read_key_file(api_key_file);
-        cfg.gpu_devices = parse_devices(gpu_devices);
-        cfg.body_limit = static_cast<size_t>(body_limit_mib * (1 << 20));
-        cfg.read_timeout_s = cfg.write_timeout_s = timeout_s;
-        return serve(std::move(cfg), cpu_arithmetic, sampling);
+        if (!flags.config_file.empty()) tools::server_flags_apply_config(app, flags.config_file);
+        server_config cfg = tools::server_flags_resolve(flags);
+        return serve(std::move(cfg), flags.cpu_arithmetic, sampling_opts->given());
     } catch (const error &e) {
         log_error("{}", e.what());
         return e.kind() == error_kind::config || e.kind() == error_kind::invalid_request ? 2 : 1;

@@ -7,6 +7,8 @@
 
 #include <catch2/catch.hpp>
 
+#include <cstdio>
+#include <fstream>
 #include <random>
 
 using namespace tandem;
@@ -195,7 +197,7 @@ TEST_CASE("check_head: body checks before the body is read", "[guard]") {
 
 TEST_CASE("check_head: the API key, in constant time and any Bearer case", "[guard]") {
     server_config c = loopback_config();
-    c.api_key = "sk-test";
+    c.api_keys = {{"team", "sk-test"}};
     const service svc(c);
     auto req = post_json("/v1/chat/completions");
     CHECK(status_of(svc, req) == 401);
@@ -368,4 +370,57 @@ TEST_CASE("the integer reader refuses out-of-range numbers without undefined cas
                             R"({"n":16.5})", R"({"n":"16"})", R"({"n":1e16})"})
         CHECK(kind(bad) == error_kind::invalid_request);
     CHECK_FALSE(json_integer(json::parse(R"({"n":null})"), "n").has_value());
+}
+
+TEST_CASE("check_head: several named keys; the decision names the key presented", "[guard][keys]") {
+    server_config c = loopback_config();
+    c.api_keys = {{"alice", "sk-alice"}, {"bob", "sk-bob"}, {"flag-1", "sk-a-longer-key"}};
+    const service svc(c);
+    auto req = post_json("/v1/chat/completions");
+    for (const auto &[key, name] : std::vector<std::pair<std::string, std::string>>{
+             {"sk-alice", "alice"}, {"sk-bob", "bob"}, {"sk-a-longer-key", "flag-1"}}) {
+        req.authorization = "Bearer " + key;
+        const head_decision d = svc.check_head(req, false);
+        CHECK(d.reply->status == passed);
+        CHECK(d.key_name == name);
+    }
+    for (const char *wrong : {"sk-alic", "sk-alicee", "sk-bob sk-alice", ""}) {
+        req.authorization = std::string("Bearer ") + wrong;
+        CHECK(status_of(svc, req) == 401);
+    }
+    // Without keys, every request is "-".
+    CHECK(service(loopback_config()).check_head(post_json("/v1/chat/completions"), false).key_name == "-");
+}
+
+TEST_CASE("api_keys: key files, flags and their errors", "[keys]") {
+    const std::string path = "test_request_guard_keys.txt";
+    auto write = [&](const std::string &text) {
+        std::ofstream(path) << text;
+        return path;
+    };
+    auto keys = api_keys_read_file(write("# team\n\nalice:sk-1\n  bob : sk-2  \nsk-3\n"));
+    REQUIRE(keys.size() == 3);
+    CHECK(keys[0].name == "alice");
+    CHECK(keys[1].name == "bob");
+    CHECK(keys[1].key == "sk-2");
+    CHECK(keys[2].name == path + ":5");
+    CHECK(api_keys_match(keys, "sk-2") == std::optional<std::string>("bob"));
+    CHECK(!api_keys_match(keys, "sk-"));
+    auto error_of = [&](const std::string &text) {
+        try {
+            api_keys_read_file(write(text));
+        } catch (const error &e) {
+            return std::string(e.what());
+        }
+        return std::string("no error");
+    };
+    CHECK(error_of("a:sk-1\nb:sk 2\n").find(path + ":2:") != std::string::npos);
+    CHECK(error_of("a b:sk-1\n").find(path + ":1:") != std::string::npos);
+    CHECK(error_of("a:sk-1\na:sk-2\n").find(path + ":2: the key name 'a'") != std::string::npos);
+    CHECK(error_of("a:sk-1\nb:sk-1\n").find(path + ":2:") != std::string::npos);
+    CHECK(error_of("# nothing\n").find("holds no key") != std::string::npos);
+    const auto flags = api_keys_from_flags({"k1", "k2"});
+    CHECK(flags[1].name == "flag-2");
+    CHECK_THROWS_AS(api_keys_from_flags({"k 1"}), error);
+    std::remove(path.c_str());
 }
