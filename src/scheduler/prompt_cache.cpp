@@ -27,6 +27,12 @@ prompt_cache::match prompt_cache::longest_prefix(std::span<const int32_t> prompt
     return {&entries_.front(), best_common};
 }
 
+size_t prompt_cache::longest_common(std::span<const int32_t> prompt) const {
+    size_t best = 0;
+    for (const entry &e : entries_) best = std::max(best, common_prefix(e.tokens, prompt));
+    return best;
+}
+
 bool prompt_cache::covers(std::span<const int32_t> tokens) const {
     return std::any_of(entries_.begin(), entries_.end(),
                        [&](const entry &e) { return common_prefix(e.tokens, tokens) == tokens.size(); });

@@ -27,6 +27,8 @@ public:
     // The entry sharing the longest prefix with the prompt, made the most recently used. The
     // pointer holds until the next insert.
     match longest_prefix(std::span<const int32_t> prompt);
+    // The longest prefix any entry shares with the prompt, without touching the LRU order.
+    size_t longest_common(std::span<const int32_t> prompt) const;
     // Whether an entry already holds these tokens as its prefix (storing them would add nothing).
     bool covers(std::span<const int32_t> tokens) const;
     // Stores a conversation as the most recently used entry: entries that are its prefixes go (it

@@ -204,6 +204,7 @@ void scheduler::admit() {
         int32_t n_free = 0;
         for (const auto &s : slots_) n_free += s.owner == nullptr;
         while (n_free > 0 && !queue_.empty()) {
+            if (waits_for_prefill(queue_.front().request.prompt, taken)) break;
             taken.push_back(std::move(queue_.front()));
             queue_.pop_front();
             --n_free;
@@ -271,6 +272,18 @@ size_t common_prefix(const std::vector<int32_t> &a, const std::vector<int32_t> &
 }
 }  // namespace
 
+bool scheduler::waits_for_prefill(const std::vector<int32_t> &prompt, const std::vector<queued> &taken) const {
+    if (!cache_) return false;
+    size_t now = cache_->longest_common(prompt);
+    for (const auto &st : slots_) now = std::max(now, common_prefix(st.tokens, prompt));
+    size_t soon = 0;
+    for (const auto &a : active_)
+        if (!a->decoding) soon = std::max(soon, common_prefix(a->req.prompt, prompt));
+    for (const auto &q : taken) soon = std::max(soon, common_prefix(q.request.prompt, prompt));
+    // Waiting pays only when the prefill under way would spare most of this prompt.
+    return soon > now && 2 * (soon - now) >= prompt.size();
+}
+
 size_t scheduler::take_prefix(int32_t slot, const std::vector<int32_t> &prompt, size_t own_common) {
     auto &st = slots_[slot];
     // Recompute at least the last prompt token: its logits pick the first output token.
@@ -295,7 +308,8 @@ size_t scheduler::take_prefix(int32_t slot, const std::vector<int32_t> &prompt, 
     // filled after the restore, whose entry an insert could evict).
     prompt_cache::entry leaving;
     const uint64_t token_bytes = cache_ ? engine_.kv_token_bytes() : 0;
-    const bool lost = restore || copy ? !st.tokens.empty() : keep < st.tokens.size();
+    // The slot's old tokens survive as far as they agree with the prefix it now takes.
+    const bool lost = st.tokens.size() > std::min(own_common, n);
     if (cache_ && lost && st.tokens.size() * (token_bytes + sizeof(int32_t)) <= cache_->capacity() &&
         !cache_->covers(st.tokens)) {
         leaving.tokens = st.tokens;

@@ -247,6 +247,11 @@ private:
     // longest; the slot's conversation goes to the host cache when it would be lost. Returns the
     // tokens the slot now holds.
     size_t take_prefix(int32_t slot, const std::vector<int32_t> &prompt, size_t own_common);
+    struct queued;
+    // With the prompt cache on: whether the prompt should stay queued because most of it is the
+    // prefix of a prompt being prefilled now (or admitted with it, `taken`), which it will then
+    // copy rather than compute a second time.
+    bool waits_for_prefill(const std::vector<int32_t> &prompt, const std::vector<queued> &taken) const;
     // Runs fn on the engine thread between steps with the idle slot (checked there) and waits.
     void run_on_idle_slot(int32_t slot, std::function<void()> fn);
     void run_tasks();

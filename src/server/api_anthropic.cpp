@@ -47,7 +47,7 @@ public:
         out += close_block();
         json delta = {{"stop_reason", stop_reason(ev, !reply_.calls().empty())},
                       {"stop_sequence", ev.stop_matched.empty() ? json(nullptr) : json(ev.stop_matched)}};
-        json md = {{"type", "message_delta"}, {"delta", delta}, {"usage", {{"output_tokens", ev.n_generated}}},
+        json md = {{"type", "message_delta"}, {"delta", delta}, {"usage", usage(ev)},
                    {"timings", timings_json(ev.timings)}};
         return out + event("message_delta", md) + event("message_stop", {{"type", "message_stop"}});
     }
@@ -64,14 +64,20 @@ public:
         body["content"] = content;
         body["stop_reason"] = stop_reason(done_, !reply_.calls().empty());
         body["stop_sequence"] = done_.stop_matched.empty() ? json(nullptr) : json(done_.stop_matched);
-        body["usage"] = {{"input_tokens", done_.n_prompt},
-                         {"output_tokens", done_.n_generated},
-                         {"cache_read_input_tokens", done_.timings.cache_n}};
+        body["usage"] = usage(done_);
         body["timings"] = timings_json(done_.timings);
         return body;
     }
 
     int final_status() const override { return finish_http_status(done_.finish); }
+
+    // Anthropic's input_tokens leaves out the tokens read from the cache: the prompt is their sum.
+    static json usage(const gen_event &ev) {
+        return {{"input_tokens", ev.n_prompt - ev.timings.cache_n},
+                {"output_tokens", ev.n_generated},
+                {"cache_creation_input_tokens", 0},
+                {"cache_read_input_tokens", ev.timings.cache_n}};
+    }
 
 private:
     enum class block { none, thinking, text, tool };

@@ -223,3 +223,40 @@ TEST_CASE("Responses: a reply cut off by max_output_tokens is incomplete", "[api
     CHECK(b["max_output_tokens"] == 3);
     CHECK(store.size() == 0);  // store: false
 }
+
+TEST_CASE("usage reports prompt tokens read from the cache in each API's field", "[api][replies]") {
+    gen_event done = done_event(finish_reason::stop);
+    done.timings.cache_n = 5;  // of the 7 prompt tokens
+    auto chat = openai_make_job(openai_parse_chat(json::parse(R"({"messages":[{"role":"user","content":"x"}]})")), test_context());
+    chat->on_event(delta("a", {1}));
+    chat->on_event(done);
+    const json c = chat->final_body()["usage"];
+    CHECK(c["prompt_tokens"] == 7);
+    CHECK(c["prompt_tokens_details"]["cached_tokens"] == 5);
+
+    response_store store(8, 1 << 20);
+    auto resp = responses_make_job(responses_parse(json::parse(R"({"input":"hi","store":false})")), test_context(), &store);
+    resp->on_event(delta("a", {1}));
+    resp->on_event(done);
+    const json r = resp->final_body()["usage"];
+    CHECK(r["input_tokens"] == 7);
+    CHECK(r["input_tokens_details"]["cached_tokens"] == 5);
+
+    // Anthropic counts cache reads apart from input_tokens; streaming says so in message_delta.
+    for (bool stream : {false, true}) {
+        json body = json::parse(R"({"model":"tiny","max_tokens":20,"messages":[{"role":"user","content":"x"}]})");
+        body["stream"] = stream;
+        auto msg = anthropic_make_job(anthropic_parse_messages(body, false), test_context());
+        std::string text = stream ? msg->stream_begin() : std::string();
+        text += msg->on_event(delta("a", {1}));
+        text += msg->on_event(done);
+        json u;
+        if (!stream) u = msg->final_body()["usage"];
+        for (const auto &[name, data] : sse_events(text))
+            if (name == "message_delta") u = json::parse(data)["usage"];
+        INFO("stream " << stream);
+        CHECK(u["input_tokens"] == 2);
+        CHECK(u["cache_read_input_tokens"] == 5);
+        CHECK(u["output_tokens"] == 3);
+    }
+}
