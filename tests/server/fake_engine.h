@@ -8,6 +8,7 @@
 #include "tandem/error.h"
 
 #include <cmath>
+#include <cstring>
 #include <cstdint>
 #include <limits>
 #include <mutex>
@@ -71,6 +72,31 @@ public:
         h.resize(static_cast<size_t>(n_keep));
     }
     std::string layout() const override { return "fake: 1 device"; }
+
+    // K/V moves for the prompt cache and slot files (off unless asked): a slot's "KV" is its token
+    // history, so a blob token is the int32 id the slot saw at that position.
+    void enable_kv_moves() { kv_moves_ = true; }
+    uint64_t kv_token_bytes() const override { return kv_moves_ ? sizeof(int32_t) : 0; }
+    void slot_export(int32_t slot, int32_t n_tokens, std::span<uint8_t> out) override {
+        std::lock_guard lock(mutex_);
+        const auto &h = history_.at(static_cast<size_t>(slot));
+        TANDEM_ASSERT(kv_moves_ && n_tokens >= 0 && static_cast<size_t>(n_tokens) <= h.size() &&
+                      out.size() == static_cast<size_t>(n_tokens) * sizeof(int32_t));
+        std::memcpy(out.data(), h.data(), out.size());
+    }
+    void slot_import(int32_t slot, std::span<const uint8_t> in) override {
+        std::lock_guard lock(mutex_);
+        TANDEM_ASSERT(kv_moves_ && in.size() % sizeof(int32_t) == 0 && in.size() / sizeof(int32_t) <= size_t(n_ctx_));
+        auto &h = history_.at(static_cast<size_t>(slot));
+        h.resize(in.size() / sizeof(int32_t));
+        std::memcpy(h.data(), in.data(), in.size());
+    }
+    void slot_copy(int32_t src, int32_t dst, int32_t n_tokens) override {
+        std::lock_guard lock(mutex_);
+        const auto &from = history_.at(static_cast<size_t>(src));
+        TANDEM_ASSERT(kv_moves_ && n_tokens >= 0 && static_cast<size_t>(n_tokens) <= from.size());
+        history_.at(static_cast<size_t>(dst)).assign(from.begin(), from.begin() + n_tokens);
+    }
 
     // Logits from the last n tokens of a history only (0: all of it). With n = 1 greedy output
     // falls into a cycle within n_vocab tokens, which prompt-lookup drafts then predict.
@@ -155,6 +181,7 @@ private:
     int32_t nan_slot_ = -1;
     size_t nan_after_ = 0;
     std::chrono::milliseconds delay_{0};
+    bool kv_moves_ = false;
 };
 
 // Greedy argmax with log-softmax logprobs (lowest id wins ties, like tandem::argmax). It takes

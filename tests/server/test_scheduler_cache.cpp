@@ -1,0 +1,153 @@
+// tests/server/test_scheduler_cache.cpp - the scheduler's prompt cache and slot files on the fake
+// engine (whose "KV" is each slot's token history): a conversation back from the host cache, a
+// shared prefix computed once, slots saved, erased and restored; each output equal to its run alone.
+#include "fake_engine.h"
+#include "scheduler_test_util.h"
+
+#include <catch2/catch.hpp>
+
+#include <functional>
+
+using namespace tandem;
+using namespace tandem::testing;
+
+namespace {
+
+scheduler_options cache_options(bool on) {
+    scheduler_options o;
+    o.prompt_cache_bytes = on ? 1 << 20 : 0;
+    return o;
+}
+
+std::vector<int32_t> joined(std::vector<int32_t> a, const std::vector<int32_t> &b) {
+    a.insert(a.end(), b.begin(), b.end());
+    return a;
+}
+
+error_kind kind_of_error(const std::function<void()> &f) {
+    try {
+        f();
+    } catch (const error &e) {
+        return e.kind();
+    }
+    return error_kind::internal;  // "did not throw"
+}
+
+size_t prompt_rows(const fake_engine &eng, int32_t below_pos) {
+    size_t n = 0;
+    for (const auto &call : eng.calls())
+        for (const engine_row &r : call) n += r.prompt && r.pos < below_pos;
+    return n;
+}
+
+}  // namespace
+
+TEST_CASE("a conversation whose slot went to others comes back from the host cache, token for token",
+          "[scheduler][prompt_cache]") {
+    for (bool cache : {true, false}) {
+        INFO("prompt cache " << (cache ? "on" : "off"));
+        fake_engine eng(2, 512, n_vocab);
+        eng.enable_kv_moves();
+        scheduler s(eng, cache_options(cache), fake_hooks(-1));
+        auto run = [&](const std::vector<int32_t> &prompt) {
+            auto sink = std::make_shared<collect_sink>();
+            s.submit(make_request(prompt, 8, sink));
+            run_until_done(s, {sink});
+            return sink;
+        };
+        const auto a = make_prompt(1, 60);
+        const auto first = run(a);
+        run(make_prompt(2, 60));
+        run(make_prompt(3, 60));  // takes A's slot, the least recently used
+        const auto a2 = joined(joined(a, first->tokens()), make_prompt(4, 5));
+        eng.clear_calls();
+        const auto back = run(a2);
+        CHECK(back->tokens() == fake_greedy_reference(n_vocab, a2, 8));
+        const int32_t n_cached = back->last().timings.cache_n;
+        CHECK(prompt_rows(eng, 1 << 20) == a2.size() - size_t(n_cached));
+        const scheduler_stats st = s.stats();
+        if (cache) {
+            CHECK(n_cached == int32_t(a.size()) + 7);  // the prompt and every fed output token
+            CHECK(st.prompt_cache_hits == 1);
+            CHECK(st.prompt_cache_misses == 3);
+            CHECK(st.prompt_cache_restored == uint64_t(n_cached));
+            CHECK(st.prompt_cache_bytes > 0);
+        } else {
+            CHECK(n_cached < int32_t(a.size()));
+            CHECK(st.prompt_cache_hits == 0);
+        }
+    }
+}
+
+TEST_CASE("eight prompts arriving together with one long prefix compute it once", "[scheduler][prompt_cache]") {
+    const auto shared = make_prompt(9, 300);
+    for (bool cache : {true, false}) {
+        INFO("prompt cache " << (cache ? "on" : "off"));
+        fake_engine eng(2, 1024, n_vocab);
+        eng.enable_kv_moves();
+        scheduler s(eng, cache_options(cache), fake_hooks(-1));
+        std::vector<std::shared_ptr<collect_sink>> sinks;
+        std::vector<std::vector<int32_t>> prompts;
+        for (uint32_t i = 0; i < 8; ++i) {
+            prompts.push_back(joined(shared, make_prompt(20 + i, 6)));
+            sinks.push_back(std::make_shared<collect_sink>());
+            s.submit(make_request(prompts.back(), 4, sinks.back()));
+        }
+        run_until_done(s, sinks);
+        int32_t n_taken = 0;
+        for (size_t i = 0; i < sinks.size(); ++i) {
+            INFO("request " << i);
+            CHECK(sinks[i]->tokens() == fake_greedy_reference(n_vocab, prompts[i], 4));
+            n_taken += sinks[i]->last().timings.cache_n >= int32_t(shared.size());
+        }
+        if (cache) {
+            CHECK(prompt_rows(eng, int32_t(shared.size())) == shared.size());
+            CHECK(n_taken == 7);
+            CHECK(s.stats().prefix_tokens_copied >= shared.size());
+        } else {
+            // Both slots computed it: what the cache saves.
+            CHECK(prompt_rows(eng, int32_t(shared.size())) >= 2 * shared.size());
+        }
+    }
+}
+
+TEST_CASE("a slot saved, erased and restored into another slot continues as if it never moved", "[scheduler][slot_files]") {
+    fake_engine eng(2, 256, n_vocab);
+    eng.enable_kv_moves();
+    scheduler s(eng, {}, fake_hooks(-1));
+    s.start();
+    const auto d = make_prompt(30, 40);
+    auto first = std::make_shared<collect_sink>();
+    s.submit(make_request(d, 8, first));
+    REQUIRE(first->wait_done(std::chrono::seconds(30)));
+    slot_snapshot snap = s.slot_save(0);
+    std::vector<int32_t> fed = first->tokens();
+    fed.pop_back();  // the last output token was never fed
+    CHECK(snap.tokens == joined(d, fed));
+    CHECK(snap.kv.size() == snap.tokens.size() * sizeof(int32_t));
+    s.slot_erase(0);
+    CHECK(eng.slot_length(0) == 0);
+    CHECK(s.slots()[0].n_cached == 0);
+
+    // Refused: out of range, longer than a slot, KV of the wrong size, tokens outside the vocabulary.
+    CHECK(kind_of_error([&] { s.slot_save(2); }) == error_kind::not_found);
+    slot_snapshot big{std::vector<int32_t>(256, 1), std::vector<uint8_t>(256 * sizeof(int32_t))};
+    CHECK(kind_of_error([&] { s.slot_restore(1, big); }) == error_kind::invalid_request);
+    slot_snapshot short_kv = snap;
+    short_kv.kv.pop_back();
+    CHECK(kind_of_error([&] { s.slot_restore(1, short_kv); }) == error_kind::invalid_request);
+    slot_snapshot foreign = snap;
+    foreign.tokens[3] = n_vocab;
+    CHECK(kind_of_error([&] { s.slot_restore(1, foreign); }) == error_kind::invalid_request);
+
+    s.slot_restore(1, snap);
+    CHECK(eng.slot_length(1) == int32_t(snap.tokens.size()));
+    const auto d2 = joined(joined(d, first->tokens()), make_prompt(31, 3));
+    auto next = std::make_shared<collect_sink>();
+    s.submit(make_request(d2, 8, next));
+    REQUIRE(next->wait_done(std::chrono::seconds(30)));
+    CHECK(next->tokens() == fake_greedy_reference(n_vocab, d2, 8));
+    CHECK(next->last().timings.cache_n == int32_t(snap.tokens.size()));
+    CHECK(next->last().slot == 1);
+    s.shutdown(std::chrono::milliseconds(100));
+}
