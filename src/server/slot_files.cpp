@@ -5,8 +5,12 @@
 #include "tandem/error.h"
 #include "tandem/gguf.h"
 
+#include <fmt/format.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <bit>
 #include <cstring>
 #include <filesystem>
@@ -71,7 +75,9 @@ uint64_t slot_file_write(const std::string &path, const slot_file_identity &id, 
     h.model_hash = id.model_hash;
     h.kv_token_bytes = id.kv_token_bytes;
     std::memcpy(h.kv_type.data(), id.kv_type.data(), std::min(id.kv_type.size(), h.kv_type.size()));
-    const std::string tmp = path + ".partial";
+    // A name of its own per writer: two saves to one name must not write one temporary file.
+    static std::atomic<uint64_t> n_writes{0};
+    const std::string tmp = fmt::format("{}.partial-{}-{}", path, getpid(), n_writes.fetch_add(1));
     {
         std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
         out.write(reinterpret_cast<const char *>(&h), sizeof(h));
@@ -104,6 +110,8 @@ slot_snapshot slot_file_read(const std::string &path, const slot_file_identity &
     if (kv_type_of(h) != id.kv_type || h.kv_token_bytes != id.kv_token_bytes)
         fail(error_kind::invalid_request, "the slot file holds a {} KV cache of {} bytes a token; this server's is {} of {}",
              kv_type_of(h), h.kv_token_bytes, id.kv_type, id.kv_token_bytes);
+    if (h.n_tokens >= uint32_t(id.n_ctx))
+        fail(error_kind::invalid_request, "the slot file holds {} tokens; a slot holds {}", h.n_tokens, id.n_ctx);
     const uint64_t expected = sizeof(h) + uint64_t(h.n_tokens) * (sizeof(int32_t) + h.kv_token_bytes);
     if (size != expected)
         fail(error_kind::invalid_request, "the slot file is {}: {} bytes where its header promises {}",

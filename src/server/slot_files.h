@@ -20,6 +20,7 @@ struct slot_file_identity {
     uint64_t model_hash = 0;
     std::string kv_type;       // "f32", "f16"
     uint64_t kv_token_bytes = 0;
+    int32_t n_ctx = 0;         // a file of this many tokens or more cannot fit a slot
 };
 uint64_t slot_file_model_hash(const gguf_file &file);
 
@@ -31,7 +32,8 @@ std::string slot_file_path(const std::string &folder, const std::string &name);
 // Throws internal when the file cannot be written.
 uint64_t slot_file_write(const std::string &path, const slot_file_identity &id, const slot_snapshot &snapshot);
 // Reads a snapshot; throws not_found for a missing file and invalid_request naming why a file is
-// refused (not a slot file, another version, model or KV type, truncated or too long).
+// refused (not a slot file, another version, model or KV type, more tokens than a slot holds,
+// truncated or too long), before reading more than its header.
 slot_snapshot slot_file_read(const std::string &path, const slot_file_identity &id, uint64_t &bytes_read);
 
 }  // namespace tandem::server

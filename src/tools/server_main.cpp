@@ -311,7 +311,7 @@ int serve(server_config cfg, const std::string &cpu_arithmetic, const sampling_f
     mc.model_id = cfg.alias;
     std::string file_name = std::filesystem::path(cfg.model_path).filename().string();
     mc.model_names = {cfg.alias, file_name, std::filesystem::path(cfg.model_path).stem().string()};
-    mc.slot_identity = {slot_file_model_hash(*file), kv_type_name(eng->kv_cache_type()), eng->kv_token_bytes()};
+    mc.slot_identity = {slot_file_model_hash(*file), kv_type_name(eng->kv_cache_type()), eng->kv_token_bytes(), eng->n_ctx()};
     mc.meta = {{"n_ctx", eng->n_ctx()}, {"n_slots", eng->n_slots()}, {"kv_type", cfg.kv_type}, {"n_vocab", hp.n_vocab},
                {"arch", hp.arch_name}, {"n_layer", hp.n_layer}, {"n_expert", hp.n_expert},
                {"size", bytes.total()}, {"chat_template", chat_template_family_name(mc.tmpl.family)}};

@@ -227,6 +227,7 @@ def refusals(srv, save_dir):
         "version.bin": (HEADER.pack(magic, version + 1, n_tokens, model_hash, token_bytes, kv_type) + body, "version"),
         "model.bin": (HEADER.pack(magic, version, n_tokens, model_hash ^ 1, token_bytes, kv_type) + body, "another model"),
         "kvtype.bin": (HEADER.pack(magic, version, n_tokens, model_hash, token_bytes, b"f16") + body, "KV cache"),
+        "huge.bin": (HEADER.pack(magic, version, 1 << 31, model_hash, token_bytes, kv_type) + body, "tokens"),
         "big.bin": (HEADER.pack(magic, version, n_tokens * reps, model_hash, token_bytes, kv_type) + tokens * reps + kv * reps,
                     "tokens"),
     }
