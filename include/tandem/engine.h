@@ -56,7 +56,7 @@ struct engine_outputs {
 };
 
 enum class engine_backend : uint8_t { automatic, cpu, cuda };
-enum class kv_type : uint8_t { automatic, f32, f16 };
+enum class kv_type : uint8_t { automatic, f32, f16, q8_0 };
 // CUDA transfers between devices: peer-to-peer where a pair has it (automatic), only p2p, staged
 // through pinned host memory, or NCCL send/recv.
 enum class engine_transport : uint8_t { automatic, p2p, host, nccl };
@@ -95,8 +95,10 @@ struct engine_options {
     int32_t micro_batches = 0;
     // The KV cache's element type: f32, f16 (half the bytes: the CUDA engine stores halves and its
     // decode attention runs on tensor cores; the CPU engine rounds each key and value to the
-    // nearest half and keeps it as f32, so both compute on the same values), or automatic (f16 on
-    // the CUDA backend, f32 on the CPU: the server's default).
+    // nearest half and keeps it as f32, so both compute on the same values), q8_0 (ggml's blocks of
+    // 32 int8 values and an f16 scale; the CPU engine rounds each row of keys and values through
+    // them as ggml's quantize_row_q8_0 does and keeps the results as f32; the CUDA engine refuses
+    // it for now), or automatic (f16 on the CUDA backend, f32 on the CPU: the server's default).
     kv_type kv = kv_type::f32;
     // CPU backend: products with Q4_K, Q6_K and Q8_0 weights on digits (int8 activation digits,
     // integer dot products: the GPU's arithmetic on Q4_K, several times faster) or exact (each
@@ -110,8 +112,11 @@ struct engine_options {
 
 // options.kv with automatic resolved by the backend (options.backend, resolved first when automatic).
 kv_type engine_kv_type_resolve(const engine_options &options);
-// Bytes of one KV cache element for the resolved options.kv (4 or 2).
-uint32_t engine_kv_bytes(const engine_options &options);
+// Bytes of one KV cache element for the resolved options.kv: 4, 2, or 34/32 for q8_0.
+double engine_kv_bytes(const engine_options &options);
+// Bytes of a row of `width` cache elements of `type` (resolved), as slot blobs and files hold it;
+// q8_0 rows are whole blocks of 32 (error(config) otherwise).
+uint64_t kv_row_bytes(kv_type type, int64_t width);
 
 class engine {
 public:

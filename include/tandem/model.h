@@ -107,7 +107,7 @@ struct model_bytes {
                                              // (K and V, or deepseek2's latent and roped key)
     uint64_t total() const;
 };
-model_bytes model_bytes_read(const gguf_file &file, const model_hparams &hp, uint32_t kv_elem_bytes);
+model_bytes model_bytes_read(const gguf_file &file, const model_hparams &hp, double kv_elem_bytes);
 
 }  // namespace tandem
 

@@ -5,6 +5,7 @@
 #include "tandem/error.h"
 #include "tandem/gguf.h"
 #include "tandem/quant.h"
+#include "tandem/quant_blocks.h"
 
 #include <sys/mman.h>
 
@@ -19,14 +20,15 @@ const float *f32_data(const gguf_tensor_info *t) { return reinterpret_cast<const
 }  // namespace
 
 cpu_device::cpu_device(const model_hparams &hp, const model_tensors &tensors, cpu_part part, int32_t n_slots,
-                       int32_t n_ctx, int32_t n_threads, bool kv_f16, cpu::cpu_arithmetic arithmetic)
-    : hp_(hp), tensors_(tensors), part_(std::move(part)), n_slots_(n_slots), n_ctx_(n_ctx), kv_f16_(kv_f16) {
+                       int32_t n_ctx, int32_t n_threads, kv_type cache_type, cpu::cpu_arithmetic arithmetic)
+    : hp_(hp), tensors_(tensors), part_(std::move(part)), n_slots_(n_slots), n_ctx_(n_ctx), cache_type_(cache_type) {
     ctx_.n_threads = std::max(1, n_threads);
     ctx_.arithmetic = arithmetic;
     ctx_.ws = &ws_;
     const model_kv_shape kv = model_kv_shape_of(hp_);
     kv_dim_ = kv.width;
     kv_planes_ = kv.n_planes;
+    kv_row_bytes(cache_type_, kv_dim_);  // refuses a q8_0 cache of rows that are not whole blocks
     const size_t n_layers = size_t(part_.layer_end - part_.layer_begin);
     kv_bytes_ = n_layers * size_t(kv_planes_) * size_t(n_slots_) * size_t(n_ctx_) * size_t(kv_dim_) * sizeof(float);
     if (kv_bytes_ > 0) {
@@ -52,45 +54,62 @@ float *cpu_device::k_cache(int32_t layer, int32_t slot) const { return kv_plane(
 
 float *cpu_device::v_cache(int32_t layer, int32_t slot) const { return kv_plane(layer, 1, slot); }
 
-// With kv_f16 the cache's floats are halves already, so a blob holds them as halves, exactly.
+// The cache's rounding: to halves, or through ggml's q8_0 blocks (quantize_row_q8_0's rounding).
+void cpu_device::kv_round(float *x, int64_t n_rows) const {
+    if (cache_type_ == kv_type::f16)
+        for (int64_t i = 0; i < n_rows * kv_dim_; ++i) x[i] = fp16_to_fp32(fp32_to_fp16(x[i]));
+    if (cache_type_ != kv_type::q8_0) return;
+    std::vector<block_q8_0> blocks(size_t(kv_dim_ / 32));
+    for (int64_t r = 0; r < n_rows; ++r) {
+        quantize_row(ggml_type::q8_0, x + r * kv_dim_, blocks.data(), kv_dim_);
+        dequantize_row(ggml_type::q8_0, blocks.data(), x + r * kv_dim_, kv_dim_);
+    }
+}
+
+// The cache's floats are rounded already, so a blob holds them in the cache's type exactly: halves,
+// or q8_0 blocks, which quantising a dequantised block gives back unchanged.
 void cpu_device::kv_export(int32_t slot, int32_t n, uint8_t *blob, size_t token_bytes) const {
-    const size_t width = size_t(kv_dim_), elem = kv_f16_ ? 2 : 4;
+    const size_t width = size_t(kv_dim_), row_bytes = size_t(kv_row_bytes(cache_type_, kv_dim_));
     for (int32_t l = part_.layer_begin; l < part_.layer_end; ++l)
         for (int32_t p = 0; p < kv_planes_; ++p) {
             const float *src = kv_plane(l, p, slot);
-            const size_t offset = (size_t(l) * size_t(kv_planes_) + size_t(p)) * width * elem;
+            const size_t offset = (size_t(l) * size_t(kv_planes_) + size_t(p)) * row_bytes;
             for (int32_t t = 0; t < n; ++t) {
                 uint8_t *dst = blob + size_t(t) * token_bytes + offset;
                 const float *row = src + size_t(t) * width;
-                if (!kv_f16_) {
+                if (cache_type_ == kv_type::q8_0) {
+                    quantize_row(ggml_type::q8_0, row, dst, int64_t(width));
+                } else if (cache_type_ == kv_type::f16) {
+                    for (size_t i = 0; i < width; ++i) {
+                        const uint16_t half = fp32_to_fp16(row[i]);
+                        std::memcpy(dst + i * 2, &half, 2);
+                    }
+                } else {
                     std::memcpy(dst, row, width * sizeof(float));
-                    continue;
-                }
-                for (size_t i = 0; i < width; ++i) {
-                    const uint16_t half = fp32_to_fp16(row[i]);
-                    std::memcpy(dst + i * 2, &half, 2);
                 }
             }
         }
 }
 
 void cpu_device::kv_import(int32_t slot, int32_t n, const uint8_t *blob, size_t token_bytes) {
-    const size_t width = size_t(kv_dim_), elem = kv_f16_ ? 2 : 4;
+    const size_t width = size_t(kv_dim_), row_bytes = size_t(kv_row_bytes(cache_type_, kv_dim_));
     for (int32_t l = part_.layer_begin; l < part_.layer_end; ++l)
         for (int32_t p = 0; p < kv_planes_; ++p) {
             float *dst = kv_plane(l, p, slot);
-            const size_t offset = (size_t(l) * size_t(kv_planes_) + size_t(p)) * width * elem;
+            const size_t offset = (size_t(l) * size_t(kv_planes_) + size_t(p)) * row_bytes;
             for (int32_t t = 0; t < n; ++t) {
                 const uint8_t *src = blob + size_t(t) * token_bytes + offset;
                 float *row = dst + size_t(t) * width;
-                if (!kv_f16_) {
+                if (cache_type_ == kv_type::q8_0) {
+                    dequantize_row(ggml_type::q8_0, src, row, int64_t(width));
+                } else if (cache_type_ == kv_type::f16) {
+                    for (size_t i = 0; i < width; ++i) {
+                        uint16_t half = 0;
+                        std::memcpy(&half, src + i * 2, 2);
+                        row[i] = fp16_to_fp32(half);
+                    }
+                } else {
                     std::memcpy(row, src, width * sizeof(float));
-                    continue;
-                }
-                for (size_t i = 0; i < width; ++i) {
-                    uint16_t half = 0;
-                    std::memcpy(&half, src + i * 2, 2);
-                    row[i] = fp16_to_fp32(half);
                 }
             }
         }
@@ -142,11 +161,8 @@ void cpu_device::layer_attention(int32_t layer, std::span<const engine_row> rows
     // Every row's K/V goes into its slot before any row attends, so rows of one slot in this call
     // see each other causally (by position), and rows of other slots never.
     const float **kc = cpu::grow(kc_, rows.size()), **vc = cpu::grow(vc_, rows.size());
-    if (kv_f16_)
-        for (int64_t i = 0; i < n * kv_dim_; ++i) {
-            k[i] = fp16_to_fp32(fp32_to_fp16(k[i]));
-            v[i] = fp16_to_fp32(fp32_to_fp16(v[i]));
-        }
+    kv_round(k, n);
+    kv_round(v, n);
     for (size_t i = 0; i < rows.size(); ++i) {
         float *kd = k_cache(layer, rows[i].slot), *vd = v_cache(layer, rows[i].slot);
         std::copy_n(k + i * size_t(kv_dim_), kv_dim_, kd + size_t(rows[i].pos) * size_t(kv_dim_));

@@ -24,10 +24,11 @@ struct cpu_part {
 
 class cpu_device {
 public:
-    // kv_f16: keys and values are rounded to the nearest half as they enter the cache (kept as f32),
-    // the values the CUDA engine's f16 cache holds. arithmetic: how quantized products are computed.
+    // kv (resolved): f32, or f16 / q8_0: keys and values are rounded as they enter the cache (kept
+    // as f32) to what an f16 cache, or one of ggml's q8_0 blocks, holds. arithmetic: how quantized
+    // products are computed.
     cpu_device(const model_hparams &hp, const model_tensors &tensors, cpu_part part, int32_t n_slots, int32_t n_ctx,
-               int32_t n_threads, bool kv_f16 = false, cpu::cpu_arithmetic arithmetic = cpu::cpu_arithmetic::exact);
+               int32_t n_threads, kv_type kv = kv_type::f32, cpu::cpu_arithmetic arithmetic = cpu::cpu_arithmetic::exact);
     ~cpu_device();
     cpu_device(const cpu_device &) = delete;
     cpu_device &operator=(const cpu_device &) = delete;
@@ -64,6 +65,8 @@ public:
 
 private:
     float *kv_plane(int32_t layer, int32_t plane, int32_t slot) const;  // [n_ctx][kv_dim]
+    // x [n_rows][kv_dim] <- the values the cache's type holds for them (f32: unchanged).
+    void kv_round(float *x, int64_t n_rows) const;
     float *k_cache(int32_t layer, int32_t slot) const;
     float *v_cache(int32_t layer, int32_t slot) const;
     // deepseek2 (cpu_layer_deepseek2.cpp): tables made once, the latent attention and the router.
@@ -77,7 +80,7 @@ private:
     cpu_part part_;
     cpu::cpu_context ctx_;
     int32_t n_slots_ = 0, n_ctx_ = 0;
-    bool kv_f16_ = false;
+    kv_type cache_type_ = kv_type::f32;
     int64_t kv_dim_ = 0;     // values a token leaves in one plane of a layer's cache
     int32_t kv_planes_ = 0;  // K and V, or deepseek2's one plane of latent and roped key
     float *kv_ = nullptr;    // [layer_end - layer_begin][kv_planes][n_slots][n_ctx][kv_dim]; lazily backed

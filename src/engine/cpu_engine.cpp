@@ -26,7 +26,7 @@ cpu_engine::cpu_engine(std::shared_ptr<const gguf_file> file, const engine_optio
     const int32_t n_slots = options.n_slots, n_ctx = options.n_ctx;
     if (options.micro_batches < 0) fail(error_kind::config, "micro-batches must be >= 0, got {}", options.micro_batches);
     micro_batches_ = options.micro_batches;
-    kv_f16_ = engine_kv_bytes(options) == 2;
+    kv_ = engine_kv_type_resolve(options);
     arithmetic_ = options.arithmetic == cpu_arithmetic::exact ? cpu::cpu_arithmetic::exact : cpu::cpu_arithmetic::digits;
     n_threads_ = options.n_threads > 0 ? options.n_threads : int32_t(std::max(1u, std::thread::hardware_concurrency()));
 
@@ -67,7 +67,7 @@ cpu_engine::cpu_engine(std::shared_ptr<const gguf_file> file, const engine_optio
             }
         devices_.push_back(std::make_unique<cpu_device>(hp_, tensors_, std::move(part), n_slots, n_ctx,
                                                         options.n_devices == 1 ? n_threads_ : threads_each,
-                                                        kv_f16_, arithmetic_));
+                                                        kv_, arithmetic_));
     }
 }
 
@@ -76,7 +76,8 @@ int32_t cpu_engine::slot_length(int32_t slot) const { return slots_.length(slot)
 void cpu_engine::slot_truncate(int32_t slot, int32_t n_keep) { slots_.truncate(slot, n_keep); }
 
 uint64_t cpu_engine::kv_token_bytes() const {
-    return uint64_t(hp_.n_layer) * uint64_t(model_kv_shape_of(hp_).per_token()) * (kv_f16_ ? 2 : 4);
+    const model_kv_shape kv = model_kv_shape_of(hp_);
+    return uint64_t(hp_.n_layer) * uint64_t(kv.n_planes) * kv_row_bytes(kv_, kv.width);
 }
 
 // Each stage's first member writes its layers once; a tensor-parallel partner holds the same K/V.
@@ -105,7 +106,7 @@ std::string cpu_engine::layout() const {
     for (const auto &d : devices_) kv += d->kv_bytes();
     const bool digits = arithmetic_ == cpu::cpu_arithmetic::digits;
     return fmt::format("{} | cpu threads={} micro-batches={} kv={} {:.2f} GiB arithmetic={}{}{}", placement_layout_line(plan_), n_threads_,
-                       micro_batches_ > 0 ? micro_batches_ : plan_.n_stages, kv_f16_ ? "f16 (as f32)" : "f32", kv / 1073741824.0,
+                       micro_batches_ > 0 ? micro_batches_ : plan_.n_stages, kv_ == kv_type::f32 ? std::string("f32") : fmt::format("{} (as f32)", kv_type_name(kv_)), kv / 1073741824.0,
                        digits ? "digits (" : "exact", digits ? cpu::cpu_isa_name(cpu::cpu_isa_best()) : "", digits ? ")" : "");
 }
 

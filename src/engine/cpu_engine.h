@@ -25,7 +25,7 @@ public:
     int32_t slot_length(int32_t slot) const override;
     void slot_truncate(int32_t slot, int32_t n_keep) override;
     uint64_t kv_token_bytes() const override;
-    kv_type kv_cache_type() const override { return kv_f16_ ? kv_type::f16 : kv_type::f32; }
+    kv_type kv_cache_type() const override { return kv_; }
     void slot_export(int32_t slot, int32_t n_tokens, std::span<uint8_t> out) override;
     void slot_import(int32_t slot, std::span<const uint8_t> in) override;
     void slot_copy(int32_t src, int32_t dst, int32_t n_tokens) override;
@@ -64,7 +64,7 @@ private:
     std::vector<stage_scratch> scratch_;                  // [stage]
     slot_table slots_;
     int32_t n_threads_ = 0, micro_batches_ = 0;
-    bool kv_f16_ = false;  // engine_options::kv f16: keys and values rounded to halves
+    kv_type kv_ = kv_type::f32;  // engine_options::kv resolved: f16 and q8_0 round keys and values to that type
     cpu::cpu_arithmetic arithmetic_ = cpu::cpu_arithmetic::digits;
     double experts_touched_ = 0;     // distinct experts per layer in the last forward (average)
     uint64_t bytes_moved_ = 0;       // hidden states, expert outputs and logits between devices

@@ -83,8 +83,8 @@ void cpu_device::layer_attention_mla(int32_t layer, std::span<const engine_row> 
         cpu::rmsnorm(kv.data() + r * kv_w, f32_data(lt.kv_a_norm), kv.data() + r * kv_w, 1, lora, hp_.rms_eps);
     cpu::rope_pairs(kv.data() + lora, pos.data(), n, kv_w, 1, 0, rope_freq_.data(), rope, 1.0f);
     cpu::rope_pairs(q.data() + nope, pos.data(), n, q_dim, nh, dh, rope_freq_.data(), rope, 1.0f);
-    if (kv_f16_)
-        for (float &v : kv) v = fp16_to_fp32(fp32_to_fp16(v));
+    TANDEM_ASSERT(kv_w == kv_dim_, "the latent cache's rows are {} wide, not {}", kv_dim_, kv_w);
+    kv_round(kv.data(), n);
 
     // Every row's cache entry is written before any row attends (rows of one slot see each other by position).
     std::vector<const float *> cache(rows.size());

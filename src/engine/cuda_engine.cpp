@@ -157,6 +157,7 @@ cuda_engine::cuda_engine(std::shared_ptr<const gguf_file> file, const engine_opt
       slots_(options, hp_), host_(std::make_unique<host_state>()) {
     n_slots_ = options.n_slots;
     n_ctx_ = options.n_ctx;
+    if (engine_kv_type_resolve(options) == kv_type::q8_0) fail(error_kind::config, "the CUDA engine takes an f32 or f16 KV cache, not q8_0");
     kv_f16_ = engine_kv_bytes(options) == 2;
     if (options.micro_batches < 0) fail(error_kind::config, "micro-batches must be >= 0, got {}", options.micro_batches);
     micro_batches_ = options.micro_batches;

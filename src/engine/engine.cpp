@@ -44,8 +44,23 @@ kv_type engine_kv_type_resolve(const engine_options &options) {
     return engine_backend_resolve(options) == engine_backend::cuda ? kv_type::f16 : kv_type::f32;
 }
 
-uint32_t engine_kv_bytes(const engine_options &options) {
-    return engine_kv_type_resolve(options) == kv_type::f16 ? 2 : 4;
+double engine_kv_bytes(const engine_options &options) {
+    switch (engine_kv_type_resolve(options)) {
+    case kv_type::f16: return 2.0;
+    case kv_type::q8_0: return 34.0 / 32.0;
+    default: return 4.0;
+    }
+}
+
+uint64_t kv_row_bytes(kv_type type, int64_t width) {
+    switch (type) {
+    case kv_type::f16: return uint64_t(width) * 2;
+    case kv_type::q8_0:
+        if (width % 32 != 0)
+            fail(error_kind::config, "--kv-type q8_0 needs cache rows of whole 32-element blocks; this model's rows have {} elements", width);
+        return uint64_t(width / 32) * 34;
+    default: return uint64_t(width) * 4;
+    }
 }
 
 // The CUDA engine runs qwen3moe only so far: other architectures run on the CPU engine when the
@@ -95,6 +110,8 @@ std::unique_ptr<engine> engine_open(std::shared_ptr<const gguf_file> file, const
     engine_options options = resolve_backend(*file, options_in);
     options.kv = engine_kv_type_resolve(options);
     if (options.backend == engine_backend::cpu) return std::make_unique<cpu_engine>(std::move(file), options);
+    if (options.kv == kv_type::q8_0)
+        fail(error_kind::config, "--kv-type q8_0 runs on the CPU backend only so far (--backend cpu); the CUDA engine takes f32 or f16");
 #ifdef TANDEM_HAVE_CUDA
     return std::make_unique<cuda_engine>(std::move(file), options);
 #else

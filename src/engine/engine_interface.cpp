@@ -30,8 +30,8 @@ const char *enum_name(const std::array<std::pair<const char *, E>, N> &names, E 
 
 constexpr std::array<std::pair<const char *, engine_backend>, 3> backend_names{
     {{"auto", engine_backend::automatic}, {"cpu", engine_backend::cpu}, {"cuda", engine_backend::cuda}}};
-constexpr std::array<std::pair<const char *, kv_type>, 3> kv_names{
-    {{"auto", kv_type::automatic}, {"f32", kv_type::f32}, {"f16", kv_type::f16}}};
+constexpr std::array<std::pair<const char *, kv_type>, 4> kv_names{
+    {{"auto", kv_type::automatic}, {"f32", kv_type::f32}, {"f16", kv_type::f16}, {"q8_0", kv_type::q8_0}}};
 constexpr std::array<std::pair<const char *, engine_transport>, 4> transport_names{
     {{"auto", engine_transport::automatic}, {"p2p", engine_transport::p2p}, {"host", engine_transport::host},
      {"nccl", engine_transport::nccl}}};

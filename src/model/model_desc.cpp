@@ -7,6 +7,7 @@
 #include "tandem/gguf.h"
 #include "tandem/model.h"
 
+#include <cmath>
 #include <string>
 
 namespace tandem {
@@ -153,7 +154,7 @@ model_kv_shape model_kv_shape_of(const model_hparams &hp) {
     TANDEM_ASSERT(false, "unknown architecture");
 }
 
-model_bytes model_bytes_read(const gguf_file &file, const model_hparams &hp, uint32_t kv_elem_bytes) {
+model_bytes model_bytes_read(const gguf_file &file, const model_hparams &hp, double kv_elem_bytes) {
     model_bytes bytes;
     bytes.layer_replicated.assign(hp.n_layer, 0);
     bytes.layer_experts.assign(hp.n_layer, 0);
@@ -177,7 +178,7 @@ model_bytes model_bytes_read(const gguf_file &file, const model_hparams &hp, uin
         }
     }
     if (!file.find_tensor("output.weight")) bytes.head += file.tensor("token_embd.weight").n_bytes;  // tied head
-    bytes.kv_per_token = uint64_t(hp.n_layer) * uint64_t(model_kv_shape_of(hp).per_token()) * kv_elem_bytes;
+    bytes.kv_per_token = uint64_t(std::ceil(double(uint64_t(hp.n_layer) * uint64_t(model_kv_shape_of(hp).per_token())) * kv_elem_bytes));
     return bytes;
 }
 

@@ -91,7 +91,7 @@ int plan_run(plan_cli cli) {
     engine_options kv_opt;
     kv_opt.kv = cli.kv;
     kv_opt.backend = engine_backend::cuda;  // the plan places CUDA devices: auto is f16
-    const uint32_t kv_elem_bytes = engine_kv_bytes(kv_opt);  // the CUDA engine's (the CPU engine keeps f32)
+    const double kv_elem_bytes = engine_kv_bytes(kv_opt);  // the CUDA engine's (the CPU engine keeps f32)
     placement_model model;
     model.bytes = model_bytes_read(*file, hp, kv_elem_bytes);
     model.n_layer = hp.n_layer;
@@ -125,7 +125,7 @@ TANDEM_COMMAND(plan, "Plan devices, pairs and budgets for a model and print the 
     sub.add_flag("--tensor-parallel", cli->tensor_parallel, "Pair device i with i+N/2 and split routed experts");
     sub.add_option("--ctx", cli->n_ctx, "Tokens per session (KV)")->capture_default_str();
     tandem::tools::add_enum_option(sub, "--kv-type", cli->kv, tandem::kv_type_parse, tandem::kv_type_name,
-                                   "KV cache element type: f32, f16, or auto (f16, as the server on CUDA)");
+                                   "KV cache element type: f32, f16, q8_0 (34 bytes per 32 elements), or auto (f16, as the server on CUDA)");
     sub.add_option("--batched-session", cli->n_sessions, "Resident sessions (KV slots)")->capture_default_str();
     sub.add_option("--topology", cli->topology_path, "Topology JSON file (see docs/placement.md)");
     sub.add_option("--expert-balance", cli->traffic_path, "Expert traffic JSON: split experts by routed rows");

@@ -210,7 +210,7 @@ int serve(server_config cfg, const std::string &cpu_arithmetic, const sampling_f
     cfg.backend = engine_backend_name(eo.backend);
     cfg.kv_type = kv_type_name(eo.kv);
     // The CPU engine keeps f16 keys and values as f32 (rounded), so only CUDA's KV shrinks.
-    const uint32_t kv_elem_bytes = eo.backend == engine_backend::cuda ? engine_kv_bytes(eo) : 4;
+    const double kv_elem_bytes = eo.backend == engine_backend::cuda ? engine_kv_bytes(eo) : 4.0;  // the CPU keeps floats
     const model_bytes bytes = model_bytes_read(*file, hp, kv_elem_bytes);
 
     // Memory plan before listening: the CPU backend's budget is the machine's available RAM.

@@ -3,6 +3,8 @@
 #include "model_test_util.h"
 
 #include "tandem/error.h"
+#include "tandem/quant.h"
+#include "tandem/quant_blocks.h"
 #include "tandem/sampler.h"
 #include "tandem/synth.h"
 
@@ -177,7 +179,7 @@ TEST_CASE("engine options are validated", "[engine]") {
     CHECK_THROWS_WITH(engine_transport_parse("pigeon"), Catch::Contains("unknown transport 'pigeon'"));
     for (const engine_backend b : {engine_backend::automatic, engine_backend::cpu, engine_backend::cuda})
         CHECK(engine_backend_parse(engine_backend_name(b)) == b);
-    for (const kv_type k : {kv_type::automatic, kv_type::f32, kv_type::f16}) CHECK(kv_type_parse(kv_type_name(k)) == k);
+    for (const kv_type k : {kv_type::automatic, kv_type::f32, kv_type::f16, kv_type::q8_0}) CHECK(kv_type_parse(kv_type_name(k)) == k);
     CHECK_THROWS_WITH(cpu_arithmetic_parse("fast"), Catch::Contains("unknown CPU arithmetic 'fast'"));
     for (const cpu_arithmetic a : {cpu_arithmetic::digits, cpu_arithmetic::exact}) CHECK(cpu_arithmetic_parse(cpu_arithmetic_name(a)) == a);
     opt.backend = engine_backend::cpu;
@@ -226,6 +228,59 @@ TEST_CASE("an f16 KV cache rounds keys and values and stays close to f32", "[eng
     const std::vector<engine_row> rows = {r1, r0};
     engine_forward_logits(*f16, rows, both);
     CHECK(same_bits(lone, std::span<const float>(both).subspan(size_t(nv))));
+}
+
+TEST_CASE("a q8_0 KV cache holds ggml's q8_0 blocks of each key and value row, batch invariant", "[engine]") {
+    const std::string model = synth_gguf("tiny", ggml_type::q4_k, 2);
+    auto f32 = open_cpu(model, 2, 128), q8 = open_cpu(model, 2, 128, kv_type::q8_0);
+    const model_hparams &hp = f32->hparams();
+    const model_kv_shape shape = model_kv_shape_of(hp);
+    CHECK(q8->kv_cache_type() == kv_type::q8_0);
+    CHECK(q8->kv_token_bytes() == uint64_t(hp.n_layer) * uint64_t(shape.n_planes) * uint64_t(shape.width / 32) * 34);
+    std::mt19937 rng(37);
+    const std::vector<int32_t> prompt = random_tokens(rng, 24, hp.n_vocab);
+    const std::vector<float> a = prefill(*f32, 1, prompt), b = prefill(*q8, 1, prompt);
+    CHECK_FALSE(same_bits(a, b));
+    CHECK(rel_l2(std::span<const float>(b), std::span<const float>(a)) < 1e-2);
+    // Layer 0's keys and values depend on the token alone, so the q8_0 cache's blocks of them are
+    // quantize_row_q8_0 of the f32 cache's rows, byte for byte.
+    std::vector<uint8_t> blob_f32(prompt.size() * f32->kv_token_bytes()), blob_q8(prompt.size() * q8->kv_token_bytes());
+    f32->slot_export(1, int32_t(prompt.size()), blob_f32);
+    q8->slot_export(1, int32_t(prompt.size()), blob_q8);
+    const size_t row = size_t(shape.width) / 32 * sizeof(block_q8_0);
+    std::vector<uint8_t> want(row);
+    for (size_t t = 0; t < prompt.size(); ++t)
+        for (int32_t p = 0; p < shape.n_planes; ++p) {
+            const auto *src = reinterpret_cast<const float *>(blob_f32.data() + t * f32->kv_token_bytes()) + p * shape.width;
+            quantize_row(ggml_type::q8_0, src, want.data(), shape.width);
+            INFO("token " << t << " plane " << p);
+            CHECK(std::memcmp(want.data(), blob_q8.data() + t * q8->kv_token_bytes() + size_t(p) * row, row) == 0);
+        }
+    // The blob goes back in exactly: a slot imported from it continues bitwise as the original.
+    auto copy = open_cpu(model, 2, 128, kv_type::q8_0);
+    copy->slot_import(0, blob_q8);
+    const engine_row next1{1, int32_t(prompt.size()), 3, row_output::logits}, next0{0, int32_t(prompt.size()), 3, row_output::logits};
+    std::vector<float> from_original, from_blob;
+    engine_forward_logits(*q8, {&next1, 1}, from_original);
+    engine_forward_logits(*copy, {&next0, 1}, from_blob);
+    CHECK(same_bits(from_original, from_blob));
+    // Batch invariance: slot 0's row alone and beside slot 1's.
+    auto alone = open_cpu(model, 2, 128, kv_type::q8_0);
+    prefill(*alone, 0, prompt);
+    prefill(*q8, 0, prompt);
+    const engine_row r0{0, int32_t(prompt.size()), 5, row_output::logits}, r1{1, q8->slot_length(1), 7, row_output::logits};
+    std::vector<float> lone, both;
+    engine_forward_logits(*alone, {&r0, 1}, lone);
+    const std::vector<engine_row> rows = {r1, r0};
+    engine_forward_logits(*q8, rows, both);
+    CHECK(same_bits(lone, std::span<const float>(both).subspan(size_t(hp.n_vocab))));
+    // The CUDA engine refuses it by name.
+    engine_options cuda;
+    cuda.backend = engine_backend::cuda;
+    cuda.kv = kv_type::q8_0;
+    cuda.n_slots = 1;
+    cuda.n_ctx = 64;
+    CHECK_THROWS_WITH(engine_open(gguf_file::open(model), cuda), Catch::Contains("q8_0"));
 }
 
 TEST_CASE("synth's Q4_K_M mix puts Q6_K where llama.cpp's Q4_K_M does, and the engine runs it", "[engine][synth]") {

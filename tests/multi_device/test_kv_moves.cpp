@@ -70,7 +70,9 @@ TEST_CASE("a slot's KV exports the same blob on every placement and imports bitw
                                                 {"tiny", 2, true, kv_type::f32},
                                                 {"tiny", 4, true, kv_type::f16},
                                                 {"tiny-deepseek-v3", 2, false, kv_type::f32},
-                                                {"tiny-deepseek-v3", 2, true, kv_type::f16}}));
+                                                {"tiny-deepseek-v3", 2, true, kv_type::f16},
+                                                {"tiny", 4, true, kv_type::q8_0},
+                                                {"tiny-deepseek-v3", 2, false, kv_type::q8_0}}));
     INFO(c.preset << ", " << c.devices << " devices" << (c.tensor_parallel ? " in pairs" : "") << ", kv "
                   << kv_type_name(c.kv));
     const std::string model = synth_gguf(c.preset, ggml_type::q4_k, 4);
@@ -79,8 +81,8 @@ TEST_CASE("a slot's KV exports the same blob on every placement and imports bitw
     REQUIRE(placed->counters().at("devices") == double(c.devices));
     REQUIRE(placed->kv_cache_type() == c.kv);
     const model_kv_shape shape = model_kv_shape_of(single->hparams());
-    REQUIRE(single->kv_token_bytes() ==
-            uint64_t(single->hparams().n_layer) * uint64_t(shape.per_token()) * (c.kv == kv_type::f16 ? 2 : 4));
+    const uint64_t row_bytes = c.kv == kv_type::q8_0 ? uint64_t(shape.width) / 32 * 34 : uint64_t(shape.width) * (c.kv == kv_type::f16 ? 2 : 4);
+    REQUIRE(single->kv_token_bytes() == uint64_t(single->hparams().n_layer) * uint64_t(shape.n_planes) * row_bytes);
 
     const std::vector<int32_t> ids = random_tokens(23, single->hparams().n_vocab, 7);
     prefill(*single, 0, ids);
