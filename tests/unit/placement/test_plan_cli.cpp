@@ -83,14 +83,15 @@ TEST_CASE("tandem plan: CPU virtual devices with pairs, JSON and text agree", "[
 }
 
 // deepseek2 caches the latent (kv_lora_rank) and the roped key (rope dims) of each token and layer,
-// nothing per head: tiny-deepseek-v3 has kv_lora_rank 256 and 32 rope dims.
+// nothing per head: tiny-deepseek-v3 has kv_lora_rank 256 and 32 rope dims (nine q8_0 blocks).
 TEST_CASE("tandem plan prices deepseek2's latent cache on every device of a plan", "[placement][cli][deepseek2]") {
     const std::string model = std::string(TANDEM_BINARY_DIR) + "/test_plan_cli_tiny_deepseek_v3.gguf";
     const run_result made = run_tandem("synth --preset tiny-deepseek-v3 --seed 1 --threads 1 --out " + model);
     INFO(made.err);
     REQUIRE(made.code == 0);
-    struct kv_case { const char *kv_type; uint64_t bytes; const char *devices; };
-    const kv_case c = GENERATE(values<kv_case>({{"f32", 4, "--devices 2"}, {"f16", 2, "--devices 4 --tensor-parallel"}}));
+    struct kv_case { const char *kv_type; uint64_t row_bytes; const char *devices; };  // a token's row of one layer
+    const kv_case c = GENERATE(values<kv_case>({{"f32", 288 * 4, "--devices 2"}, {"f16", 288 * 2, "--devices 4 --tensor-parallel"},
+                                                {"q8_0", 288 / 32 * 34, "--devices 2"}}));
     const int64_t n_sessions = 3, n_ctx = 320;
     const run_result r = run_tandem("plan -m " + model + " --backend cpu " + c.devices + " --kv-type " + c.kv_type +
                                     " --ctx " + std::to_string(n_ctx) + " --batched-session " +
@@ -102,7 +103,7 @@ TEST_CASE("tandem plan prices deepseek2's latent cache on every device of a plan
     for (const auto &d : j["devices"]) {
         const int64_t n_layers = d["layer_end"].get<int64_t>() - d["layer_begin"].get<int64_t>();
         layers_seen += n_layers;
-        CHECK(d["bytes"]["kv"].get<uint64_t>() == uint64_t(n_layers) * (256 + 32) * c.bytes * n_sessions * n_ctx);
+        CHECK(d["bytes"]["kv"].get<uint64_t>() == uint64_t(n_layers) * c.row_bytes * n_sessions * n_ctx);
     }
     // Each layer lives on one device of a stage, or on both of a pair.
     CHECK(layers_seen == j["n_layer"].get<int64_t>() * (j["mode"] == "tp" ? 2 : 1));
