@@ -240,6 +240,16 @@ def refusals(srv, save_dir):
     check(srv.get_json("/slots")[1][0]["n_cached"] == held, f"refused files leave the slot as it was ({held} tokens)")
 
 
+# ---- 4. the settings' layers ----
+
+def test_settings(cached_srv, plain_srv, save_dir):
+    check("prompt cache: 0.25 GiB of host memory" in cached_srv.log_tail(200), "cache-ram from the --config file")
+    check("prompt cache: off" in plain_srv.log_tail(200), "--cache-ram 0 turns the cache off")
+    status, r = slot_post(cached_srv, 0, "save", {"filename": "from-env.bin"})
+    check(status == 200 and os.path.exists(os.path.join(save_dir, "from-env.bin")),
+          f"TANDEM_SLOT_SAVE_PATH enables slot files ({status}: {r})")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--build-dir", required=True)
@@ -269,6 +279,7 @@ def main():
             "eviction": lambda: test_eviction(cached_srv, plain, a.npm_dir),
             "shared_prefix": lambda: test_shared_prefix(cached_srv, plain, a.npm_dir),
             "slot_files": lambda: test_slot_files(files_srv, plain, a.npm_dir, save_dir),
+            "settings": lambda: test_settings(cached_srv, plain, save_dir),
         }
         for name, fn in tests.items():
             if a.only and name not in a.only.split(","):
