@@ -33,6 +33,8 @@
 #include <optional>
 #include <thread>
 
+#include <unistd.h>
+
 using namespace tandem;
 using namespace tandem::server;
 
@@ -345,7 +347,16 @@ int serve(server_config cfg, const std::string &cpu_arithmetic, const sampling_f
 
 }  // namespace
 
+// OpenMP reads its wait policy once, as it loads: workers spinning between steps starve the HTTP
+// threads and every other program on the host, so the server starts again (same pid, for systemd)
+// with sleeping workers unless the environment chose a policy (OMP_WAIT_POLICY=active spins).
+static void exec_with_passive_openmp_waits(char **argv) {
+    if (std::getenv("OMP_WAIT_POLICY") != nullptr || setenv("OMP_WAIT_POLICY", "passive", 1) != 0) return;
+    execv("/proc/self/exe", argv);  // returns only on failure: serving with spinning workers is still correct
+}
+
 int main(int argc, char **argv) {
+    exec_with_passive_openmp_waits(argv);
     // Before any thread starts, so every thread inherits it; serve()'s signal_waiter takes them.
     signal_waiter_block_in_this_thread();
     tools::server_flags flags;
