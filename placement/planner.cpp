@@ -256,7 +256,8 @@ void check_request(const placement_request &req, const placement_model &model) {
         fail(error_kind::config, "placement: sessions ({}) and context ({}) must be >= 1", req.n_sessions, req.n_ctx);
     if (req.traffic) {
         const auto &c = req.traffic->counts;
-        if (c.size() != size_t(model.n_layer) || c.empty() || c[0].size() != size_t(model.n_expert))
+        const bool ragged = std::any_of(c.begin(), c.end(), [&](const auto &row) { return row.size() != c[0].size(); });
+        if (c.size() != size_t(model.n_layer) || c.empty() || c[0].size() != size_t(model.n_expert) || ragged)
             fail(error_kind::config, "--expert-balance: the routing profile has {} layers x {} experts but the model "
                  "has {} x {}: it was recorded on another model", c.size(), c.empty() ? 0 : c[0].size(), model.n_layer,
                  model.n_expert);

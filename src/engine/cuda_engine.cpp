@@ -11,6 +11,7 @@
 #include "cuda_device_state.h"
 #include "cuda_engine_host.h"
 #include "cuda_link.h"
+#include "host_memory.h"
 #include "step_split.h"
 #include "tandem/error.h"
 #include "tandem/log.h"
@@ -113,7 +114,11 @@ placement_plan cuda_plan_make(const gguf_file &file, const model_hparams &hp, co
     cuda_transport_check(options.transport);  // fails here, before anything loads
 
     // The plan, checked against the budgets before anything is allocated.
-    const topology topo = cuda_topology_probe();
+    topology topo = cuda_topology_probe();
+    if (!topo.host) {
+        topo.host = topology_host{};
+        topo.host->memory_gib = double(host_memory_read().available_bytes) / double(gib);
+    }
     placement_request req;
     req.mode = options.tensor_parallel ? placement_mode::tensor_parallel
                : options.gpu_devices.size() > 1 ? placement_mode::pipeline
@@ -134,7 +139,15 @@ placement_plan cuda_plan_make(const gguf_file &file, const model_hparams &hp, co
     pm.n_layer = hp.n_layer;
     pm.n_expert = hp.n_expert;
     pm.n_vocab = hp.n_vocab;
+    pm.n_expert_used = hp.n_expert_used;
+    pm.d_model = hp.d_model;
+    req.host_experts = placement_parse_host_experts(options.host_experts, topo);
+    if (!options.expert_balance.empty()) req.traffic = expert_traffic_load(options.expert_balance);
     placement_plan plan = placement_plan_make(req, topo, pm);
+    if (plan.cold.used())
+        fail(error_kind::unsupported, "the plan puts {:.2f} GiB of routed experts on the host tier, which the CUDA "
+             "engine does not run yet: raise --gpu-vram, add GPUs, or use --backend cpu ({})",
+             double(plan.cold.bytes) / double(gib), placement_layout_line(plan));
 
     // What the GPUs have free now, per physical device (logical devices sharing one add up).
     std::map<int32_t, uint64_t> need;
