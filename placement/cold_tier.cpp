@@ -1,5 +1,6 @@
-// placement/cold_tier.cpp - the host tier: which routed experts a stage keeps on its GPUs (the most
-// used per byte), what is left for host memory, and the decode speed a plan predicts.
+// placement/cold_tier.cpp - the host tier: its --host-experts budget, which routed experts a stage
+// keeps on its GPUs (the most used per byte), what is left for host memory, and the decode speed a
+// plan predicts.
 #include "placement/cold_tier.h"
 
 #include "tandem/error.h"
@@ -7,6 +8,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <charconv>
+#include <cmath>
 #include <numeric>
 
 namespace tandem::cold_tier {
@@ -214,3 +217,29 @@ placement_prediction predict(const placement_plan &plan, const placement_model &
 }
 
 }  // namespace tandem::cold_tier
+
+namespace tandem {
+
+std::optional<uint64_t> placement_parse_host_experts(std::string_view spec, const topology &topo) {
+    std::string_view v = spec;
+    while (!v.empty() && (v.front() == ' ' || v.front() == '\t')) v.remove_prefix(1);
+    while (!v.empty() && (v.back() == ' ' || v.back() == '\t')) v.remove_suffix(1);
+    if (v == "off") return std::nullopt;
+    if (v == "auto") {
+        if (!topo.host || !(topo.host->memory_gib > 0.0))
+            fail(error_kind::config, "--host-experts auto: the host's memory is unknown (give the topology a \"host\" "
+                 "entry with memory_gib, or give GiB)");
+        const uint64_t memory = uint64_t(std::llround(topo.host->memory_gib * double(gib)));
+        // Beyond the experts the host keeps the OS, the server and its buffers: 4 GiB or 10%.
+        const uint64_t reserve = topo.host->reserve_gib ? uint64_t(std::llround(*topo.host->reserve_gib * double(gib)))
+                                                        : std::max<uint64_t>(4 * gib, memory / 10);
+        return memory > reserve ? memory - reserve : 0;
+    }
+    double g = 0.0;
+    const auto [ptr, ec] = std::from_chars(v.data(), v.data() + v.size(), g);
+    if (ec != std::errc() || ptr != v.data() + v.size() || !std::isfinite(g) || g < 0.0 || g > 1e6)
+        fail(error_kind::config, "--host-experts '{}': expected off, auto or a number of GiB (>= 0)", spec);
+    return uint64_t(std::llround(g * double(gib)));
+}
+
+}  // namespace tandem

@@ -198,26 +198,6 @@ std::vector<uint64_t> placement_parse_vram(std::string_view spec, size_t n_devic
     return values;
 }
 
-std::optional<uint64_t> placement_parse_host_experts(std::string_view spec, const topology &topo) {
-    const std::string_view v = trim(spec);
-    if (v == "off") return std::nullopt;
-    if (v == "auto") {
-        if (!topo.host || !(topo.host->memory_gib > 0.0))
-            fail(error_kind::config, "--host-experts auto: the host's memory is unknown (give the topology a \"host\" "
-                 "entry with memory_gib, or give GiB)");
-        const uint64_t memory = uint64_t(std::llround(topo.host->memory_gib * double(gib)));
-        // Beyond the experts the host keeps the OS, the server and its buffers: 4 GiB or 10%.
-        const uint64_t reserve = topo.host->reserve_gib ? uint64_t(std::llround(*topo.host->reserve_gib * double(gib)))
-                                                        : std::max<uint64_t>(4 * gib, memory / 10);
-        return memory > reserve ? memory - reserve : 0;
-    }
-    double g = 0.0;
-    const auto [ptr, ec] = std::from_chars(v.data(), v.data() + v.size(), g);
-    if (ec != std::errc() || ptr != v.data() + v.size() || !std::isfinite(g) || g < 0.0 || g > 1e6)
-        fail(error_kind::config, "--host-experts '{}': expected off, auto or a number of GiB (>= 0)", spec);
-    return uint64_t(std::llround(g * double(gib)));
-}
-
 std::vector<int32_t> placement_auto_order(const topology &topo, placement_mode mode) {
     if (topo.devices.empty()) fail(error_kind::config, "--gpu-devices auto: the topology lists no devices");
     std::vector<int32_t> ids;
