@@ -191,4 +191,18 @@ TEST_CASE("tandem plan: a host tier for experts the devices cannot hold", "[plac
     const run_result bad = run_tandem(m + "--host-experts lots");
     CHECK(bad.code == 2);
     CHECK(bad.err.find("expected off, auto or a number") != std::string::npos);
+
+    // Three GPUs without P2P: auto makes pipeline stages (hand-offs staged through the host), and
+    // the prediction takes the file's figures.
+    const run_result pcie = run_tandem("plan -m " + tiny_model() + " --topology " + topo("pcie-3x24.json") +
+                                       " --gpu-devices auto --host-experts auto --json");
+    INFO(pcie.err);
+    REQUIRE(pcie.code == 0);
+    const nlohmann::json p = nlohmann::json::parse(pcie.out);
+    CHECK(p["mode"] == "pipeline");
+    CHECK(p["n_stages"] == 3);
+    CHECK(p["host_tier"]["bytes"] == 0);  // tiny fits: the tier stays empty
+    CHECK(p["host_tier"]["budget"].get<uint64_t>() == uint64_t(120) << 30);
+    CHECK(p["prediction"]["default_figures"] == false);
+    CHECK(p["prediction"]["cpu_gbps"] == 60.0);
 }
