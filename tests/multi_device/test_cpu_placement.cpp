@@ -255,6 +255,24 @@ TEST_CASE("a host tier forced by small device budgets gives the single device's 
     }
 }
 
+// deepseek2: a dense first layer (no routed experts, nothing cold) and shared experts beside the
+// routed ones, which the host tier splits like any other.
+TEST_CASE("deepseek2 with a host tier gives the single device's logits bitwise", "[multi_device][invariance][tiers][deepseek2]") {
+    const std::string model = synth_gguf("tiny-deepseek-v3", ggml_type::q8_0, 0);
+    const auto single = run_sessions(model, {1, false}, 29);
+    const plan_case pc = GENERATE(values<plan_case>({{1, false}, {2, true}}));
+    INFO(pc.devices << " devices, " << (pc.tensor_parallel ? "pairs" : "one device"));
+    engine_options extra;
+    extra.gpu_vram = budget_gib(model, pc.devices, pc.tensor_parallel, 0.4);
+    extra.host_experts = "auto";
+    const auto tiered = run_sessions(model, pc, 29, &extra);
+    REQUIRE(tiered.size() == single.size());
+    for (size_t i = 0; i < single.size(); ++i) {
+        INFO("call " << i);
+        CHECK(std::memcmp(tiered[i].data(), single[i].data(), single[i].size() * sizeof(float)) == 0);
+    }
+}
+
 TEST_CASE("the host tier computes the cold slots and follows the routing profile", "[multi_device][tiers]") {
     const std::string model = synth_gguf("tiny", ggml_type::q4_k, 4);
     engine_options opt;
