@@ -83,7 +83,7 @@ struct engine_options {
                                         // GPU); empty: auto (pairs from the topology with
                                         // tensor_parallel, else the GPU with the most memory)
     std::string gpu_vram = "auto";      // per-GPU budgets: "auto", or GiB for all / per device (the
-                                        // CPU backend: its virtual devices' budgets, to simulate GPUs)
+                                        // CPU backend with a host tier: its virtual devices' budgets)
     // Host memory for the routed experts the devices cannot hold ("off", "auto" or GiB): the host
     // tier, whose rows the CPU computes with its quantized products (placement.h).
     std::string host_experts = "off";

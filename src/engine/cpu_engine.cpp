@@ -48,9 +48,10 @@ cpu_engine::cpu_engine(std::shared_ptr<const gguf_file> file, const engine_optio
     req.n_ctx = n_ctx;
     const uint64_t host_bytes = mem.total_bytes ? mem.total_bytes : (uint64_t(1) << 40);
     const topology topo = topology_cpu_virtual(options.n_devices, host_bytes);
-    // Budgets of the virtual devices simulate smaller GPUs: what makes the host tier take experts.
-    req.budgets = placement_parse_vram(options.gpu_vram, size_t(options.n_devices));
+    // With a host tier, --gpu-vram budgets the virtual devices as if they were GPUs (what makes the
+    // tier take experts); without one it stays the GPUs' flag (a CUDA fallback keeps running).
     req.host_experts = placement_parse_host_experts(options.host_experts, topo);
+    if (req.host_experts) req.budgets = placement_parse_vram(options.gpu_vram, size_t(options.n_devices));
     if (!options.expert_balance.empty()) req.traffic = expert_traffic_load(options.expert_balance);
     plan_ = placement_plan_make(req, topo, pm);
 
