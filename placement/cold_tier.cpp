@@ -93,11 +93,12 @@ std::vector<std::vector<std::vector<int32_t>>> pick(const placement_model &model
     std::vector<std::vector<int32_t>> order;
     for (int32_t l = begin; l < end; ++l) order.push_back(by_weight(w[size_t(l)]));
     // A pair splits each layer's hot experts into halves of equal count (the larger half has at most
-    // half an expert more): room for twice the smaller member, less one expert a layer, fits both.
+    // half an expert more): room for twice the smaller member, less one expert a layer (and two
+    // bytes for expert_bytes' rounding), fits both.
     int64_t room = rooms[0];
     if (rooms.size() == 2) {
         room = 2 * std::min(rooms[0], rooms[1]);
-        for (int32_t l = begin; l < end; ++l) room -= int64_t(model.bytes.layer_experts[size_t(l)] / uint64_t(model.n_expert) + 1);
+        for (int32_t l = begin; l < end; ++l) room -= int64_t(model.bytes.layer_experts[size_t(l)] / uint64_t(model.n_expert) + 2);
         room = std::max<int64_t>(0, room);
     }
     const std::vector<int32_t> count = hot_counts(model, w, order, begin, end, room);

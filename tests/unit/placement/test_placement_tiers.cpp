@@ -259,3 +259,73 @@ TEST_CASE("topology host entry and --host-experts", "[placement][tiers]") {
     CHECK(round.host->bandwidth_gbps == 40.0);
     CHECK(round.devices[0].bandwidth_gbps == 900.0);
 }
+
+TEST_CASE("host tier on random shapes, budgets and profiles: a plan that keeps its promises, or a refusal",
+          "[placement][tiers]") {
+    const topology t = topology_load(fixture("h200-8-nvlink.json"));
+    std::mt19937 rng(11);
+    int32_t planned = 0, refused = 0, with_cold = 0;
+    for (int trial = 0; trial < 300; ++trial) {
+        placement_model m;
+        m.n_layer = 1 + int32_t(rng() % 12);
+        m.n_expert = 1 + int32_t(rng() % 40);
+        m.n_vocab = 100 + int32_t(rng() % 1000);
+        m.n_expert_used = 1 + int32_t(rng() % uint32_t(m.n_expert));
+        m.d_model = 64;
+        for (int32_t l = 0; l < m.n_layer; ++l) {
+            m.bytes.layer_replicated.push_back(1000 + rng() % 100000);
+            // Some layers without routed experts, and byte counts that do not divide by n_expert.
+            m.bytes.layer_experts.push_back(rng() % 5 == 0 ? 0 : 1 + rng() % 4000000);
+        }
+        m.bytes.embedding = rng() % 200000;
+        m.bytes.head = 1 + rng() % 200000;
+        m.bytes.kv_per_token = rng() % 64;
+        const bool tp = rng() % 2 == 0;
+        const int32_t n = tp ? 2 * (1 + int32_t(rng() % 2)) : 1 + int32_t(rng() % 3);
+        placement_request r;
+        r.mode = tp ? placement_mode::tensor_parallel : n == 1 ? placement_mode::single : placement_mode::pipeline;
+        for (int32_t i = 0; i < n; ++i) r.devices.push_back(i);
+        r.n_sessions = 1;
+        r.n_ctx = 64;
+        uint64_t all = m.bytes.embedding + m.bytes.head;
+        for (int32_t l = 0; l < m.n_layer; ++l) all += m.bytes.layer_replicated[l] + m.bytes.layer_experts[l];
+        r.budgets = {uint64_t(double(all) / n * (0.2 + 1.2 * double(rng() % 1000) / 1000.0))};
+        r.host_experts = uint64_t(rng() % 3 == 0 ? rng() % 20000000 : uint64_t(1) << 40);
+        if (rng() % 2 == 0) r.traffic = skewed_profile({"random", m.n_layer, 64, 1, 1, 64, m.n_expert, 1, 256, 100}, rng());
+        INFO("trial " << trial);
+        placement_plan p;
+        try {
+            p = placement_plan_make(r, t, m);
+        } catch (const error &e) {
+            CHECK(e.kind() == error_kind::config);
+            ++refused;
+            continue;
+        }
+        ++planned;
+        with_cold += p.cold.used() ? 1 : 0;
+        const auto w = r.traffic ? r.traffic->counts
+                                 : std::vector<std::vector<uint64_t>>(size_t(m.n_layer), std::vector<uint64_t>(size_t(m.n_expert), 1));
+        uint64_t cold_bytes = 0;
+        for (const auto &d : p.devices) CHECK(d.total() <= d.budget);
+        for (int32_t l = 0; l < m.n_layer; ++l) {
+            std::vector<int32_t> seen(size_t(m.n_expert), 0);
+            uint64_t min_hot = UINT64_MAX, max_cold = 0;
+            for (const auto &d : p.devices)
+                if (l >= d.layer_begin && l < d.layer_end)
+                    for (int32_t e : d.experts[size_t(l - d.layer_begin)]) ++seen[size_t(e)], min_hot = std::min(min_hot, w[l][size_t(e)]);
+            for (int32_t e : p.cold.experts[size_t(l)]) ++seen[size_t(e)], max_cold = std::max(max_cold, w[l][size_t(e)]);
+            CHECK(std::all_of(seen.begin(), seen.end(), [](int32_t c) { return c == 1; }));
+            if (!p.cold.experts[size_t(l)].empty() && min_hot != UINT64_MAX) CHECK(min_hot >= max_cold);
+            if (m.bytes.layer_experts[l] == 0) CHECK(p.cold.experts[size_t(l)].empty());
+            const uint64_t q = m.bytes.layer_experts[l] / uint64_t(m.n_expert), rem = m.bytes.layer_experts[l] % uint64_t(m.n_expert);
+            const uint64_t c = p.cold.experts[size_t(l)].size();
+            cold_bytes += q * c + rem * c / uint64_t(m.n_expert);
+        }
+        CHECK(p.cold.bytes == cold_bytes);
+        CHECK(p.cold.bytes <= *r.host_experts);
+    }
+    // The trials reach plans with and without cold experts, and refusals.
+    CHECK(with_cold > 30);
+    CHECK(planned - with_cold > 30);
+    CHECK(refused > 10);
+}
