@@ -31,17 +31,19 @@ engine_options tier_options(const std::string &gpu_vram, const std::string &host
     return opt;
 }
 
-// The least GiB for GPU 0 with which the plan fits (host: the host tier's "auto" or "off").
-double least_budget(const gguf_file &file, const model_hparams &hp, const std::string &host) {
+// The least GiB for GPU 0 with which a plan allowed a host tier fits, keeping every expert on the
+// GPU (all_hot) or not (the same scratch either way, so budgets between the two move experts only).
+double least_budget(const gguf_file &file, const model_hparams &hp, bool all_hot) {
     double lo = 0.0, hi = 64.0;
     for (int i = 0; i < 30; ++i) {
         const double mid = 0.5 * (lo + hi);
+        bool fits = false;
         try {
-            cuda_plan_make(file, hp, tier_options(fmt::format("{:.9f}", mid), host));
-            hi = mid;
-        } catch (const error &) {
-            lo = mid;
+            fits = !all_hot || !cuda_plan_make(file, hp, tier_options(fmt::format("{:.9f}", mid), "auto")).cold.used();
+        } catch (const error &e) {
+            REQUIRE(e.kind() == error_kind::config);  // a budget too small: the plan is refused
         }
+        (fits ? hi : lo) = mid;
     }
     return hi;
 }
@@ -96,7 +98,7 @@ TEST_CASE("CUDA host tier: 30%, 50% and 70% of the experts on the host give the 
     const model_hparams hp = model_hparams_read(*file);
     std::vector<int32_t> tokens;
     const auto all_gpu = run_sessions(model, tier_options("auto", "off"), 31, tokens);
-    const double none_cold = least_budget(*file, hp, "off"), all_cold = least_budget(*file, hp, "auto");
+    const double none_cold = least_budget(*file, hp, true), all_cold = least_budget(*file, hp, false);
     REQUIRE(all_cold < none_cold);
     const double cold_share = GENERATE(0.3, 0.5, 0.7);
     const std::string vram = fmt::format("{:.9f}", none_cold - cold_share * (none_cold - all_cold));
