@@ -243,8 +243,8 @@ std::vector<std::vector<int32_t>> placement_stage_members(const placement_plan &
 std::string placement_layout_line(const placement_plan &plan);
 // A per-device table of bytes by class (GiB), one row per logical device.
 std::string placement_table(const placement_plan &plan);
-// Per layer: stage, experts and expected share of routed rows on the GPUs and on the host tier,
-// then the predicted decode speed. Empty when the plan has no host tier in use.
+// Per layer: stage, experts and expected share of routed rows on the GPUs and on the host tier.
+// Empty when the plan has no host tier in use.
 std::string placement_tier_table(const placement_plan &plan);
 // One line with the plan's predicted decode speed and the figures behind it; empty without one.
 std::string placement_prediction_line(const placement_plan &plan);
