@@ -64,38 +64,15 @@ std::string expert_traffic_to_json(const expert_traffic &traffic) {
     return j.dump();
 }
 
-std::vector<bool> expert_traffic_split(const std::vector<uint64_t> &counts) {
+namespace {
+
+// Swaps of one host expert with one partner expert (expert counts unchanged) while they strictly
+// shrink the imbalance; each pass is O(n^2) and the imbalance is an integer that only decreases,
+// so this ends; the pass cap keeps the worst case bounded.
+void refine_by_swaps(const std::vector<uint64_t> &counts, std::vector<bool> &host, uint64_t load[2]) {
     const size_t n = counts.size();
-    std::vector<bool> host(n, false);
-    const uint64_t total = std::accumulate(counts.begin(), counts.end(), uint64_t{0});
-    if (total == 0) {
-        for (size_t e = 0; e < (n + 1) / 2; ++e) host[e] = true;  // nothing measured: split by index
-        return host;
-    }
-    // Longest processing time first: the hottest unassigned expert goes to the lighter half. After
-    // each step the halves differ by at most the previous (larger) count, which gives the stated
-    // bound |host - total/2| <= max(count)/2.
-    std::vector<size_t> order(n);
-    std::iota(order.begin(), order.end(), size_t{0});
-    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return counts[a] > counts[b]; });
-    uint64_t load[2] = {0, 0};  // [0] host, [1] partner
-    size_t members[2] = {0, 0};
-    for (size_t e : order) {
-        // Equal loads, or an expert with no rows (it moves no load): keep expert counts, and so
-        // bytes, as even as the traffic allows.
-        int side;
-        if (load[0] != load[1] && counts[e] != 0) side = load[0] < load[1] ? 0 : 1;
-        else side = members[0] <= members[1] ? 0 : 1;
-        host[e] = side == 0;
-        load[side] += counts[e];
-        ++members[side];
-    }
-    // Refinement: swaps of one host expert with one partner expert (expert counts unchanged) while
-    // they strictly shrink the imbalance; each pass is O(n^2) and the imbalance is an integer that
-    // only decreases, so this ends; the pass cap keeps the worst case bounded.
-    auto imbalance = [&]() { return int64_t(load[0]) - int64_t(load[1]); };
     for (size_t pass = 0; pass < 4 * n; ++pass) {
-        const int64_t d = imbalance();
+        const int64_t d = int64_t(load[0]) - int64_t(load[1]);
         if (d == 0) break;
         int64_t best = std::llabs(d);
         size_t best_h = n, best_p = n;
@@ -117,7 +94,47 @@ std::vector<bool> expert_traffic_split(const std::vector<uint64_t> &counts) {
         load[0] = load[0] - counts[best_h] + counts[best_p];
         load[1] = load[1] - counts[best_p] + counts[best_h];
     }
+}
+
+// Longest processing time first: the hottest unassigned expert goes to the lighter half (unless
+// that half already has `cap` experts). Without a binding cap the halves differ by at most the
+// previous (larger) count after each step, which gives |host - total/2| <= max(count)/2.
+std::vector<bool> split_longest_first(const std::vector<uint64_t> &counts, size_t cap) {
+    const size_t n = counts.size();
+    std::vector<bool> host(n, false);
+    const uint64_t total = std::accumulate(counts.begin(), counts.end(), uint64_t{0});
+    if (total == 0) {
+        for (size_t e = 0; e < (n + 1) / 2; ++e) host[e] = true;  // nothing measured: split by index
+        return host;
+    }
+    std::vector<size_t> order(n);
+    std::iota(order.begin(), order.end(), size_t{0});
+    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return counts[a] > counts[b]; });
+    uint64_t load[2] = {0, 0};  // [0] host, [1] partner
+    size_t members[2] = {0, 0};
+    for (size_t e : order) {
+        // Equal loads, or an expert with no rows (it moves no load): keep expert counts, and so
+        // bytes, as even as the traffic allows.
+        int side;
+        if (load[0] != load[1] && counts[e] != 0) side = load[0] < load[1] ? 0 : 1;
+        else side = members[0] <= members[1] ? 0 : 1;
+        if (members[side] >= cap) side = 1 - side;
+        host[e] = side == 0;
+        load[side] += counts[e];
+        ++members[side];
+    }
+    refine_by_swaps(counts, host, load);
     return host;
+}
+
+}  // namespace
+
+std::vector<bool> expert_traffic_split(const std::vector<uint64_t> &counts) {
+    return split_longest_first(counts, counts.size());
+}
+
+std::vector<bool> expert_traffic_split_even(const std::vector<uint64_t> &counts) {
+    return split_longest_first(counts, (counts.size() + 1) / 2);
 }
 
 }  // namespace tandem

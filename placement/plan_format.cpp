@@ -35,6 +35,19 @@ std::string device_summary(const placement_plan &plan, const placement_device_pl
     return s;
 }
 
+// "host E~40-64/layer 12.3/100.0G rows 31.2%": cold experts per layer, bytes/budget, expected share
+// of all routed rows (layers weigh alike: every token passes each once).
+std::string cold_summary(const placement_plan &plan) {
+    size_t lo = size_t(plan.n_expert), hi = 0;
+    for (const auto &v : plan.cold.experts) lo = std::min(lo, v.size()), hi = std::max(hi, v.size());
+    double share = 0.0;
+    for (double r : plan.cold.row_share) share += r;
+    share /= double(std::max<size_t>(1, plan.cold.row_share.size()));
+    return fmt::format("host {} {:.1f}/{:.1f}G rows {:.1f}%",
+                       lo == hi ? fmt::format("E~{}/layer", lo) : fmt::format("E~{}-{}/layer", lo, hi),
+                       to_gib(plan.cold.bytes), to_gib(plan.cold.budget), share * 100.0);
+}
+
 }  // namespace
 
 std::string placement_layout_line(const placement_plan &plan) {
@@ -57,6 +70,7 @@ std::string placement_layout_line(const placement_plan &plan) {
         if (!first) continue;
         line += fmt::format(" | s{} L{}-{} [{}]", s, first->layer_begin, first->layer_end - 1, members);
     }
+    if (plan.cold.used()) line += " | " + cold_summary(plan);
     return line;
 }
 
@@ -89,6 +103,30 @@ std::string placement_table(const placement_plan &plan) {
     return t;
 }
 
+std::string placement_tier_table(const placement_plan &plan) {
+    if (!plan.cold.used()) return {};
+    std::string t = fmt::format("{:>5} {:>5} {:>11} {:>9} {:>12} {:>10}\n", "layer", "stage", "gpu experts", "gpu rows",
+                                "host experts", "host rows");
+    for (int32_t l = 0; l < plan.n_layer; ++l) {
+        const size_t cold = plan.cold.experts[size_t(l)].size();
+        const double share = plan.cold.row_share[size_t(l)];
+        t += fmt::format("{:>5} {:>5} {:>11} {:>8.1f}% {:>12} {:>9.1f}%\n", l, plan.stage_of_layer(l),
+                         size_t(plan.n_expert) - cold, (1.0 - share) * 100.0, cold, share * 100.0);
+    }
+    t += fmt::format("({}; rows = expected share of the layer's routed rows)\n", cold_summary(plan));
+    return t;
+}
+
+std::string placement_prediction_line(const placement_plan &plan) {
+    const placement_prediction &p = plan.prediction;
+    if (!(p.tok_s > 0.0)) return {};
+    return fmt::format("predicted decode, one session (bandwidth model): {:.1f} tok/s; per token GPUs {:.3f} ms, host "
+                       "tier {:.3f} ms (overlapped per layer); figures GPU {:.0f} GB/s, CPU {:.0f} GB/s, link {:.0f} "
+                       "GB/s + {:.0f} us{}\n",
+                       p.tok_s, p.gpu_ms, p.cold_ms, p.gpu_gbps, p.cpu_gbps, p.link_gbps, p.link_latency_us,
+                       p.default_figures ? " (some are defaults: give the topology's figures)" : "");
+}
+
 std::string placement_plan_json(const placement_plan &plan) {
     using nlohmann::json;
     json j = {{"mode", placement_mode_name(plan.mode)},
@@ -102,6 +140,15 @@ std::string placement_plan_json(const placement_plan &plan) {
               {"host_row_share", plan.host_row_share},
               {"notes", plan.notes},
               {"layout", placement_layout_line(plan)}};
+    j["host_tier"] = {{"allowed", plan.cold.allowed},
+                      {"budget", plan.cold.budget},
+                      {"bytes", plan.cold.bytes},
+                      {"experts", plan.cold.experts},
+                      {"row_share", plan.cold.row_share}};
+    const placement_prediction &p = plan.prediction;
+    j["prediction"] = {{"tok_s", p.tok_s},           {"gpu_ms", p.gpu_ms},       {"cold_ms", p.cold_ms},
+                       {"gpu_gbps", p.gpu_gbps},     {"cpu_gbps", p.cpu_gbps},   {"link_gbps", p.link_gbps},
+                       {"link_latency_us", p.link_latency_us}, {"default_figures", p.default_figures}};
     j["devices"] = json::array();
     for (const auto &d : plan.devices) {
         j["devices"].push_back({{"logical", d.logical},

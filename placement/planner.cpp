@@ -1,5 +1,6 @@
 // placement/planner.cpp - the planner proper: resolves devices, order and budgets, pairs devices,
 // splits experts and head rows, and assigns contiguous layer ranges to stages by bytes.
+#include "placement/cold_tier.h"
 #include "tandem/error.h"
 #include "tandem/placement.h"
 
@@ -233,6 +234,14 @@ void check_request(const placement_request &req, const placement_model &model) {
              model.bytes.layer_replicated.size(), model.bytes.layer_experts.size(), model.n_layer);
     if (req.n_sessions < 1 || req.n_ctx < 1)
         fail(error_kind::config, "placement: sessions ({}) and context ({}) must be >= 1", req.n_sessions, req.n_ctx);
+    if (req.traffic) {
+        const auto &c = req.traffic->counts;
+        const bool ragged = std::any_of(c.begin(), c.end(), [&](const auto &row) { return row.size() != c[0].size(); });
+        if (c.size() != size_t(model.n_layer) || c.empty() || c[0].size() != size_t(model.n_expert) || ragged)
+            fail(error_kind::config, "--expert-balance: the routing profile has {} layers x {} experts but the model "
+                 "has {} x {}: it was recorded on another model", c.size(), c.empty() ? 0 : c[0].size(), model.n_layer,
+                 model.n_expert);
+    }
 }
 
 // The logical devices in order (auto: from the topology, noting who was left out), checked against
@@ -324,17 +333,8 @@ std::vector<uint64_t> device_budgets(const placement_request &req, const topolog
 std::vector<std::vector<bool>> expert_halves(const placement_request &req, const placement_model &model, bool tp,
                                              placement_plan &plan) {
     std::vector<std::vector<bool>> host_half(size_t(model.n_layer));
-    if (!tp) {
-        if (req.traffic) plan.notes.push_back("expert traffic ignored: only tensor-parallel pairs split experts");
-        return host_half;
-    }
-    if (req.traffic) {
-        const auto &c = req.traffic->counts;
-        if (c.size() != size_t(model.n_layer) || c.empty() || c[0].size() != size_t(model.n_expert))
-            fail(error_kind::config, "--expert-balance: the file has {} layers x {} experts but the model has {} x "
-                 "{}", c.size(), c.empty() ? 0 : c[0].size(), model.n_layer, model.n_expert);
-        plan.traffic_balanced = true;
-    }
+    if (!tp) return host_half;
+    plan.traffic_balanced = req.traffic.has_value();
     for (int32_t l = 0; l < model.n_layer; ++l) {
         if (plan.traffic_balanced) {
             host_half[l] = expert_traffic_split(req.traffic->counts[l]);
@@ -460,7 +460,7 @@ std::vector<int32_t> stage_bounds(int32_t S, int32_t L, Eval eval, int64_t &wors
 }
 
 // The refusal of a plan that does not fit: each device over budget, by how much, and its biggest class.
-[[noreturn]] void fail_not_fit(const placement_plan &plan) {
+[[noreturn]] void fail_not_fit(const placement_plan &plan, const char *why) {
     std::string what;
     uint64_t need = 0, have = 0;
     for (const auto &dp : plan.devices) {
@@ -478,9 +478,152 @@ std::vector<int32_t> stage_bounds(int32_t S, int32_t L, Eval eval, int64_t &wors
                             placement_role_name(dp.role), dp.layer_begin, dp.layer_end - 1, to_gib(dp.total()),
                             to_gib(dp.budget), to_gib(dp.total() - dp.budget), big->second, to_gib(big->first));
     }
-    fail(error_kind::config, "the plan does not fit: {}. In all the plan needs {:.2f} GiB and the budgets total "
-         "{:.2f} GiB; lower --ctx or --batched-session, raise --gpu-vram, or add devices", what, to_gib(need),
-         to_gib(have));
+    fail(error_kind::config, "the plan does not fit{}: {}. In all the plan needs {:.2f} GiB and the budgets total "
+         "{:.2f} GiB; lower --ctx or --batched-session, raise --gpu-vram, or add devices{}", why, what, to_gib(need),
+         to_gib(have), plan.cold.allowed ? "" : " (or give routed experts a host tier: --host-experts)");
+}
+
+// What the layer DPs and the device build share: the request resolved against the topology.
+struct plan_inputs {
+    const placement_request &req;
+    const placement_model &model;
+    bool tp;
+    int32_t n_stages;
+    std::vector<uint64_t> budget;
+    role_bytes rb;
+};
+
+// Per logical device, the bytes of its layers in its role, with each layer's routed experts scaled
+// by `fraction` (1: all on the GPUs; less: the rest on the host tier).
+std::vector<dev_costs> device_costs(const plan_inputs &in, double fraction) {
+    const int32_t n = int32_t(in.budget.size()), n_layer = in.model.n_layer;
+    std::vector<dev_costs> costs(n);
+    for (int32_t i = 0; i < n; ++i) {
+        const bool partner = in.tp && i >= in.n_stages;
+        const int32_t stage = in.tp ? i % in.n_stages : i;
+        auto &c = costs[i];
+        c.prefix.assign(n_layer + 1, 0);
+        for (int32_t l = 0; l < n_layer; ++l) {
+            const uint64_t experts = partner ? in.rb.part_exp[l] : in.rb.host_exp[l];
+            const uint64_t scaled = fraction >= 1.0 ? experts : uint64_t(std::ceil(double(experts) * fraction));
+            c.prefix[l + 1] = c.prefix[l] + in.model.bytes.layer_replicated[l] + scaled + in.rb.kv_layer;
+        }
+        if (stage == 0 && !partner) c.fixed += in.model.bytes.embedding;
+        if (stage == in.n_stages - 1) c.fixed += partner ? in.model.bytes.head - in.rb.head_host : in.rb.head_host;
+        c.avail = int64_t(in.budget[i]) - int64_t(in.req.scratch_bytes);
+    }
+    return costs;
+}
+
+// Stage bounds for the given costs; `worst` gets the worst overflow (> 0: does not fit).
+std::vector<int32_t> bounds_of(const plan_inputs &in, const std::vector<dev_costs> &costs, int64_t &worst) {
+    auto eval = [&](int32_t s, int32_t b, int32_t e) {
+        stage_eval r{std::numeric_limits<int64_t>::min(), 0};
+        for (int32_t i : in.tp ? std::vector<int32_t>{s, s + in.n_stages} : std::vector<int32_t>{s}) {
+            const uint64_t bytes = costs[i].fixed + costs[i].prefix[e] - costs[i].prefix[b];
+            r.overflow = std::max(r.overflow, int64_t(bytes) - costs[i].avail);
+            r.load = std::max(r.load, bytes);
+        }
+        return r;
+    };
+    return stage_bounds(in.n_stages, in.model.n_layer, eval, worst);
+}
+
+// The plan's devices over `bounds`; held(i, l) gives the routed experts logical device i keeps of
+// layer l (sorted), whose bytes follow their count.
+template <typename Held>
+void build_devices(placement_plan &plan, const plan_inputs &in, const topology &topo, const std::vector<int32_t> &ids,
+                   const std::vector<int32_t> &bounds, Held held) {
+    const placement_model &model = in.model;
+    for (int32_t i = 0; i < int32_t(ids.size()); ++i) {
+        const topology_device &d = *topo.find(ids[i]);
+        const bool partner = in.tp && i >= in.n_stages;
+        placement_device_plan dp;
+        dp.logical = i;
+        dp.physical = ids[i];
+        dp.name = d.name;
+        dp.stage = in.tp ? i % in.n_stages : i;
+        dp.role = !in.tp ? placement_role::single : partner ? placement_role::partner : placement_role::host;
+        dp.partner = !in.tp ? -1 : partner ? i - in.n_stages : i + in.n_stages;
+        dp.layer_begin = bounds[dp.stage];
+        dp.layer_end = bounds[dp.stage + 1];
+        for (int32_t l = dp.layer_begin; l < dp.layer_end; ++l) {
+            std::vector<int32_t> experts = held(i, l);
+            const uint64_t all = model.bytes.layer_experts[l], n_expert = uint64_t(model.n_expert);
+            const size_t pair_held =
+                partner ? experts.size() + plan.devices[size_t(dp.partner)].experts[size_t(l - dp.layer_begin)].size() : 0;
+            // A pair holding every expert: the partner has the layer's bytes less its host's, exactly.
+            dp.bytes_experts += pair_held == n_expert ? all - cold_tier::expert_bytes(all, model.n_expert, n_expert - experts.size())
+                                                      : cold_tier::expert_bytes(all, model.n_expert, experts.size());
+            dp.experts.push_back(std::move(experts));
+            dp.bytes_replicated += model.bytes.layer_replicated[l];
+            dp.bytes_kv += in.rb.kv_layer;
+        }
+        dp.embedding = dp.stage == 0 && !partner;
+        dp.bytes_embedding = dp.embedding ? model.bytes.embedding : 0;
+        if (dp.stage == in.n_stages - 1) {
+            dp.head_begin = partner ? in.rb.head_split : 0;
+            dp.head_end = partner ? model.n_vocab : in.rb.head_split;
+            dp.bytes_head = partner ? model.bytes.head - in.rb.head_host : in.rb.head_host;
+        }
+        dp.bytes_scratch = in.req.scratch_bytes;
+        dp.budget = in.budget[i];
+        plan.devices.push_back(std::move(dp));
+    }
+}
+
+// The largest share of routed expert bytes the GPUs can hold with layer ranges still fitting
+// (bisection over the layer DP's feasibility); -1 when even none fits.
+double gpu_expert_fraction(const plan_inputs &in) {
+    int64_t worst = 0;
+    bounds_of(in, device_costs(in, 0.0), worst);
+    if (worst > 0) return -1.0;
+    double lo = 0.0, hi = 1.0;
+    // 2^-20 of the expert bytes: far below one expert of any real model.
+    for (int iter = 0; iter < 20; ++iter) {
+        const double mid = 0.5 * (lo + hi);
+        bounds_of(in, device_costs(in, mid), worst);
+        (worst > 0 ? hi : lo) = mid;
+    }
+    return lo;
+}
+
+// The host tier: layer ranges for the fitting fraction, then each stage's members filled with their
+// busiest experts; the rest is cold.
+void plan_with_cold_tier(placement_plan &plan, const plan_inputs &in, const topology &topo,
+                         const std::vector<int32_t> &ids, const std::vector<std::vector<uint64_t>> &w) {
+    const double fraction = gpu_expert_fraction(in);
+    const std::vector<dev_costs> costs = device_costs(in, std::max(0.0, fraction));
+    int64_t worst = 0;
+    const std::vector<int32_t> bounds = bounds_of(in, costs, worst);
+    if (fraction < 0.0) {
+        build_devices(plan, in, topo, ids, bounds, [](int32_t, int32_t) { return std::vector<int32_t>{}; });
+        fail_not_fit(plan, " even with every routed expert on the host tier");
+    }
+    std::vector<std::vector<std::vector<int32_t>>> held(ids.size());  // [logical][layer - begin]
+    for (int32_t s = 0; s < in.n_stages; ++s) {
+        const std::vector<int32_t> members = in.tp ? std::vector<int32_t>{s, s + in.n_stages} : std::vector<int32_t>{s};
+        std::vector<int64_t> rooms;
+        for (int32_t i : members) {
+            const dev_costs &c = costs[size_t(i)];
+            int64_t other = int64_t(c.fixed);
+            for (int32_t l = bounds[s]; l < bounds[s + 1]; ++l) other += int64_t(in.model.bytes.layer_replicated[l] + in.rb.kv_layer);
+            rooms.push_back(std::max<int64_t>(0, c.avail - other));
+        }
+        auto picked = cold_tier::pick(in.model, w, bounds[s], bounds[s + 1], rooms);
+        for (size_t m = 0; m < members.size(); ++m) held[size_t(members[m])] = std::move(picked[m]);
+    }
+    build_devices(plan, in, topo, ids, bounds,
+                  [&](int32_t i, int32_t l) { return held[size_t(i)][size_t(l - bounds[in.tp ? i % in.n_stages : i])]; });
+    cold_tier::finish(plan, in.model, w, *in.req.host_experts);
+    if (in.tp)  // the pair host's share of each layer's rows, of all of them (cold ones included)
+        for (int32_t l = 0; l < in.model.n_layer; ++l) {
+            const placement_device_plan &h = plan.devices[size_t(plan.stage_of_layer(l))];
+            uint64_t mine = 0, all = 0;
+            for (uint64_t c : w[size_t(l)]) all += c;
+            for (int32_t e : h.experts[size_t(l - h.layer_begin)]) mine += w[size_t(l)][size_t(e)];
+            plan.host_row_share[size_t(l)] = double(mine) / double(all);
+        }
 }
 
 }  // namespace
@@ -496,69 +639,33 @@ placement_plan placement_plan_make(const placement_request &req, const topology 
     plan.n_ctx = req.n_ctx;
     const bool tp = req.mode == placement_mode::tensor_parallel;
     const std::vector<int32_t> ids = resolve_devices(req, topo, plan);
-    const int32_t n = int32_t(ids.size()), n_stages = plan.n_stages, n_layer = model.n_layer;
-    if (tp) check_pairs_p2p(ids, n_stages, topo);
-    const std::vector<uint64_t> budget = device_budgets(req, topo, ids);
+    if (tp) check_pairs_p2p(ids, plan.n_stages, topo);
     const std::vector<std::vector<bool>> host_half = expert_halves(req, model, tp, plan);
-    const role_bytes rb = role_bytes_of(req, model, tp, host_half);
+    const plan_inputs in{req, model, tp, plan.n_stages, device_budgets(req, topo, ids), role_bytes_of(req, model, tp, host_half)};
+    const std::vector<std::vector<uint64_t>> w = cold_tier::weights(req, model);
+    plan.cold.allowed = req.host_experts.has_value();
+    plan.cold.budget = req.host_experts.value_or(0);
+    plan.cold.row_share.assign(size_t(model.n_layer), 0.0);
 
-    std::vector<dev_costs> costs(n);
-    for (int32_t i = 0; i < n; ++i) {
-        const bool partner = tp && i >= n_stages;
-        const int32_t stage = tp ? i % n_stages : i;
-        auto &c = costs[i];
-        c.prefix.assign(n_layer + 1, 0);
-        for (int32_t l = 0; l < n_layer; ++l)
-            c.prefix[l + 1] = c.prefix[l] + model.bytes.layer_replicated[l] + (partner ? rb.part_exp[l] : rb.host_exp[l]) + rb.kv_layer;
-        if (stage == 0 && !partner) c.fixed += model.bytes.embedding;
-        if (stage == n_stages - 1) c.fixed += partner ? model.bytes.head - rb.head_host : rb.head_host;
-        c.avail = int64_t(budget[i]) - int64_t(req.scratch_bytes);
-    }
-    auto eval = [&](int32_t s, int32_t b, int32_t e) {
-        stage_eval r{std::numeric_limits<int64_t>::min(), 0};
-        for (int32_t i : tp ? std::vector<int32_t>{s, s + n_stages} : std::vector<int32_t>{s}) {
-            const uint64_t bytes = costs[i].fixed + costs[i].prefix[e] - costs[i].prefix[b];
-            r.overflow = std::max(r.overflow, int64_t(bytes) - costs[i].avail);
-            r.load = std::max(r.load, bytes);
-        }
-        return r;
-    };
     int64_t worst = 0;
-    const std::vector<int32_t> bounds = stage_bounds(n_stages, n_layer, eval, worst);
-
-    for (int32_t i = 0; i < n; ++i) {
-        const topology_device &d = *topo.find(ids[i]);
-        const bool partner = tp && i >= n_stages;
-        placement_device_plan dp;
-        dp.logical = i;
-        dp.physical = ids[i];
-        dp.name = d.name;
-        dp.stage = tp ? i % n_stages : i;
-        dp.role = !tp ? placement_role::single : partner ? placement_role::partner : placement_role::host;
-        dp.partner = !tp ? -1 : partner ? i - n_stages : i + n_stages;
-        dp.layer_begin = bounds[dp.stage];
-        dp.layer_end = bounds[dp.stage + 1];
-        for (int32_t l = dp.layer_begin; l < dp.layer_end; ++l) {
+    const std::vector<int32_t> bounds = bounds_of(in, device_costs(in, 1.0), worst);
+    if (worst > 0 && plan.cold.allowed) {
+        if (plan.host_row_share.empty() && tp) plan.host_row_share.assign(size_t(model.n_layer), 0.0);
+        plan_with_cold_tier(plan, in, topo, ids, w);
+    } else {
+        build_devices(plan, in, topo, ids, bounds, [&](int32_t i, int32_t l) {
+            const bool partner = tp && i >= plan.n_stages;
             std::vector<int32_t> held;
             for (int32_t e = 0; e < model.n_expert; ++e)
                 if (!tp || host_half[l][e] != partner) held.push_back(e);
-            dp.experts.push_back(std::move(held));
-            dp.bytes_replicated += model.bytes.layer_replicated[l];
-            dp.bytes_experts += partner ? rb.part_exp[l] : rb.host_exp[l];
-            dp.bytes_kv += rb.kv_layer;
-        }
-        dp.embedding = dp.stage == 0 && !partner;
-        dp.bytes_embedding = dp.embedding ? model.bytes.embedding : 0;
-        if (dp.stage == n_stages - 1) {
-            dp.head_begin = partner ? rb.head_split : 0;
-            dp.head_end = partner ? model.n_vocab : rb.head_split;
-            dp.bytes_head = partner ? model.bytes.head - rb.head_host : rb.head_host;
-        }
-        dp.bytes_scratch = req.scratch_bytes;
-        dp.budget = budget[i];
-        plan.devices.push_back(std::move(dp));
+            return held;
+        });
+        plan.cold.experts.assign(size_t(model.n_layer), {});
+        if (worst > 0) fail_not_fit(plan, "");
     }
-    if (worst > 0) fail_not_fit(plan);
+    if (req.traffic && !tp && !plan.cold.used())
+        plan.notes.push_back("expert traffic not used: only tensor-parallel pairs and the host tier place experts by it");
+    plan.prediction = cold_tier::predict(plan, model, topo, w);
     return plan;
 }
 

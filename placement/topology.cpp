@@ -36,10 +36,17 @@ namespace {
 
 using nlohmann::json;
 
+// A speed or size figure: positive and finite (1e6 GiB or GB/s is far beyond any machine).
+double positive_figure(const json &j, const char *key, const std::string &where) {
+    const double v = placement_json::get_number(j, key, where);
+    if (!(v > 0.0) || v > 1e6) fail(error_kind::config, "{}: {} = {} must be a positive number", where, key, v);
+    return v;
+}
+
 topology_device device_from_json(const json &j, std::string_view source, size_t index) {
     const std::string where = fmt::format("{}: devices[{}]", source, index);
     placement_json::require_object(j, where);
-    placement_json::reject_unknown_keys(j, {"id", "name", "memory_gib", "sm_count", "reserve_gib"}, where);
+    placement_json::reject_unknown_keys(j, {"id", "name", "memory_gib", "sm_count", "reserve_gib", "bandwidth_gbps"}, where);
     topology_device d;
     d.id = placement_json::get_int(j, "id", where, 0, 1 << 20);
     d.name = j.contains("name") ? placement_json::get_string(j, "name", where) : std::string("gpu");
@@ -54,7 +61,27 @@ topology_device device_from_json(const json &j, std::string_view source, size_t 
                  d.memory_gib);
         d.reserve_gib = r;
     }
+    if (j.contains("bandwidth_gbps")) d.bandwidth_gbps = positive_figure(j, "bandwidth_gbps", where);
     return d;
+}
+
+topology_host host_from_json(const json &j, std::string_view source) {
+    const std::string where = fmt::format("{}: host", source);
+    placement_json::require_object(j, where);
+    placement_json::reject_unknown_keys(j, {"memory_gib", "reserve_gib", "bandwidth_gbps", "link_gbps", "link_latency_us"},
+                                        where);
+    topology_host h;
+    if (j.contains("memory_gib")) h.memory_gib = positive_figure(j, "memory_gib", where);
+    if (j.contains("reserve_gib")) {
+        const double r = placement_json::get_number(j, "reserve_gib", where);
+        if (!(r >= 0.0) || (h.memory_gib > 0.0 && r >= h.memory_gib))
+            fail(error_kind::config, "{}: reserve_gib = {} must be >= 0 and below memory_gib {}", where, r, h.memory_gib);
+        h.reserve_gib = r;
+    }
+    if (j.contains("bandwidth_gbps")) h.bandwidth_gbps = positive_figure(j, "bandwidth_gbps", where);
+    if (j.contains("link_gbps")) h.link_gbps = positive_figure(j, "link_gbps", where);
+    if (j.contains("link_latency_us")) h.link_latency_us = positive_figure(j, "link_latency_us", where);
+    return h;
 }
 
 topology_link link_from_json(const json &j, std::string_view source, size_t index) {
@@ -103,7 +130,7 @@ std::string placement_read_text(const std::string &path, const char *what) { ret
 topology topology_parse(std::string_view json_text, std::string_view source) {
     const json j = placement_json::parse(json_text, source);
     placement_json::require_object(j, std::string(source));
-    placement_json::reject_unknown_keys(j, {"devices", "links"}, std::string(source));
+    placement_json::reject_unknown_keys(j, {"devices", "links", "host"}, std::string(source));
     if (!j.contains("devices") || !j["devices"].is_array())
         fail(error_kind::config, "{}: \"devices\" must be an array of device objects", source);
     topology topo;
@@ -112,6 +139,7 @@ topology topology_parse(std::string_view json_text, std::string_view source) {
         if (!j["links"].is_array()) fail(error_kind::config, "{}: \"links\" must be an array", source);
         for (size_t i = 0; i < j["links"].size(); ++i) topo.links.push_back(link_from_json(j["links"][i], source, i));
     }
+    if (j.contains("host")) topo.host = host_from_json(j["host"], source);
     topology_validate(topo, source);
     return topo;
 }
@@ -124,6 +152,7 @@ std::string topology_to_json(const topology &topo) {
     for (const auto &d : topo.devices) {
         json dj = {{"id", d.id}, {"name", d.name}, {"memory_gib", d.memory_gib}, {"sm_count", d.sm_count}};
         if (d.reserve_gib) dj["reserve_gib"] = *d.reserve_gib;
+        if (d.bandwidth_gbps > 0.0) dj["bandwidth_gbps"] = d.bandwidth_gbps;
         j["devices"].push_back(std::move(dj));
     }
     j["links"] = json::array();
@@ -131,6 +160,16 @@ std::string topology_to_json(const topology &topo) {
         json lj = {{"a", l.a}, {"b", l.b}, {"p2p", l.p2p}, {"rank", l.rank}};
         if (!l.kind.empty()) lj["kind"] = l.kind;
         j["links"].push_back(std::move(lj));
+    }
+    if (topo.host) {
+        const topology_host &h = *topo.host;
+        json hj = json::object();
+        if (h.memory_gib > 0.0) hj["memory_gib"] = h.memory_gib;
+        if (h.reserve_gib) hj["reserve_gib"] = *h.reserve_gib;
+        if (h.bandwidth_gbps > 0.0) hj["bandwidth_gbps"] = h.bandwidth_gbps;
+        if (h.link_gbps > 0.0) hj["link_gbps"] = h.link_gbps;
+        if (h.link_latency_us > 0.0) hj["link_latency_us"] = h.link_latency_us;
+        j["host"] = std::move(hj);
     }
     return j.dump(2);
 }
@@ -150,7 +189,11 @@ topology topology_cpu_virtual(int32_t n_devices, uint64_t host_available_bytes) 
     topology topo;
     const double each = double(host_available_bytes) / double(n_devices) / double(gib);
     for (int32_t i = 0; i < n_devices; ++i)
-        topo.devices.push_back({i, "cpu", each, 0, 0.0});
+        topo.devices.push_back({i, "cpu", each, 0, 0.0, 0.0});
+    topology_host host;
+    host.memory_gib = double(host_available_bytes) / double(gib);
+    host.reserve_gib = 0.0;  // already what the host can spare
+    topo.host = host;
     for (int32_t a = 0; a < n_devices; ++a)
         for (int32_t b = a + 1; b < n_devices; ++b) topo.links.push_back({a, b, true, 0, "memory"});
     return topo;

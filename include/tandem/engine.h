@@ -82,7 +82,14 @@ struct engine_options {
     std::vector<int32_t> gpu_devices;   // CUDA device ordinals in logical order (duplicates share a
                                         // GPU); empty: auto (pairs from the topology with
                                         // tensor_parallel, else the GPU with the most memory)
-    std::string gpu_vram = "auto";      // per-GPU budgets: "auto", or GiB for all / per device
+    std::string gpu_vram = "auto";      // per-GPU budgets: "auto", or GiB for all / per device (the
+                                        // CPU backend with a host tier: its virtual devices' budgets)
+    // Host memory for the routed experts the devices cannot hold ("off", "auto" or GiB): the host
+    // tier, whose rows the CPU computes with its quantized products (placement.h).
+    std::string host_experts = "off";
+    // A routing profile (expert traffic JSON, --expert-balance): pairs split experts by it and the
+    // host tier keeps each layer's busiest experts on the devices; empty: uniform routing.
+    std::string expert_balance;
     engine_transport transport = engine_transport::automatic;
     bool tensor_parallel = false;
     // Count the rows routed to each expert of each layer (engine::expert_traffic), the input of

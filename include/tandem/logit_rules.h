@@ -7,6 +7,7 @@
 #include "tandem/host_device.h"
 
 #include <cstdint>
+#include <limits>
 #if __cplusplus >= 202002L
 #include <span>
 #endif
@@ -25,11 +26,14 @@ TANDEM_HOST_DEVICE inline float token_adjust_apply(const token_adjust &a, float 
 #if defined(__CUDA_ARCH__)
     l = __fadd_rn(l, a.bias);
     if (a.repeat != 1.0f) l = l > 0.0f ? __fdiv_rn(l, a.repeat) : __fmul_rn(l, a.repeat);
-    return __fsub_rn(l, a.subtract);
+    l = __fsub_rn(l, a.subtract);
+    // A NaN (given, or infinity minus infinity) leaves as one pattern: the GPU and x86 carry different payloads.
+    return l != l ? __int_as_float(0x7fc00000) : l;
 #else
     l = l + a.bias;
     if (a.repeat != 1.0f) l = l > 0.0f ? l / a.repeat : l * a.repeat;
-    return l - a.subtract;
+    l = l - a.subtract;
+    return l != l ? std::numeric_limits<float>::quiet_NaN() : l;
 #endif
 }
 

@@ -28,6 +28,18 @@ struct topology_device {
     double memory_gib = 0.0;           // total memory of the device
     int32_t sm_count = 0;              // 0 when unknown
     std::optional<double> reserve_gib; // memory kept back by --gpu-vram auto; default: see below
+    double bandwidth_gbps = 0.0;       // memory bandwidth in GB/s (speed predictions); 0 = unknown
+};
+
+// The host beside the GPUs: its memory (the cold expert tier's room) and the speed figures the
+// plan's prediction uses. JSON: "host": {"memory_gib": 256, "reserve_gib": 8, "bandwidth_gbps": 60,
+// "link_gbps": 25, "link_latency_us": 10}; every field optional.
+struct topology_host {
+    double memory_gib = 0.0;           // 0 = unknown (--host-experts auto then needs a figure)
+    std::optional<double> reserve_gib; // kept back by --host-experts auto; default max(4 GiB, 10%)
+    double bandwidth_gbps = 0.0;       // expert weights the CPU's products read per second (GB/s)
+    double link_gbps = 0.0;            // host <-> GPU copies (PCIe), GB/s
+    double link_latency_us = 0.0;      // one small host <-> GPU copy, microseconds
 };
 
 struct topology_link {
@@ -40,6 +52,7 @@ struct topology_link {
 struct topology {
     std::vector<topology_device> devices;
     std::vector<topology_link> links;
+    std::optional<topology_host> host;
 
     const topology_device *find(int32_t id) const;
     // The link between two distinct devices in either direction; nullptr when none is listed.
@@ -59,7 +72,8 @@ std::string topology_to_json(const topology &topo);
 uint64_t topology_reserve_bytes(const topology_device &dev);
 
 // N CPU virtual devices (ids 0..N-1), all-to-all P2P with rank 0, each with memory
-// host_available_bytes / N and no reserve (the figure is already what the host can spare).
+// host_available_bytes / N and no reserve (the figure is already what the host can spare); the
+// host entry has the same memory (the devices and a host tier share it).
 topology topology_cpu_virtual(int32_t n_devices, uint64_t host_available_bytes);
 
 // Where the topology of real GPUs comes from: the CUDA backend registers a probe at start-up;
@@ -88,6 +102,10 @@ std::string expert_traffic_to_json(const expert_traffic &traffic);
 // Ties (equal loads) go to the half with fewer experts, so zero-traffic experts spread evenly;
 // a layer with no recorded rows falls back to the by-index split.
 std::vector<bool> expert_traffic_split(const std::vector<uint64_t> &counts);
+// The same with the halves' expert counts differing by at most one: what a pair uses when its
+// expert room, not its rows, is the limit. Rows balanced by the same longest-first pass under the
+// count cap, then the same swaps.
+std::vector<bool> expert_traffic_split_even(const std::vector<uint64_t> &counts);
 
 // ---- inputs ---------------------------------------------------------------------------------
 enum class placement_mode { single, pipeline, tensor_parallel };
@@ -98,6 +116,8 @@ struct placement_model {
     int32_t n_layer = 0;
     int32_t n_expert = 0;
     int32_t n_vocab = 0;
+    int32_t n_expert_used = 0;  // routed experts per token (speed prediction; 0: none)
+    int32_t d_model = 0;        // hidden width (hand-off bytes in the prediction)
 };
 
 struct placement_request {
@@ -108,7 +128,10 @@ struct placement_request {
     int64_t n_sessions = 1;           // --batched-session
     int64_t n_ctx = 4096;             // tokens per session
     uint64_t scratch_bytes = 0;       // per logical device (activations, workspaces)
-    std::optional<expert_traffic> traffic;  // --expert-balance
+    std::optional<expert_traffic> traffic;  // --expert-balance: the routing profile
+    // --host-experts: bytes of host memory for cold routed experts (the host tier, computed by the
+    // CPU) when the model does not fit the GPUs; nullopt: no host tier (such a plan is refused).
+    std::optional<uint64_t> host_experts;
 };
 
 // "auto" -> auto_order; "0,2,1,3" -> ids. Throws config naming the bad element.
@@ -120,6 +143,10 @@ device_list placement_parse_devices(std::string_view spec);
 // "auto" -> {}; "40" -> one value for every device; "40,40,80,80" -> one per device (GiB,
 // decimals allowed). Throws config when the count is neither 1 nor n_devices.
 std::vector<uint64_t> placement_parse_vram(std::string_view spec, size_t n_devices);
+// --host-experts: "off" -> nullopt; "auto" -> the topology's host memory less its reserve (max(4
+// GiB, 10%) unless reserve_gib says); "96" -> GiB. Throws config for anything else, and for auto
+// when the topology does not know the host's memory.
+std::optional<uint64_t> placement_parse_host_experts(std::string_view spec, const topology &topo);
 
 // The order `auto` picks. tensor_parallel: a best perfect matching of P2P pairs (fewest devices
 // left out, then lowest sum of link ranks, then lowest ids), hosts (smaller id of each pair, in
@@ -157,6 +184,28 @@ struct placement_device_plan {
     uint64_t free() const { return budget > total() ? budget - total() : 0; }
 };
 
+// The host tier: routed experts kept in host memory, their rows computed by the CPU. Per layer the
+// experts the router picks most (by the profile; every expert alike without one) stay on the GPUs.
+struct placement_cold_plan {
+    bool allowed = false;             // a host budget was given (--host-experts)
+    uint64_t budget = 0;              // its bytes
+    uint64_t bytes = 0;               // bytes of the cold experts
+    std::vector<std::vector<int32_t>> experts;  // [layer] cold expert ids, sorted; all empty: none
+    std::vector<double> row_share;    // [layer] expected share of the layer's routed rows that are cold
+    bool used() const { return bytes > 0; }
+};
+
+// Decode speed the plan predicts for one session from bandwidth figures (docs/placement.md states
+// the model): per layer the GPU reads the replicated and hot expert bytes while the CPU reads the
+// expected cold expert bytes; a layer takes the longer of the two.
+struct placement_prediction {
+    double tok_s = 0.0;               // 0: not predicted (the model shape lacks n_expert_used)
+    double gpu_ms = 0.0;              // per token, the GPUs' share (layers, head, hand-offs)
+    double cold_ms = 0.0;             // per token, the host tier's expert time (overlapped)
+    double gpu_gbps = 0.0, cpu_gbps = 0.0, link_gbps = 0.0, link_latency_us = 0.0;  // figures used
+    bool default_figures = false;     // some figure was not in the topology
+};
+
 struct placement_plan {
     placement_mode mode = placement_mode::single;
     int32_t n_stages = 0;
@@ -166,6 +215,8 @@ struct placement_plan {
     // With traffic: per layer, the host half's share of the layer's routed rows (0..1).
     std::vector<double> host_row_share;
     std::vector<placement_device_plan> devices;  // by logical index
+    placement_cold_plan cold;                    // the host tier (empty when everything fits the GPUs)
+    placement_prediction prediction;
     std::vector<std::string> notes;              // e.g. devices `auto` left out
 
     // The stage that runs `layer`; -1 when out of range.
@@ -175,7 +226,9 @@ struct placement_plan {
 // Checks everything before anything is loaded. Throws error_kind::config for bad requests (odd
 // device count with pairs, unknown ids, budget lists of the wrong length, a pair without P2P,
 // with the order that fixes it) and when the plan does not fit (names the device, the GiB
-// missing and the biggest class on it).
+// missing and the biggest class on it). With a host tier, routed experts that do not fit move to
+// it, the least used first; refused when even that does not fit (with the numbers), and a routing
+// profile of another model shape is refused.
 placement_plan placement_plan_make(const placement_request &request, const topology &topo,
                                    const placement_model &model);
 
@@ -190,6 +243,11 @@ std::vector<std::vector<int32_t>> placement_stage_members(const placement_plan &
 std::string placement_layout_line(const placement_plan &plan);
 // A per-device table of bytes by class (GiB), one row per logical device.
 std::string placement_table(const placement_plan &plan);
+// Per layer: stage, experts and expected share of routed rows on the GPUs and on the host tier.
+// Empty when the plan has no host tier in use.
+std::string placement_tier_table(const placement_plan &plan);
+// One line with the plan's predicted decode speed and the figures behind it; empty without one.
+std::string placement_prediction_line(const placement_plan &plan);
 // The whole plan as JSON (indent 2), per-layer expert ids included.
 std::string placement_plan_json(const placement_plan &plan);
 

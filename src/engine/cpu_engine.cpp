@@ -41,11 +41,19 @@ cpu_engine::cpu_engine(std::shared_ptr<const gguf_file> file, const engine_optio
     req.mode = options.n_devices == 1 ? placement_mode::single
                : options.tensor_parallel ? placement_mode::tensor_parallel
                                          : placement_mode::pipeline;
+    pm.n_expert_used = hp_.n_expert_used;
+    pm.d_model = hp_.d_model;
     for (int32_t i = 0; i < options.n_devices; ++i) req.devices.push_back(i);
     req.n_sessions = n_slots;
     req.n_ctx = n_ctx;
     const uint64_t host_bytes = mem.total_bytes ? mem.total_bytes : (uint64_t(1) << 40);
-    plan_ = placement_plan_make(req, topology_cpu_virtual(options.n_devices, host_bytes), pm);
+    const topology topo = topology_cpu_virtual(options.n_devices, host_bytes);
+    // With a host tier, --gpu-vram budgets the virtual devices as if they were GPUs (what makes the
+    // tier take experts); without one it stays the GPUs' flag (a CUDA fallback keeps running).
+    req.host_experts = placement_parse_host_experts(options.host_experts, topo);
+    if (req.host_experts) req.budgets = placement_parse_vram(options.gpu_vram, size_t(options.n_devices));
+    if (!options.expert_balance.empty()) req.traffic = expert_traffic_load(options.expert_balance);
+    plan_ = placement_plan_make(req, topo, pm);
 
     if (options.record_expert_traffic)
         traffic_.assign(size_t(hp_.n_layer), std::vector<uint64_t>(size_t(hp_.n_expert), 0));
@@ -59,7 +67,7 @@ cpu_engine::cpu_engine(std::shared_ptr<const gguf_file> file, const engine_optio
         part.embedding = dp.embedding;
         part.head_begin = dp.head_begin;
         part.head_end = dp.head_end;
-        if (plan_.mode == placement_mode::tensor_parallel)
+        if (plan_.mode == placement_mode::tensor_parallel || plan_.cold.used())
             for (const auto &ids : dp.experts) {
                 std::vector<uint8_t> mask(size_t(hp_.n_expert), 0);
                 for (int32_t e : ids) mask[size_t(e)] = 1;
@@ -69,6 +77,13 @@ cpu_engine::cpu_engine(std::shared_ptr<const gguf_file> file, const engine_optio
                                                         options.n_devices == 1 ? n_threads_ : threads_each,
                                                         kv_, arithmetic_));
     }
+    // The host tier: one per stage, so pipelined stages never share its scratch.
+    if (plan_.cold.used())
+        for (const std::vector<int32_t> &members : stage_members_) {
+            const cpu_device &first = *devices_[size_t(members[0])];
+            cold_.push_back(std::make_unique<cold_experts>(hp_, tensors_, plan_, first.part().layer_begin,
+                                                           first.part().layer_end, first.n_threads(), arithmetic_));
+        }
 }
 
 int32_t cpu_engine::slot_length(int32_t slot) const { return slots_.length(slot); }
@@ -114,7 +129,8 @@ std::map<std::string, double> cpu_engine::counters() const {
     return {{"experts_touched_per_layer", experts_touched_},
             {"threads", double(n_threads_)},
             {"devices", double(devices_.size())},
-            {"bytes_moved_last_step", double(bytes_moved_)}};
+            {"bytes_moved_last_step", double(bytes_moved_)},
+            {"host_tier_pairs_last_step", double(cold_pairs_)}};
 }
 
 void cpu_engine::run_stage(int32_t stage, std::span<const engine_row> rows, std::vector<float> &x,
@@ -154,6 +170,19 @@ void cpu_engine::run_stage(int32_t stage, std::span<const engine_row> rows, std:
                 dense[m].resize(size_t(n * d));
                 dev.layer_dense(l, n, hs[m].data(), dense[m].data());
             }
+        }
+        // The host tier computes the cold slots once (the members' rows are the same bits) and
+        // sends them to every member.
+        if (n_pairs > 0 && !cold_.empty()) {
+            cold_experts &cold = *cold_[size_t(stage)];
+            stats.cold_pairs += cold.compute(l, n, hs[0].data(), ids[0].data(), outs[0].data());
+            for (size_t m = 0; m < members.size(); ++m)
+                for (size_t p = 0; p < n_pairs; ++p)
+                    if (cold.is_cold(l, ids[m][p])) {
+                        if (m > 0)
+                            std::memcpy(outs[m].data() + p * size_t(d), outs[0].data() + p * size_t(d), size_t(d) * sizeof(float));
+                        stats.bytes_moved += size_t(d) * sizeof(float);
+                    }
         }
         // Exchange inside the pair: each member receives the slot outputs of the experts the
         // other owns, so both hold every slot's output before combining in slot order.
@@ -253,9 +282,11 @@ void cpu_engine::forward_logits(std::span<const engine_row> rows, std::vector<fl
     }
     experts_touched_ = 0;
     bytes_moved_ = 0;
+    cold_pairs_ = 0;
     for (const stage_stats &st : stats) {
         experts_touched_ += double(st.experts_touched);
         bytes_moved_ += st.bytes_moved;
+        cold_pairs_ += st.cold_pairs;
     }
     experts_touched_ /= hp_.n_layer;
 

@@ -2,6 +2,7 @@
 // executing a placement plan (pipeline stages, tensor-parallel pairs), per-slot KV caches.
 #pragma once
 
+#include "cold_experts.h"
 #include "cpu_device.h"
 #include "slot_table.h"
 #include "tandem/engine.h"
@@ -41,6 +42,7 @@ private:
     struct stage_stats {
         int64_t experts_touched = 0;  // summed over the stage's layers
         uint64_t bytes_moved = 0;
+        int64_t cold_pairs = 0;       // (row, slot) pairs the host tier computed
     };
     // Runs one stage's layers on its members (one device, or a tensor-parallel pair).
     void run_stage(int32_t stage, std::span<const engine_row> rows, std::vector<float> &x, stage_stats &stats);
@@ -55,6 +57,7 @@ private:
     placement_plan plan_;
     std::vector<std::unique_ptr<cpu_device>> devices_;   // by logical index
     std::vector<std::vector<int32_t>> stage_members_;     // [stage] -> logical devices (host first)
+    std::vector<std::unique_ptr<cold_experts>> cold_;     // [stage] the host tier; empty when unused
     // A stage's buffers, kept across calls (one thread runs a stage at a time): per member its hidden
     // states, normalised rows, slot outputs, routing.
     struct stage_scratch {
@@ -68,6 +71,7 @@ private:
     cpu::cpu_arithmetic arithmetic_ = cpu::cpu_arithmetic::digits;
     double experts_touched_ = 0;     // distinct experts per layer in the last forward (average)
     uint64_t bytes_moved_ = 0;       // hidden states, expert outputs and logits between devices
+    int64_t cold_pairs_ = 0;         // (row, slot) pairs of the last forward on the host tier
     std::vector<std::vector<uint64_t>> traffic_;  // [n_layer][n_expert] when recording (each stage
                                                   // thread writes only its own layers' rows)
 };

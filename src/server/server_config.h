@@ -88,6 +88,8 @@ struct server_config {
     int32_t n_devices = 1;
     std::vector<int32_t> gpu_devices;
     std::string gpu_vram = "auto";           // per-GPU budgets (placement)
+    std::string host_experts = "off";        // host memory for experts the devices cannot hold
+    std::string expert_balance;              // routing profile placing experts (empty: uniform)
     std::string expert_traffic_out;          // write the recorded expert traffic here at shutdown
     std::string transport = "auto";          // CUDA transfers between devices: auto, p2p, host
     bool tensor_parallel = false;

@@ -29,6 +29,7 @@ struct plan_cli {
     int64_t n_sessions = 16;
     std::string topology_path;
     std::string traffic_path;
+    std::string host_experts = "off";
     bool json = false;
     bool measure_links = false;
     tandem::engine_backend backend = tandem::engine_backend::automatic;
@@ -64,6 +65,11 @@ int plan_run(plan_cli cli) {
     } else {
         topo = topology_probe();
     }
+    // The host's memory where the topology does not describe it: what it has available now.
+    if (!topo.host) {
+        topo.host = topology_host{};
+        topo.host->memory_gib = double(host_memory_read().available_bytes) / double(gib);
+    }
     if (!devices.auto_order && devices.ids.empty()) {
         if (cli.backend == engine_backend::cpu && cli.topology_path.empty()) {
             devices.ids.resize(topo.devices.size());
@@ -85,6 +91,7 @@ int plan_run(plan_cli cli) {
     req.n_ctx = cli.n_ctx;
     req.scratch_bytes = uint64_t(cli.scratch_mib * double(uint64_t{1} << 20));
     if (!cli.traffic_path.empty()) req.traffic = expert_traffic_load(cli.traffic_path);
+    req.host_experts = placement_parse_host_experts(cli.host_experts, topo);
 
     auto file = gguf_file::open(cli.model);
     const model_hparams hp = model_hparams_read(*file);
@@ -97,12 +104,16 @@ int plan_run(plan_cli cli) {
     model.n_layer = hp.n_layer;
     model.n_expert = hp.n_expert;
     model.n_vocab = hp.n_vocab;
+    model.n_expert_used = hp.n_expert_used;
+    model.d_model = hp.d_model;
 
     const placement_plan plan = placement_plan_make(req, topo, model);
     if (cli.json) {
         fmt::print("{}\n", placement_plan_json(plan));
     } else {
         fmt::print("{}\n\n{}", placement_layout_line(plan), placement_table(plan));
+        if (const std::string tiers = placement_tier_table(plan); !tiers.empty()) fmt::print("\n{}", tiers);
+        if (const std::string speed = placement_prediction_line(plan); !speed.empty()) fmt::print("{}", speed);
     }
     if (cli.measure_links) {
         if (cli.backend != engine_backend::cuda) fail(error_kind::config, "--measure-links needs --backend cuda (it copies between GPUs)");
@@ -128,7 +139,11 @@ TANDEM_COMMAND(plan, "Plan devices, pairs and budgets for a model and print the 
                                    "KV cache element type: f32, f16, q8_0 (34 bytes per 32 elements), or auto (f16, as the server on CUDA)");
     sub.add_option("--batched-session", cli->n_sessions, "Resident sessions (KV slots)")->capture_default_str();
     sub.add_option("--topology", cli->topology_path, "Topology JSON file (see docs/placement.md)");
-    sub.add_option("--expert-balance", cli->traffic_path, "Expert traffic JSON: split experts by routed rows");
+    sub.add_option("--expert-balance", cli->traffic_path,
+                   "Routing profile (expert traffic JSON): split pairs' experts by routed rows and keep the busiest on the GPUs");
+    sub.add_option("--host-experts", cli->host_experts,
+                   "Host memory for routed experts the GPUs cannot hold (the host tier, computed by the CPU): off, auto, or GiB")
+        ->capture_default_str();
     sub.add_flag("--json", cli->json, "Print the plan as JSON");
     sub.add_flag("--measure-links", cli->measure_links, "Also measure copy bandwidth between the plan's GPUs (--backend cuda)");
     tandem::tools::add_enum_option(sub, "--backend", cli->backend, tandem::engine_backend_parse, tandem::engine_backend_name,

@@ -47,6 +47,11 @@ inline void add_engine_flags(CLI::App &sub, engine_options &opt) {
         },
         "CUDA devices in logical order, e.g. 0,1 or 0,0,0,0 (logical devices sharing GPU 0), or auto");
     sub.add_option("--gpu-vram", opt.gpu_vram, "Per-GPU budget: auto (free memory minus a reserve), or GiB for all / per device");
+    sub.add_option("--host-experts", opt.host_experts,
+                   "Host memory for routed experts the devices cannot hold (the host tier, computed by the CPU): off, auto or GiB")
+        ->capture_default_str();
+    sub.add_option("--expert-balance", opt.expert_balance,
+                   "Routing profile (expert traffic JSON): pairs split experts by it, the host tier keeps the busiest on the devices");
     add_enum_option(sub, "--transport", opt.transport, engine_transport_parse, engine_transport_name,
                     "CUDA transfers between devices: auto, p2p, host (staged, the fallback) or nccl");
     sub.add_flag("--tensor-parallel", opt.tensor_parallel, "Pair devices: split routed experts 50/50");

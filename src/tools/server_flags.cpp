@@ -120,6 +120,13 @@ void add_engine_flags(CLI::App &app, server_flags &f) {
     app.add_option("--gpu-vram", f.cfg.gpu_vram, "per-GPU budget in GiB list or auto");
     app.add_flag("--tensor-parallel", f.cfg.tensor_parallel,
                  "pair device i with i+N/2: routed experts split 50/50 inside each pair (an even number of devices)");
+    app.add_option("--host-experts", f.cfg.host_experts,
+                   "host memory for the routed experts the devices cannot hold (the host tier, computed by the CPU): "
+                   "off, auto, or GiB")
+        ->capture_default_str();
+    app.add_option("--expert-balance", f.cfg.expert_balance,
+                   "a routing profile (what --expert-traffic-out writes): pairs split experts by it and the host tier "
+                   "keeps each layer's busiest experts on the devices");
     app.add_option("--expert-traffic-out", f.cfg.expert_traffic_out,
                    "record the rows routed to each expert; write them to this file at shutdown (for tandem plan "
                    "--expert-balance)");

@@ -33,6 +33,8 @@
 #include <optional>
 #include <thread>
 
+#include <unistd.h>
+
 using namespace tandem;
 using namespace tandem::server;
 
@@ -166,14 +168,16 @@ std::string config_line(const server_config &c) {
     return fmt::format("config: model={} host={} port={} ctx={} batched-session={} prefill-chunk={} prefill-yield={} "
                        "itl-budget={} max-queue={} draft={} (n-grams {}-{}, step rows {}) alias={} api-keys={} threads={} http-threads={} body-limit={} timeouts={}s/{}s "
                        "max-connections={} request-threads={} request-queue={} allow-special-in-content={} chat-template-file={} chat-template={} reasoning-format={} cors-origin={} allowed-host={} "
-                       "backend={} devices={} gpu-devices={} gpu-vram={} tensor-parallel={} mem-budget={} cache-ram={} slot-save-path={}",
+                       "backend={} devices={} gpu-devices={} gpu-vram={} host-experts={} expert-balance={} tensor-parallel={} mem-budget={} "
+                       "cache-ram={} slot-save-path={}",
                        c.model_path, c.host, c.port, c.n_ctx, c.n_slots, c.prefill_chunk, c.prefill_yield, c.itl_budget, c.max_queue,
                        c.draft, c.draft_ngram_min, c.draft_ngram_max, c.draft_step_rows, c.alias, c.api_keys.size(), c.n_threads, c.http_threads, c.body_limit,
                        c.read_timeout_s, c.write_timeout_s, c.max_connections, c.request_threads, c.request_queue,
                        c.allow_special_in_content, c.chat_template_file.empty() ? "none" : c.chat_template_file,
                        c.chat_template.empty() ? "file" : c.chat_template, c.reasoning_format, list(c.cors_origins), list(c.allowed_hosts), c.backend, c.n_devices,
                        c.gpu_devices.empty() ? std::string("auto") : fmt::format("{}", fmt::join(c.gpu_devices, ",")),
-                       c.gpu_vram, c.tensor_parallel, c.mem_budget_gib > 0 ? fmt::format("{}GiB", c.mem_budget_gib) : "auto",
+                       c.gpu_vram, c.host_experts, c.expert_balance.empty() ? "none" : c.expert_balance, c.tensor_parallel,
+                       c.mem_budget_gib > 0 ? fmt::format("{}GiB", c.mem_budget_gib) : "auto",
                        c.cache_ram_gib >= 0 ? fmt::format("{}GiB", c.cache_ram_gib) : "auto",
                        c.slot_save_path.empty() ? "off" : c.slot_save_path);
 }
@@ -199,6 +203,8 @@ int serve(server_config cfg, const std::string &cpu_arithmetic, const sampling_f
     eo.n_devices = cfg.n_devices;
     eo.gpu_devices = cfg.gpu_devices;
     eo.gpu_vram = cfg.gpu_vram;
+    eo.host_experts = cfg.host_experts;
+    eo.expert_balance = cfg.expert_balance;
     eo.transport = engine_transport_parse(cfg.transport);
     eo.tensor_parallel = cfg.tensor_parallel;
     eo.record_expert_traffic = !cfg.expert_traffic_out.empty();
@@ -358,7 +364,16 @@ int serve(server_config cfg, const std::string &cpu_arithmetic, const sampling_f
 
 }  // namespace
 
+// OpenMP reads its wait policy once, as it loads: workers spinning between steps starve the HTTP
+// threads and every other program on the host, so the server starts again (same pid, for systemd)
+// with sleeping workers unless the environment chose a policy (OMP_WAIT_POLICY=active spins).
+static void exec_with_passive_openmp_waits(char **argv) {
+    if (std::getenv("OMP_WAIT_POLICY") != nullptr || setenv("OMP_WAIT_POLICY", "passive", 1) != 0) return;
+    execv("/proc/self/exe", argv);  // returns only on failure: serving with spinning workers is still correct
+}
+
 int main(int argc, char **argv) {
+    exec_with_passive_openmp_waits(argv);
     // Before any thread starts, so every thread inherits it; serve()'s signal_waiter takes them.
     signal_waiter_block_in_this_thread();
     tools::server_flags flags;

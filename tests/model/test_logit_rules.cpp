@@ -39,6 +39,16 @@ TEST_CASE("a token adjustment adds the bias, applies the repeat penalty by sign,
     CHECK(std::isnan(token_adjust_apply(presence, std::numeric_limits<float>::quiet_NaN())));
 }
 
+TEST_CASE("every NaN an adjustment produces has one bit pattern, the device twin's", "[rules]") {
+    const float canonical = std::numeric_limits<float>::quiet_NaN();
+    const float inf = std::numeric_limits<float>::infinity();
+    const token_adjust up{1, 100.0f, 1.5f, 0.5f}, down{2, -inf, 1.0f, 0.0f};
+    CHECK(same_bits(token_adjust_apply(up, -std::numeric_limits<float>::quiet_NaN()), canonical));
+    CHECK(same_bits(token_adjust_apply(up, std::numeric_limits<float>::signaling_NaN()), canonical));
+    CHECK(same_bits(token_adjust_apply(down, inf), canonical));  // infinity minus infinity
+    CHECK(same_bits(token_adjust_apply(down, 1.0f), -inf));
+}
+
 TEST_CASE("a row's rules change only its adjusted and masked tokens, the same bits alone or in a batch", "[rules][engine]") {
     const std::string model = synth_gguf("tiny", ggml_type::q4_k, 2);
     auto plain = open_cpu(model, 3, 64), ruled = open_cpu(model, 3, 64), batch = open_cpu(model, 3, 64);

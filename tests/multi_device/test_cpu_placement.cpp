@@ -1,6 +1,6 @@
 // tests/multi_device/test_cpu_placement.cpp - placement invariance on CPU virtual devices:
-// decode logits on every plan (pipeline stages, tensor-parallel pairs) are bitwise equal to the
-// single-device run.
+// decode logits on every plan (pipeline stages, tensor-parallel pairs, a host tier for experts)
+// are bitwise equal to the single-device run.
 #include "../model/model_test_util.h"
 
 #include "tandem/error.h"
@@ -8,7 +8,9 @@
 #include "tandem/sampler.h"
 
 #include <catch2/catch.hpp>
+#include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -26,8 +28,13 @@ struct plan_case {
 
 // Three sessions: prefill prompts of different lengths in one call, then decode steps with all
 // sessions in one call; returns every logits vector in order.
-std::vector<std::vector<float>> run_sessions(const std::string &model, plan_case pc, uint32_t seed) {
+std::vector<std::vector<float>> run_sessions(const std::string &model, plan_case pc, uint32_t seed,
+                                             const engine_options *tiers = nullptr) {
     engine_options opt;
+    if (tiers) {
+        opt.gpu_vram = tiers->gpu_vram;
+        opt.host_experts = tiers->host_experts;
+    }
     opt.n_slots = 3;
     opt.n_ctx = 128;
     opt.n_threads = 2;
@@ -36,6 +43,8 @@ std::vector<std::vector<float>> run_sessions(const std::string &model, plan_case
     opt.micro_batches = pc.micro_batches;
     auto eng = engine_open(gguf_file::open(model), opt);
     REQUIRE(eng->counters().at("devices") == double(pc.devices));  // the plan took effect
+    if (tiers) REQUIRE(eng->layout().find(" | host E~") != std::string::npos);  // so did the host tier
+    double cold_pairs = 0;
     std::mt19937 rng(seed);
     const int32_t nv = eng->hparams().n_vocab;
     std::vector<engine_row> rows;
@@ -46,6 +55,7 @@ std::vector<std::vector<float>> run_sessions(const std::string &model, plan_case
     std::vector<std::vector<float>> out;
     std::vector<float> logits;
     engine_forward_logits(*eng, rows, logits);
+    cold_pairs += eng->counters().at("host_tier_pairs_last_step");
     out.push_back(logits);
     for (int step = 0; step < 6; ++step) {
         rows.clear();
@@ -54,8 +64,10 @@ std::vector<std::vector<float>> run_sessions(const std::string &model, plan_case
             rows.push_back({s, eng->slot_length(s), next, row_output::logits});
         }
         engine_forward_logits(*eng, rows, logits);
+        cold_pairs += eng->counters().at("host_tier_pairs_last_step");
         out.push_back(logits);
     }
+    if (tiers) CHECK(cold_pairs > 0);  // rows went to cold experts
     return out;
 }
 
@@ -176,4 +188,124 @@ TEST_CASE("recorded expert traffic counts every routed row, alike on every plan,
     auto eng = engine_open(gguf_file::open(model), plain);
     CHECK(eng->expert_traffic().empty());
     CHECK_THROWS_WITH(engine_write_expert_traffic(*eng, "/tmp/never.json"), Catch::Contains("recorded no expert traffic"));
+}
+
+namespace {
+
+// A budget per virtual device between the least that fits with every routed expert on the host
+// tier (fraction 0) and the least that fits with none there (1), found by asking the planner for
+// the plan run_sessions' engine makes: smaller fractions push more experts to the host tier.
+std::string budget_gib(const std::string &model, int32_t devices, bool tp, double fraction) {
+    auto file = gguf_file::open(model);
+    const model_hparams hp = model_hparams_read(*file);
+    placement_model pm;
+    pm.bytes = model_bytes_read(*file, hp, sizeof(float));
+    pm.n_layer = hp.n_layer;
+    pm.n_expert = hp.n_expert;
+    pm.n_vocab = hp.n_vocab;
+    placement_request req;
+    req.mode = devices == 1 ? placement_mode::single : tp ? placement_mode::tensor_parallel : placement_mode::pipeline;
+    for (int32_t i = 0; i < devices; ++i) req.devices.push_back(i);
+    req.n_sessions = 3;
+    req.n_ctx = 128;
+    const topology topo = topology_cpu_virtual(devices, uint64_t(64) << 30);
+    auto least = [&](std::optional<uint64_t> host) {
+        uint64_t lo = 0, hi = pm.bytes.total() + pm.bytes.kv_per_token * 3 * 128;  // hi always fits
+        while (hi - lo > 1) {
+            const uint64_t mid = lo + (hi - lo) / 2;
+            req.budgets = {mid};
+            req.host_experts = host;
+            try {
+                placement_plan_make(req, topo, pm);
+                hi = mid;
+            } catch (const error &) {
+                lo = mid;
+            }
+        }
+        return hi;
+    };
+    const uint64_t all_cold = least(uint64_t(64) << 30), none_cold = least(std::nullopt);
+    REQUIRE(all_cold < none_cold);
+    return fmt::format("{:.12f}", (double(all_cold) + fraction * double(none_cold - all_cold)) / double(gib));
+}
+
+}  // namespace
+
+TEST_CASE("a host tier forced by small device budgets gives the single device's logits bitwise",
+          "[multi_device][invariance][tiers]") {
+    const std::string model = synth_gguf("tiny", ggml_type::q4_k, 4);
+    const auto single = run_sessions(model, {1, false}, 23);
+    struct tier_case {
+        int32_t devices;
+        bool tensor_parallel;
+        double fraction;
+    };
+    const tier_case tc = GENERATE(values<tier_case>({{1, false, 0.3}, {1, false, 0.7}, {2, false, 0.5}, {2, true, 0.5},
+                                                     {4, true, 0.3}}));
+    INFO(tc.devices << " devices, " << (tc.tensor_parallel ? "pairs" : "pipeline") << ", experts fraction " << tc.fraction);
+    engine_options extra;
+    extra.gpu_vram = budget_gib(model, tc.devices, tc.tensor_parallel, tc.fraction);
+    extra.host_experts = "auto";
+    const auto tiered = run_sessions(model, {tc.devices, tc.tensor_parallel}, 23, &extra);
+    REQUIRE(tiered.size() == single.size());
+    for (size_t i = 0; i < single.size(); ++i) {
+        INFO("call " << i);
+        REQUIRE(tiered[i].size() == single[i].size());
+        CHECK(std::memcmp(tiered[i].data(), single[i].data(), single[i].size() * sizeof(float)) == 0);
+    }
+}
+
+// deepseek2: a dense first layer (no routed experts, nothing cold) and shared experts beside the
+// routed ones, which the host tier splits like any other.
+TEST_CASE("deepseek2 with a host tier gives the single device's logits bitwise", "[multi_device][invariance][tiers][deepseek2]") {
+    const std::string model = synth_gguf("tiny-deepseek-v3", ggml_type::q8_0, 0);
+    const auto single = run_sessions(model, {1, false}, 29);
+    const plan_case pc = GENERATE(values<plan_case>({{1, false}, {2, true}}));
+    INFO(pc.devices << " devices, " << (pc.tensor_parallel ? "pairs" : "one device"));
+    engine_options extra;
+    extra.gpu_vram = budget_gib(model, pc.devices, pc.tensor_parallel, 0.4);
+    extra.host_experts = "auto";
+    const auto tiered = run_sessions(model, pc, 29, &extra);
+    REQUIRE(tiered.size() == single.size());
+    for (size_t i = 0; i < single.size(); ++i) {
+        INFO("call " << i);
+        CHECK(std::memcmp(tiered[i].data(), single[i].data(), single[i].size() * sizeof(float)) == 0);
+    }
+}
+
+TEST_CASE("the host tier computes the cold slots and follows the routing profile", "[multi_device][tiers]") {
+    const std::string model = synth_gguf("tiny", ggml_type::q4_k, 4);
+    engine_options opt;
+    opt.n_slots = 1;
+    opt.n_ctx = 64;
+    opt.n_threads = 2;
+    opt.gpu_vram = budget_gib(model, 1, false, 0.5);
+    opt.host_experts = "auto";
+    opt.record_expert_traffic = true;
+    std::vector<engine_row> rows;
+    for (int32_t i = 0; i < 24; ++i) rows.push_back({0, i, 5 + 11 * i, logits_if(i == 23)});
+    std::vector<float> logits;
+    auto uniform = engine_open(gguf_file::open(model), opt);
+    REQUIRE(uniform->layout().find(" | host E~") != std::string::npos);
+    engine_forward_logits(*uniform, rows, logits);
+    const double uniform_cold = uniform->counters().at("host_tier_pairs_last_step");
+    CHECK(uniform_cold > 0);  // the tier took part
+
+    // The same rows with their own profile: the busiest experts move to the device, fewer slots go cold.
+    const std::string profile = std::string(TANDEM_BINARY_DIR) + "/test_multi_device_profile.json";
+    engine_write_expert_traffic(*uniform, profile);
+    opt.expert_balance = profile;
+    opt.record_expert_traffic = false;
+    auto profiled = engine_open(gguf_file::open(model), opt);
+    std::vector<float> again;
+    engine_forward_logits(*profiled, rows, again);
+    CHECK(profiled->counters().at("host_tier_pairs_last_step") < uniform_cold);
+    CHECK(std::memcmp(again.data(), logits.data(), logits.size() * sizeof(float)) == 0);
+
+    // Budgets the host tier cannot make up for are refused before anything runs.
+    opt.host_experts = "0";
+    CHECK_THROWS_WITH(engine_open(gguf_file::open(model), opt), Catch::Contains("even with the host tier"));
+    // Without a host tier --gpu-vram is the GPUs' flag alone: the CPU engine keeps every expert.
+    opt.host_experts = "off";
+    CHECK(engine_open(gguf_file::open(model), opt)->layout().find(" | host") == std::string::npos);
 }

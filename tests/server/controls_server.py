@@ -10,7 +10,9 @@
 #   - invalid schemas, grammars, logit_bias ids and unsupported fields: a 400 naming the problem, in
 #     each API's error shape;
 #   - logit_bias +100 decides every draw; /props reports the sampling defaults, with and without
-#     flags.
+#     flags;
+#   - a forced tool choice (OpenAI chat streamed and not, Anthropic, Responses) gives a call whose
+#     arguments validate against the tool's schema on every seed.
 # Exits 77 (skipped) without python3-jsonschema.
 # Usage: controls_server.py --build-dir B --npm-dir D [--seeds N] [--only NAME]
 import argparse
@@ -96,6 +98,75 @@ def test_property(srv, seeds, max_tokens):
     print(f"  {total} outputs, {bad} failed", flush=True)
 
 
+WEATHER = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 24},
+                                            "days": {"type": "integer", "minimum": 1, "maximum": 14},
+                                            "unit": {"enum": ["c", "f"]}},
+           "required": ["city", "days"], "additionalProperties": False}
+
+
+def forced_call(srv, api, seed):
+    """One forced tool call at temperature 1.0; returns (name, arguments text) or raises."""
+    user = [{"role": "user", "content": f"Weather, please ({seed})."}]
+    if api == "anthropic":
+        body = {"model": MODEL, "max_tokens": 160, "messages": user, "temperature": 1.0, "tool_choice": {"type": "any"},
+                "tools": [{"name": "weather", "description": "forecast", "input_schema": WEATHER}]}
+        status, r = srv.post_json("/v1/messages", body)
+        assert status == 200, f"status {status}: {r}"
+        assert r["stop_reason"] == "tool_use", f"stop_reason {r['stop_reason']}: {r['content']}"
+        use = [b for b in r["content"] if b["type"] == "tool_use"]
+        return use[0]["name"], json.dumps(use[0]["input"])
+    if api == "responses":
+        body = {"model": MODEL, "max_output_tokens": 160, "input": user[0]["content"], "temperature": 1.0, "tool_choice": "required",
+                "tools": [{"type": "function", "name": "weather", "parameters": WEATHER}], "store": False}
+        status, r = srv.post_json("/v1/responses", body)
+        assert status == 200, f"status {status}: {r}"
+        calls = [o for o in r["output"] if o["type"] == "function_call"]
+        assert calls, f"no function_call in {r['output']}"
+        return calls[0]["name"], calls[0]["arguments"]
+    body = {"model": MODEL, "max_tokens": 160, "messages": user, "temperature": 1.0, "seed": seed, "tool_choice": "required",
+            "tools": [{"type": "function", "function": {"name": "weather", "parameters": WEATHER}}]}
+    if api == "openai":
+        status, r = srv.post_json("/v1/chat/completions", body)
+        assert status == 200, f"status {status}: {r}"
+        choice = r["choices"][0]
+        assert choice["finish_reason"] == "tool_calls", f"finish_reason {choice['finish_reason']}: {choice['message']}"
+        call = choice["message"]["tool_calls"][0]["function"]
+        return call["name"], call["arguments"]
+    name, args, finish = [], [], []
+
+    def on_data(d, _t):
+        if not isinstance(d, dict):
+            return
+        for c in d.get("choices", []):
+            for tc in c.get("delta", {}).get("tool_calls", []) or []:
+                if tc["index"] == 0:
+                    name.append(tc.get("function", {}).get("name") or "")
+                    args.append(tc.get("function", {}).get("arguments") or "")
+            if c.get("finish_reason"):
+                finish.append(c["finish_reason"])
+
+    h.stream_events(srv.port, "/v1/chat/completions", dict(body, stream=True), on_data)
+    assert finish == ["tool_calls"], f"finish {finish}"
+    return "".join(name), "".join(args)
+
+
+def test_forced_tools(srv, seeds):
+    validator = validator_of(WEATHER)
+    with concurrent.futures.ThreadPoolExecutor(max_workers=16) as pool:
+        for api in ("openai", "openai-stream", "anthropic", "responses"):
+            jobs = {seed: pool.submit(forced_call, srv, api, seed) for seed in range(1, seeds + 1)}
+            bad = 0
+            for seed, job in jobs.items():
+                try:
+                    name, args = job.result()
+                    errors = list(validator.iter_errors(json.loads(args)))
+                    ok = check(name == "weather" and not errors, f"{api} seed {seed}: {name} {args!r} {errors[:1]}")
+                except Exception as e:  # noqa: BLE001 - one seed's failure, reported
+                    ok = check(False, f"{api} seed {seed}: {type(e).__name__}: {e}")
+                bad += 0 if ok else 1
+            print(f"  {api}: {seeds} forced calls, {bad} failed", flush=True)
+
+
 def error_message(srv, path, body):
     status, _, data = srv.request("POST", path, body)
     j = json.loads(data)
@@ -125,13 +196,16 @@ def test_refusals(srv):
         ("a logit_bias id past the vocabulary", "/v1/chat/completions", dict(chat, logit_bias={"100000": 1}),
          ["logit_bias", "100000", "out of range"]),
         ("a logit_bias out of range", "/v1/chat/completions", dict(chat, logit_bias={"5": 150}), ["[-100, 100]"]),
-        ("an unsupported field", "/v1/chat/completions", dict(chat, tools=[{"type": "function"}]), ["'tools' is not supported"]),
+        ("an unsupported field", "/v1/chat/completions", dict(chat, web_search_options={}),
+         ["'web_search_options' is not supported"]),
+        ("a tool without its function", "/v1/chat/completions", dict(chat, tools=[{"type": "function"}]),
+         ["tools[0].function"]),
         ("a penalty out of range", "/v1/completions", {"model": MODEL, "prompt": "x", "frequency_penalty": 9},
          ["'frequency_penalty' must be in [-2, 2]"]),
         ("Anthropic: a bad schema in output_config", "/v1/messages",
          dict(msgs, output_config={"format": {"type": "json_schema", "schema": {"type": "object", "minProperties": 2}}}),
          ["output_config.format.schema", "minProperties"]),
-        ("Anthropic: an unsupported field", "/v1/messages", dict(msgs, tool_choice={"type": "auto"}), ["'tool_choice'"]),
+        ("Anthropic: an unsupported field", "/v1/messages", dict(msgs, mcp_servers=[]), ["'mcp_servers'"]),
     ]
     for what, path, body, needles in cases:
         status, message = error_message(srv, path, body)
@@ -197,6 +271,7 @@ def main():
     ap.add_argument("--npm-dir", default="")
     ap.add_argument("--seeds", type=int, default=100)
     ap.add_argument("--max-tokens", type=int, default=192)
+    ap.add_argument("--tool-seeds", type=int, default=25)
     ap.add_argument("--only", default="")
     a = ap.parse_args()
     a.npm_dir = os.path.abspath(a.npm_dir) if a.npm_dir else ""
@@ -206,6 +281,7 @@ def main():
         "logit_bias": test_logit_bias,
         "props": lambda srv: test_props(srv, a.build_dir),
         "sdk": lambda srv: test_sdk(srv, a.npm_dir),
+        "tools": lambda srv: test_forced_tools(srv, a.tool_seeds),
     }
     with h.running(a.build_dir, ["--ctx", "1024", "--batched-session", "16"], "controls.log") as srv:
         for name, fn in tests.items():

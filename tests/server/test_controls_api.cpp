@@ -51,10 +51,11 @@ bool matches(const grammar &g, const std::string &text) {
 }  // namespace
 
 TEST_CASE("each route refuses the fields it does not implement, naming them", "[api][controls]") {
-    CHECK_THAT(refusal(route_id::chat, chat(R"(,"tools":[])")), Catch::Contains("'tools' is not supported"));
+    CHECK_THAT(refusal(route_id::chat, chat(R"(,"web_search_options":{})")), Catch::Contains("'web_search_options' is not supported"));
     CHECK_THAT(refusal(route_id::chat, chat(R"(,"service_tier":"auto")")), Catch::Contains("'service_tier'"));
     CHECK_THAT(refusal(route_id::completion, R"({"prompt":"x","suffix":"y"})"), Catch::Contains("'suffix'"));
-    CHECK_THAT(refusal(route_id::messages, messages(R"(,"thinking":{"type":"enabled"})")), Catch::Contains("'thinking'"));
+    CHECK_THAT(refusal(route_id::messages, messages(R"(,"mcp_servers":[])")), Catch::Contains("'mcp_servers'"));
+    CHECK_THAT(refusal(route_id::messages, messages(R"(,"thinking":{"type":"enabled"})")), Catch::Contains("'thinking.budget_tokens'"));
     // Anthropic has no penalties; OpenAI's chat no output_config.
     CHECK_THAT(refusal(route_id::messages, messages(R"(,"presence_penalty":1)")), Catch::Contains("'presence_penalty'"));
     CHECK_THAT(refusal(route_id::chat, chat(R"(,"output_config":{})")), Catch::Contains("'output_config'"));

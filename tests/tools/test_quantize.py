@@ -118,7 +118,8 @@ def write_imatrix(path, entries, chunks):
 
 
 def logits(model, ids="1,2,3,4,5"):
-    out = run("logits", "-m", model, "--backend", "cpu", "--ids", ids, "--json").stdout
+    # Exact arithmetic: a quantized file and its F32 copy agree bitwise only on dequantised weights.
+    out = run("logits", "-m", model, "--backend", "cpu", "--cpu-arithmetic", "exact", "--ids", ids, "--json").stdout
     return json.loads(out)["logits"]
 
 

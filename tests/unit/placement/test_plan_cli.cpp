@@ -5,10 +5,12 @@
 
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <vector>
 
 namespace {
 
@@ -151,4 +153,57 @@ TEST_CASE("tandem plan: topology files, traffic files and configuration errors",
     CHECK(no_probe.code == 2);
     CHECK(no_probe.err.find("--topology") != std::string::npos);
 #endif
+}
+
+TEST_CASE("tandem plan: a host tier for experts the devices cannot hold", "[placement][cli][tiers]") {
+    // tiny at 2 sessions of 256 with 8 MiB of scratch needs ~13.1 MiB, 3.4 MiB of it routed experts:
+    // a budget of 11.5 MiB keeps about half of them.
+    const std::string m = "plan -m " + tiny_model() + " --backend cpu --ctx 256 --batched-session 2 --scratch-mib 8 "
+                          "--gpu-vram 0.0112 ";
+    const run_result js = run_tandem(m + "--host-experts auto --json");
+    INFO(js.err);
+    REQUIRE(js.code == 0);
+    const nlohmann::json j = nlohmann::json::parse(js.out);
+    const auto &tier = j["host_tier"];
+    CHECK(tier["bytes"].get<uint64_t>() > 0);
+    CHECK(tier["bytes"].get<uint64_t>() <= tier["budget"].get<uint64_t>());
+    REQUIRE(tier["experts"].size() == 4);
+    for (size_t l = 0; l < 4; ++l) {
+        // Every expert of a layer on the device or in the host tier, never both.
+        std::vector<int> all = j["devices"][0]["experts"][l].get<std::vector<int>>();
+        for (int e : tier["experts"][l]) all.push_back(e);
+        std::sort(all.begin(), all.end());
+        CHECK(all == std::vector<int>{0, 1, 2, 3, 4, 5, 6, 7});
+    }
+    CHECK(j["devices"][0]["bytes"]["total"].get<uint64_t>() <= j["devices"][0]["budget"].get<uint64_t>());
+    CHECK(j["prediction"]["tok_s"].get<double>() > 0.0);
+
+    const run_result text = run_tandem(m + "--host-experts auto");
+    CHECK(text.code == 0);
+    CHECK(text.out.find("layer stage gpu experts") != std::string::npos);
+    CHECK(text.out.find("predicted decode, one session") != std::string::npos);
+
+    const run_result off = run_tandem(m);
+    CHECK(off.code == 2);
+    CHECK(off.err.find("--host-experts") != std::string::npos);
+    const run_result small = run_tandem(m + "--host-experts 0.0001");
+    CHECK(small.code == 2);
+    CHECK(small.err.find("even with the host tier") != std::string::npos);
+    const run_result bad = run_tandem(m + "--host-experts lots");
+    CHECK(bad.code == 2);
+    CHECK(bad.err.find("expected off, auto or a number") != std::string::npos);
+
+    // Three GPUs without P2P: auto makes pipeline stages (hand-offs staged through the host), and
+    // the prediction takes the file's figures.
+    const run_result pcie = run_tandem("plan -m " + tiny_model() + " --topology " + topo("pcie-3x24.json") +
+                                       " --gpu-devices auto --host-experts auto --json");
+    INFO(pcie.err);
+    REQUIRE(pcie.code == 0);
+    const nlohmann::json p = nlohmann::json::parse(pcie.out);
+    CHECK(p["mode"] == "pipeline");
+    CHECK(p["n_stages"] == 3);
+    CHECK(p["host_tier"]["bytes"] == 0);  // tiny fits: the tier stays empty
+    CHECK(p["host_tier"]["budget"].get<uint64_t>() == uint64_t(120) << 30);
+    CHECK(p["prediction"]["default_figures"] == false);
+    CHECK(p["prediction"]["cpu_gbps"] == 60.0);
 }
