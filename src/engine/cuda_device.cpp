@@ -92,7 +92,7 @@ size_t prompt_split_width(const model_hparams &hp) {
     return (w + 127) / 128 * 128;
 }
 
-uint64_t cuda_device::scratch_bytes(const model_hparams &hp, int32_t n_ctx, bool has_head, bool paired, bool host_tier) {
+uint64_t cuda_device::scratch_bytes(const model_hparams &hp, int32_t n_ctx, bool has_head, bool paired) {
     const size_t r = max_step_rows, k = size_t(hp.n_expert_used), d = size_t(hp.d_model);
     size_t floats = step_floats(hp, n_ctx);
     if (has_head) {
@@ -104,14 +104,12 @@ uint64_t cuda_device::scratch_bytes(const model_hparams &hp, int32_t n_ctx, bool
         // by the requests, grows from 1 MiB: the slack below).
         floats += size_t(max_logit_rows) * (sizeof(row_draw) / 4 + sizeof(cuda::logits_rules_row) / 4);
     }
-    if (paired || host_tier) floats += 2 * r * k + 2 * size_t(hp.n_expert) + 2;  // the groups of the experts held here
-    if (paired) floats += 2 * r * k * d;                                           // two exchange buffers
-    if (host_tier) floats += r * k * d + size_t(hp.n_layer) * size_t(hp.n_expert);  // cold outputs, cold maps
+    if (paired) floats += 2 * r * k * d + 2 * r * k + 2 * size_t(hp.n_expert) + 2;
     return uint64_t(floats) * 4 + (uint64_t(64) << 20);  // + allocator slack and the graphs
 }
 
 cuda_device::cuda_device(const model_hparams &hp, const model_tensors &tensors, const placement_device_plan &part,
-                         int32_t n_slots, int32_t n_ctx, bool record_traffic, bool kv_f16, const placement_cold_plan *cold)
+                         int32_t n_slots, int32_t n_ctx, bool record_traffic, bool kv_f16)
     : s_(std::make_unique<state>()) {
     state &m = *s_;
     m.hp = &hp;
@@ -129,14 +127,10 @@ cuda_device::cuda_device(const model_hparams &hp, const model_tensors &tensors, 
 
     const int64_t d = hp.d_model, dh = hp.d_head, kv_dim = int64_t(hp.n_head_kv) * dh, q_dim = int64_t(hp.n_head) * dh;
     const size_t k = size_t(hp.n_expert_used), R = max_step_rows;
-    // A device holding part of some layer's experts (a pair member, or one beside a host tier)
-    // uploads only those and narrows each step's groups to them.
-    const bool holds_part = std::any_of(part.experts.begin(), part.experts.end(),
-                                        [&](const std::vector<int32_t> &held) { return held.size() < size_t(hp.n_expert); });
-    const bool split = !part.experts.empty() && (m.paired() || holds_part);
+    const bool split = m.paired() && !part.experts.empty();
     if (split && hp.n_expert > cuda::moe_split_max_experts)
-        fail(error_kind::unsupported, "the CUDA split of a layer's experts (pairs, host tier) handles at most {} experts "
-             "per layer, the model has {}", cuda::moe_split_max_experts, hp.n_expert);
+        fail(error_kind::unsupported, "the CUDA tensor-parallel split handles at most {} experts per layer, the model has {}",
+             cuda::moe_split_max_experts, hp.n_expert);
 
     // Which bytes go where.
     upload_plan up;
@@ -295,8 +289,7 @@ cuda_device::cuda_device(const model_hparams &hp, const model_tensors &tensors, 
     m.prompt_split = device_alloc<uint4>(R * prompt_split_width(hp) / 4);
     m.prompt_sums = device_alloc<float>(R * prompt_split_width(hp) / 32);
     if (split) {
-        if (m.paired())
-            for (float *&e : m.exchange) e = device_alloc<float>(R * k * d);
+        for (float *&e : m.exchange) e = device_alloc<float>(R * k * d);
         m.own_mat = device_alloc<int32_t>(size_t(hp.n_expert));
         m.own_off = device_alloc<int32_t>(size_t(hp.n_expert) + 1);
         m.own_n = device_alloc<int32_t>(1);
@@ -324,7 +317,6 @@ cuda_device::cuda_device(const model_hparams &hp, const model_tensors &tensors, 
         m.traffic = device_alloc<unsigned long long>(n);
         TANDEM_CUDA_CHECK(cudaMemset(m.traffic, 0, n * sizeof(unsigned long long)));
     }
-    if (cold) cold_setup(m, *cold);
     TANDEM_CUDA_CHECK(cudaDeviceSynchronize());
 }
 
@@ -341,7 +333,6 @@ cuda_device::~cuda_device() {
              m.act_digit_scales, m.act_digit_sums, m.att_split,
              m.att_sums, m.act_split, m.act_sums, m.prompt_split, m.prompt_sums, m.traffic, local})
         if (p) cudaFree(const_cast<void *>(p));
-    cold_free(m);
     if (m.event) cudaEventDestroy(m.event);
     if (m.stream) cudaStreamDestroy(m.stream);
 }

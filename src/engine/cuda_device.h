@@ -16,8 +16,6 @@
 
 namespace tandem {
 
-class cold_experts;
-
 class cuda_device {
 public:
     // Rows per step the buffers hold (larger engine calls run as consecutive steps): prompt steps
@@ -31,16 +29,13 @@ public:
     static int32_t step_rows_limit(const model_hparams &hp, bool prompt);
 
     // Bytes the device will allocate besides weights and K/V (step buffers, head logits,
-    // exchange buffers, the host tier's expert outputs) for a plan's part: the planner's scratch figure.
-    static uint64_t scratch_bytes(const model_hparams &hp, int32_t n_ctx, bool has_head, bool paired,
-                                  bool host_tier = false);
+    // exchange buffers) for a plan's part: the planner's scratch figure.
+    static uint64_t scratch_bytes(const model_hparams &hp, int32_t n_ctx, bool has_head, bool paired);
 
     // record_traffic: count the rows routed to each expert of this device's layers (hosts and
     // single devices only: a partner routes the same rows). kv_f16: the KV cache holds halves.
-    // cold: the plan's host tier (its experts of this device's layers are computed on the CPU).
     cuda_device(const model_hparams &hp, const model_tensors &tensors, const placement_device_plan &part,
-                int32_t n_slots, int32_t n_ctx, bool record_traffic = false, bool kv_f16 = false,
-                const placement_cold_plan *cold = nullptr);
+                int32_t n_slots, int32_t n_ctx, bool record_traffic = false, bool kv_f16 = false);
     ~cuda_device();
     cuda_device(const cuda_device &) = delete;
     cuda_device &operator=(const cuda_device &) = delete;
@@ -77,16 +72,6 @@ public:
     int64_t layer_experts(int32_t layer, int32_t r0, int32_t n);
     // Pairs of experts held by the partner <- the partner's outputs in exchange buffer `parity`.
     int64_t merge_partner(int32_t layer, int32_t r0, int32_t n, int32_t parity);
-    // The host tier (src/engine/cuda_cold.cpp), for layers with cold experts. cold_send, after
-    // layer_route: the h rows and routing of rows [r0, r0 + n) go to pinned host memory on a side
-    // stream, where `cpu` computes their cold slots while this device's stream runs its own
-    // experts. cold_receive, after layer_experts: this device's stream waits for the slots `sender`
-    // (itself, or its pair's first member) sent, copies them in and merges them into its expert
-    // outputs by expert. cold_reset, between steps: forgets the finished steps' host jobs.
-    bool has_cold(int32_t layer) const;
-    void cold_send(int32_t layer, int32_t r0, int32_t n, cold_experts &cpu);
-    int64_t cold_receive(int32_t layer, int32_t r0, int32_t n, const cuda_device &sender);
-    void cold_reset();
     // x += the routed experts in slot order; h <- the next layer's attention norm (or the output
     // norm after the last layer).
     int64_t combine(int32_t layer, int32_t r0, int32_t n);

@@ -12,7 +12,6 @@
 
 #include <cuda_runtime.h>
 
-#include <deque>
 #include <vector>
 
 namespace tandem {
@@ -35,16 +34,6 @@ struct cuda_layer {
     const float *attn_norm = nullptr, *q_norm = nullptr, *k_norm = nullptr, *ffn_norm = nullptr;
     cuda_matrix wq, wk, wv, wo, router, gate, up, down;  // gate/up/down: the experts held here
     const int32_t *local = nullptr;  // [n_expert] expert -> matrix index here, -1: partner's; nullptr: all here
-};
-
-// One layer of one micro-batch on the host tier: what the host function the stream runs reads.
-struct cold_job {
-    cold_experts *cpu = nullptr;
-    int32_t layer = 0;
-    int64_t n_rows = 0;
-    const float *h = nullptr;      // pinned [n_rows][d_model]
-    const int32_t *ids = nullptr;  // pinned [n_rows][k]
-    float *out = nullptr;          // pinned [n_rows][k][d_model]
 };
 
 struct cuda_device::state {
@@ -123,20 +112,6 @@ struct cuda_device::state {
     // Q/K/V (written by the combine + norm launch before it; any other writer of h clears it).
     bool h_prompt_digits_fresh = false;
     unsigned long long *traffic = nullptr;  // [layers here][n_expert] routed rows, when recording
-    // The host tier (src/engine/cuda_cold.cpp; only when this device's layers have cold experts):
-    // per layer here whether any expert is cold and, per expert, 0 (a GPU computes it) or -1 (cold:
-    // moe_pairs_merge takes it from cold_out); the cold slots' outputs on the device; the pinned rows
-    // to and from the host (max_step_rows each); the side stream the host jobs run on, its events
-    // (routing done on the main stream; the job's outputs ready), and the jobs of the step.
-    std::vector<bool> cold_layers;
-    int32_t *cold_keep = nullptr;      // [layers here][n_expert]
-    float *cold_out = nullptr;         // [max_step_rows][k][d_model]
-    float *cold_h_host = nullptr;      // [max_step_rows][d_model]
-    int32_t *cold_ids_host = nullptr;  // [max_step_rows][k]
-    float *cold_out_host = nullptr;    // [max_step_rows][k][d_model]
-    cudaStream_t cold_stream = nullptr;
-    cudaEvent_t cold_routed = nullptr, cold_done = nullptr;
-    std::deque<cold_job> cold_jobs;    // a deque: the host functions hold pointers into it
     // What layer_route decided for the layer_experts that follows it on the same rows.
     struct layer_route_plan {
         bool digits = false;                 // decode gate/up on h's digits (the norm + router launch wrote them)
@@ -162,10 +137,5 @@ struct cuda_device::state {
     bool prompt_dense_on_digits(const cuda_matrix &w) const;
     bool paired() const { return part.partner >= 0; }
 };
-
-// The host tier's buffers, maps, stream and events of a device whose layers have cold experts
-// (nothing otherwise); cold_free releases what cold_setup made (src/engine/cuda_cold.cpp).
-void cold_setup(cuda_device::state &m, const placement_cold_plan &cold);
-void cold_free(cuda_device::state &m);
 
 }  // namespace tandem

@@ -24,7 +24,6 @@
 #include <cstring>
 #include <limits>
 #include <set>
-#include <thread>
 #include <tuple>
 
 namespace tandem {
@@ -134,8 +133,7 @@ placement_plan cuda_plan_make(const gguf_file &file, const model_hparams &hp, co
     req.budgets = placement_parse_vram(options.gpu_vram, n_logical);
     req.n_sessions = options.n_slots;
     req.n_ctx = options.n_ctx;
-    req.scratch_bytes = cuda_device::scratch_bytes(hp, options.n_ctx, true, options.tensor_parallel,
-                                                   options.host_experts != "off");
+    req.scratch_bytes = cuda_device::scratch_bytes(hp, options.n_ctx, true, options.tensor_parallel);
     placement_model pm;
     pm.bytes = model_bytes_read(file, hp, engine_kv_bytes(options));
     pm.n_layer = hp.n_layer;
@@ -146,6 +144,10 @@ placement_plan cuda_plan_make(const gguf_file &file, const model_hparams &hp, co
     req.host_experts = placement_parse_host_experts(options.host_experts, topo);
     if (!options.expert_balance.empty()) req.traffic = expert_traffic_load(options.expert_balance);
     placement_plan plan = placement_plan_make(req, topo, pm);
+    if (plan.cold.used())
+        fail(error_kind::unsupported, "the plan puts {:.2f} GiB of routed experts on the host tier, which the CUDA "
+             "engine does not run yet: raise --gpu-vram, add GPUs, or use --backend cpu ({})",
+             double(plan.cold.bytes) / double(gib), placement_layout_line(plan));
 
     // What the GPUs have free now, per physical device (logical devices sharing one add up).
     std::map<int32_t, uint64_t> need;
@@ -181,18 +183,7 @@ cuda_engine::cuda_engine(std::shared_ptr<const gguf_file> file, const engine_opt
     stage_members_ = placement_stage_members(plan_);
     for (const placement_device_plan &dp : plan_.devices)
         devices_.push_back(std::make_unique<cuda_device>(hp_, tensors_, dp, n_slots_, n_ctx_, options.record_expert_traffic,
-                                                         kv_f16_, plan_.cold.used() ? &plan_.cold : nullptr));
-    // The host tier: the CPU engine's digit products (the GPU's Q4_K arithmetic, bit for bit), one
-    // per stage so stages' host jobs never share scratch. Its host functions cannot be replayed
-    // from a graph with other rows, so steps run without graphs.
-    if (plan_.cold.used()) {
-        const int32_t threads = options.n_threads > 0 ? options.n_threads : int32_t(std::max(1u, std::thread::hardware_concurrency()));
-        for (const std::vector<int32_t> &members : stage_members_) {
-            const placement_device_plan &first = plan_.devices[size_t(members[0])];
-            cold_.push_back(std::make_unique<cold_experts>(hp_, tensors_, plan_, first.layer_begin, first.layer_end,
-                                                           std::max(1, threads / plan_.n_stages), cpu::cpu_arithmetic::digits));
-        }
-    }
+                                                         kv_f16_));
     links_ = std::make_unique<cuda_links>(devices_, options.transport);
     multi_graphs_ = options.cuda_graphs_multi;
     // Host-staged transfers allocate their pinned buffers on first use: no graphs with them; NCCL
@@ -332,17 +323,12 @@ int64_t cuda_engine::enqueue(const std::vector<int32_t> &mb_begin, const std::ve
             }
             const placement_device_plan &part = first.part();
             for (int32_t l = part.layer_begin; l < part.layer_end; ++l) {
-                // Cold slots: the first member's rows go to the host, while the GPUs run their experts.
-                const bool cold = first.has_cold(l);
                 for (int32_t i : members) {
                     cuda_device &dev = *devices_[size_t(i)];
                     launches += dev.layer_attention(l, b, n);  // the phases in order (a sum's operands are not)
                     launches += dev.layer_route(l, b, n);
-                    if (cold && &dev == &first) dev.cold_send(l, b, n, *cold_[size_t(s)]);
                     launches += dev.layer_experts(l, b, n);
                 }
-                if (cold)
-                    for (int32_t i : members) launches += devices_[size_t(i)]->cold_receive(l, b, n, first);
                 if (members.size() == 2) {
                     // Each member gets the other's pair outputs, then keeps the owner's value of every pair.
                     cuda_device &a = *devices_[size_t(members[0])], &c = *devices_[size_t(members[1])];
@@ -393,8 +379,7 @@ void cuda_engine::run_step(std::span<const engine_row> rows, bool prompt, float 
     const int32_t R = cuda_device::max_step_rows;
     const int32_t n_real = int32_t(rows.size());
     const bool one_device = devices_.size() == 1;
-    const bool use_graph = (one_device || multi_graphs_) && cold_.empty() && n_real <= max_graph_rows;
-    for (const auto &d : devices_) d->cold_reset();  // the last step's host jobs have run
+    const bool use_graph = (one_device || multi_graphs_) && n_real <= max_graph_rows;
     const int32_t n = use_graph ? graph_bucket(n_real) : n_real;
     const bool reduce = top_out != nullptr;
     const bool draw = reduce && draws_in != nullptr;

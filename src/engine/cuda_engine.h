@@ -4,7 +4,6 @@
 // graphs; with several devices, rows move through the stages in micro-batches.
 #pragma once
 
-#include "cold_experts.h"
 #include "slot_table.h"
 #include "tandem/engine.h"
 #include "tandem/gguf.h"
@@ -100,7 +99,6 @@ private:
     std::vector<std::unique_ptr<cuda_device>> devices_;  // by logical index
     std::vector<std::vector<int32_t>> stage_members_;    // [stage] -> logical devices (host first)
     std::unique_ptr<cuda_links> links_;
-    std::vector<std::unique_ptr<cold_experts>> cold_;    // [stage] the host tier; empty when the plan has none
     std::unique_ptr<host_state> host_;
     int64_t launches_per_step_ = 0;
     double experts_touched_per_layer_ = 0;

@@ -121,8 +121,8 @@ void add_engine_flags(CLI::App &app, server_flags &f) {
     app.add_flag("--tensor-parallel", f.cfg.tensor_parallel,
                  "pair device i with i+N/2: routed experts split 50/50 inside each pair (an even number of devices)");
     app.add_option("--host-experts", f.cfg.host_experts,
-                   "host memory for the routed experts the devices cannot hold (the host tier, computed by the CPU): "
-                   "off, auto, or GiB")
+                   "host memory for the routed experts the devices cannot hold (the host tier; CPU backend, or "
+                   "virtual devices under --gpu-vram): off, auto, or GiB")
         ->capture_default_str();
     app.add_option("--expert-balance", f.cfg.expert_balance,
                    "a routing profile (what --expert-traffic-out writes): pairs split experts by it and the host tier "
