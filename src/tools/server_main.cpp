@@ -184,8 +184,10 @@ std::string config_line(const server_config &c) {
 
 // --cache-ram in bytes; auto: a quarter of the memory available once the model is loaded (what
 // the CPU engine's slots have touched is already taken), at most 8 GiB as llama-server's default.
+// On CUDA, auto is off: a slot's KV crosses PCIe on the engine thread, stalling every decoder.
 uint64_t prompt_cache_bytes(const server_config &cfg) {
     if (cfg.cache_ram_gib >= 0) return static_cast<uint64_t>(cfg.cache_ram_gib * double(1ull << 30));
+    if (cfg.backend == "cuda") return 0;
     return std::min<uint64_t>(host_memory_read().available_bytes / 4, uint64_t(8) << 30);
 }
 
