@@ -105,7 +105,7 @@ struct engine_options {
     // nearest half and keeps it as f32, so both compute on the same values), q8_0 (ggml's blocks of
     // 32 int8 values and an f16 scale; the CPU engine rounds each row of keys and values through
     // them as ggml's quantize_row_q8_0 does and keeps the results as f32; the CUDA engine refuses
-    // it for now), or automatic (f16 on the CUDA backend, f32 on the CPU: the server's default).
+    // it), or automatic (f16 on the CUDA backend, f32 on the CPU: the server's default).
     kv_type kv = kv_type::f32;
     // CPU backend: products with Q4_K, Q6_K and Q8_0 weights on digits (int8 activation digits,
     // integer dot products: the GPU's arithmetic on Q4_K, several times faster) or exact (each

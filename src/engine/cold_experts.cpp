@@ -2,9 +2,9 @@
 // backend restricted to the cold experts, weights read in place from the mapped GGUF file.
 #include "cold_experts.h"
 
+#include "cpu_moe_args.h"
+
 #include "tandem/error.h"
-#include "tandem/gguf.h"
-#include "tandem/quant.h"
 
 #include <algorithm>
 
@@ -37,27 +37,11 @@ bool cold_experts::is_cold(int32_t layer, int32_t expert) const {
 int64_t cold_experts::compute(int32_t layer, int64_t n_rows, const float *h, const int32_t *ids, float *out) {
     TANDEM_ASSERT(layer >= layer_begin_ && layer < layer_begin_ + int32_t(cold_.size()), "layer {} is not this stage's", layer);
     if (!any(layer)) return 0;
-    const layer_tensors &lt = tensors_.layers[size_t(layer)];
-    const int64_t d = hp_.d_model, ff = hp_.d_ff_expert, ne = hp_.n_expert, k = model_layer_recipe(hp_, layer).n_expert_used;
+    const int64_t k = model_layer_recipe(hp_, layer).n_expert_used;
     const uint8_t *cold = cold_[size_t(layer - layer_begin_)].data();
     const int64_t n_cold = std::count_if(ids, ids + n_rows * k, [&](int32_t e) { return cold[e] != 0; });
     if (n_cold == 0) return 0;
-    auto matrix = [](const gguf_tensor_info *t, int64_t n_in, int64_t n_out) {
-        return cpu::cpu_matrix{t->data, t->type, n_in, n_out, ggml_row_bytes(t->type, n_in)};
-    };
-    cpu::moe_grouped_args args;
-    args.gate_exps = matrix(lt.gate_exps, d, ff * ne);
-    args.up_exps = matrix(lt.up_exps, d, ff * ne);
-    args.down_exps = matrix(lt.down_exps, ff, d * ne);
-    args.x = h;
-    args.ids = ids;
-    args.out = out;
-    args.n_rows = n_rows;
-    args.k = k;
-    args.n_expert = ne;
-    args.d_model = d;
-    args.d_ff = ff;
-    args.owned = cold;
+    const cpu::moe_grouped_args args = cpu_moe_args(tensors_.layers[size_t(layer)], hp_, k, n_rows, h, ids, out, cold);
     cpu::moe_grouped(ctx_, args);
     return n_cold;
 }

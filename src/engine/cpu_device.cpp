@@ -2,6 +2,8 @@
 // families in src/cpu/. Weights are read in place from the mapped GGUF file.
 #include "cpu_device.h"
 
+#include "cpu_moe_args.h"
+
 #include "tandem/error.h"
 #include "tandem/gguf.h"
 #include "tandem/quant.h"
@@ -122,7 +124,7 @@ void cpu_device::kv_copy(int32_t src, int32_t dst, int32_t n) {
 }
 
 cpu::cpu_matrix cpu_device::matrix(const gguf_tensor_info *t, int64_t n_in, int64_t n_out) const {
-    return {t->data, t->type, n_in, n_out, ggml_row_bytes(t->type, n_in)};
+    return cpu_matrix_of(t, n_in, n_out);
 }
 
 bool cpu_device::owns(int32_t layer, int32_t expert) const {
@@ -190,21 +192,8 @@ void cpu_device::layer_route(int32_t layer, int64_t n, const float *x, float *h,
 }
 
 void cpu_device::layer_experts(int32_t layer, int64_t n, const float *h, const int32_t *ids, float *out) {
-    const layer_tensors &lt = tensors_.layers[size_t(layer)];
-    const int64_t d = hp_.d_model, ff = hp_.d_ff_expert, ne = hp_.n_expert;
-    cpu::moe_grouped_args args;
-    args.gate_exps = matrix(lt.gate_exps, d, ff * ne);
-    args.up_exps = matrix(lt.up_exps, d, ff * ne);
-    args.down_exps = matrix(lt.down_exps, ff, d * ne);
-    args.x = h;
-    args.ids = ids;
-    args.out = out;
-    args.n_rows = n;
-    args.k = hp_.n_expert_used;
-    args.n_expert = ne;
-    args.d_model = d;
-    args.d_ff = ff;
-    args.owned = part_.owned.empty() ? nullptr : part_.owned[size_t(layer - part_.layer_begin)].data();
+    const uint8_t *owned = part_.owned.empty() ? nullptr : part_.owned[size_t(layer - part_.layer_begin)].data();
+    const cpu::moe_grouped_args args = cpu_moe_args(tensors_.layers[size_t(layer)], hp_, hp_.n_expert_used, n, h, ids, out, owned);
     cpu::moe_grouped(ctx_, args);
 }
 

@@ -125,6 +125,26 @@ std::vector<float> prefill(engine &eng, int32_t slot, const std::vector<int32_t>
     return logits;
 }
 
+std::vector<int32_t> random_prompt(int32_t n, int32_t n_vocab, uint32_t seed) {
+    std::mt19937 rng(seed);
+    std::vector<int32_t> ids(static_cast<size_t>(n));
+    for (int32_t &t : ids) t = int32_t(rng() % uint32_t(n_vocab));
+    return ids;
+}
+
+std::vector<uint8_t> slot_blob(engine &eng, int32_t slot) {
+    std::vector<uint8_t> blob(size_t(eng.slot_length(slot)) * eng.kv_token_bytes());
+    eng.slot_export(slot, eng.slot_length(slot), blob);
+    return blob;
+}
+
+std::vector<float> logits_after(engine &eng, int32_t slot, int32_t token) {
+    const engine_row row{slot, eng.slot_length(slot), token, row_output::logits};
+    std::vector<float> logits;
+    engine_forward_logits(eng, {&row, 1}, logits);
+    return logits;
+}
+
 void check_draft_rows_bitwise(const std::function<std::unique_ptr<engine>(int32_t n_slots, int32_t n_ctx)> &open, uint32_t seed) {
     constexpr size_t n_sessions = 4, n_tokens = 24;
     std::mt19937 rng(seed);

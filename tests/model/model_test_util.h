@@ -41,6 +41,13 @@ double rel_l2(std::span<const float> a, std::span<const float> b);
 // Prefills `ids` into `slot` (one call) and returns the logits of every row that asks.
 std::vector<float> prefill(engine &eng, int32_t slot, const std::vector<int32_t> &ids, bool all_logits = false);
 
+// n token ids drawn uniformly from [0, n_vocab) by a generator seeded with seed.
+std::vector<int32_t> random_prompt(int32_t n, int32_t n_vocab, uint32_t seed);
+// The slot's whole K/V as a blob (engine::slot_export of its length).
+std::vector<uint8_t> slot_blob(engine &eng, int32_t slot);
+// The logits of one more token fed to the slot.
+std::vector<float> logits_after(engine &eng, int32_t slot, int32_t token);
+
 // Speculative verification's engine contract: a session's decode rows fed several in one call (its
 // next token and drafts, beside other sessions' rows), then cut back by slot_truncate to the rows
 // kept and fed again, give every row the logits bitwise that decoding one token a call gives.

@@ -8,7 +8,6 @@
 #include <catch2/catch.hpp>
 
 #include <cstring>
-#include <random>
 
 using namespace tandem;
 using namespace tandem::test;
@@ -31,27 +30,6 @@ std::unique_ptr<engine> open_placed(const std::string &model, const kv_case &c) 
     opt.tensor_parallel = c.tensor_parallel;
     opt.kv = c.kv;
     return engine_open(gguf_file::open(model), opt);
-}
-
-std::vector<int32_t> random_tokens(int32_t n, int32_t n_vocab, uint32_t seed) {
-    std::mt19937 rng(seed);
-    std::vector<int32_t> ids(static_cast<size_t>(n));
-    for (int32_t &t : ids) t = int32_t(rng() % uint32_t(n_vocab));
-    return ids;
-}
-
-std::vector<uint8_t> export_all(engine &eng, int32_t slot) {
-    std::vector<uint8_t> blob(size_t(eng.slot_length(slot)) * eng.kv_token_bytes());
-    eng.slot_export(slot, eng.slot_length(slot), blob);
-    return blob;
-}
-
-// Logits of one more token fed to the slot.
-std::vector<float> next_logits(engine &eng, int32_t slot, int32_t token) {
-    const engine_row row{slot, eng.slot_length(slot), token, row_output::logits};
-    std::vector<float> logits;
-    engine_forward_logits(eng, {&row, 1}, logits);
-    return logits;
 }
 
 bool same_bits(std::span<const uint8_t> a, std::span<const uint8_t> b) {
@@ -84,33 +62,33 @@ TEST_CASE("a slot's KV exports the same blob on every placement and imports bitw
     const uint64_t row_bytes = c.kv == kv_type::q8_0 ? uint64_t(shape.width) / 32 * 34 : uint64_t(shape.width) * (c.kv == kv_type::f16 ? 2 : 4);
     REQUIRE(single->kv_token_bytes() == uint64_t(single->hparams().n_layer) * uint64_t(shape.n_planes) * row_bytes);
 
-    const std::vector<int32_t> ids = random_tokens(23, single->hparams().n_vocab, 7);
+    const std::vector<int32_t> ids = random_prompt(23, single->hparams().n_vocab, 7);
     prefill(*single, 0, ids);
     prefill(*placed, 1, ids);
-    const std::vector<uint8_t> blob = export_all(*single, 0);
-    CHECK(same_bits(export_all(*placed, 1), blob));
+    const std::vector<uint8_t> blob = slot_blob(*single, 0);
+    CHECK(same_bits(slot_blob(*placed, 1), blob));
 
     // Into another slot of the other engine, then out again: the same bytes, the same next logits.
     placed->slot_import(2, blob);
     REQUIRE(placed->slot_length(2) == 23);
-    CHECK(same_bits(export_all(*placed, 2), blob));
-    const std::vector<float> computed = next_logits(*placed, 1, ids[3]);
-    CHECK(same_bits(next_logits(*placed, 2, ids[3]), computed));
+    CHECK(same_bits(slot_blob(*placed, 2), blob));
+    const std::vector<float> computed = logits_after(*placed, 1, ids[3]);
+    CHECK(same_bits(logits_after(*placed, 2, ids[3]), computed));
 
     // A blob's first tokens are the blob of the prefix: import 9 of them, prefill the rest.
     placed->slot_import(0, std::span<const uint8_t>(blob).first(9 * placed->kv_token_bytes()));
     REQUIRE(placed->slot_length(0) == 9);
     prefill(*placed, 0, std::vector<int32_t>(ids.begin() + 9, ids.end()));
-    CHECK(same_bits(next_logits(*placed, 0, ids[3]), computed));
+    CHECK(same_bits(logits_after(*placed, 0, ids[3]), computed));
 }
 
 TEST_CASE("a slot's prefix copies to another slot and continues bitwise", "[multi_device][kv]") {
     const kv_case c = GENERATE(values<kv_case>({{"tiny", 1, false, kv_type::f32}, {"tiny", 4, true, kv_type::f16}}));
     const std::string model = synth_gguf(c.preset, ggml_type::q4_k, 4);
     auto eng = open_placed(model, c);
-    const std::vector<int32_t> ids = random_tokens(20, eng->hparams().n_vocab, 3);
+    const std::vector<int32_t> ids = random_prompt(20, eng->hparams().n_vocab, 3);
     const std::vector<float> whole = prefill(*eng, 0, ids);
-    prefill(*eng, 1, random_tokens(30, eng->hparams().n_vocab, 4));  // longer than the copy: cut back
+    prefill(*eng, 1, random_prompt(30, eng->hparams().n_vocab, 4));  // longer than the copy: cut back
     eng->slot_copy(0, 1, 12);
     REQUIRE(eng->slot_length(1) == 12);
     REQUIRE(eng->slot_length(0) == 20);
@@ -120,7 +98,7 @@ TEST_CASE("a slot's prefix copies to another slot and continues bitwise", "[mult
 TEST_CASE("KV moves refuse what does not fit the slot", "[multi_device][kv]") {
     const std::string model = synth_gguf("tiny", ggml_type::q4_k, 4);
     auto eng = open_placed(model, {"tiny", 1, false, kv_type::f32});
-    prefill(*eng, 0, random_tokens(5, eng->hparams().n_vocab, 1));
+    prefill(*eng, 0, random_prompt(5, eng->hparams().n_vocab, 1));
     const uint64_t token = eng->kv_token_bytes();
     std::vector<uint8_t> blob(6 * token);
     CHECK_THROWS_AS(eng->slot_export(0, 6, blob), error);                                        // past its length

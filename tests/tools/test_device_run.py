@@ -79,7 +79,7 @@ with tempfile.TemporaryDirectory() as tmp:
     assert r.returncode == 0, r.stderr
     assert all(l.split(' LD=')[1].startswith(libs + ':') for l in lines), lines
     assert any(l.startswith('test_cuda_placement [draw]') for l in lines), lines
-    # The script joins the relative BIN_DIR to the source root unnormalised ('root/../tmp/...').
+    # The script joins the relative BIN_DIR to the source root as given ('root/../elsewhere/...').
     want = os.path.join(flat, 'test_cuda_logits_draw')
     assert any(l.startswith('compute-sanitizer') and any(os.path.normpath(w) == want for w in l.split()) for l in lines), lines
     benches = [l for l in lines if l.startswith('tandem bench')]

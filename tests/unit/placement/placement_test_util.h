@@ -2,10 +2,14 @@
 // (Q4_K matrices, F32 norms and router, F16 KV), computed here from the shapes, and fixture paths.
 #pragma once
 
+#include "tandem/error.h"
 #include "tandem/placement.h"
+
+#include <catch2/catch.hpp>
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace tandem::test {
 
@@ -52,5 +56,30 @@ inline std::string fixture(const char *name) {
 }
 
 inline double to_gib(uint64_t bytes) { return double(bytes) / double(gib); }
+
+// The planner's scratch per device in these tests.
+inline constexpr uint64_t scratch = uint64_t{512} << 20;
+
+inline placement_request request(placement_mode mode, std::vector<int32_t> ids, int64_t sessions = 16, int64_t ctx = 4096) {
+    placement_request r;
+    r.mode = mode;
+    r.devices = std::move(ids);
+    r.n_sessions = sessions;
+    r.n_ctx = ctx;
+    r.scratch_bytes = scratch;
+    return r;
+}
+
+// The message of the config error the planner must raise for this request.
+inline std::string config_error_of(const placement_request &r, const topology &t, const placement_model &m) {
+    try {
+        placement_plan_make(r, t, m);
+    } catch (const error &e) {
+        CHECK(e.kind() == error_kind::config);
+        return e.what();
+    }
+    FAIL("expected a config error");
+    return {};
+}
 
 }  // namespace tandem::test

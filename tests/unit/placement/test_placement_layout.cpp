@@ -15,18 +15,6 @@ using namespace tandem::test;
 
 namespace {
 
-constexpr uint64_t scratch = uint64_t{512} << 20;
-
-placement_request request(placement_mode mode, std::vector<int32_t> ids) {
-    placement_request r;
-    r.mode = mode;
-    r.devices = std::move(ids);
-    r.n_sessions = 16;
-    r.n_ctx = 4096;
-    r.scratch_bytes = scratch;
-    return r;
-}
-
 // --gpu-vram auto for one H200 of the fixture: memory minus the default 5% reserve.
 uint64_t h200_budget() {
     const double memory = 139.8 * double(gib);

@@ -17,29 +17,6 @@ using namespace tandem::test;
 
 namespace {
 
-constexpr uint64_t scratch = uint64_t{512} << 20;
-
-placement_request request(placement_mode mode, std::vector<int32_t> ids, int64_t sessions = 16, int64_t ctx = 4096) {
-    placement_request r;
-    r.mode = mode;
-    r.devices = std::move(ids);
-    r.n_sessions = sessions;
-    r.n_ctx = ctx;
-    r.scratch_bytes = scratch;
-    return r;
-}
-
-std::string config_error_of(const placement_request &r, const topology &t, const placement_model &m) {
-    try {
-        placement_plan_make(r, t, m);
-    } catch (const error &e) {
-        CHECK(e.kind() == error_kind::config);
-        return e.what();
-    }
-    FAIL("expected a config error");
-    return {};
-}
-
 uint64_t kv_per_layer(const placement_model &m, const placement_plan &p) {
     return m.bytes.kv_per_token / uint64_t(m.n_layer) * uint64_t(p.n_sessions) * uint64_t(p.n_ctx);
 }

@@ -16,8 +16,6 @@ using namespace tandem::test;
 
 namespace {
 
-constexpr uint64_t scratch = uint64_t{512} << 20;
-
 // A 125B-class MoE: 512 experts of which a token takes 10, 52 layers (about 66 GiB of Q4_K experts).
 const moe_shape moe_125b{"moe-125b-a512", 52, 2048, 32, 4, 128, 512, 10, 768, 151936};
 
@@ -26,16 +24,6 @@ placement_model model_with_k(const moe_shape &s) {
     m.n_expert_used = s.n_expert_used;
     m.d_model = s.d_model;
     return m;
-}
-
-placement_request request(placement_mode mode, std::vector<int32_t> ids) {
-    placement_request r;
-    r.mode = mode;
-    r.devices = std::move(ids);
-    r.n_sessions = 16;
-    r.n_ctx = 4096;
-    r.scratch_bytes = scratch;
-    return r;
 }
 
 // Skewed routing like a real router's: per layer a random order of experts with Zipf-like weights
@@ -53,17 +41,6 @@ expert_traffic skewed_profile(const moe_shape &s, uint32_t seed) {
         t.counts.push_back(std::move(c));
     }
     return t;
-}
-
-std::string config_error_of(const placement_request &r, const topology &t, const placement_model &m) {
-    try {
-        placement_plan_make(r, t, m);
-    } catch (const error &e) {
-        CHECK(e.kind() == error_kind::config);
-        return e.what();
-    }
-    FAIL("expected a config error");
-    return {};
 }
 
 // Checks a plan with a host tier against the model and weights, independently of the planner:
