@@ -38,7 +38,7 @@ bool prompt_cache::covers(std::span<const int32_t> tokens) const {
                        [&](const entry &e) { return common_prefix(e.tokens, tokens) == tokens.size(); });
 }
 
-bool prompt_cache::insert(entry e) {
+bool prompt_cache::insert(entry e, std::vector<entry> *evicted) {
     if (e.tokens.empty() || e.bytes() > capacity_ || covers(e.tokens)) return false;
     for (auto it = entries_.begin(); it != entries_.end();) {
         if (common_prefix(it->tokens, e.tokens) == it->tokens.size()) {
@@ -50,6 +50,7 @@ bool prompt_cache::insert(entry e) {
     }
     while (bytes_ + e.bytes() > capacity_) {
         bytes_ -= entries_.back().bytes();
+        if (evicted) evicted->push_back(std::move(entries_.back()));
         entries_.pop_back();
     }
     bytes_ += e.bytes();

@@ -1,10 +1,11 @@
 // src/scheduler/prompt_cache.h - the host-memory prompt cache: conversations' tokens and their KV
 // blobs (engine::slot_export) kept after their slot was given to someone else, least recently
-// used first out, bounded in bytes.
+// used first out, bounded in bytes; and the interface of a slower tier under it (--cache-disk).
 #pragma once
 
 #include <cstdint>
 #include <list>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -32,9 +33,9 @@ public:
     // Whether an entry already holds these tokens as its prefix (storing them would add nothing).
     bool covers(std::span<const int32_t> tokens) const;
     // Stores a conversation as the most recently used entry: entries that are its prefixes go (it
-    // holds them), then the least recently used until it fits. False, storing nothing, when it is
-    // covered or larger than the whole cache.
-    bool insert(entry e);
+    // holds them), then the least recently used until it fits, moved into `evicted` when given.
+    // False, storing nothing, when it is covered or larger than the whole cache.
+    bool insert(entry e, std::vector<entry> *evicted = nullptr);
 
     uint64_t bytes() const { return bytes_; }
     uint64_t capacity() const { return capacity_; }
@@ -43,6 +44,22 @@ public:
 private:
     std::list<entry> entries_;  // most recently used first
     uint64_t capacity_ = 0, bytes_ = 0;
+};
+
+// A slower tier under the host cache: the entries the host cache evicts go there, and a prompt
+// may take its prefix back from there. The engine thread makes every call.
+class prompt_spill {
+public:
+    virtual ~prompt_spill() = default;
+    // Bytes it may hold: conversations larger than the host cache go straight here when they fit.
+    virtual uint64_t capacity() const = 0;
+    virtual uint64_t bytes() const = 0;
+    // Takes a conversation; keeps it unless it is covered by one it holds or too large.
+    virtual void store(prompt_cache::entry e) = 0;
+    virtual size_t longest_common(std::span<const int32_t> prompt) const = 0;
+    // The entry sharing the longest prefix with the prompt, read back and made the most recently
+    // used; nullopt when none shares a token or it could not be read (the tier says why).
+    virtual std::optional<prompt_cache::entry> load(std::span<const int32_t> prompt) = 0;
 };
 
 }  // namespace tandem

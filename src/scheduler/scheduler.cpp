@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <atomic>
 #include <exception>
+#include <optional>
 #include <utility>
 
 namespace tandem {
@@ -59,6 +60,8 @@ scheduler::scheduler(engine &eng, const scheduler_options &options, scheduler_ho
         cache_ = std::make_unique<prompt_cache>(options_.prompt_cache_bytes);
     else if (options_.prompt_cache_bytes > 0)
         log_warn("this engine cannot copy KV: the prompt cache is off");
+    if (cache_) disk_ = hooks_.disk;
+    else if (hooks_.disk) log_warn("the prompt cache's disk tier needs the host cache: it is off");
     stats_.n_slots = engine_.n_slots();
     stats_.prefill_budget = options_.prefill_yield;
     publish();
@@ -275,6 +278,7 @@ size_t common_prefix(const std::vector<int32_t> &a, const std::vector<int32_t> &
 bool scheduler::waits_for_prefill(const std::vector<int32_t> &prompt, const std::vector<queued> &taken) const {
     if (!cache_) return false;
     size_t now = cache_->longest_common(prompt);
+    if (disk_) now = std::max(now, disk_->longest_common(prompt));
     for (const auto &st : slots_) now = std::max(now, common_prefix(st.tokens, prompt));
     size_t soon = 0;
     for (const auto &a : active_)
@@ -288,9 +292,10 @@ size_t scheduler::take_prefix(int32_t slot, const std::vector<int32_t> &prompt, 
     auto &st = slots_[slot];
     // Recompute at least the last prompt token: its logits pick the first output token.
     const size_t limit = prompt.size() - 1, keep = std::min(own_common, limit);
-    size_t from_slot = keep, cached = 0;
+    size_t from_slot = keep, cached = 0, from_disk = 0;
     int32_t source = -1;
     prompt_cache::match m;
+    std::optional<prompt_cache::entry> spilled;
     if (cache_) {
         for (int32_t s = 0; s < static_cast<int32_t>(slots_.size()); ++s) {
             const size_t common = std::min(common_prefix(slots_[s].tokens, prompt), limit);
@@ -301,37 +306,58 @@ size_t scheduler::take_prefix(int32_t slot, const std::vector<int32_t> &prompt, 
         }
         m = cache_->longest_prefix(prompt);
         cached = std::min(m.n_common, limit);
+        // The disk is read only when it beats every faster source.
+        if (disk_ && std::min(disk_->longest_common(prompt), limit) > std::max(cached, from_slot)) spilled = disk_->load(prompt);
+        if (spilled) from_disk = std::min(common_prefix(spilled->tokens, prompt), limit);
     }
-    const bool restore = cached > from_slot, copy = !restore && source >= 0;
-    const size_t n = restore ? cached : from_slot;
+    const bool read = from_disk > std::max(cached, from_slot);
+    const bool restore = !read && cached > from_slot, copy = !read && !restore && source >= 0;
+    const size_t n = read ? from_disk : restore ? cached : from_slot;
     // The slot's conversation moves to the host cache before anything overwrites it (the cache is
     // filled after the restore, whose entry an insert could evict).
     prompt_cache::entry leaving;
     const uint64_t token_bytes = cache_ ? engine_.kv_token_bytes() : 0;
+    const uint64_t room = cache_ ? std::max(cache_->capacity(), disk_ ? disk_->capacity() : 0) : 0;
     // The slot's old tokens survive as far as they agree with the prefix it now takes.
     const bool lost = st.tokens.size() > std::min(own_common, n);
-    if (cache_ && lost && st.tokens.size() * (token_bytes + sizeof(int32_t)) <= cache_->capacity() &&
-        !cache_->covers(st.tokens)) {
+    if (cache_ && lost && st.tokens.size() * (token_bytes + sizeof(int32_t)) <= room && !cache_->covers(st.tokens)) {
         leaving.tokens = st.tokens;
         leaving.kv.resize(st.tokens.size() * token_bytes);
         engine_.slot_export(slot, static_cast<int32_t>(st.tokens.size()), leaving.kv);
     }
-    if (restore)
+    if (read)
+        engine_.slot_import(slot, std::span<const uint8_t>(spilled->kv).first(n * token_bytes));
+    else if (restore)
         engine_.slot_import(slot, std::span<const uint8_t>(m.hit->kv).first(n * token_bytes));
     else if (copy)
         engine_.slot_copy(source, slot, static_cast<int32_t>(n));
     else
         engine_.slot_truncate(slot, static_cast<int32_t>(n));
     st.tokens.assign(prompt.begin(), prompt.begin() + static_cast<ptrdiff_t>(n));
-    if (!leaving.tokens.empty()) cache_->insert(std::move(leaving));
+    if (!leaving.tokens.empty()) keep_conversation(std::move(leaving));
     if (cache_) {
         std::lock_guard lock(mutex_);
-        (restore ? stats_.prompt_cache_hits : stats_.prompt_cache_misses) += 1;
+        stats_.prompt_cache_hits += restore ? 1 : 0;
+        stats_.prompt_cache_disk_hits += read ? 1 : 0;
+        stats_.prompt_cache_misses += restore || read ? 0 : 1;
         stats_.prompt_cache_restored += restore ? n : 0;
+        stats_.prompt_cache_disk_restored += read ? n : 0;
         stats_.prefix_tokens_copied += copy ? n : 0;
     }
-    if (restore || copy) log_debug("slot {}: {} prompt tokens {}", slot, n, restore ? "restored from the host cache" : "copied from another slot");
+    if (restore || copy || read)
+        log_debug("slot {}: {} prompt tokens {}", slot, n,
+                  read ? "read back from the disk cache" : restore ? "restored from the host cache" : "copied from another slot");
     return n;
+}
+
+void scheduler::keep_conversation(prompt_cache::entry e) {
+    if (e.bytes() > cache_->capacity()) {
+        if (disk_) disk_->store(std::move(e));
+        return;
+    }
+    std::vector<prompt_cache::entry> evicted;
+    cache_->insert(std::move(e), disk_ ? &evicted : nullptr);
+    for (prompt_cache::entry &old : evicted) disk_->store(std::move(old));
 }
 
 void scheduler::run_tasks() {
@@ -521,6 +547,7 @@ void scheduler::publish() {
     }
     std::lock_guard lock(mutex_);
     stats_.prompt_cache_bytes = cache_ ? cache_->bytes() : 0;
+    stats_.prompt_cache_disk_bytes = disk_ ? disk_->bytes() : 0;
     n_free_ = static_cast<int32_t>(slots_.size()) - in_use;
     slot_view_ = std::move(view);
     stats_.kv_tokens = kv;

@@ -76,6 +76,9 @@ struct scheduler_hooks {
     // each token's bytes (for gen_request::constraint_after).
     std::shared_ptr<const grammar_vocab> vocab;
     token_bytes_fn token_bytes;
+    // The prompt cache's disk tier (--cache-disk): what the host cache evicts goes there. Null:
+    // none; ignored while the host cache is off.
+    std::shared_ptr<prompt_spill> disk;
 };
 
 struct scheduler_options {
@@ -189,6 +192,9 @@ struct scheduler_stats {
     uint64_t prompt_cache_hits = 0;    // admissions that restored a prefix from it
     uint64_t prompt_cache_misses = 0;  // admissions (with the cache on) that did not
     uint64_t prompt_cache_restored = 0;  // prompt tokens restored from it
+    uint64_t prompt_cache_disk_bytes = 0;     // the disk tier's files now
+    uint64_t prompt_cache_disk_hits = 0;      // admissions that read a prefix back from disk
+    uint64_t prompt_cache_disk_restored = 0;  // prompt tokens read back from disk
     uint64_t prefix_tokens_copied = 0; // prompt tokens copied from another slot
 };
 
@@ -243,10 +249,13 @@ private:
     void drain_cancels();
     void admit();
     // The prompt's prefix into the slot it was given (own_common: tokens the slot already shares
-    // with it): kept, copied from another slot or restored from the host cache, whichever is
-    // longest; the slot's conversation goes to the host cache when it would be lost. Returns the
+    // with it): kept, copied from another slot, restored from the host cache or read back from the
+    // disk tier, whichever is longest; the slot's conversation goes to the host cache when it would be lost. Returns the
     // tokens the slot now holds.
     size_t take_prefix(int32_t slot, const std::vector<int32_t> &prompt, size_t own_common);
+    // A conversation leaving its slot: into the host cache, whose evictions go to the disk tier;
+    // one larger than the host cache goes to the disk tier directly.
+    void keep_conversation(prompt_cache::entry e);
     struct queued;
     // With the prompt cache on: whether the prompt should stay queued because most of it is the
     // prefix of a prompt being prefilled now (or admitted with it, `taken`), which it will then
@@ -305,6 +314,7 @@ private:
     std::vector<std::unique_ptr<active>> active_;  // in admission order
     std::unique_ptr<constraint_table> constraints_;  // with hooks_.vocab
     std::unique_ptr<prompt_cache> cache_;            // with options.prompt_cache_bytes
+    std::shared_ptr<prompt_spill> disk_;             // hooks_.disk, with cache_
     uint64_t use_clock_ = 0;
     engine_outputs outputs_;  // the last step's output rows
     prefill_budget budget_;

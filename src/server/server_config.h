@@ -83,6 +83,9 @@ struct server_config {
     // the model is loaded, at most 8 GiB; 0: off.
     double cache_ram_gib = -1.0;
     std::string slot_save_path;              // --slot-save-path: folder of slot files (empty: saving is off)
+    // --cache-disk: GiB of files in slot-save-path/prompt-cache/ for what the host prompt cache
+    // evicts (0: off; needs --slot-save-path and the host cache).
+    double cache_disk_gib = 0.0;
     // Placement, passed to engine_options.
     std::string backend = "auto";            // auto: cuda when a GPU is visible, else cpu
     int32_t n_devices = 1;

@@ -443,10 +443,16 @@ std::string service::metrics_text() const {
            static_cast<double>(s.prompt_cache_bytes));
     family("tandem_prompt_cache_hits_total", "counter", "Requests that restored a prompt prefix from the host cache.",
            static_cast<double>(s.prompt_cache_hits));
-    family("tandem_prompt_cache_misses_total", "counter", "Requests that found nothing longer in the host cache than their slot held.",
+    family("tandem_prompt_cache_misses_total", "counter", "Requests that found nothing longer in the host or disk cache than their slot held.",
            static_cast<double>(s.prompt_cache_misses));
     family("tandem_prompt_cache_tokens_restored_total", "counter", "Prompt tokens restored from the host cache.",
            static_cast<double>(s.prompt_cache_restored));
+    family("tandem_prompt_cache_disk_bytes", "gauge", "Bytes of the prompt cache's files on disk (--cache-disk).",
+           static_cast<double>(s.prompt_cache_disk_bytes));
+    family("tandem_prompt_cache_disk_hits_total", "counter", "Requests that read a prompt prefix back from the disk cache.",
+           static_cast<double>(s.prompt_cache_disk_hits));
+    family("tandem_prompt_cache_disk_tokens_restored_total", "counter", "Prompt tokens read back from the disk cache.",
+           static_cast<double>(s.prompt_cache_disk_restored));
     family("tandem_prefix_tokens_copied_total", "counter", "Prompt tokens copied from another slot's shared prefix.",
            static_cast<double>(s.prefix_tokens_copied));
     family("tandem_requests_total", "counter", "Generation requests accepted.", static_cast<double>(s.requests_total));

@@ -96,11 +96,15 @@ uint64_t slot_file_write(const std::string &path, const slot_file_identity &id, 
     return sizeof(h) + snapshot.tokens.size() * sizeof(int32_t) + snapshot.kv.size();
 }
 
-slot_snapshot slot_file_read(const std::string &path, const slot_file_identity &id, uint64_t &bytes_read) {
+namespace {
+
+// Opens a slot file and checks its header against the server's identity and the file's size;
+// leaves `in` at the tokens.
+slot_header slot_file_open(const std::string &path, const slot_file_identity &id, std::ifstream &in, uint64_t &size) {
     std::error_code ec;
     if (!std::filesystem::is_regular_file(path, ec)) fail(error_kind::not_found, "no slot file named {}", std::filesystem::path(path).filename().string());
-    const uint64_t size = std::filesystem::file_size(path, ec);
-    std::ifstream in(path, std::ios::binary);
+    size = std::filesystem::file_size(path, ec);
+    in.open(path, std::ios::binary);
     slot_header h;
     if (ec || size < sizeof(h) || !in.read(reinterpret_cast<char *>(&h), sizeof(h)) || h.magic != slot_magic)
         fail(error_kind::invalid_request, "not a tandem slot file");
@@ -112,10 +116,21 @@ slot_snapshot slot_file_read(const std::string &path, const slot_file_identity &
              kv_type_of(h), h.kv_token_bytes, id.kv_type, id.kv_token_bytes);
     if (h.n_tokens >= uint32_t(id.n_ctx))
         fail(error_kind::invalid_request, "the slot file holds {} tokens; a slot holds {}", h.n_tokens, id.n_ctx);
-    const uint64_t expected = sizeof(h) + uint64_t(h.n_tokens) * (sizeof(int32_t) + h.kv_token_bytes);
+    const uint64_t expected = slot_file_bytes(h.n_tokens, h.kv_token_bytes);
     if (size != expected)
         fail(error_kind::invalid_request, "the slot file is {}: {} bytes where its header promises {}",
              size < expected ? "truncated" : "longer than its header says", size, expected);
+    return h;
+}
+
+}  // namespace
+
+uint64_t slot_file_bytes(uint64_t n_tokens, uint64_t token_bytes) { return sizeof(slot_header) + n_tokens * (sizeof(int32_t) + token_bytes); }
+
+slot_snapshot slot_file_read(const std::string &path, const slot_file_identity &id, uint64_t &bytes_read) {
+    std::ifstream in;
+    uint64_t size = 0;
+    const slot_header h = slot_file_open(path, id, in, size);
     slot_snapshot s;
     s.tokens.resize(h.n_tokens);
     s.kv.resize(size_t(h.n_tokens) * size_t(h.kv_token_bytes));
@@ -124,6 +139,15 @@ slot_snapshot slot_file_read(const std::string &path, const slot_file_identity &
     if (!in) fail(error_kind::invalid_request, "the slot file could not be read to its end");
     bytes_read = size;
     return s;
+}
+
+std::vector<int32_t> slot_file_tokens(const std::string &path, const slot_file_identity &id, uint64_t &file_bytes) {
+    std::ifstream in;
+    const slot_header h = slot_file_open(path, id, in, file_bytes);
+    std::vector<int32_t> tokens(h.n_tokens);
+    if (!in.read(reinterpret_cast<char *>(tokens.data()), std::streamsize(tokens.size() * sizeof(int32_t))))
+        fail(error_kind::invalid_request, "the slot file could not be read to its end");
+    return tokens;
 }
 
 }  // namespace tandem::server

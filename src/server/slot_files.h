@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace tandem {
 class gguf_file;
@@ -35,5 +36,10 @@ uint64_t slot_file_write(const std::string &path, const slot_file_identity &id, 
 // refused (not a slot file, another version, model or KV type, more tokens than a slot holds,
 // truncated or too long), before reading more than its header.
 slot_snapshot slot_file_read(const std::string &path, const slot_file_identity &id, uint64_t &bytes_read);
+// The tokens of a slot file, its header and size checked as slot_file_read checks them, without
+// reading its KV; file_bytes: the file's size. Throws as slot_file_read does.
+std::vector<int32_t> slot_file_tokens(const std::string &path, const slot_file_identity &id, uint64_t &file_bytes);
+// The size of a slot file of n_tokens tokens of token_bytes KV bytes each.
+uint64_t slot_file_bytes(uint64_t n_tokens, uint64_t token_bytes);
 
 }  // namespace tandem::server

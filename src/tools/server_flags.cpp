@@ -113,6 +113,10 @@ void add_engine_flags(CLI::App &app, server_flags &f) {
     app.add_option("--slot-save-path", f.cfg.slot_save_path,
                    "folder for POST /slots/{id}?action=save|restore files (saving is off without it)")
         ->check(CLI::ExistingDirectory);
+    app.add_option("--cache-disk", f.cfg.cache_disk_gib,
+                   "GiB of files in the --slot-save-path folder's prompt-cache/ for the conversations the host prompt "
+                   "cache evicts (read back instead of prefilled; the oldest files go first); 0: off")
+        ->check(CLI::Range(0.0, 1e9));
     app.add_option("--backend", f.cfg.backend, "auto (cuda when a GPU is visible), cpu or cuda")
         ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
     app.add_option("--devices", f.cfg.n_devices, "CPU virtual devices (placement)")->check(CLI::Range(1, 64));
@@ -260,6 +264,9 @@ server::server_config server_flags_resolve(server_flags &f) {
         });
         server::api_keys_merge(cfg.api_keys, std::move(from_file));
     }
+    if (cfg.cache_disk_gib > 0 && cfg.slot_save_path.empty())
+        fail(error_kind::config, "--cache-disk {} needs --slot-save-path DIR: the disk cache's files go to DIR/prompt-cache",
+             cfg.cache_disk_gib);
     cfg.gpu_devices = parse_devices(f.gpu_devices);
     cfg.body_limit = static_cast<size_t>(f.body_limit_mib * (1 << 20));
     cfg.read_timeout_s = cfg.write_timeout_s = f.timeout_s;

@@ -8,6 +8,7 @@
 #include "src/server/api_controls.h"
 #include "src/server/http_server.h"
 #include "src/server/memory_plan.h"
+#include "src/server/prompt_disk.h"
 #include "src/server/service.h"
 #include "src/server/signal_waiter.h"
 #include "src/server/systemd_notify.h"
@@ -169,7 +170,7 @@ std::string config_line(const server_config &c) {
                        "itl-budget={} max-queue={} draft={} (n-grams {}-{}, step rows {}) alias={} api-keys={} threads={} http-threads={} body-limit={} timeouts={}s/{}s "
                        "max-connections={} request-threads={} request-queue={} allow-special-in-content={} chat-template-file={} chat-template={} reasoning-format={} cors-origin={} allowed-host={} "
                        "backend={} devices={} gpu-devices={} gpu-vram={} host-experts={} expert-balance={} tensor-parallel={} mem-budget={} "
-                       "cache-ram={} slot-save-path={}",
+                       "cache-ram={} cache-disk={} slot-save-path={}",
                        c.model_path, c.host, c.port, c.n_ctx, c.n_slots, c.prefill_chunk, c.prefill_yield, c.itl_budget, c.max_queue,
                        c.draft, c.draft_ngram_min, c.draft_ngram_max, c.draft_step_rows, c.alias, c.api_keys.size(), c.n_threads, c.http_threads, c.body_limit,
                        c.read_timeout_s, c.write_timeout_s, c.max_connections, c.request_threads, c.request_queue,
@@ -179,6 +180,7 @@ std::string config_line(const server_config &c) {
                        c.gpu_vram, c.host_experts, c.expert_balance.empty() ? "none" : c.expert_balance, c.tensor_parallel,
                        c.mem_budget_gib > 0 ? fmt::format("{}GiB", c.mem_budget_gib) : "auto",
                        c.cache_ram_gib >= 0 ? fmt::format("{}GiB", c.cache_ram_gib) : "auto",
+                       c.cache_disk_gib > 0 ? fmt::format("{}GiB", c.cache_disk_gib) : "off",
                        c.slot_save_path.empty() ? "off" : c.slot_save_path);
 }
 
@@ -189,6 +191,21 @@ uint64_t prompt_cache_bytes(const server_config &cfg) {
     if (cfg.cache_ram_gib >= 0) return static_cast<uint64_t>(cfg.cache_ram_gib * double(1ull << 30));
     if (cfg.backend == "cuda") return 0;
     return std::min<uint64_t>(host_memory_read().available_bytes / 4, uint64_t(8) << 30);
+}
+
+// --cache-disk's tier in slot-save-path/prompt-cache/, with the files an earlier run left there.
+// It spills the host cache, so it needs one; the writer may lag by at most the host cache's bytes.
+std::shared_ptr<prompt_disk> open_prompt_disk(const server_config &cfg, const slot_file_identity &id, uint64_t host_bytes) {
+    if (cfg.cache_disk_gib <= 0) return nullptr;
+    if (host_bytes == 0)
+        fail(error_kind::config, "--cache-disk keeps what the host prompt cache evicts, and that cache is off here: give --cache-ram GiB too");
+    if (id.kv_token_bytes == 0) fail(error_kind::config, "--cache-disk: this engine cannot copy KV out of its slots");
+    const std::string folder = (std::filesystem::path(cfg.slot_save_path) / "prompt-cache").string();
+    auto disk = std::make_shared<prompt_disk>(folder, id, static_cast<uint64_t>(cfg.cache_disk_gib * double(1ull << 30)), host_bytes);
+    const auto &found = disk->scanned();
+    log_info("prompt cache on disk: {:.2f} GiB in {}; reused {} files ({} tokens) of an earlier run, skipped {}, deleted {} over the bound",
+             cfg.cache_disk_gib, folder, found.n_reused, found.n_tokens, found.n_skipped, found.n_evicted);
+    return disk;
 }
 
 int serve(server_config cfg, const std::string &cpu_arithmetic, const sampling_flags &sampling) {
@@ -218,6 +235,9 @@ int serve(server_config cfg, const std::string &cpu_arithmetic, const sampling_f
     cfg.backend = engine_backend_name(eo.backend);
     cfg.kv_type = kv_type_name(eo.kv);
     // The CPU engine keeps f16 keys and values as f32 (rounded), so only CUDA's KV shrinks.
+    // Refused before loading: the disk tier has nothing to keep while the host cache is off.
+    if (cfg.cache_disk_gib > 0 && (cfg.cache_ram_gib == 0 || (cfg.cache_ram_gib < 0 && cfg.backend == "cuda")))
+        fail(error_kind::config, "--cache-disk keeps what the host prompt cache evicts, and that cache is off here: give --cache-ram GiB too");
     const double kv_elem_bytes = eo.backend == engine_backend::cuda ? engine_kv_bytes(eo) : 4.0;  // the CPU keeps floats
     const model_bytes bytes = model_bytes_read(*file, hp, kv_elem_bytes);
 
@@ -307,7 +327,11 @@ int serve(server_config cfg, const std::string &cpu_arithmetic, const sampling_f
     so.prompt_cache_bytes = prompt_cache_bytes(cfg);
     log_info("prompt cache: {}", so.prompt_cache_bytes > 0 ? fmt::format("{:.2f} GiB of host memory", double(so.prompt_cache_bytes) / (1ull << 30))
                                                             : std::string("off"));
-    sched = std::make_unique<scheduler>(*eng, so, make_scheduler_hooks(*tok));
+    const slot_file_identity slot_identity{slot_file_model_hash(*file), kv_type_name(eng->kv_cache_type()), eng->kv_token_bytes(),
+                                           eng->n_ctx()};
+    scheduler_hooks hooks = make_scheduler_hooks(*tok);
+    hooks.disk = open_prompt_disk(cfg, slot_identity, so.prompt_cache_bytes);
+    sched = std::make_unique<scheduler>(*eng, so, std::move(hooks));
     sched->start();
 
     model_context mc;
@@ -320,7 +344,7 @@ int serve(server_config cfg, const std::string &cpu_arithmetic, const sampling_f
     mc.model_id = cfg.alias;
     std::string file_name = std::filesystem::path(cfg.model_path).filename().string();
     mc.model_names = {cfg.alias, file_name, std::filesystem::path(cfg.model_path).stem().string()};
-    mc.slot_identity = {slot_file_model_hash(*file), kv_type_name(eng->kv_cache_type()), eng->kv_token_bytes(), eng->n_ctx()};
+    mc.slot_identity = slot_identity;
     mc.meta = {{"n_ctx", eng->n_ctx()}, {"n_slots", eng->n_slots()}, {"kv_type", cfg.kv_type}, {"n_vocab", hp.n_vocab},
                {"arch", hp.arch_name}, {"n_layer", hp.n_layer}, {"n_expert", hp.n_expert},
                {"size", bytes.total()}, {"chat_template", chat_template_family_name(mc.tmpl.family)}};

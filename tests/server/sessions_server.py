@@ -10,6 +10,10 @@
 #   - slot files: save, erase, restore into a slot that held something else since; the continuation
 #     equals the reference's; file names that leave the folder, foreign, truncated, altered and
 #     oversized files are 400s with a message; without --slot-save-path, 501.
+#   - disk tier: with one slot and host memory for one conversation, A, B, C, then A again: A's
+#     return is read back from DIR/prompt-cache (cached_tokens >= 90%, output equal to a server
+#     without the cache); a restart reuses the files and skips truncated, junk and foreign ones with
+#     a log line; --cache-disk without --slot-save-path or without the host cache is refused.
 # The settings come through each layer: flags, TANDEM_SLOT_SAVE_PATH, a --config file's cache-ram.
 # Usage: sessions_server.py --build-dir B --npm-dir D [--only NAME]
 import argparse
@@ -240,7 +244,91 @@ def refusals(srv, save_dir):
     check(srv.get_json("/slots")[1][0]["n_cached"] == held, f"refused files leave the slot as it was ({held} tokens)")
 
 
-# ---- 4. the settings' layers ----
+# ---- 4. the disk tier: what the host cache evicts, read back, and reused by the next run ----
+
+# The tiny model's KV a token on the CPU engine: 4 layers x (K + V) x 2 KV heads x 64 x f32.
+TINY_TOKEN_BYTES = 4 * 2 * 2 * 64 * 4
+
+
+def disk_args(save_dir, n_tokens):
+    # Room in host memory for one conversation of about n_tokens, so a second one evicts it.
+    ram_gib = 1.5 * n_tokens * (TINY_TOKEN_BYTES + 4) / (1 << 30)
+    return ["--batched-session", "1", "--cache-ram", f"{ram_gib:.9f}", "--cache-disk", "0.5", "--slot-save-path", save_dir]
+
+
+def test_disk(plain_srv, npm_dir, build_dir):
+    save_dir = os.path.join(work_dir(build_dir), "disk-slots")
+    shutil.rmtree(save_dir, ignore_errors=True)
+    os.makedirs(save_dir)
+    a, b, c = conversation(11, 500), conversation(12, 500), conversation(13, 500)
+    first = run_plan(plain_srv, npm_dir, [[chat(a)]], "disk-ref-a")[0]
+    a2 = a + [{"role": "assistant", "content": first["text"]}, {"role": "user", "content": "And then?"}]
+    greedy, seeded = chat(a2), chat(a2, temperature=0.9, seed=23)
+    ref = run_plan(plain_srv, npm_dir, [[greedy], [seeded]], "disk-ref")
+    args = disk_args(save_dir, first["usage"]["prompt_tokens"] + 12)
+
+    srv = start(build_dir, args, "disk")
+    try:
+        # One slot: B takes A's slot (A to host memory), C takes B's (B to host memory, A to disk).
+        got = run_plan(srv, npm_dir, [[chat(a)], [chat(b)], [chat(c)], [greedy], [chat(b)], [chat(c)], [seeded]], "disk-run")
+        same_output(got[0], first, "A's first turn")
+        for reply, want, how in [(got[3], ref[0], "greedy"), (got[6], ref[1], "seeded")]:
+            n_prompt, n_cached = reply["usage"]["prompt_tokens"], cached(reply)
+            check(n_cached >= 0.9 * n_prompt, f"A's return from disk ({how}) reports {n_cached} of {n_prompt} prompt tokens cached")
+            same_output(reply, want, f"A's return from disk ({how}) against a server without the cache")
+        hits, restored = metric(srv, "tandem_prompt_cache_disk_hits_total"), metric(srv, "tandem_prompt_cache_disk_tokens_restored_total")
+        check(hits >= 4, f"tandem_prompt_cache_disk_hits_total counted A's returns and B's and C's ({hits})")
+        check(restored >= 0.9 * (got[3]["usage"]["prompt_tokens"] + got[6]["usage"]["prompt_tokens"]),
+              f"tandem_prompt_cache_disk_tokens_restored_total counts the tokens read back ({restored})")
+        check(metric(srv, "tandem_prompt_cache_hits_total") == 0, "nothing came from host memory: each return found it on disk")
+        disk_bytes = metric(srv, "tandem_prompt_cache_disk_bytes")
+        check(0 < disk_bytes <= 0.5 * (1 << 30), f"tandem_prompt_cache_disk_bytes shows the files ({disk_bytes})")
+    finally:
+        srv.stop()
+    folder = os.path.join(save_dir, "prompt-cache")
+    names = sorted(os.listdir(folder))
+    check(len(names) >= 2 and all(n.endswith(".bin") for n in names), f"the files live in DIR/prompt-cache: {names}")
+    check(sum(os.path.getsize(os.path.join(folder, n)) for n in names) == disk_bytes,
+          "tandem_prompt_cache_disk_bytes is what the files take")
+
+    # A later run of the same model indexes them; damaged and foreign files are skipped with a line.
+    good = open(os.path.join(folder, names[0]), "rb").read()
+    magic, version, n_tokens, model_hash, token_bytes, kv_type = HEADER.unpack_from(good)
+    check(token_bytes == TINY_TOKEN_BYTES, f"the tiny model's KV takes {token_bytes} bytes a token")
+    bad = {"truncated.bin": good[:-100], "junk.bin": b"junk" * 100,
+           "foreign.bin": HEADER.pack(magic, version, n_tokens, model_hash ^ 1, token_bytes, kv_type) + good[HEADER.size:]}
+    for name, data in bad.items():
+        with open(os.path.join(folder, name), "wb") as f:
+            f.write(data)
+    srv = start(build_dir, args, "disk-again")
+    try:
+        log = srv.log_tail(400)
+        for name, why in [("truncated.bin", "truncated"), ("junk.bin", "not a tandem slot file"), ("foreign.bin", "another model")]:
+            check(re.search(rf"skipping {re.escape(name)} .*{why}", log) is not None, f"{name} is skipped with a log line saying '{why}'")
+        check(f"reused {len(names)} files" in log and "skipped 3" in log, "the earlier run's files are indexed at start")
+        again = run_plan(srv, npm_dir, [[greedy]], "disk-again")[0]
+        check(cached(again) >= 0.9 * again["usage"]["prompt_tokens"],
+              f"after a restart A comes back from disk ({cached(again)} of {again['usage']['prompt_tokens']} cached)")
+        same_output(again, ref[0], "A after a restart against a server without the cache")
+        check(metric(srv, "tandem_prompt_cache_disk_hits_total") == 1, "the restart's first request was a disk hit")
+    finally:
+        srv.stop()
+    for name in bad:
+        check(os.path.exists(os.path.join(folder, name)), f"{name} is left as it was")
+
+
+def test_disk_refused(build_dir):
+    model = h.tiny_model(build_dir)
+    for args, want in [(["--cache-disk", "1"], "--cache-disk 1 needs --slot-save-path DIR"),
+                       (["--cache-disk", "1", "--cache-ram", "0", "--slot-save-path", work_dir(build_dir)],
+                        "give --cache-ram GiB too")]:
+        out = subprocess.run([os.path.join(build_dir, "tandem-server"), "-m", model, "--port", "0"] + args,
+                             capture_output=True, text=True, timeout=120)
+        check(out.returncode == 2 and want in out.stdout + out.stderr,
+              f"{' '.join(args)}: exit 2 saying '{want}' ({out.returncode}: {(out.stdout + out.stderr)[-300:]})")
+
+
+# ---- 5. the settings' layers ----
 
 def test_settings(cached_srv, plain_srv, save_dir):
     check("prompt cache: 0.25 GiB of host memory" in cached_srv.log_tail(200), "cache-ram from the --config file")
@@ -280,6 +368,8 @@ def main():
             "shared_prefix": lambda: test_shared_prefix(cached_srv, plain, a.npm_dir),
             "slot_files": lambda: test_slot_files(files_srv, plain, a.npm_dir, save_dir),
             "settings": lambda: test_settings(cached_srv, plain, save_dir),
+            "disk": lambda: test_disk(plain, a.npm_dir, a.build_dir),
+            "disk_refused": lambda: test_disk_refused(a.build_dir),
         }
         for name, fn in tests.items():
             if a.only and name not in a.only.split(","):

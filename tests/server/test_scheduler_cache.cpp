@@ -1,12 +1,16 @@
 // tests/server/test_scheduler_cache.cpp - the scheduler's prompt cache and slot files on the fake
 // engine (whose "KV" is each slot's token history): a conversation back from the host cache, a
-// shared prefix computed once, slots saved, erased and restored; each output equal to its run alone.
+// shared prefix computed once, slots saved, erased and restored, a conversation back from the disk
+// tier; each output equal to its run alone.
 #include "fake_engine.h"
 #include "scheduler_test_util.h"
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <functional>
+#include <optional>
+#include <span>
 
 using namespace tandem;
 using namespace tandem::testing;
@@ -150,4 +154,113 @@ TEST_CASE("a slot saved, erased and restored into another slot continues as if i
     CHECK(next->last().timings.cache_n == int32_t(snap.tokens.size()));
     CHECK(next->last().slot == 1);
     s.shutdown(std::chrono::milliseconds(100));
+}
+
+namespace {
+
+// The disk tier's contract in memory: what the host cache evicts, found by its longest prefix.
+class memory_spill final : public prompt_spill {
+public:
+    uint64_t capacity() const override { return 1 << 20; }
+    uint64_t bytes() const override {
+        uint64_t n = 0;
+        for (const auto &e : entries) n += e.bytes();
+        return n;
+    }
+    void store(prompt_cache::entry e) override { entries.push_back(std::move(e)); }
+    size_t longest_common(std::span<const int32_t> prompt) const override {
+        size_t best = 0;
+        for (const auto &e : entries) best = std::max(best, common(e, prompt));
+        return best;
+    }
+    std::optional<prompt_cache::entry> load(std::span<const int32_t> prompt) override {
+        ++n_loads;
+        const prompt_cache::entry *best = nullptr;
+        for (const auto &e : entries)
+            if (!best || common(e, prompt) > common(*best, prompt)) best = &e;
+        if (!best || fail_loads) return std::nullopt;
+        return *best;
+    }
+    static size_t common(const prompt_cache::entry &e, std::span<const int32_t> p) {
+        size_t n = 0;
+        while (n < e.tokens.size() && n < p.size() && e.tokens[n] == p[n]) ++n;
+        return n;
+    }
+    std::vector<prompt_cache::entry> entries;
+    int n_loads = 0;
+    bool fail_loads = false;
+};
+
+}  // namespace
+
+TEST_CASE("a conversation the host cache evicted comes back from the disk tier, token for token",
+          "[scheduler][prompt_cache]") {
+    for (bool unreadable : {false, true}) {
+        INFO((unreadable ? "the disk tier cannot read it back" : "the disk tier reads it back"));
+        fake_engine eng(1, 512, n_vocab);
+        eng.enable_kv_moves();
+        scheduler_options o;
+        o.prompt_cache_bytes = 70 * 8;  // one conversation of ~60 tokens (4 KV bytes a token here)
+        auto disk = std::make_shared<memory_spill>();
+        disk->fail_loads = unreadable;
+        scheduler_hooks hooks = fake_hooks(-1);
+        hooks.disk = disk;
+        scheduler s(eng, o, std::move(hooks));
+        auto run = [&](const std::vector<int32_t> &prompt) {
+            auto sink = std::make_shared<collect_sink>();
+            s.submit(make_request(prompt, 8, sink));
+            run_until_done(s, {sink});
+            return sink;
+        };
+        const auto a = make_prompt(1, 60);
+        const auto first = run(a);
+        run(make_prompt(2, 60));  // A to the host cache
+        run(make_prompt(3, 60));  // B to the host cache, A evicted to the disk tier
+        REQUIRE(disk->entries.size() == 1);
+        CHECK(disk->entries[0].tokens.size() == a.size() + 7);
+        const auto a2 = joined(joined(a, first->tokens()), make_prompt(4, 5));
+        eng.clear_calls();
+        const auto back = run(a2);
+        CHECK(back->tokens() == fake_greedy_reference(n_vocab, a2, 8));
+        const int32_t n_cached = back->last().timings.cache_n;
+        CHECK(prompt_rows(eng, 1 << 20) == a2.size() - size_t(n_cached));
+        CHECK(disk->n_loads == 1);
+        const scheduler_stats st = s.stats();
+        CHECK(st.prompt_cache_hits == 0);
+        if (unreadable) {
+            CHECK(n_cached == 0);
+            CHECK(st.prompt_cache_disk_hits == 0);
+            CHECK(st.prompt_cache_misses == 4);
+        } else {
+            CHECK(n_cached == int32_t(a.size()) + 7);
+            CHECK(st.prompt_cache_disk_hits == 1);
+            CHECK(st.prompt_cache_disk_restored == uint64_t(n_cached));
+            CHECK(st.prompt_cache_misses == 3);
+            CHECK(st.prompt_cache_disk_bytes == disk->bytes());
+        }
+    }
+}
+
+TEST_CASE("a conversation larger than the host cache goes to the disk tier directly", "[scheduler][prompt_cache]") {
+    fake_engine eng(1, 512, n_vocab);
+    eng.enable_kv_moves();
+    scheduler_options o;
+    o.prompt_cache_bytes = 40 * 8;  // less than one conversation
+    auto disk = std::make_shared<memory_spill>();
+    scheduler_hooks hooks = fake_hooks(-1);
+    hooks.disk = disk;
+    scheduler s(eng, o, std::move(hooks));
+    auto run = [&](const std::vector<int32_t> &prompt) {
+        auto sink = std::make_shared<collect_sink>();
+        s.submit(make_request(prompt, 4, sink));
+        run_until_done(s, {sink});
+        return sink;
+    };
+    const auto a = make_prompt(1, 60);
+    run(a);
+    run(make_prompt(2, 60));
+    REQUIRE(disk->entries.size() == 1);
+    CHECK(disk->entries[0].tokens.size() == a.size() + 3);
+    CHECK(s.stats().prompt_cache_bytes == 0);
+    CHECK(run(a)->last().timings.cache_n == int32_t(a.size()) - 1);
 }
