@@ -18,6 +18,9 @@ namespace {
 // HF runs these regexes with Oniguruma, whose Unicode `\s` is the White_Space property. PCRE2's
 // UCP `\s` is \p{Z}+\h+\v, which adds U+180E (no longer White_Space since Unicode 6.3), so `\s`
 // is spelled out as the White_Space set and `\S` as its complement.
+//
+// \p{..} classes follow the Unicode tables of the PCRE2 build (10.42: Unicode 14); letters assigned
+// later (e.g. U+A7CB-U+A7CD, Unicode 16) are unassigned to it where newer Oniguruma knows them.
 #define TANDEM_WS "\\t\\n\\x{0B}\\f\\r \\x{85}\\x{A0}\\x{1680}\\x{2000}-\\x{200A}\\x{2028}\\x{2029}\\x{202F}\\x{205F}\\x{3000}"
 
 // Qwen2/Qwen3 tokenizer.json: Split(pattern, Isolated) before ByteLevel(use_regex=false).
