@@ -11,11 +11,15 @@ namespace tandem::cpu {
 
 namespace {
 
-// out[i] <- element e0 + i of a q8_0 cache (elements counted across its rows), i < n.
+// out[i] <- element e0 + i of a q8_0 cache (elements counted across its rows), i < n, block by
+// block: float(q) * float(d) as dequantize_row_q8_0.
 void q8_0_load(const block_q8_0 *cache, int64_t e0, int64_t n, float *out) {
-    for (int64_t i = 0; i < n; ++i) {
+    for (int64_t i = 0; i < n;) {
         const block_q8_0 &b = cache[(e0 + i) / 32];
-        out[i] = static_cast<float>(b.qs[(e0 + i) % 32]) * fp16_to_fp32(b.d);
+        const float d = fp16_to_fp32(b.d);
+        const int64_t j0 = (e0 + i) % 32, m = std::min<int64_t>(32 - j0, n - i);
+        for (int64_t j = 0; j < m; ++j) out[i + j] = static_cast<float>(b.qs[j0 + j]) * d;
+        i += m;
     }
 }
 
