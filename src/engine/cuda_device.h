@@ -17,6 +17,8 @@
 
 namespace tandem {
 
+class load_meter;
+
 class cuda_device {
 public:
     // Rows per step the buffers hold (larger engine calls run as consecutive steps): prompt steps
@@ -34,9 +36,11 @@ public:
     static uint64_t scratch_bytes(const model_hparams &hp, int32_t n_ctx, bool has_head, bool paired);
 
     // record_traffic: count the rows routed to each expert of this device's layers (hosts and
-    // single devices only: a partner routes the same rows). kv: the KV cache's element type (resolved).
+    // single devices only: a partner routes the same rows). kv: the KV cache's element type
+    // (resolved). meter: counts the weights as they upload.
     cuda_device(const model_hparams &hp, const model_tensors &tensors, const placement_device_plan &part,
-                int32_t n_slots, int32_t n_ctx, bool record_traffic = false, kv_type kv = kv_type::f32);
+                int32_t n_slots, int32_t n_ctx, bool record_traffic = false, kv_type kv = kv_type::f32,
+                load_meter *meter = nullptr);
     ~cuda_device();
     cuda_device(const cuda_device &) = delete;
     cuda_device &operator=(const cuda_device &) = delete;
