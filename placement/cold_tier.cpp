@@ -23,6 +23,9 @@ double to_gib(uint64_t bytes) { return double(bytes) / double(gib); }
 constexpr double default_gpu_gbps = 1000.0;
 constexpr double default_cpu_gbps = 50.0;
 constexpr double default_link_gbps = 25.0;
+// Between hosts: 100 Gb Ethernet's payload rate and a TCP round trip's order of magnitude.
+constexpr double default_host_link_gbps = 10.0;
+constexpr double default_host_link_latency_us = 50.0;
 constexpr double default_link_latency_us = 10.0;
 
 // A layer's experts, busiest first (ties: lower id), as the order they earn GPU room in.
@@ -206,8 +209,17 @@ placement_prediction predict(const placement_plan &plan, const placement_model &
     for (const placement_device_plan &d : plan.devices)
         if (d.bytes_head > 0) tail = std::max(tail, seconds(double(d.bytes_head), p.gpu_gbps));
     const auto stages = placement_stage_members(plan);
+    if (!plan.hosts.empty()) {
+        p.host_link_gbps = figure(plan.host_link.gbps, default_host_link_gbps);
+        p.host_link_latency_us = figure(plan.host_link.latency_us, default_host_link_latency_us);
+    }
     for (size_t s = 1; s < stages.size(); ++s) {
-        const int32_t a = plan.devices[size_t(stages[s - 1][0])].physical, b = plan.devices[size_t(stages[s][0])].physical;
+        const placement_device_plan &da = plan.devices[size_t(stages[s - 1][0])], &db = plan.devices[size_t(stages[s][0])];
+        if (da.host != db.host) {  // x and h cross the network once
+            tail += p.host_link_latency_us * 1e-6 + seconds(2.0 * row, p.host_link_gbps);
+            continue;
+        }
+        const int32_t a = da.physical, b = db.physical;
         // x and h move to the next stage; without P2P they pass through host memory (two copies).
         tail += (topo.p2p(a, b) ? 1.0 : 2.0) * (lat + seconds(2.0 * row, p.link_gbps));
     }
