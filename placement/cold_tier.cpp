@@ -166,13 +166,17 @@ void finish(placement_plan &plan, const placement_model &model, const std::vecto
 placement_prediction predict(const placement_plan &plan, const placement_model &model, const topology &topo,
                              const std::vector<std::vector<uint64_t>> &w) {
     placement_prediction p;
-    if (model.n_expert_used < 1 || model.d_model < 1) return p;
-    const topology_host host = topo.host.value_or(topology_host{});
     auto figure = [&](double v, double fallback) {
         if (v > 0.0) return v;
         p.default_figures = true;
         return fallback;
     };
+    if (!plan.hosts.empty()) {
+        p.host_link_gbps = figure(plan.host_link.gbps, default_host_link_gbps);
+        p.host_link_latency_us = figure(plan.host_link.latency_us, default_host_link_latency_us);
+    }
+    if (model.n_expert_used < 1 || model.d_model < 1) return p;
+    const topology_host host = topo.host.value_or(topology_host{});
     p.cpu_gbps = figure(host.bandwidth_gbps, default_cpu_gbps);
     p.link_gbps = figure(host.link_gbps, default_link_gbps);
     p.link_latency_us = figure(host.link_latency_us, default_link_latency_us);
@@ -209,10 +213,6 @@ placement_prediction predict(const placement_plan &plan, const placement_model &
     for (const placement_device_plan &d : plan.devices)
         if (d.bytes_head > 0) tail = std::max(tail, seconds(double(d.bytes_head), p.gpu_gbps));
     const auto stages = placement_stage_members(plan);
-    if (!plan.hosts.empty()) {
-        p.host_link_gbps = figure(plan.host_link.gbps, default_host_link_gbps);
-        p.host_link_latency_us = figure(plan.host_link.latency_us, default_host_link_latency_us);
-    }
     for (size_t s = 1; s < stages.size(); ++s) {
         const placement_device_plan &da = plan.devices[size_t(stages[s - 1][0])], &db = plan.devices[size_t(stages[s][0])];
         if (da.host != db.host) {  // x and h cross the network once

@@ -56,6 +56,7 @@ cpu_engine::cpu_engine(std::shared_ptr<const gguf_file> file, const engine_optio
     if (req.host_experts && !several) req.budgets = placement_parse_vram(options.gpu_vram, size_t(options.n_devices));
     if (!options.expert_balance.empty()) req.traffic = expert_traffic_load(options.expert_balance);
     plan_ = placement_plan_make(req, topo, pm);
+    if (comm_ && rank_ == 0) hosts_handshake(options, req, topo, pm);
 
     if (options.record_expert_traffic)
         traffic_.assign(size_t(hp_.n_layer), std::vector<uint64_t>(size_t(hp_.n_expert), 0));

@@ -52,6 +52,9 @@ private:
     // Several hosts (cpu_engine_hosts.cpp): the front sends each worker the options and measures
     // the link before planning; after building its devices it waits for every worker's.
     void hosts_start(const engine_options &options, placement_request &req, topology &topo);
+    // The front, once its plan stands: the workers' options, then the link measured (unless given).
+    void hosts_handshake(const engine_options &options, placement_request &req, const topology &topo,
+                         const placement_model &pm);
     void hosts_wait_ready();
     // Both roles: this process's stages of a step over the micro-batches; the front gathers logits.
     void forward_hosts(std::span<const engine_row> rows, std::vector<float> &logits);
@@ -111,6 +114,7 @@ private:
     host_comm *comm_ = nullptr;
     int32_t rank_ = 0;
     double host_timeout_s_ = 30.0;
+    uint64_t host_memory_bytes_ = 0;  // what a host the list gives no memory has
 };
 
 }  // namespace tandem

@@ -105,27 +105,29 @@ void cpu_engine::hosts_start(const engine_options &options, placement_request &r
     if (comm_->size() != int32_t(hosts.hosts.size()))
         fail(error_kind::config, "the run has {} processes but the hosts list names {} hosts: start one process per "
              "host under mpirun (tandem-server first)", comm_->size(), hosts.hosts.size());
-    const uint64_t local_bytes = options.host_memory_bytes ? options.host_memory_bytes : host_memory_read().available_bytes;
-    if (rank_ == 0) {
-        engine_options sent = options;
-        sent.host_memory_bytes = local_bytes;  // workers plan with the front's figure: the same plan everywhere
-        sent.kv = kv_;
-        const std::string config = options_json(sent, *file_).dump();
-        for (int32_t w = 1; w < comm_->size(); ++w) comm_->send(w, host_tag::config, bytes_of(config));
-        comm_->flush(host_timeout_s_);
-        if (hosts.link.source.empty() && comm_->size() > 1) {
-            hosts.link = link_measure(*comm_, 1, host_timeout_s_);
-            for (int32_t w = 1; w < comm_->size(); ++w) comm_->send(w, host_tag::ping, {});  // measuring is over
-            comm_->flush(host_timeout_s_);
-            log_info("host link to {}: {:.2f} GB/s, {:.1f} us (measured)", hosts.hosts[1].name, hosts.link.gbps,
-                     hosts.link.latency_us);
-        }
-    }
-    topo = placement_cpu_hosts(hosts.hosts, local_bytes, req);
+    host_memory_bytes_ = options.host_memory_bytes ? options.host_memory_bytes : host_memory_read().available_bytes;
+    topo = placement_cpu_hosts(hosts.hosts, host_memory_bytes_, req);
     req.hosts = hosts.hosts;
     req.host_link = hosts.link;
     req.mode = options.tensor_parallel ? placement_mode::tensor_parallel
                : req.devices.size() == 1 ? placement_mode::single : placement_mode::pipeline;
+}
+
+void cpu_engine::hosts_handshake(const engine_options &options, placement_request &req, const topology &topo,
+                                 const placement_model &pm) {
+    engine_options sent = options;
+    sent.host_memory_bytes = host_memory_bytes_;  // workers plan with the front's figure: the same plan everywhere
+    sent.kv = kv_;
+    const std::string config = options_json(sent, *file_).dump();
+    for (int32_t w = 1; w < comm_->size(); ++w) comm_->send(w, host_tag::config, bytes_of(config));
+    comm_->flush(host_timeout_s_);
+    if (!req.host_link.source.empty() || comm_->size() < 2) return;
+    req.host_link = link_measure(*comm_, 1, host_timeout_s_);
+    for (int32_t w = 1; w < comm_->size(); ++w) comm_->send(w, host_tag::ping, {});  // measuring is over
+    comm_->flush(host_timeout_s_);
+    log_info("host link to {}: {:.2f} GB/s, {:.1f} us (measured)", req.hosts[1].name, req.host_link.gbps,
+             req.host_link.latency_us);
+    plan_ = placement_plan_make(req, topo, pm);  // the same layers, priced with the measured link
 }
 
 void cpu_engine::hosts_wait_ready() {
