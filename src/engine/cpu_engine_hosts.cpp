@@ -101,6 +101,9 @@ void cpu_engine::hosts_start(const engine_options &options, placement_request &r
     placement_hosts hosts = hosts_resolve(options);
     comm_ = &host_comm::world();
     rank_ = comm_->rank();
+    std::vector<std::string> names;
+    for (const placement_host &h : hosts.hosts) names.push_back(h.name);
+    comm_->set_names(std::move(names));
     host_timeout_s_ = options.host_timeout_s;
     if (comm_->size() != int32_t(hosts.hosts.size()))
         fail(error_kind::config, "the run has {} processes but the hosts list names {} hosts: start one process per "
@@ -154,14 +157,13 @@ cpu_engine::~cpu_engine() {
 std::vector<std::string> cpu_engine::lost_hosts() const {
     std::vector<std::string> out;
     if (!comm_) return out;
-    for (const auto &[rank, why] : comm_->lost())
-        out.push_back(fmt::format("{} (rank {}): {}", plan_.hosts[size_t(rank)].name, rank, why));
+    for (const auto &[rank, why] : comm_->lost()) out.push_back(fmt::format("{}: {}", comm_->who(rank), why));
     return out;
 }
 
 void cpu_engine::hosts_check() const {
     const auto lost = lost_hosts();
-    if (!lost.empty()) fail(error_kind::unavailable, "host {} was lost; restart the run", lost.front());
+    if (!lost.empty()) fail(error_kind::unavailable, "lost {}; restart the run (tandem-server and its workers)", lost.front());
 }
 
 void cpu_engine::hosts_send(host_command cmd, std::span<const engine_row> rows) {

@@ -25,6 +25,9 @@ public:
 
     int32_t rank() const { return rank_; }
     int32_t size() const { return size_; }
+    // Host names by rank, for errors ("host 'b' (rank 1) ..."); set by the engine from its plan.
+    void set_names(std::vector<std::string> names);
+    std::string who(int32_t rank) const;
 
     // Starts sending a copy of `bytes` to rank `to` and returns at once; flush() completes them.
     void send(int32_t to, host_tag tag, std::span<const uint8_t> bytes);
@@ -46,6 +49,7 @@ private:
     struct pending;
     int32_t rank_ = 0, size_ = 1;
     std::vector<std::unique_ptr<pending>> pending_;
+    std::vector<std::string> names_;
     mutable std::mutex lost_mu_;
     std::vector<std::pair<int32_t, std::string>> lost_;
     bool finalized_ = false;

@@ -76,7 +76,7 @@ void host_comm::send(int32_t to, host_tag tag, std::span<const uint8_t> bytes) {
     p->bytes.assign(bytes.begin(), bytes.end());
     if (MPI_Isend(p->bytes.data(), int(p->bytes.size()), MPI_BYTE, to, int(tag), MPI_COMM_WORLD, &p->request) != MPI_SUCCESS) {
         mark_lost(to, "a send failed");
-        fail(error_kind::unavailable, "host rank {}: a send failed", to);
+        fail(error_kind::unavailable, "{}: a send failed", who(to));
     }
     pending_.push_back(std::move(p));
 }
@@ -101,7 +101,7 @@ void host_comm::flush(double timeout_s) {
             for (auto &s : stuck) abandoned.push_back(std::move(s));
             const std::string why = ok ? fmt::format("did not take a message within {:.1f} s", timeout_s) : "a send failed";
             mark_lost(to, why);
-            fail(error_kind::unavailable, "host rank {} {}", to, why);
+            fail(error_kind::unavailable, "{} {}", who(to), why);
         }
         nap(spins);
     }
@@ -115,13 +115,13 @@ std::vector<uint8_t> host_comm::recv(int32_t from, host_tag tag, double timeout_
         int found = 0;
         if (MPI_Iprobe(from, int(tag), MPI_COMM_WORLD, &found, &status) != MPI_SUCCESS) {
             mark_lost(from, "its connection failed");
-            fail(error_kind::unavailable, "host rank {}: its connection failed", from);
+            fail(error_kind::unavailable, "{}: its connection failed", who(from));
         }
         if (found) break;
         if (past(deadline, timeout_s)) {
             const std::string why = fmt::format("sent nothing within {:.1f} s", timeout_s);
             mark_lost(from, why);
-            fail(error_kind::unavailable, "host rank {} {}", from, why);
+            fail(error_kind::unavailable, "{} {}", who(from), why);
         }
         nap(spins);
     }
@@ -130,16 +130,23 @@ std::vector<uint8_t> host_comm::recv(int32_t from, host_tag tag, double timeout_
     std::vector<uint8_t> bytes(static_cast<size_t>(count));
     if (MPI_Recv(bytes.data(), count, MPI_BYTE, from, int(tag), MPI_COMM_WORLD, MPI_STATUS_IGNORE) != MPI_SUCCESS) {
         mark_lost(from, "a receive failed");
-        fail(error_kind::unavailable, "host rank {}: a receive failed", from);
+        fail(error_kind::unavailable, "{}: a receive failed", who(from));
     }
     return bytes;
+}
+
+void host_comm::set_names(std::vector<std::string> names) { names_ = std::move(names); }
+
+std::string host_comm::who(int32_t rank) const {
+    return rank >= 0 && size_t(rank) < names_.size() ? fmt::format("host '{}' (rank {})", names_[size_t(rank)], rank)
+                                                     : fmt::format("host rank {}", rank);
 }
 
 void host_comm::mark_lost(int32_t rank, const std::string &why) {
     std::lock_guard lock(lost_mu_);
     for (const auto &l : lost_)
         if (l.first == rank) return;
-    log_error("host rank {} lost: {}", rank, why);
+    log_error("{} lost: {}", who(rank), why);
     lost_.emplace_back(rank, why);
 }
 

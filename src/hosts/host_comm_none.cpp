@@ -21,6 +21,8 @@ void host_comm::send(int32_t, host_tag, std::span<const uint8_t>) {}
 void host_comm::flush(double) {}
 std::vector<uint8_t> host_comm::recv(int32_t, host_tag, double) { return {}; }
 void host_comm::mark_lost(int32_t, const std::string &) {}
+void host_comm::set_names(std::vector<std::string>) {}
+std::string host_comm::who(int32_t rank) const { return std::to_string(rank); }
 std::vector<std::pair<int32_t, std::string>> host_comm::lost() const { return {}; }
 void host_comm::finalize() {}
 
