@@ -6,6 +6,7 @@
 #include "tandem/model.h"
 #include "tandem/sampler.h"
 
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -73,6 +74,22 @@ const char *engine_transport_name(engine_transport transport);
 cpu_arithmetic cpu_arithmetic_parse(const std::string &name);  // "digits", "exact"
 const char *cpu_arithmetic_name(cpu_arithmetic arithmetic);
 
+// Weights an opening engine has placed so far (CUDA: uploaded to the GPUs; CPU: read in from the
+// file's mapping), for a server's log and /health while it loads; other threads read it.
+struct engine_load_progress {
+    std::atomic<uint64_t> done{0};
+    std::atomic<uint64_t> total{0};  // 0 until the engine has planned
+    double percent() const;          // 0..100
+};
+
+// One device of an engine's plan: what the engine placed there and, on a GPU, the memory the GPU
+// has in all and free now (both 0 for CPU virtual devices).
+struct engine_device_memory {
+    std::string name;  // "GPU 0 NVIDIA H100 80GB HBM3", "cpu0"
+    uint64_t weights = 0, kv = 0, other = 0;  // other: step buffers and exchange space
+    uint64_t gpu_free = 0, gpu_total = 0;
+};
+
 struct engine_options {
     engine_backend backend = engine_backend::cpu;  // automatic: engine_backend_resolve
     int32_t n_slots = 1;                // resident KV slots
@@ -122,6 +139,9 @@ struct engine_options {
     double host_timeout_s = 30.0;
     // Several hosts: the memory of a host the hosts list gives none (0: this machine's available).
     uint64_t host_memory_bytes = 0;
+    // Where the engine reports its loading (null: nowhere). The CPU engine then also reads its
+    // weights in while it opens, so the first requests do not wait on the file's pages.
+    engine_load_progress *progress = nullptr;
 };
 
 // options.kv with automatic resolved by the backend (options.backend, resolved first when automatic).
@@ -175,6 +195,9 @@ public:
 
     // The distinct physical GPUs the engine runs on, in plan order; empty for the CPU backend.
     virtual std::vector<int32_t> gpus() const { return {}; }
+
+    // Each device of the plan, in plan order (for /monitor).
+    virtual std::vector<engine_device_memory> device_memory() const { return {}; }
 
     // Rows routed to each expert of each layer since the engine opened ([n_layer][n_expert]),
     // when engine_options::record_expert_traffic was set; empty otherwise.

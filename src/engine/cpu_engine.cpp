@@ -3,6 +3,7 @@
 // Partial results are combined in a fixed order (each row's experts in slot order, head rows by
 // index), so logits are bitwise identical on every plan and for every batch.
 #include "cpu_engine.h"
+#include "load_meter.h"
 
 #include "host_memory.h"
 #include "src/cpu/cpu_ops.h"
@@ -94,6 +95,25 @@ cpu_engine::cpu_engine(std::shared_ptr<const gguf_file> file, const engine_optio
                                                            first.part().layer_end, first.n_threads(), arithmetic_));
         }
     if (comm_ && rank_ == 0) hosts_wait_ready();
+    if (options.progress != nullptr) read_weights_in(options.progress);
+}
+
+void cpu_engine::read_weights_in(engine_load_progress *progress) const {
+    uint64_t total = 0;
+    for (const gguf_tensor_info &t : file_->tensors()) total += t.n_bytes;
+    load_meter meter(progress, total);
+    for (const gguf_tensor_info &t : file_->tensors()) load_touch(t.data, t.n_bytes, meter);
+    meter.finish();
+}
+
+std::vector<engine_device_memory> cpu_engine::device_memory() const {
+    std::vector<engine_device_memory> out;
+    for (size_t i = 0; i < devices_.size(); ++i) {
+        if (!devices_[i]) continue;  // another host's
+        const placement_device_plan &dp = plan_.devices[i];
+        out.push_back({fmt::format("cpu{}", dp.logical), dp.weights(), devices_[i]->kv_bytes(), dp.bytes_scratch, 0, 0});
+    }
+    return out;
 }
 
 int32_t cpu_engine::slot_length(int32_t slot) const { return slots_.length(slot); }

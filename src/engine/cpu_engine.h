@@ -41,6 +41,7 @@ public:
     std::string layout() const override;
     std::map<std::string, double> counters() const override;
     std::vector<std::vector<uint64_t>> expert_traffic() const override { return traffic_; }
+    std::vector<engine_device_memory> device_memory() const override;
 
     const placement_plan &plan() const { return plan_; }
     std::vector<std::string> lost_hosts() const override;
@@ -73,6 +74,8 @@ private:
     bool local(int32_t logical) const { return devices_[size_t(logical)] != nullptr; }
     bool stage_local(int32_t stage) const { return plan_.stage_host(stage) == rank_; }
 
+    // Faults the file's pages in while the server reports loading (engine_options::progress).
+    void read_weights_in(engine_load_progress *progress) const;
     // The logits of the output rows, n_vocab floats each in row order.
     void forward_logits(std::span<const engine_row> rows, std::vector<float> &logits);
     struct stage_stats {

@@ -3,6 +3,7 @@
 // share of each step. The launch sequence of a whole-model device is the single-GPU forward. A
 // layer's launches (attention and experts) are in cuda_layer.cpp.
 #include "cuda_device_state.h"
+#include "load_meter.h"
 
 #include "cuda/attention.h"
 #include "cuda/attention_prompt.h"
@@ -109,7 +110,7 @@ uint64_t cuda_device::scratch_bytes(const model_hparams &hp, int32_t n_ctx, bool
 }
 
 cuda_device::cuda_device(const model_hparams &hp, const model_tensors &tensors, const placement_device_plan &part,
-                         int32_t n_slots, int32_t n_ctx, bool record_traffic, bool kv_f16)
+                         int32_t n_slots, int32_t n_ctx, bool record_traffic, bool kv_f16, load_meter *meter)
     : s_(std::make_unique<state>()) {
     state &m = *s_;
     m.hp = &hp;
@@ -177,10 +178,14 @@ cuda_device::cuda_device(const model_hparams &hp, const model_tensors &tensors, 
     m.weights = device_alloc<uint8_t>(m.weight_bytes);
     for (const upload_plan::region &r : up.regions) {
         size_t at = r.offset;
-        for (const upload_plan::slice &s : r.slices) {
-            TANDEM_CUDA_CHECK(cudaMemcpy(m.weights + at, s.src, s.bytes, cudaMemcpyHostToDevice));
-            at += s.bytes;
-        }
+        for (const upload_plan::slice &s : r.slices)
+            for (size_t done = 0; done < s.bytes;) {
+                const size_t n = std::min(load_meter::piece_bytes, s.bytes - done);
+                TANDEM_CUDA_CHECK(cudaMemcpy(m.weights + at, s.src + done, n, cudaMemcpyHostToDevice));
+                if (meter != nullptr) meter->add(n);
+                at += n;
+                done += n;
+            }
     }
     auto vec = [&](size_t off) { return reinterpret_cast<const float *>(m.weights + off); };
     auto mat = [&](size_t off, const gguf_tensor_info *t, int32_t n_out) {

@@ -16,6 +16,8 @@
 
 namespace tandem {
 
+class load_meter;
+
 class cuda_device {
 public:
     // Rows per step the buffers hold (larger engine calls run as consecutive steps): prompt steps
@@ -34,8 +36,10 @@ public:
 
     // record_traffic: count the rows routed to each expert of this device's layers (hosts and
     // single devices only: a partner routes the same rows). kv_f16: the KV cache holds halves.
+    // meter: counts the weights as they upload.
     cuda_device(const model_hparams &hp, const model_tensors &tensors, const placement_device_plan &part,
-                int32_t n_slots, int32_t n_ctx, bool record_traffic = false, bool kv_f16 = false);
+                int32_t n_slots, int32_t n_ctx, bool record_traffic = false, bool kv_f16 = false,
+                load_meter *meter = nullptr);
     ~cuda_device();
     cuda_device(const cuda_device &) = delete;
     cuda_device &operator=(const cuda_device &) = delete;

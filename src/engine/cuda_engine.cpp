@@ -5,6 +5,7 @@
 // value a device receives is bits another device computed with the same kernels, so logits are
 // bitwise those of the one-GPU run on every plan.
 #include "cuda_engine.h"
+#include "load_meter.h"
 
 #include "cuda/cuda_check.h"
 #include "cuda/logits_top.h"
@@ -181,9 +182,13 @@ cuda_engine::cuda_engine(std::shared_ptr<const gguf_file> file, const engine_opt
     plan_ = cuda_plan_make(*file_, hp_, options);
 
     stage_members_ = placement_stage_members(plan_);
+    uint64_t planned = 0;
+    for (const placement_device_plan &dp : plan_.devices) planned += dp.weights();
+    load_meter meter(options.progress, planned);
     for (const placement_device_plan &dp : plan_.devices)
         devices_.push_back(std::make_unique<cuda_device>(hp_, tensors_, dp, n_slots_, n_ctx_, options.record_expert_traffic,
-                                                         kv_f16_));
+                                                         kv_f16_, &meter));
+    meter.finish();
     links_ = std::make_unique<cuda_links>(devices_, options.transport);
     multi_graphs_ = options.cuda_graphs_multi;
     // Host-staged transfers allocate their pinned buffers on first use: no graphs with them; NCCL
@@ -277,6 +282,22 @@ std::vector<int32_t> cuda_engine::gpus() const {
     std::vector<int32_t> out;
     for (const auto &d : devices_)
         if (std::find(out.begin(), out.end(), d->physical()) == out.end()) out.push_back(d->physical());
+    return out;
+}
+
+std::vector<engine_device_memory> cuda_engine::device_memory() const {
+    std::vector<engine_device_memory> out;
+    std::map<int32_t, std::pair<size_t, size_t>> gpu;  // physical -> free, total
+    for (const auto &d : devices_) {
+        auto [it, fresh] = gpu.try_emplace(d->physical());
+        // Off the engine's thread: the engine captures its graphs thread-locally, so a query
+        // from here neither waits on nor disturbs them.
+        if (fresh && (cudaSetDevice(d->physical()) != cudaSuccess ||
+                      cudaMemGetInfo(&it->second.first, &it->second.second) != cudaSuccess))
+            it->second = {0, 0};
+        out.push_back({fmt::format("GPU {} {}", d->physical(), d->name()), d->weight_bytes(), d->kv_bytes(),
+                       d->part().bytes_scratch, it->second.first, it->second.second});
+    }
     return out;
 }
 

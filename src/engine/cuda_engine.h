@@ -38,6 +38,7 @@ public:
     std::string layout() const override;
     std::map<std::string, double> counters() const override;
     std::vector<int32_t> gpus() const override;
+    std::vector<engine_device_memory> device_memory() const override;
     std::vector<std::vector<uint64_t>> expert_traffic() const override;
 
     const placement_plan &plan() const { return plan_; }

@@ -41,6 +41,11 @@ constexpr std::array<std::pair<const char *, cpu_arithmetic>, 2> arithmetic_name
 
 }  // namespace
 
+double engine_load_progress::percent() const {
+    const uint64_t t = total.load(), d = done.load();
+    return t == 0 ? 0.0 : 100.0 * double(std::min(d, t)) / double(t);
+}
+
 cpu_arithmetic cpu_arithmetic_parse(const std::string &name) { return enum_parse(arithmetic_names, name, "CPU arithmetic"); }
 const char *cpu_arithmetic_name(cpu_arithmetic arithmetic) { return enum_name(arithmetic_names, arithmetic); }
 engine_backend engine_backend_parse(const std::string &name) { return enum_parse(backend_names, name, "backend"); }

@@ -15,6 +15,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cmath>
 #include <random>
 
 namespace tandem::server {
@@ -226,7 +227,11 @@ http_reply service::route(const http_request_view &req, const route_entry &r, st
                 return out;
             }
         out.status = ready() ? 200 : 503;
-        out.body = ready() ? R"({"status":"ok"})" : R"({"status":"loading model"})";
+        out.body = ready() ? std::string(R"({"status":"ok"})")
+                           : json_dump({{"status", "loading model"},
+                                        {"progress_percent", std::round(load_progress_.percent() * 10) / 10},
+                                        {"bytes_loaded", load_progress_.done.load()},
+                                        {"bytes_total", load_progress_.total.load()}});
         return out;
     }
     if (r.id == route_id::monitor) {

@@ -101,6 +101,8 @@ public:
     // Called once the engine and scheduler exist; /health turns 200.
     void set_ready(model_context ctx);
     bool ready() const { return ready_.load(); }
+    // Where the engine counts its weights while it opens: /health's 503 body reports it.
+    engine_load_progress *load_progress() { return &load_progress_; }
 
     // The port the server listens on (Host checks); set once it is bound.
     void set_port(int32_t port) { policy_.port = port; }
@@ -165,6 +167,7 @@ private:
     origin_policy policy_;
     std::atomic<bool> stopping_{false};
     std::atomic<bool> ready_{false};
+    engine_load_progress load_progress_;
     model_context model_;
     std::atomic<int32_t> busy_{0};
     std::atomic<uint64_t> next_response_{1};

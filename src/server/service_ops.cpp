@@ -138,6 +138,10 @@ json service::monitor_json() const {
                          {"n_prompt", v.n_prompt}, {"n_decoded", v.n_decoded}, {"decode_tok_s", v.predicted_per_second},
                          {"prefill_tok_s", v.prompt_per_second}});
     }
+    json devices = json::array();
+    for (const engine_device_memory &m : model_.eng->device_memory())
+        devices.push_back({{"name", m.name}, {"weights_bytes", m.weights}, {"kv_bytes", m.kv}, {"other_bytes", m.other},
+                           {"gpu_free_bytes", m.gpu_free}, {"gpu_total_bytes", m.gpu_total}});
     const auto now = std::chrono::system_clock::now();
     return {
         {"time", std::chrono::duration<double>(now.time_since_epoch()).count()},
@@ -154,7 +158,7 @@ json service::monitor_json() const {
         {"generated_tokens", s.predicted_tokens},
         {"drafts", {{"drafted", s.draft_tokens}, {"kept", s.draft_accepted}}},
         {"requests", {{"total", s.requests_total}, {"cancelled", s.requests_cancelled}, {"rejected", s.requests_rejected}}},
-        {"memory", {{"host", monitor_host_memory()}}},
+        {"memory", {{"host", monitor_host_memory()}, {"devices", devices}}},
     };
 }
 

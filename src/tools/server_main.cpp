@@ -291,6 +291,7 @@ int serve(server_config cfg, const std::string &cpu_arithmetic, const sampling_f
     test_load_delay();
 #endif
 
+    eo.progress = svc.load_progress();
 #ifdef TANDEM_TEST_HOOKS
     // TANDEM_TEST_SCRIPT: the scripted engine replies from a file instead of running the model.
     if (const char *script = std::getenv("TANDEM_TEST_SCRIPT"); script != nullptr && *script != '\0')

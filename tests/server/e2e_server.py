@@ -8,6 +8,7 @@
 import argparse
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -398,9 +399,16 @@ def test_loading(build_dir, test_server):
                 break
             time.sleep(0.05)
         check(seen == [503, 200], f"/health goes 503 -> 200 while the model loads (saw {seen})")
-        check(first_503 == {"status": "loading model"}, f"/health body while loading ({first_503})")
+        check(first_503 is not None and first_503.get("status") == "loading model"
+              and 0 <= first_503.get("progress_percent", -1) <= 100
+              and first_503.get("bytes_loaded", -1) <= first_503.get("bytes_total", -1),
+              f"/health body while loading: its status and progress ({first_503})")
         status, r = completion(srv, "after loading", 2)
         check(status == 200, f"a completion works once /health is 200 ({status})")
+        model_bytes = os.path.getsize(h.tiny_model(build_dir))
+        loaded = re.search(r"weights loaded: ([0-9.]+) (MiB|GiB) in [0-9.]+ s \(100%\)", srv.log_tail(400))
+        check(loaded is not None and 0 < float(loaded.group(1)) * 2**(20 if loaded.group(2) == "MiB" else 30) <= model_bytes * 1.01,
+              f"the log's last load line: 100% of the file's weights ({loaded and loaded.group(0)})")
     finally:
         code = srv.stop()
     check(code == 0, f"SIGTERM after loading exits 0 (got {code})")

@@ -37,6 +37,7 @@ async function main() {
       decode_peak: Number(document.getElementById("decode-chart").dataset.peak),
       busy_rows: document.querySelectorAll("#slots tr.busy").length,
       slot_rows: document.querySelectorAll("#slots tr").length,
+      device_cells: [...document.querySelectorAll("#devices tr td")].map((td) => td.textContent),
       busy_states: [...document.querySelectorAll("#slots tr.busy td:nth-child(2)")].map((td) => td.textContent),
       model: document.getElementById("model").textContent,
       layout: document.getElementById("layout").textContent,

@@ -70,6 +70,9 @@ def main():
         (seen.get("slot_rows") == 3 and seen.get("busy_rows", 0) >= 1, "the slot table shows 3 slots, the busy ones marked"),
         (all(s in ("prefill", "decode") for s in seen.get("busy_states", [])), "busy slots say prefill or decode"),
         (seen.get("model") == "tiny.gguf" and "cpu" in seen.get("layout", ""), "the model and its layout line"),
+        (len(seen.get("device_cells", [])) == 5 and seen["device_cells"][0] == "cpu0"
+         and seen["device_cells"][1].endswith(("KiB", "MiB")) and seen["device_cells"][4] == "host memory",
+         f"the device table: one CPU device, its weights in host memory ({seen.get('device_cells')})"),
         (not unexpected and not seen.get("page_errors"), f"no console errors ({unexpected + seen.get('page_errors', [])})"),
         (os.path.exists(shot) and os.path.getsize(shot) > 10000, f"a screenshot at {shot}"),
     ]
