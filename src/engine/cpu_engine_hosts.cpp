@@ -199,6 +199,15 @@ void cpu_engine::forward_hosts(std::span<const engine_row> rows, std::vector<flo
         hosts_check();
         hosts_send({op_forward, 0, 0, 0}, rows);
     }
+    // Heartbeats while this process works, so the others wait on silence, not on the step's length.
+    std::vector<int32_t> others;
+    for (int32_t r = 0; r < comm_->size(); ++r)
+        if (r != rank_) others.push_back(r);
+    comm_->heartbeat_begin(std::move(others), host_timeout_s_ / 4.0);
+    struct beat_end {
+        host_comm *comm;
+        ~beat_end() { comm->heartbeat_end(); }
+    } ending{comm_};
     slots_.validate(rows);
     const size_t d = size_t(hp_.d_model), nv = size_t(hp_.n_vocab);
     const std::vector<std::span<const engine_row>> groups = micro_batches(rows);

@@ -51,12 +51,42 @@ host_comm::host_comm() {
             fail(error_kind::unsupported, "this MPI library serialises no threads (level {}); Tandem's engine thread "
                  "needs MPI_THREAD_SERIALIZED", provided);
     }
+    int level = 0;
+    MPI_Query_thread(&level);
+    threads_ = level >= MPI_THREAD_MULTIPLE;
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
     MPI_Comm_size(MPI_COMM_WORLD, &size_);
 }
 
-host_comm::~host_comm() = default;
+host_comm::~host_comm() { heartbeat_end(); }
+
+void host_comm::heartbeat_begin(std::vector<int32_t> to, double period_s) {
+    heartbeat_end();
+    if (!threads_ || to.empty()) return;
+    beat_stop_ = false;
+    const auto period = std::chrono::duration_cast<clock_type::duration>(std::chrono::duration<double>(period_s));
+    beat_ = std::thread([this, to = std::move(to), period] {
+        std::unique_lock lock(beat_mu_);
+        while (!beat_cv_.wait_for(lock, period, [this] { return beat_stop_; }))
+            for (int32_t r : to) {
+                // Never waits: a stalled peer's buffers may be full; MPI completes or drops it.
+                MPI_Request q;
+                if (MPI_Isend(nullptr, 0, MPI_BYTE, r, int(host_tag::alive), MPI_COMM_WORLD, &q) == MPI_SUCCESS)
+                    MPI_Request_free(&q);
+            }
+    });
+}
+
+void host_comm::heartbeat_end() {
+    if (!beat_.joinable()) return;
+    {
+        std::lock_guard lock(beat_mu_);
+        beat_stop_ = true;
+    }
+    beat_cv_.notify_all();
+    beat_.join();
+}
 
 bool host_comm::available() { return true; }
 
@@ -108,7 +138,7 @@ void host_comm::flush(double timeout_s) {
 }
 
 std::vector<uint8_t> host_comm::recv(int32_t from, host_tag tag, double timeout_s) {
-    const auto deadline = deadline_of(timeout_s);
+    auto deadline = deadline_of(timeout_s);
     int64_t spins = 0;
     MPI_Status status;
     while (true) {
@@ -118,6 +148,13 @@ std::vector<uint8_t> host_comm::recv(int32_t from, host_tag tag, double timeout_
             fail(error_kind::unavailable, "{}: its connection failed", who(from));
         }
         if (found) break;
+        for (int beat = 1; beat;) {  // heartbeats from `from`: it is alive and working
+            MPI_Iprobe(from, int(host_tag::alive), MPI_COMM_WORLD, &beat, MPI_STATUS_IGNORE);
+            if (beat) {
+                MPI_Recv(nullptr, 0, MPI_BYTE, from, int(host_tag::alive), MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+                deadline = deadline_of(timeout_s);
+            }
+        }
         if (past(deadline, timeout_s)) {
             const std::string why = fmt::format("sent nothing within {:.1f} s", timeout_s);
             mark_lost(from, why);

@@ -226,8 +226,9 @@ TEST_CASE("tandem plan --hosts: a line per host, the link, and refusals naming h
     CHECK(j["host_link"]["source"] == "default");
 
     // Host b's GPU budget holds neither scratch nor the head.
-    const run_result small = run_tandem(base + " --topology " + topo("h200-8-nvlink.json") +
-                                        " --hosts a:1,b:1 --gpu-devices 0,0 --gpu-vram 100,0.001 --scratch-mib 512");
+    const run_result small = run_tandem("plan -m " + tiny_model() + " --ctx 256 --batched-session 2 --topology " +
+                                        topo("h200-8-nvlink.json") + " --hosts a:1,b:1 --gpu-devices 0,0 --gpu-vram 100,0.001");
+    INFO(small.err);
     CHECK(small.code == 2);
     CHECK(small.err.find("host 'b' device d1") != std::string::npos);
     const run_result odd = run_tandem(base + " --backend cpu --hosts a:1,b:1 --tensor-parallel");
