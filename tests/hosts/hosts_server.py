@@ -47,6 +47,8 @@ class run:
         self.log_path = os.path.join(build_dir, "hosts-tests", log_name)
         self.log = open(self.log_path, "w")
         env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+        if shutil.which("ssh") is None and shutil.which("rsh") is None:
+            env["OMPI_MCA_plm_rsh_agent"] = "false"  # Open MPI refuses a local launch without a remote shell
         cmd = ["mpirun", "--oversubscribe", "--bind-to", "none", "--enable-recovery",
                "--mca", "orte_abort_on_non_zero_status", "0",
                "-np", "1", os.path.join(build_dir, "tandem-server"), "-m", model, "--host", HOST,
