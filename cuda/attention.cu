@@ -56,7 +56,8 @@ __global__ void __launch_bounds__(rope_warps * 32) qk_rope_kv_kernel(const qk_ro
     for (int hh = blockIdx.y * rope_warps + warp; hh < n_heads_all; hh += rope_warps * gridDim.y) {
         const float *src;
         float *dst_q = nullptr;
-        KV *dst_kv = nullptr;
+        void *dst_kv = nullptr;  // the K or V plane; the head starts at element e0
+        int64_t e0 = 0;
         bool norm = false, is_q = false;
         if (hh < a.n_head) {
             src = a.q + (int64_t(r) * a.n_head + hh) * dh;
@@ -67,7 +68,8 @@ __global__ void __launch_bounds__(rope_warps * 32) qk_rope_kv_kernel(const qk_ro
             const bool is_k = hh < a.n_head + a.n_head_kv;
             const int kh = is_k ? hh - a.n_head : hh - a.n_head - a.n_head_kv;
             src = (is_k ? a.k : a.v) + (int64_t(r) * a.n_head_kv + kh) * dh;
-            dst_kv = static_cast<KV *>(is_k ? a.k_cache : a.v_cache) + (int64_t(slot) * a.n_ctx + pos) * kv_dim + int64_t(kh) * dh;
+            dst_kv = is_k ? a.k_cache : a.v_cache;
+            e0 = (int64_t(slot) * a.n_ctx + pos) * kv_dim + int64_t(kh) * dh;
             norm = is_k;
         }
         float val[max_dpl];
@@ -79,14 +81,13 @@ __global__ void __launch_bounds__(rope_warps * 32) qk_rope_kv_kernel(const qk_ro
             for (int t = 0; t < max_dpl; ++t) nw[t] = is_q ? qn[t] : kn[t];
             norm_rope_head(val, nw, cs, sn, dpl, lane, a.eps);
         }
-#pragma unroll
-        for (int t = 0; t < max_dpl; ++t) {
-            if (t >= dpl) continue;
-            if (is_q)
-                dst_q[lane + 32 * t] = val[t];
-            else
-                kv_store(dst_kv + lane + 32 * t, val[t]);
+        if (!is_q) {
+            kv_put_head<KV>(val, dpl, lane, dst_kv, e0);
+            continue;
         }
+#pragma unroll
+        for (int t = 0; t < max_dpl; ++t)
+            if (t < dpl) dst_q[lane + 32 * t] = val[t];
     }
 }
 
@@ -138,30 +139,31 @@ __global__ void __launch_bounds__(attn_threads) attention_partial_kernel(const a
     int p_begin = c0 * chunk, p_end = min(p_begin + chunk, pos + 1);  // the chunk in hand
     const int kv_dim = a.n_head_kv * dh;
     const int64_t kv_base = int64_t(slot < 0 ? 0 : slot) * a.n_ctx * kv_dim + int64_t(kh) * dh + lane;  // padding rows load nothing
-    const KV *kb = static_cast<const KV *>(a.k_cache) + kv_base, *vb = static_cast<const KV *>(a.v_cache) + kv_base;
     // A tile's keys (into kv) or values (into vv): every load of this warp's positions in flight
     // together, positions from `end` on as zeros. Fused, the new position comes from shared memory
     // (set below; `with_new` false: left for later). The tile loop loads the next tile's keys once
     // the scores have used this one's, and its values once p * V has: the loads run under the
     // softmax and the other phase, with no registers added. The tiles stay in the cache's type until
-    // used (halves converted at each use), so no conversion waits on a load before the next issues.
-    KV kv[ppw][dpl], vv[ppw][dpl];
+    // used (halves converted at each use), so no conversion waits on a load before the next issues;
+    // q8_0 values are dequantized as they arrive (kv_reg).
+    using reg = kv_reg<KV>;
+    reg kv[ppw][dpl], vv[ppw][dpl];
     [[maybe_unused]] const float *new_kv = nullptr;  // fused: the new key, then value, in shared memory
-    auto load_part = [&](KV (&dst)[ppw][dpl], const KV *src, int new_off, int t0, int end, bool with_new) {
+    auto load_part = [&](reg (&dst)[ppw][dpl], const void *src, int new_off, int t0, int end, bool with_new) {
 #pragma unroll
         for (int i = 0; i < ppw; ++i) {
             const int p = t0 + warp + attn_warps * i;
 #pragma unroll
             for (int t = 0; t < dpl; ++t) {
                 if (fused && p == pos)  // warp-uniform: the new position, not yet in the cache
-                    dst[i][t] = kv_from_float<KV>(with_new ? new_kv[new_off + lane + 32 * t] : 0.0f);
+                    dst[i][t] = kv_from_float<reg>(with_new ? new_kv[new_off + lane + 32 * t] : 0.0f);
                 else
-                    dst[i][t] = p < end ? src[int64_t(p) * kv_dim + 32 * t] : kv_from_float<KV>(0.0f);
+                    dst[i][t] = p < end ? kv_load<KV>(src, kv_base + int64_t(p) * kv_dim + 32 * t) : kv_from_float<reg>(0.0f);
             }
         }
     };
-    auto load_keys = [&](int t0, int end, bool with_new) { load_part(kv, kb, 0, t0, end, with_new); };
-    auto load_values = [&](int t0, int end, bool with_new) { load_part(vv, vb, dh, t0, end, with_new); };
+    auto load_keys = [&](int t0, int end, bool with_new) { load_part(kv, a.k_cache, 0, t0, end, with_new); };
+    auto load_values = [&](int t0, int end, bool with_new) { load_part(vv, a.v_cache, dh, t0, end, with_new); };
     // Fused, the rows' slots are distinct, so positions before the row's own were written by
     // earlier steps: the first tile's keys and values are loaded before the wait.
     if (fused && slot >= 0 && p_begin <= pos) {
@@ -191,20 +193,13 @@ __global__ void __launch_bounds__(attn_threads) attention_partial_kernel(const a
                 norm_rope_head(val, nw, cs, sn, dpl, lane, a.eps);
             }
             // The new key and value as the cache holds them, so the row attends to what later
-            // steps (and the unfused launches) read back.
-            if (hh >= group) {
-#pragma unroll
-                for (int t = 0; t < max_dpl; ++t) val[t] = kv_round<KV>(val[t]);
-            }
+            // steps (and the unfused launches) read back; the writer block stores them.
+            if (hh >= group)
+                kv_put_head<KV>(val, dpl, lane, writer ? (hh == group ? a.k_cache : a.v_cache) : nullptr,
+                                (int64_t(slot) * a.n_ctx + pos) * kv_dim + int64_t(kh) * dh);
             float *dst = hh < group ? s_q[hh] : s_new[hh - group];
 #pragma unroll
             for (int t = 0; t < dpl; ++t) dst[lane + 32 * t] = val[t];
-            if (writer && hh >= group) {
-                KV *cache = static_cast<KV *>(hh == group ? a.k_cache : a.v_cache) + (int64_t(slot) * a.n_ctx + pos) * kv_dim +
-                            int64_t(kh) * dh;
-#pragma unroll
-                for (int t = 0; t < dpl; ++t) kv_store(cache + lane + 32 * t, val[t]);
-            }
         }
         __syncthreads();
 #pragma unroll
@@ -245,8 +240,8 @@ __global__ void __launch_bounds__(attn_threads) attention_partial_kernel(const a
                     if (ii == i)
 #pragma unroll
                         for (int t = 0; t < dpl; ++t) {
-                            kv[ii][t] = kv_from_float<KV>(new_kv[lane + 32 * t]);
-                            vv[ii][t] = kv_from_float<KV>(new_kv[dh + lane + 32 * t]);
+                            kv[ii][t] = kv_from_float<reg>(new_kv[lane + 32 * t]);
+                            vv[ii][t] = kv_from_float<reg>(new_kv[dh + lane + 32 * t]);
                         }
             }
 #pragma unroll
@@ -412,7 +407,9 @@ void launch_attention_partial_kv(const attention_args &a, int n_chunks, cudaStre
 
 template <int dpl, int group>
 void launch_attention_partial(const attention_args &a, int n_chunks, cudaStream_t stream) {
-    if (a.kv_f16)
+    if (a.kv_q8_0)
+        launch_attention_partial_kv<dpl, group, block_q8_0>(a, n_chunks, stream);
+    else if (a.kv_f16)
         launch_attention_partial_kv<dpl, group, __half>(a, n_chunks, stream);
     else
         launch_attention_partial_kv<dpl, group, float>(a, n_chunks, stream);
@@ -458,7 +455,10 @@ void qk_rope_kv(const qk_rope_kv_args &a, cudaStream_t stream) {
                             a.k_cache && a.v_cache, "qk_rope_kv: null pointer");
     if (a.n_rows == 0) return;
     const int head_groups = (a.n_head + 2 * a.n_head_kv + rope_warps - 1) / rope_warps;
-    if (a.kv_f16)
+    TANDEM_CUDA_REQUIRE(!(a.kv_f16 && a.kv_q8_0), "qk_rope_kv: the cache holds halves or q8_0 blocks, not both");
+    if (a.kv_q8_0)
+        launch_pdl(qk_rope_kv_kernel<block_q8_0>, dim3(a.n_rows, head_groups), dim3(rope_warps * 32), stream, a);
+    else if (a.kv_f16)
         launch_pdl(qk_rope_kv_kernel<__half>, dim3(a.n_rows, head_groups), dim3(rope_warps * 32), stream, a);
     else
         launch_pdl(qk_rope_kv_kernel<float>, dim3(a.n_rows, head_groups), dim3(rope_warps * 32), stream, a);
@@ -468,6 +468,7 @@ void qk_rope_kv(const qk_rope_kv_args &a, cudaStream_t stream) {
 void attention(const attention_args &a, cudaStream_t stream) {
     TANDEM_CUDA_REQUIRE(a.n_head_kv > 0 && a.n_head % a.n_head_kv == 0, "attention: n_head must be a multiple of n_head_kv");
     TANDEM_CUDA_REQUIRE(!a.out_sums || a.out_split, "attention: out_sums is written with out_split only");
+    TANDEM_CUDA_REQUIRE(!(a.kv_f16 && a.kv_q8_0), "attention: the cache holds halves or q8_0 blocks, not both");
     TANDEM_CUDA_REQUIRE(!a.k_new || (a.v_new && a.q_norm && a.k_norm && a.inv_freq),
                         "attention: the fused QK norm and RoPE need v_new, q_norm, k_norm and inv_freq");
     if (a.n_rows == 0) return;

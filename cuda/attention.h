@@ -2,9 +2,11 @@
 // NeoX RoPE and the K/V cache write (one launch), then causal attention of each row over its
 // slot's cache, split into fixed position chunks (partial + combine launches). Decode rows of
 // distinct slots do the first launch's work inside the partial launch (attention_args::k_new).
-// Owns: the KV cache layout [slot][n_ctx][n_head_kv][d_head] of one layer (floats or halves). The
-// partial launch runs on CUDA cores (fp32 dots), or on tensor cores for halves with Qwen3's head
-// geometry (attention_mma.h); which one depends on the model and the cache type only. Does not own
+// Owns: the KV cache layout [slot][n_ctx][n_head_kv][d_head] of one layer (floats, halves, or
+// ggml's q8_0 blocks of 32 consecutive elements: a head is d_head / 32 whole blocks). The partial
+// launch runs on CUDA cores (fp32 dots; q8_0 values dequantized as loaded), or on tensor cores for
+// halves with Qwen3's head geometry (attention_mma.h); which one depends on the model and the
+// cache type only. Does not own
 // the projections (matvec.h). A row's result depends only on its own slot, position and cache:
 // the chunking is a function of the row's position (attention_row_chunk), never of the batch or
 // the slot size, so decode stays batch invariant.
@@ -30,9 +32,10 @@ struct qk_rope_kv_args {
     const float *inv_freq = nullptr; // [d_head / 2] 1 / theta^(2i / d_head), float32 like the CPU
     const int32_t *slots = nullptr;  // [n_rows]; < 0: padding row, nothing written to the cache
     const int32_t *positions = nullptr;  // [n_rows]
-    void *k_cache = nullptr;         // this layer: [n_slots][n_ctx][n_head_kv][d_head] floats, or halves (kv_f16)
-    void *v_cache = nullptr;         // same
+    void *k_cache = nullptr;         // this layer: [n_slots][n_ctx][n_head_kv][d_head] floats, halves (kv_f16)
+    void *v_cache = nullptr;         // same               or block_q8_0 (kv_q8_0)
     bool kv_f16 = false;             // the cache holds halves (each key and value rounded to nearest)
+    bool kv_q8_0 = false;            // the cache holds q8_0 blocks (quantize_row_q8_0's rounding, kv_cache.cuh)
     int32_t n_rows = 0, n_head = 0, n_head_kv = 0, d_head = 0, n_ctx = 0;
     float eps = 1e-6f;
 };
@@ -40,9 +43,9 @@ void qk_rope_kv(const qk_rope_kv_args &args, cudaStream_t stream);
 
 struct attention_args {
     const float *q = nullptr;        // [n_rows][n_head][d_head] (normalised, rotated; raw when fused)
-    void *k_cache = nullptr;         // [n_slots][n_ctx][n_head_kv][d_head] floats, or halves (kv_f16);
+    void *k_cache = nullptr;         // [n_slots][n_ctx][n_head_kv][d_head] floats, halves or q8_0 blocks;
     void *v_cache = nullptr;         // same; written only when fused
-    bool kv_f16 = false;             // as in qk_rope_kv_args
+    bool kv_f16 = false, kv_q8_0 = false;  // as in qk_rope_kv_args
     const int32_t *slots = nullptr;  // [n_rows]; < 0: padding row (output zeros)
     const int32_t *positions = nullptr;  // [n_rows]: attends to cached positions 0..pos
     float *partial = nullptr;        // [n_rows][n_head][attention_chunks(n_ctx)][d_head + 2] scratch

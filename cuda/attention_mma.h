@@ -2,7 +2,8 @@
 // halves (attention_args::kv_f16) with d_head 128 and 8 or a multiple of 8 query heads per KV head
 // (every Qwen3-MoE). attention() takes it whenever it applies, so which kernel a row gets depends
 // on the model and the cache type only, never on the step. Same grid, chunking and partial layout
-// as the fp32 kernel (attention.cu), whose combine launch merges the partials.
+// as the fp32 kernel (attention.cu), whose combine launch merges the partials. A q8_0 cache takes
+// the fp32 kernel: float(q) * float(d) needs up to 19 significant bits, more than a half holds.
 //
 // Numerics: keys and values enter the mma exactly (they are halves). The queries and the softmax
 // probabilities are split into f16 hi + lo (~22 significant bits) and the two parts ride in the

@@ -8,7 +8,8 @@
 // 4 * 128 * (2048 * 2049 / 2) * 32 = 34.4 GFLOP per layer, 1.65 TFLOP over 48 layers; the hi/lo
 // split issues 3 bf16 mmas per product (~103 GFLOP of tensor work per layer), plus the masked
 // part of the diagonal key tiles. A cache of halves (attention_args::kv_f16) takes f16 mmas instead:
-// keys and values enter exactly, Q and P as f16 hi + lo, 2 mmas per product and no split pass.
+// keys and values enter exactly, Q and P as f16 hi + lo, 2 mmas per product and no split pass. A
+// cache of q8_0 blocks (kv_q8_0) is dequantized into the float stage and takes the float path.
 //
 // Layout of a block (8 warps): blockIdx.y is the KV head, blockIdx.x a tile of 128 / group rows
 // of the step; (row, head) pair m = row_in_tile * group + head_in_group, warp w owns pairs
@@ -29,6 +30,7 @@
 
 #include "cuda_check.h"
 #include "cp_async.cuh"
+#include "kv_cache.cuh"
 #include "ldmatrix.cuh"
 #include "mma_f16.cuh"
 #include "launch.cuh"
@@ -37,6 +39,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 namespace tandem::cuda {
 namespace {
@@ -121,6 +124,30 @@ __device__ __forceinline__ void stage_kv_tile(const float *k_src, const float *v
         cp_async_16(&stage[1][key][col], v_src + off, live ? 16 : 0);
     }
     cp_async_commit();
+}
+
+// A cache of q8_0 blocks: keys [t0, t0 + ap_keys) dequantized (kv_load: float(q) * float(d)) into
+// stage by plain loads, keys from `end` on as zeros; the float path's split then takes the stage.
+// base: element of key 0 of the slot and head in each plane.
+template <int dh, int W>
+__device__ __forceinline__ void stage_q8_tile(const void *k_plane, const void *v_plane, int64_t base, int64_t key_stride,
+                                              int t0, int end, float (&stage)[2][ap_keys][dh]) {
+    using share = ap_tile_share<dh, W>;
+#pragma unroll
+    for (int it = 0; it < share::n; ++it) {
+        const int idx = threadIdx.x + it * 32 * W, key = idx / share::per_key, col = 4 * (idx % share::per_key);
+        const bool live = t0 + key < end;
+        const int64_t e = base + (t0 + key) * key_stride + col;
+#pragma unroll
+        for (int m = 0; m < 2; ++m) {
+            const void *plane = m == 0 ? k_plane : v_plane;
+            float4 f = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            if (live)
+                f = make_float4(kv_load<block_q8_0>(plane, e), kv_load<block_q8_0>(plane, e + 1),
+                                kv_load<block_q8_0>(plane, e + 2), kv_load<block_q8_0>(plane, e + 3));
+            *reinterpret_cast<float4 *>(&stage[m][key][col]) = f;
+        }
+    }
 }
 
 // A cache of halves needs no split: keys [t0, t0 + ap_keys) go by cp.async straight into one of two
@@ -245,6 +272,8 @@ __global__ void __launch_bounds__(32 * W, 8 / W) attention_prompt_kernel(const a
         if constexpr (halves)
             stage_half_tile<dh, W>(static_cast<const __half *>(a.k_cache) + base, static_cast<const __half *>(a.v_cache) + base,
                                    kv_dim, t0, sm.pass_end[ps], sm.k[buf], sm.v[buf]);
+        else if constexpr (std::is_same_v<KV, block_q8_0>)
+            stage_q8_tile<dh, W>(a.k_cache, a.v_cache, base, kv_dim, t0, sm.pass_end[ps], sm.stage);
         else
             stage_kv_tile<dh, W>(static_cast<const float *>(a.k_cache) + base, static_cast<const float *>(a.v_cache) + base,
                                  kv_dim, t0, sm.pass_end[ps], sm.stage);
@@ -394,7 +423,9 @@ void launch_attention_prompt_w(const attention_args &a, cudaStream_t stream) {
         allow_dynamic_smem(kernel, smem);
         launch_pdl_smem(kernel, grid, dim3(32 * W), smem, stream, a);
     };
-    if (a.kv_f16)
+    if (a.kv_q8_0)
+        go(attention_prompt_kernel<dh, W, block_q8_0>);
+    else if (a.kv_f16)
         go(attention_prompt_kernel<dh, W, __half>);
     else
         go(attention_prompt_kernel<dh, W, float>);
@@ -421,6 +452,7 @@ void attention_prompt(const attention_args &a, cudaStream_t stream) {
     TANDEM_CUDA_REQUIRE(a.q && a.k_cache && a.v_cache && a.slots && a.positions && a.out, "attention_prompt: null pointer");
     TANDEM_CUDA_REQUIRE(a.n_rows >= 0 && a.n_ctx > 0 && a.n_head_kv <= 65535, "attention_prompt: bad row, context or head count");
     TANDEM_CUDA_REQUIRE(!a.k_new, "attention_prompt: prompt rows take qk_rope_kv first (several rows may share a slot)");
+    TANDEM_CUDA_REQUIRE(!(a.kv_f16 && a.kv_q8_0), "attention_prompt: the cache holds halves or q8_0 blocks, not both");
     if (a.n_rows == 0) return;
     if (!attention_prompt_native(a.n_head, a.n_head_kv, a.d_head)) {
         // A block holds every query head of a KV head for at least one row; d_head 256: Q and O

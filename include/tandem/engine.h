@@ -120,9 +120,10 @@ struct engine_options {
     // The KV cache's element type: f32, f16 (half the bytes: the CUDA engine stores halves and its
     // decode attention runs on tensor cores; the CPU engine rounds each key and value to the
     // nearest half and keeps it as f32, so both compute on the same values), q8_0 (ggml's blocks of
-    // 32 int8 values and an f16 scale; the CPU engine rounds each row of keys and values through
-    // them as ggml's quantize_row_q8_0 does and keeps the results as f32; the CUDA engine refuses
-    // it), or automatic (f16 on the CUDA backend, f32 on the CPU: the server's default).
+    // 32 int8 values and an f16 scale, 34 bytes per 32 values on both engines: each row of keys and
+    // values quantized as ggml's quantize_row_q8_0 does, dequantized by the attention as it loads
+    // them), or automatic (f16 on the CUDA backend, q8_0 where f16's plan would not fit; f32 on
+    // the CPU: the server's default).
     kv_type kv = kv_type::f32;
     // CPU backend: products with Q4_K, Q6_K and Q8_0 weights on digits (int8 activation digits,
     // integer dot products: the GPU's arithmetic on Q4_K, several times faster) or exact (each
@@ -146,6 +147,9 @@ struct engine_options {
 
 // options.kv with automatic resolved by the backend (options.backend, resolved first when automatic).
 kv_type engine_kv_type_resolve(const engine_options &options);
+// The same for a model file, as engine_open resolves it: on the CUDA backend, automatic is f16,
+// or q8_0 where the placement plan fits with q8_0 but not with f16 (logged).
+kv_type engine_kv_type_fit(const gguf_file &file, const engine_options &options);
 // Bytes of one KV cache element for the resolved options.kv: 4, 2, or 34/32 for q8_0.
 double engine_kv_bytes(const engine_options &options);
 // Bytes of a row of `width` cache elements of `type` (resolved), as slot blobs and files hold it;
@@ -174,7 +178,7 @@ public:
 
     // A slot's K/V as a blob, for the host prompt cache and slot files. A blob of n tokens holds,
     // token after token, every layer's cache planes (model_kv_shape_of) once in layer order, each
-    // plane's `width` elements in the cache's type (kv_cache_type: floats or halves), bitwise as
+    // plane's `width` elements in the cache's type (kv_cache_type: floats, halves or q8_0 blocks), bitwise as
     // the slot holds them, whatever the placement; so its first m tokens are the blob of m.
     // Bytes of one token of a blob; 0: this engine cannot move K/V (the methods below throw).
     virtual uint64_t kv_token_bytes() const { return 0; }
@@ -189,8 +193,9 @@ public:
     // One line describing the backend and placement ("cpu: 1 device, 16 slots x 4096 ...").
     virtual std::string layout() const = 0;
 
-    // Backend counters for benchmarks and /metrics (e.g. "launches_per_step", "device_name" is
-    // not a number so it goes in layout()). Empty when the backend keeps none.
+    // Backend counters for benchmarks and /metrics (e.g. "launches_per_step"; "kv_bytes": the KV
+    // cache's bytes over every device; "device_name" is not a number so it goes in layout()).
+    // Empty when the backend keeps none.
     virtual std::map<std::string, double> counters() const { return {}; }
 
     // The distinct physical GPUs the engine runs on, in plan order; empty for the CPU backend.

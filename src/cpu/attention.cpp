@@ -9,6 +9,22 @@
 
 namespace tandem::cpu {
 
+namespace {
+
+// out[i] <- element e0 + i of a q8_0 cache (elements counted across its rows), i < n, block by
+// block: float(q) * float(d) as dequantize_row_q8_0.
+void q8_0_load(const block_q8_0 *cache, int64_t e0, int64_t n, float *out) {
+    for (int64_t i = 0; i < n;) {
+        const block_q8_0 &b = cache[(e0 + i) / 32];
+        const float d = fp16_to_fp32(b.d);
+        const int64_t j0 = (e0 + i) % 32, m = std::min<int64_t>(32 - j0, n - i);
+        for (int64_t j = 0; j < m; ++j) out[i + j] = static_cast<float>(b.qs[j0 + j]) * d;
+        i += m;
+    }
+}
+
+}  // namespace
+
 void attention(const cpu_context &ctx, const attention_args &a) {
     const int64_t group = a.n_head / a.n_head_kv;  // query heads sharing one KV head (GQA)
     const int64_t kv_stride = a.n_head_kv * a.d_head;
@@ -19,11 +35,18 @@ void attention(const cpu_context &ctx, const attention_args &a) {
         const int64_t kvh = h / group;
         const int64_t n_pos = int64_t(a.positions[r]) + 1;
         const float *q = a.q + item * a.d_head;
-        thread_local std::vector<float> scores;
+        thread_local std::vector<float> scores, loaded;
         scores.resize(static_cast<size_t>(n_pos));
+        loaded.resize(static_cast<size_t>(a.d_head));
+        // Position p's key or value of this head: in place, or dequantized into `loaded`.
+        auto row = [&](const float *const *f32, const block_q8_0 *const *q8, int64_t p) -> const float * {
+            if (!q8) return f32[r] + p * kv_stride + kvh * a.d_head;
+            q8_0_load(q8[r], p * kv_stride + kvh * a.d_head, a.d_head, loaded.data());
+            return loaded.data();
+        };
         float max_score = -INFINITY;
         for (int64_t p = 0; p < n_pos; ++p) {
-            scores[p] = dot_f32(q, a.k[r] + p * kv_stride + kvh * a.d_head, a.d_head) * a.scale;
+            scores[p] = dot_f32(q, row(a.k, a.k_q8, p), a.d_head) * a.scale;
             max_score = std::max(max_score, scores[p]);
         }
         float sum = 0.0f;
@@ -31,7 +54,7 @@ void attention(const cpu_context &ctx, const attention_args &a) {
         float *out = a.out + item * a.d_head;
         std::fill(out, out + a.d_head, 0.0f);
         for (int64_t p = 0; p < n_pos; ++p) {
-            const float *v = a.v[r] + p * kv_stride + kvh * a.d_head;
+            const float *v = row(a.v, a.v_q8, p);
             const float weight = scores[p];
             for (int64_t i = 0; i < a.d_head; ++i) out[i] += weight * v[i];
         }

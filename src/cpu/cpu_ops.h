@@ -4,6 +4,7 @@
 // row's logits bitwise independent of its batch. Threads split work by output elements.
 #pragma once
 
+#include "tandem/quant_blocks.h"
 #include "tandem/types.h"
 
 #include <cstddef>
@@ -71,6 +72,12 @@ struct attention_args {
     float *out;                // [n_rows][n_head][d_head]
     int64_t n_rows = 0, n_head = 0, n_head_kv = 0, d_head = 0;
     float scale = 1.0f;
+    // A q8_0 cache instead of k and v (then unused): each row's slot K and V caches as ggml's q8_0
+    // blocks of its [n_ctx][n_head_kv * d_head] values, each value dequantized as it is loaded
+    // (float(q) * float(d), dequantize_row_q8_0's expression), so the arithmetic is that of k and v
+    // holding the dequantized floats.
+    const block_q8_0 *const *k_q8 = nullptr;
+    const block_q8_0 *const *v_q8 = nullptr;
 };
 void attention(const cpu_context &ctx, const attention_args &args);
 

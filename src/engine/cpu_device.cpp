@@ -30,15 +30,16 @@ cpu_device::cpu_device(const model_hparams &hp, const model_tensors &tensors, cp
     const model_kv_shape kv = model_kv_shape_of(hp_);
     kv_dim_ = kv.width;
     kv_planes_ = kv.n_planes;
-    kv_row_bytes(cache_type_, kv_dim_);  // refuses a q8_0 cache of rows that are not whole blocks
+    // kv_row_bytes refuses a q8_0 cache of rows that are not whole blocks.
+    kv_row_ = cache_type_ == kv_type::q8_0 ? size_t(kv_row_bytes(cache_type_, kv_dim_)) : size_t(kv_dim_) * sizeof(float);
     const size_t n_layers = size_t(part_.layer_end - part_.layer_begin);
-    kv_bytes_ = n_layers * size_t(kv_planes_) * size_t(n_slots_) * size_t(n_ctx_) * size_t(kv_dim_) * sizeof(float);
+    kv_bytes_ = n_layers * size_t(kv_planes_) * size_t(n_slots_) * size_t(n_ctx_) * kv_row_;
     if (kv_bytes_ > 0) {
         // Anonymous mapping: pages cost nothing until a slot writes them.
         void *p = mmap(nullptr, kv_bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
         if (p == MAP_FAILED)
             fail(error_kind::config, "cannot reserve {:.2f} GiB for the KV cache", kv_bytes_ / 1073741824.0);
-        kv_ = static_cast<float *>(p);
+        kv_ = static_cast<uint8_t *>(p);
     }
     if (hp_.arch == model_arch::deepseek2) mla_prepare();
 }
@@ -47,40 +48,40 @@ cpu_device::~cpu_device() {
     if (kv_) munmap(kv_, kv_bytes_);
 }
 
-float *cpu_device::kv_plane(int32_t layer, int32_t plane, int32_t slot) const {
+uint8_t *cpu_device::kv_plane(int32_t layer, int32_t plane, int32_t slot) const {
     const size_t l = size_t(layer - part_.layer_begin);
-    return kv_ + ((l * size_t(kv_planes_) + size_t(plane)) * size_t(n_slots_) + size_t(slot)) * size_t(n_ctx_) * size_t(kv_dim_);
+    return kv_ + ((l * size_t(kv_planes_) + size_t(plane)) * size_t(n_slots_) + size_t(slot)) * size_t(n_ctx_) * kv_row_;
 }
 
-float *cpu_device::k_cache(int32_t layer, int32_t slot) const { return kv_plane(layer, 0, slot); }
-
-float *cpu_device::v_cache(int32_t layer, int32_t slot) const { return kv_plane(layer, 1, slot); }
-
-// The cache's rounding: to halves, or through ggml's q8_0 blocks (quantize_row_q8_0's rounding).
-void cpu_device::kv_round(float *x, int64_t n_rows) const {
-    if (cache_type_ == kv_type::f16)
-        for (int64_t i = 0; i < n_rows * kv_dim_; ++i) x[i] = fp16_to_fp32(fp32_to_fp16(x[i]));
-    if (cache_type_ != kv_type::q8_0) return;
-    std::vector<block_q8_0> blocks(size_t(kv_dim_ / 32));
-    for (int64_t r = 0; r < n_rows; ++r) {
-        quantize_row(ggml_type::q8_0, x + r * kv_dim_, blocks.data(), kv_dim_);
-        dequantize_row(ggml_type::q8_0, blocks.data(), x + r * kv_dim_, kv_dim_);
-    }
+// The cache's rounding: to halves, or ggml's q8_0 blocks (quantize_row_q8_0).
+void cpu_device::kv_write(int32_t layer, int32_t plane, int32_t slot, int32_t pos, const float *x) const {
+    uint8_t *dst = kv_plane(layer, plane, slot) + size_t(pos) * kv_row_;
+    if (cache_type_ == kv_type::q8_0) return quantize_row(ggml_type::q8_0, x, dst, kv_dim_);
+    float *row = reinterpret_cast<float *>(dst);
+    for (int64_t i = 0; i < kv_dim_; ++i) row[i] = cache_type_ == kv_type::f16 ? fp16_to_fp32(fp32_to_fp16(x[i])) : x[i];
 }
 
-// The cache's floats are rounded already, so a blob holds them in the cache's type exactly: halves,
-// or q8_0 blocks, which quantising a dequantised block gives back unchanged.
+const float *cpu_device::kv_floats(int32_t layer, int32_t plane, int32_t slot, int32_t n_pos, std::vector<float> &buf) const {
+    const uint8_t *src = kv_plane(layer, plane, slot);
+    if (cache_type_ != kv_type::q8_0) return reinterpret_cast<const float *>(src);
+    buf.resize(size_t(n_pos) * size_t(kv_dim_));
+    dequantize_row(ggml_type::q8_0, src, buf.data(), int64_t(n_pos) * kv_dim_);
+    return buf.data();
+}
+
+// A blob holds the cache's rows in its type: an f16 cache's floats are halves exactly, and q8_0
+// rows are already the blob's blocks.
 void cpu_device::kv_export(int32_t slot, int32_t n, uint8_t *blob, size_t token_bytes) const {
     const size_t width = size_t(kv_dim_), row_bytes = size_t(kv_row_bytes(cache_type_, kv_dim_));
     for (int32_t l = part_.layer_begin; l < part_.layer_end; ++l)
         for (int32_t p = 0; p < kv_planes_; ++p) {
-            const float *src = kv_plane(l, p, slot);
+            const uint8_t *src = kv_plane(l, p, slot);
             const size_t offset = (size_t(l) * size_t(kv_planes_) + size_t(p)) * row_bytes;
             for (int32_t t = 0; t < n; ++t) {
                 uint8_t *dst = blob + size_t(t) * token_bytes + offset;
-                const float *row = src + size_t(t) * width;
+                const float *row = reinterpret_cast<const float *>(src + size_t(t) * kv_row_);
                 if (cache_type_ == kv_type::q8_0) {
-                    quantize_row(ggml_type::q8_0, row, dst, int64_t(width));
+                    std::memcpy(dst, src + size_t(t) * kv_row_, row_bytes);
                 } else if (cache_type_ == kv_type::f16) {
                     for (size_t i = 0; i < width; ++i) {
                         const uint16_t half = fp32_to_fp16(row[i]);
@@ -97,13 +98,13 @@ void cpu_device::kv_import(int32_t slot, int32_t n, const uint8_t *blob, size_t 
     const size_t width = size_t(kv_dim_), row_bytes = size_t(kv_row_bytes(cache_type_, kv_dim_));
     for (int32_t l = part_.layer_begin; l < part_.layer_end; ++l)
         for (int32_t p = 0; p < kv_planes_; ++p) {
-            float *dst = kv_plane(l, p, slot);
+            uint8_t *dst = kv_plane(l, p, slot);
             const size_t offset = (size_t(l) * size_t(kv_planes_) + size_t(p)) * row_bytes;
             for (int32_t t = 0; t < n; ++t) {
                 const uint8_t *src = blob + size_t(t) * token_bytes + offset;
-                float *row = dst + size_t(t) * width;
+                float *row = reinterpret_cast<float *>(dst + size_t(t) * kv_row_);
                 if (cache_type_ == kv_type::q8_0) {
-                    dequantize_row(ggml_type::q8_0, src, row, int64_t(width));
+                    std::memcpy(dst + size_t(t) * kv_row_, src, row_bytes);
                 } else if (cache_type_ == kv_type::f16) {
                     for (size_t i = 0; i < width; ++i) {
                         uint16_t half = 0;
@@ -120,7 +121,7 @@ void cpu_device::kv_import(int32_t slot, int32_t n, const uint8_t *blob, size_t 
 void cpu_device::kv_copy(int32_t src, int32_t dst, int32_t n) {
     for (int32_t l = part_.layer_begin; l < part_.layer_end; ++l)
         for (int32_t p = 0; p < kv_planes_; ++p)
-            std::memcpy(kv_plane(l, p, dst), kv_plane(l, p, src), size_t(n) * size_t(kv_dim_) * sizeof(float));
+            std::memcpy(kv_plane(l, p, dst), kv_plane(l, p, src), size_t(n) * kv_row_);
 }
 
 cpu::cpu_matrix cpu_device::matrix(const gguf_tensor_info *t, int64_t n_in, int64_t n_out) const {
@@ -163,16 +164,21 @@ void cpu_device::layer_attention(int32_t layer, std::span<const engine_row> rows
     // Every row's K/V goes into its slot before any row attends, so rows of one slot in this call
     // see each other causally (by position), and rows of other slots never.
     const float **kc = cpu::grow(kc_, rows.size()), **vc = cpu::grow(vc_, rows.size());
-    kv_round(k, n);
-    kv_round(v, n);
+    const block_q8_0 **kq = cpu::grow(kq_, rows.size()), **vq = cpu::grow(vq_, rows.size());
     for (size_t i = 0; i < rows.size(); ++i) {
-        float *kd = k_cache(layer, rows[i].slot), *vd = v_cache(layer, rows[i].slot);
-        std::copy_n(k + i * size_t(kv_dim_), kv_dim_, kd + size_t(rows[i].pos) * size_t(kv_dim_));
-        std::copy_n(v + i * size_t(kv_dim_), kv_dim_, vd + size_t(rows[i].pos) * size_t(kv_dim_));
-        kc[i] = kd;
-        vc[i] = vd;
+        kv_write(layer, 0, rows[i].slot, rows[i].pos, k + i * size_t(kv_dim_));
+        kv_write(layer, 1, rows[i].slot, rows[i].pos, v + i * size_t(kv_dim_));
+        const uint8_t *kd = kv_plane(layer, 0, rows[i].slot), *vd = kv_plane(layer, 1, rows[i].slot);
+        kc[i] = reinterpret_cast<const float *>(kd);
+        vc[i] = reinterpret_cast<const float *>(vd);
+        kq[i] = reinterpret_cast<const block_q8_0 *>(kd);
+        vq[i] = reinterpret_cast<const block_q8_0 *>(vd);
     }
-    const cpu::attention_args args{q, kc, vc, pos, att, n, hp_.n_head, hp_.n_head_kv, dh, 1.0f / std::sqrt(float(dh))};
+    cpu::attention_args args{q, kc, vc, pos, att, n, hp_.n_head, hp_.n_head_kv, dh, 1.0f / std::sqrt(float(dh))};
+    if (cache_type_ == kv_type::q8_0) {
+        args.k_q8 = kq;
+        args.v_q8 = vq;
+    }
     cpu::attention(ctx_, args);
     cpu::matmul(ctx_, matrix(lt.wo, q_dim, d), att, o, n);
     for (int64_t i = 0; i < n * d; ++i) x[i] += o[size_t(i)];

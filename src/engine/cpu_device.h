@@ -24,9 +24,9 @@ struct cpu_part {
 
 class cpu_device {
 public:
-    // kv (resolved): f32, or f16 / q8_0: keys and values are rounded as they enter the cache (kept
-    // as f32) to what an f16 cache, or one of ggml's q8_0 blocks, holds. arithmetic: how quantized
-    // products are computed.
+    // kv (resolved): f32; f16: keys and values are rounded to halves as they enter the cache (kept
+    // as f32); q8_0: the cache holds ggml's q8_0 blocks of each row (quantize_row_q8_0), and the
+    // attention dequantizes them as it loads them. arithmetic: how quantized products are computed.
     cpu_device(const model_hparams &hp, const model_tensors &tensors, cpu_part part, int32_t n_slots, int32_t n_ctx,
                int32_t n_threads, kv_type kv = kv_type::f32, cpu::cpu_arithmetic arithmetic = cpu::cpu_arithmetic::exact);
     ~cpu_device();
@@ -64,11 +64,12 @@ public:
     void kv_copy(int32_t src, int32_t dst, int32_t n);
 
 private:
-    float *kv_plane(int32_t layer, int32_t plane, int32_t slot) const;  // [n_ctx][kv_dim]
-    // x [n_rows][kv_dim] <- the values the cache's type holds for them (f32: unchanged).
-    void kv_round(float *x, int64_t n_rows) const;
-    float *k_cache(int32_t layer, int32_t slot) const;
-    float *v_cache(int32_t layer, int32_t slot) const;
+    uint8_t *kv_plane(int32_t layer, int32_t plane, int32_t slot) const;  // [n_ctx] rows of kv_row_ bytes
+    // The slot's cache row of position pos <- x [kv_dim] as the cache's type holds it.
+    void kv_write(int32_t layer, int32_t plane, int32_t slot, int32_t pos, const float *x) const;
+    // A plane of the slot as floats for positions [0, n_pos): in place (f32, f16), or dequantized
+    // into buf (q8_0).
+    const float *kv_floats(int32_t layer, int32_t plane, int32_t slot, int32_t n_pos, std::vector<float> &buf) const;
     // deepseek2 (cpu_layer_deepseek2.cpp): tables made once, the latent attention and the router.
     void mla_prepare();
     void layer_attention_mla(int32_t layer, std::span<const engine_row> rows, float *x);
@@ -83,13 +84,15 @@ private:
     kv_type cache_type_ = kv_type::f32;
     int64_t kv_dim_ = 0;     // values a token leaves in one plane of a layer's cache
     int32_t kv_planes_ = 0;  // K and V, or deepseek2's one plane of latent and roped key
-    float *kv_ = nullptr;    // [layer_end - layer_begin][kv_planes][n_slots][n_ctx][kv_dim]; lazily backed
+    size_t kv_row_ = 0;      // bytes of a cached row: kv_dim floats (f32, f16), or q8_0 blocks
+    uint8_t *kv_ = nullptr;  // [layer_end - layer_begin][kv_planes][n_slots][n_ctx] rows; lazily backed
     size_t kv_bytes_ = 0;
     // Scratch kept across calls (they only grow): the ops' workspace and the layer's activations.
     cpu::cpu_workspace ws_;
     std::vector<float> h_, q_, k_, v_, att_, o_, router_logits_;
     std::vector<int32_t> pos_;
     std::vector<const float *> kc_, vc_;
+    std::vector<const block_q8_0 *> kq_, vq_;
     std::vector<size_t> picked_;
     // deepseek2: rope frequencies, the softmax scale, and per layer the key half of attn_kv_b
     // transposed to attn_k_b's layout [n_head][kv_lora][d_nope] (empty for the split form).

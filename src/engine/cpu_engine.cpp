@@ -159,12 +159,15 @@ std::string cpu_engine::layout() const {
     for (const auto &d : devices_) kv += d ? d->kv_bytes() : 0;
     const bool digits = arithmetic_ == cpu::cpu_arithmetic::digits;
     return fmt::format("{} | cpu threads={} micro-batches={} kv={} {:.2f} GiB arithmetic={}{}{}", placement_layout_line(plan_), n_threads_,
-                       micro_batches_ > 0 ? micro_batches_ : plan_.n_stages, kv_ == kv_type::f32 ? std::string("f32") : fmt::format("{} (as f32)", kv_type_name(kv_)), kv / 1073741824.0,
+                       micro_batches_ > 0 ? micro_batches_ : plan_.n_stages, kv_ == kv_type::f16 ? std::string("f16 (as f32)") : std::string(kv_type_name(kv_)), kv / 1073741824.0,
                        digits ? "digits (" : "exact", digits ? cpu::cpu_isa_name(cpu::cpu_isa_best()) : "", digits ? ")" : "");
 }
 
 std::map<std::string, double> cpu_engine::counters() const {
+    size_t kv = 0;
+    for (const auto &d : devices_) kv += d->kv_bytes();
     return {{"experts_touched_per_layer", experts_touched_},
+            {"kv_bytes", double(kv)},
             {"threads", double(n_threads_)},
             {"devices", double(devices_.size())},
             {"bytes_moved_last_step", double(bytes_moved_)},

@@ -106,7 +106,7 @@ private:
     std::vector<stage_scratch> scratch_;                  // [stage]
     slot_table slots_;
     int32_t n_threads_ = 0, micro_batches_ = 0;
-    kv_type kv_ = kv_type::f32;  // engine_options::kv resolved: f16 and q8_0 round keys and values to that type
+    kv_type kv_ = kv_type::f32;  // engine_options::kv resolved: f16 rounds keys and values (kept as f32), q8_0 stores blocks
     cpu::cpu_arithmetic arithmetic_ = cpu::cpu_arithmetic::digits;
     double experts_touched_ = 0;     // distinct experts per layer in the last forward (average)
     uint64_t bytes_moved_ = 0;       // hidden states, expert outputs and logits between devices

@@ -84,14 +84,24 @@ void cpu_device::layer_attention_mla(int32_t layer, std::span<const engine_row> 
     cpu::rope_pairs(kv.data() + lora, pos.data(), n, kv_w, 1, 0, rope_freq_.data(), rope, 1.0f);
     cpu::rope_pairs(q.data() + nope, pos.data(), n, q_dim, nh, dh, rope_freq_.data(), rope, 1.0f);
     TANDEM_ASSERT(kv_w == kv_dim_, "the latent cache's rows are {} wide, not {}", kv_dim_, kv_w);
-    kv_round(kv.data(), n);
 
-    // Every row's cache entry is written before any row attends (rows of one slot see each other by position).
+    // Every row's cache entry is written before any row attends (rows of one slot see each other by
+    // position). Every head reads the whole latent, so a q8_0 cache is dequantized once a slot
+    // (positions up to its last row's) rather than at each load.
+    for (size_t i = 0; i < rows.size(); ++i) kv_write(layer, 0, rows[i].slot, rows[i].pos, kv.data() + i * size_t(kv_w));
     std::vector<const float *> cache(rows.size());
+    std::vector<std::vector<float>> dequantized(rows.size());
     for (size_t i = 0; i < rows.size(); ++i) {
-        float *c = k_cache(layer, rows[i].slot);
-        std::copy_n(kv.data() + i * size_t(kv_w), kv_w, c + size_t(rows[i].pos) * size_t(kv_w));
-        cache[i] = c;
+        size_t first = 0;  // the call's first row of this slot holds the slot's floats
+        while (rows[first].slot != rows[i].slot) ++first;
+        if (first < i) {
+            cache[i] = cache[first];
+            continue;
+        }
+        int32_t n_pos = 0;
+        for (const engine_row &row : rows)
+            if (row.slot == rows[i].slot) n_pos = std::max(n_pos, row.pos + 1);
+        cache[i] = kv_floats(layer, 0, rows[i].slot, n_pos, dequantized[i]);
     }
     for (int64_t r = 0; r < n; ++r)
         for (int64_t hh = 0; hh < nh; ++hh)

@@ -110,7 +110,7 @@ uint64_t cuda_device::scratch_bytes(const model_hparams &hp, int32_t n_ctx, bool
 }
 
 cuda_device::cuda_device(const model_hparams &hp, const model_tensors &tensors, const placement_device_plan &part,
-                         int32_t n_slots, int32_t n_ctx, bool record_traffic, bool kv_f16, load_meter *meter)
+                         int32_t n_slots, int32_t n_ctx, bool record_traffic, kv_type kv, load_meter *meter)
     : s_(std::make_unique<state>()) {
     state &m = *s_;
     m.hp = &hp;
@@ -239,12 +239,12 @@ cuda_device::cuda_device(const model_hparams &hp, const model_tensors &tensors, 
     }
     if (part.embedding) m.tok_embd = mat(embd_off, tensors.tok_embd, rows_of(tensors.tok_embd));
 
-    // K/V of the layers here (F32 like the CPU twin, or F16: engine_options::kv); RoPE
+    // K/V of the layers here (F32 like the CPU twin, F16 or Q8_0: engine_options::kv); RoPE
     // frequencies computed as the CPU does.
     m.n_chunks = cuda::attention_chunks(n_ctx);
-    m.kv_f16 = kv_f16;
-    const size_t kv_elem = kv_f16 ? 2 : 4;
-    m.kv_bytes = size_t(part.layer_end - part.layer_begin) * 2 * size_t(n_slots) * size_t(n_ctx) * size_t(kv_dim) * kv_elem;
+    m.kv_elem = kv;
+    m.kv_row = size_t(kv_row_bytes(kv, kv_dim));
+    m.kv_bytes = size_t(part.layer_end - part.layer_begin) * 2 * size_t(n_slots) * size_t(n_ctx) * m.kv_row;
     m.kv = device_alloc<uint8_t>(m.kv_bytes);
     std::vector<float> inv_freq(size_t(dh / 2));
     for (int64_t i = 0; i < dh / 2; ++i)

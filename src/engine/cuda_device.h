@@ -6,6 +6,7 @@
 #pragma once
 
 #include "tandem/draw_exact.h"
+#include "tandem/engine.h"
 #include "tandem/model.h"
 #include "tandem/placement.h"
 
@@ -35,10 +36,10 @@ public:
     static uint64_t scratch_bytes(const model_hparams &hp, int32_t n_ctx, bool has_head, bool paired);
 
     // record_traffic: count the rows routed to each expert of this device's layers (hosts and
-    // single devices only: a partner routes the same rows). kv_f16: the KV cache holds halves.
-    // meter: counts the weights as they upload.
+    // single devices only: a partner routes the same rows). kv: the KV cache's element type
+    // (resolved). meter: counts the weights as they upload.
     cuda_device(const model_hparams &hp, const model_tensors &tensors, const placement_device_plan &part,
-                int32_t n_slots, int32_t n_ctx, bool record_traffic = false, bool kv_f16 = false,
+                int32_t n_slots, int32_t n_ctx, bool record_traffic = false, kv_type kv = kv_type::f32,
                 load_meter *meter = nullptr);
     ~cuda_device();
     cuda_device(const cuda_device &) = delete;

@@ -49,8 +49,9 @@ struct cuda_device::state {
 
     uint8_t *weights = nullptr;
     size_t weight_bytes = 0;
-    uint8_t *kv = nullptr;          // [layers here][2][n_slots][n_ctx][kv_dim] floats, or halves (kv_f16)
-    bool kv_f16 = false;
+    uint8_t *kv = nullptr;          // [layers here][2][n_slots][n_ctx] rows of kv_dim floats, halves or q8_0 blocks
+    kv_type kv_elem = kv_type::f32;  // resolved engine_options::kv
+    size_t kv_row = 0;              // bytes of one row (kv_row_bytes)
     size_t kv_bytes = 0;
     float *inv_freq = nullptr;
     cuda_matrix tok_embd, head;     // head: this device's vocab rows

@@ -171,8 +171,8 @@ cuda_engine::cuda_engine(std::shared_ptr<const gguf_file> file, const engine_opt
       slots_(options, hp_), host_(std::make_unique<host_state>()) {
     n_slots_ = options.n_slots;
     n_ctx_ = options.n_ctx;
-    if (engine_kv_type_resolve(options) == kv_type::q8_0) fail(error_kind::config, "the CUDA engine takes an f32 or f16 KV cache, not q8_0");
-    kv_f16_ = engine_kv_bytes(options) == 2;
+    kv_ = engine_kv_type_resolve(options);
+    kv_row_bytes(kv_, int64_t(hp_.n_head_kv) * hp_.d_head);  // refuses a q8_0 cache of rows that are not whole blocks
     if (options.micro_batches < 0) fail(error_kind::config, "micro-batches must be >= 0, got {}", options.micro_batches);
     micro_batches_ = options.micro_batches;
     record_traffic_ = options.record_expert_traffic;
@@ -187,7 +187,7 @@ cuda_engine::cuda_engine(std::shared_ptr<const gguf_file> file, const engine_opt
     load_meter meter(options.progress, planned);
     for (const placement_device_plan &dp : plan_.devices)
         devices_.push_back(std::make_unique<cuda_device>(hp_, tensors_, dp, n_slots_, n_ctx_, options.record_expert_traffic,
-                                                         kv_f16_, &meter));
+                                                         kv_, &meter));
     meter.finish();
     links_ = std::make_unique<cuda_links>(devices_, options.transport);
     multi_graphs_ = options.cuda_graphs_multi;
@@ -247,7 +247,7 @@ cuda_engine::cuda_engine(std::shared_ptr<const gguf_file> file, const engine_opt
         kv += d->kv_bytes();
     }
     log_info("cuda: {} logical device(s), weights {:.2f} GiB, KV {:.2f} GiB ({}), {}", devices_.size(),
-             double(weights) / gib, double(kv) / gib, kv_f16_ ? "f16" : "f32", links_->describe());
+             double(weights) / gib, double(kv) / gib, kv_type_name(kv_), links_->describe());
 }
 
 cuda_engine::~cuda_engine() {
@@ -275,7 +275,7 @@ std::string cuda_engine::layout() const {
         ? std::string("one device")
         : fmt::format("{} devices on {} GPU{}", devices_.size(), gpus.size(), gpus.size() == 1 ? "" : "s");
     return fmt::format("{} | cuda {} ({}) {} kv={} {:.2f} GiB {}", placement_layout_line(plan_), devices_.front()->name(),
-                       where, links_->describe(), kv_f16_ ? "f16" : "f32", double(kv) / gib, steps);
+                       where, links_->describe(), kv_type_name(kv_), double(kv) / gib, steps);
 }
 
 std::vector<int32_t> cuda_engine::gpus() const {
@@ -303,8 +303,13 @@ std::vector<engine_device_memory> cuda_engine::device_memory() const {
 
 std::map<std::string, double> cuda_engine::counters() const {
     std::set<int32_t> gpus;
-    for (const auto &d : devices_) gpus.insert(d->physical());
+    uint64_t kv = 0;
+    for (const auto &d : devices_) {
+        gpus.insert(d->physical());
+        kv += d->kv_bytes();
+    }
     return {{"launches_per_step", double(launches_per_step_)},
+            {"kv_bytes", double(kv)},
             {"gpus", double(gpus.size())},
             {"experts_touched_per_layer", experts_touched_per_layer_},
             {"devices", double(devices_.size())},

@@ -31,7 +31,7 @@ public:
     int32_t slot_length(int32_t slot) const override;
     void slot_truncate(int32_t slot, int32_t n_keep) override;
     uint64_t kv_token_bytes() const override;
-    kv_type kv_cache_type() const override { return kv_f16_ ? kv_type::f16 : kv_type::f32; }
+    kv_type kv_cache_type() const override { return kv_; }
     void slot_export(int32_t slot, int32_t n_tokens, std::span<uint8_t> out) override;
     void slot_import(int32_t slot, std::span<const uint8_t> in) override;
     void slot_copy(int32_t src, int32_t dst, int32_t n_tokens) override;
@@ -89,7 +89,7 @@ private:
     model_tensors tensors_;
     slot_table slots_;
     int32_t n_slots_ = 0, n_ctx_ = 0, micro_batches_ = 0;
-    bool kv_f16_ = false;  // engine_options::kv_type "f16"
+    kv_type kv_ = kv_type::f32;  // engine_options::kv resolved: f32, f16 or q8_0
     bool multi_graphs_ = false;
     bool device_top_ = false;      // the head's devices reduce logits rows to summaries
     // engine_options::device_draws where the plan allows: the device that draws (it holds the

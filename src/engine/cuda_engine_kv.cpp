@@ -20,19 +20,17 @@ namespace {
 // enough to take from pinned memory at any time.
 constexpr size_t kv_staging_target = size_t(64) << 20;
 
-size_t kv_elem_bytes(const cuda_device::state &m) { return m.kv_f16 ? 2 : 4; }
-size_t kv_width(const cuda_device::state &m) { return size_t(m.hp->n_head_kv) * size_t(m.hp->d_head); }
-
-// Layer l's plane (0: K, 1: V) of the slot: [n_ctx][kv_dim] elements.
+// Layer l's plane (0: K, 1: V) of the slot: [n_ctx] rows of m.kv_row bytes (kv_dim floats, halves
+// or q8_0 blocks).
 uint8_t *kv_plane(const cuda_device::state &m, int32_t layer, int32_t plane, int32_t slot) {
-    const size_t row = kv_width(m) * kv_elem_bytes(m), cache = size_t(m.n_slots) * size_t(m.n_ctx) * row;
+    const size_t row = m.kv_row, cache = size_t(m.n_slots) * size_t(m.n_ctx) * row;
     const size_t l = size_t(layer - m.part.layer_begin);
     return m.kv + (l * 2 + size_t(plane)) * cache + size_t(slot) * size_t(m.n_ctx) * row;
 }
 
 // Where layer l's plane starts inside one token of a blob.
 size_t kv_blob_offset(const cuda_device::state &m, int32_t layer, int32_t plane) {
-    return (size_t(layer) * 2 + size_t(plane)) * kv_width(m) * kv_elem_bytes(m);
+    return (size_t(layer) * 2 + size_t(plane)) * m.kv_row;
 }
 
 }  // namespace
@@ -40,7 +38,7 @@ size_t kv_blob_offset(const cuda_device::state &m, int32_t layer, int32_t plane)
 void cuda_device::kv_download(int32_t slot, int32_t t0, int32_t n, uint8_t *host_pinned, size_t token_bytes) {
     state &m = *s_;
     TANDEM_CUDA_CHECK(cudaSetDevice(m.device));
-    const size_t row = kv_width(m) * kv_elem_bytes(m);
+    const size_t row = m.kv_row;
     for (int32_t l = m.part.layer_begin; l < m.part.layer_end; ++l)
         for (int32_t p = 0; p < 2; ++p)
             TANDEM_CUDA_CHECK(cudaMemcpy2DAsync(host_pinned + kv_blob_offset(m, l, p), token_bytes,
@@ -51,7 +49,7 @@ void cuda_device::kv_download(int32_t slot, int32_t t0, int32_t n, uint8_t *host
 void cuda_device::kv_upload(int32_t slot, int32_t t0, int32_t n, const uint8_t *host_pinned, size_t token_bytes) {
     state &m = *s_;
     TANDEM_CUDA_CHECK(cudaSetDevice(m.device));
-    const size_t row = kv_width(m) * kv_elem_bytes(m);
+    const size_t row = m.kv_row;
     for (int32_t l = m.part.layer_begin; l < m.part.layer_end; ++l)
         for (int32_t p = 0; p < 2; ++p)
             TANDEM_CUDA_CHECK(cudaMemcpy2DAsync(kv_plane(m, l, p, slot) + size_t(t0) * row, row,
@@ -62,7 +60,7 @@ void cuda_device::kv_upload(int32_t slot, int32_t t0, int32_t n, const uint8_t *
 void cuda_device::kv_copy(int32_t src, int32_t dst, int32_t n) {
     state &m = *s_;
     TANDEM_CUDA_CHECK(cudaSetDevice(m.device));
-    const size_t bytes = size_t(n) * kv_width(m) * kv_elem_bytes(m);
+    const size_t bytes = size_t(n) * m.kv_row;
     for (int32_t l = m.part.layer_begin; l < m.part.layer_end; ++l)
         for (int32_t p = 0; p < 2; ++p)
             TANDEM_CUDA_CHECK(cudaMemcpyAsync(kv_plane(m, l, p, dst), kv_plane(m, l, p, src), bytes,
@@ -73,7 +71,7 @@ uint64_t cuda_engine::kv_token_bytes() const {
     const model_kv_shape kv = model_kv_shape_of(hp_);
     TANDEM_ASSERT(kv.n_planes == 2 && kv.width == int64_t(hp_.n_head_kv) * hp_.d_head,
                   "the CUDA cache holds K and V planes of n_head_kv x d_head");
-    return uint64_t(hp_.n_layer) * uint64_t(kv.per_token()) * (kv_f16_ ? 2 : 4);
+    return uint64_t(hp_.n_layer) * uint64_t(kv.n_planes) * kv_row_bytes(kv_, kv.width);
 }
 
 int32_t cuda_engine::kv_staging_tokens() {

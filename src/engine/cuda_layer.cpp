@@ -199,7 +199,7 @@ int64_t cuda_device::layer_attention(int32_t l, int32_t r0, int32_t n) {
     float *x = x_rows(r0), *h = h_rows(r0);
     const cuda_layer &L = m.layer(l);
     const size_t layer_here = size_t(l - m.part.layer_begin);
-    const size_t cache_bytes = size_t(m.n_slots) * size_t(m.n_ctx) * size_t(kv_dim) * (m.kv_f16 ? 2 : 4);
+    const size_t cache_bytes = size_t(m.n_slots) * size_t(m.n_ctx) * m.kv_row;
     void *k_cache = m.kv + (layer_here * 2 + 0) * cache_bytes;
     void *v_cache = m.kv + (layer_here * 2 + 1) * cache_bytes;
     // Whether the combine + norm before this layer left h's digits in the scratch (read once).
@@ -259,7 +259,8 @@ int64_t cuda_device::layer_attention(int32_t l, int32_t r0, int32_t n) {
     qa.positions = r.positions;
     qa.k_cache = k_cache;
     qa.v_cache = v_cache;
-    qa.kv_f16 = m.kv_f16;
+    qa.kv_f16 = m.kv_elem == kv_type::f16;
+    qa.kv_q8_0 = m.kv_elem == kv_type::q8_0;
     qa.n_rows = n;
     qa.n_head = hp.n_head;
     qa.n_head_kv = hp.n_head_kv;
@@ -277,7 +278,8 @@ int64_t cuda_device::layer_attention(int32_t l, int32_t r0, int32_t n) {
     aa.q = r.q;
     aa.k_cache = k_cache;
     aa.v_cache = v_cache;
-    aa.kv_f16 = m.kv_f16;
+    aa.kv_f16 = qa.kv_f16;
+    aa.kv_q8_0 = qa.kv_q8_0;
     aa.slots = r.slots;
     aa.positions = r.positions;
     aa.out = r.att;

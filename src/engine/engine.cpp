@@ -107,15 +107,45 @@ static engine_options resolve_backend(const gguf_file &file, const engine_option
 }
 #endif
 
+#ifdef TANDEM_HAVE_CUDA
+// --kv-type auto on CUDA: f16, or q8_0 where the plan does not fit with f16 and does with q8_0.
+// Where neither fits, f16, whose plan then reports why.
+static kv_type cuda_kv_fit(const gguf_file &file, engine_options options) {
+    const model_hparams hp = model_hparams_read(file);
+    options.kv = kv_type::f16;
+    try {
+        cuda_plan_make(file, hp, options);
+        return kv_type::f16;
+    } catch (const error &why) {
+        if (why.kind() != error_kind::config) throw;
+        options.kv = kv_type::q8_0;
+        try {
+            cuda_plan_make(file, hp, options);
+        } catch (const error &) {
+            return kv_type::f16;
+        }
+        log_info("--kv-type auto: q8_0, since the plan does not fit with an f16 KV cache ({})", why.what());
+        return kv_type::q8_0;
+    }
+}
+#endif
+
+kv_type engine_kv_type_fit(const gguf_file &file, const engine_options &options_in) {
+    if (options_in.kv != kv_type::automatic) return options_in.kv;
+    const engine_options options = resolve_backend(file, options_in);
+#ifdef TANDEM_HAVE_CUDA
+    if (options.backend == engine_backend::cuda) return cuda_kv_fit(file, options);
+#endif
+    return engine_kv_type_resolve(options);
+}
+
 std::unique_ptr<engine> engine_open(std::shared_ptr<const gguf_file> file, const engine_options &options_in) {
     engine_options options = resolve_backend(*file, options_in);
-    options.kv = engine_kv_type_resolve(options);
+    options.kv = engine_kv_type_fit(*file, options);
     const bool several_hosts = !options.hosts.empty() || !options.hosts_json.empty();
     if (several_hosts && options.backend != engine_backend::cpu)
         fail(error_kind::config, "several hosts (--hosts) run on the CPU backend (--backend cpu); the CUDA engine runs on one host");
     if (options.backend == engine_backend::cpu) return std::make_unique<cpu_engine>(std::move(file), options);
-    if (options.kv == kv_type::q8_0)
-        fail(error_kind::config, "--kv-type q8_0 runs on the CPU backend only so far (--backend cpu); the CUDA engine takes f32 or f16");
 #ifdef TANDEM_HAVE_CUDA
     return std::make_unique<cuda_engine>(std::move(file), options);
 #else

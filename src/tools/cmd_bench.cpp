@@ -497,7 +497,7 @@ TANDEM_COMMAND(bench, "Measure prefill and multi-session decode throughput", [](
                            {"file_type", file->get_int("general.file_type", -1)}, {"bytes", bytes.total()}};
         result["flags"] = {{"prompt", cli->prompt}, {"gen", cli->gen}, {"sessions", counts},
                            {"decode_prompt", cli->decode_prompt}, {"prefill_chunk", cli->prefill_chunk}, {"full_logits", cli->full_logits}, {"summaries", cli->summaries}, {"temperature", cli->temperature}, {"top_p", cli->top_p}, {"device_draws", opt.device_draws},
-                           {"draft", cli->draft}, {"draft_step_rows", cli->draft_step_rows}, {"schema", cli->schema_path}, {"constrained", cli->constrained}, {"draft_oracle", cli->draft_oracle}, {"threads", opt.n_threads}, {"devices", opt.n_devices}, {"n_ctx", opt.n_ctx}, {"kv_type", kv_type_name(engine_kv_type_resolve(opt))}};
+                           {"draft", cli->draft}, {"draft_step_rows", cli->draft_step_rows}, {"schema", cli->schema_path}, {"constrained", cli->constrained}, {"draft_oracle", cli->draft_oracle}, {"threads", opt.n_threads}, {"devices", opt.n_devices}, {"n_ctx", opt.n_ctx}, {"kv_type", kv_type_name(eng->kv_cache_type())}};
         fmt::print("{}\n", eng->layout());
         if (!cli->traffic_path.empty()) engine_write_expert_traffic(*eng, cli->traffic_path);
         if (!cli->json_path.empty()) {

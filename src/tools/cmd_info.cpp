@@ -72,8 +72,8 @@ TANDEM_COMMAND(info, "Print a model's architecture, shapes, tensor types and byt
         fmt::print("per token   active weights {:.3f} GB (replicated + {}/{} of routed experts + head)\n",
                    (rep + active + bytes.head) / 1e9, hp.n_expert_used, hp.n_expert);
         const model_kv_shape kv = model_kv_shape_of(hp);
-        fmt::print("kv          {} bytes per token (f32), {} (f16): {} layers x {}\n", bytes.kv_per_token,
-                   bytes.kv_per_token / 2, hp.n_layer,
+        fmt::print("kv          {} bytes per token (f32), {} (f16), {} (q8_0): {} layers x {}\n", bytes.kv_per_token,
+                   bytes.kv_per_token / 2, bytes.kv_per_token / 128 * 34, hp.n_layer,
                    hp.arch == model_arch::deepseek2
                        ? fmt::format("MLA cache of {} values (latent {} + rope key {})", kv.width, hp.kv_lora_rank, hp.d_rope)
                        : fmt::format("K and V of {} values", kv.width));

@@ -120,7 +120,7 @@ int plan_run(plan_cli cli) {
     engine_options kv_opt;
     kv_opt.kv = cli.kv;
     kv_opt.backend = engine_backend::cuda;  // the plan places CUDA devices: auto is f16
-    const double kv_elem_bytes = engine_kv_bytes(kv_opt);  // the CUDA engine's (the CPU engine keeps f32)
+    const double kv_elem_bytes = engine_kv_bytes(kv_opt);  // the CUDA engine's (the CPU engine keeps f16 as f32)
     placement_model model;
     model.bytes = model_bytes_read(*file, hp, kv_elem_bytes);
     model.n_layer = hp.n_layer;

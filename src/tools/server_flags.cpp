@@ -22,7 +22,7 @@ void add_model_flags(CLI::App &app, server_flags &f) {
     app.add_option("-c,--ctx,--ctx-size", f.cfg.n_ctx, "tokens per KV slot (-c: llama-server's flag, here per slot, not shared by the slots)")->check(CLI::Range(16, 1 << 24));
     app.add_option("--kv-type", f.cfg.kv_type,
                    "KV cache element type: f32, f16 (half the memory, tensor-core decode attention), q8_0 (ggml's "
-                   "8-bit blocks; the CPU backend only so far), or auto: f16 on CUDA, f32 on the CPU")
+                   "8-bit blocks, 34 bytes per 32 values), or auto: f16 on CUDA (q8_0 where f16 would not fit), f32 on the CPU")
         ->check(CLI::IsMember({"f32", "f16", "q8_0", "auto"}))
         ->capture_default_str();
     app.add_option("--batched-session,--parallel", f.cfg.n_slots, "resident KV slots (concurrent sessions; -np and --parallel as llama-server)")->check(CLI::Range(1, 1024));

@@ -219,11 +219,11 @@ int serve(server_config cfg, const std::string &cpu_arithmetic, const sampling_f
     eo.device_draws = cfg.device_draws;
     eo.arithmetic = cpu_arithmetic_parse(cpu_arithmetic);
     eo.backend = engine_backend_resolve(eo);
-    eo.kv = engine_kv_type_resolve(eo);  // auto: f16 on CUDA, f32 on the CPU
+    eo.kv = engine_kv_type_fit(*file, eo);  // auto: f16 on CUDA (q8_0 where f16 does not fit), f32 on the CPU
     cfg.backend = engine_backend_name(eo.backend);
     cfg.kv_type = kv_type_name(eo.kv);
-    // The CPU engine keeps f16 keys and values as f32 (rounded), so only CUDA's KV shrinks.
-    const double kv_elem_bytes = eo.backend == engine_backend::cuda ? engine_kv_bytes(eo) : 4.0;  // the CPU keeps floats
+    // The CPU engine keeps f16 keys and values as f32 (rounded); its q8_0 cache holds the blocks.
+    const double kv_elem_bytes = eo.backend == engine_backend::cuda || eo.kv == kv_type::q8_0 ? engine_kv_bytes(eo) : 4.0;
     const model_bytes bytes = model_bytes_read(*file, hp, kv_elem_bytes);
 
     // Memory plan before listening: the CPU backend's budget is the machine's available RAM.

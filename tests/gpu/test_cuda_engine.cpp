@@ -140,6 +140,43 @@ TEST_CASE("CUDA decode rows that share a slot (a prompt fed without engine_row::
     }
 }
 
+TEST_CASE("CUDA engine with a q8_0 KV cache matches the CPU engine storing the same blocks", "[gpu][model]") {
+    if (!gpu_present()) return;
+    // Both engines quantize each key and value row as quantize_row_q8_0 and attend over the
+    // dequantized values: prompt rows (qk_rope_kv, then the prompt attention's float path), decode
+    // rows (the fused decode attention quantizes the new key and value as the cache holds them),
+    // 80 rows on the direct path; a key one rounding apart may take the next quant, which the
+    // logits bound absorbs (a 1/127 step of one element of one key).
+    compare_engines(fixture_gguf("qwen3moe-a", ggml_type::q4_k), 11, 12, 77, "q8_0");
+    compare_engines(synth_gguf("tiny", ggml_type::q4_k, 2), 80, 10, 91, "q8_0");
+    compare_engines(synth_gguf("tiny-gqa8", ggml_type::q4_k, 2), 80, 10, 92, "q8_0");
+    compare_engines(synth_gguf("tiny-moe64", ggml_type::q4_k, 2), 80, 10, 94, "q8_0");
+    // A q8_0 cache is 34 bytes per 32 values: 34/128 of a float cache's.
+    const std::string model = synth_gguf("tiny", ggml_type::q4_k, 2);
+    const double f32_bytes = open_cuda(model, 2, 128, "f32")->counters().at("kv_bytes");
+    const double q8_bytes = open_cuda(model, 2, 128, "q8_0")->counters().at("kv_bytes");
+    CHECK(q8_bytes * 128 == f32_bytes * 34);
+}
+
+TEST_CASE("CUDA --kv-type auto takes q8_0 where the plan does not fit with f16", "[gpu][engine]") {
+    if (!gpu_present()) return;
+    // tiny with 2 layers: 1,024 bytes of f16 K/V a token, 544 of q8_0; 96 slots of 32,768 tokens:
+    // 3 GiB against 1.59 GiB, besides a few MiB of weights and the scratch.
+    const std::string model = synth_gguf("tiny", ggml_type::q4_k, 2);
+    auto open_auto = [&](const std::string &vram) {
+        engine_options opt;
+        opt.backend = engine_backend::cuda;
+        opt.n_slots = 96;
+        opt.n_ctx = 32768;
+        opt.gpu_vram = vram;
+        opt.kv = kv_type::automatic;
+        return engine_open(gguf_file::open(model), opt);
+    };
+    CHECK(open_auto("8")->kv_cache_type() == kv_type::f16);
+    CHECK(open_auto("2.5")->kv_cache_type() == kv_type::q8_0);
+    CHECK_THROWS_WITH(open_auto("1"), Catch::Contains("does not fit"));  // neither: f16's plan says why
+}
+
 TEST_CASE("CUDA decode logits are bitwise independent of the other rows of the step", "[gpu][invariance]") {
     if (!gpu_present()) return;
     // tiny-gqa8 with halves: the tensor-core decode attention (attention_mma.h). tiny-moe64: 16 rows
@@ -147,7 +184,7 @@ TEST_CASE("CUDA decode logits are bitwise independent of the other rows of the s
     const std::string preset = GENERATE(std::string("tiny"), std::string("tiny-gqa8"), std::string("tiny-moe64"));
     const std::string model = synth_gguf(preset, ggml_type::q4_k, 0);
     const uint32_t seed = 4242;
-    const std::string kv = GENERATE(std::string("f32"), std::string("f16"));
+    const std::string kv = GENERATE(std::string("f32"), std::string("f16"), std::string("q8_0"));
     INFO(preset << " seed " << seed << " kv " << kv);
     std::mt19937 rng(seed);
     const size_t n_sessions = 16, n_steps = 24;
@@ -203,7 +240,7 @@ TEST_CASE("CUDA decode rows of a session fed several a call (speculative drafts)
     // Several rows of one slot leave the fused attention (set_distinct_slots) for qk_rope_kv plus
     // the attention launches; each row must still get the bits a one-row step gives it.
     const std::string preset = GENERATE(std::string("tiny"), std::string("tiny-gqa8"), std::string("tiny-moe64"));
-    const std::string kv = GENERATE(std::string("f32"), std::string("f16"));
+    const std::string kv = GENERATE(std::string("f32"), std::string("f16"), std::string("q8_0"));
     INFO(preset << " kv " << kv);
     const std::string model = synth_gguf(preset, ggml_type::q4_k, 2);
     check_draft_rows_bitwise([&](int32_t n_slots, int32_t n_ctx) { return open_cuda(model, n_slots, n_ctx, kv); }, 616);
@@ -266,7 +303,9 @@ TEST_CASE("CUDA slot_truncate then re-prefill reproduces the logits bitwise", "[
 TEST_CASE("CUDA prompt rows are bitwise independent of chunking and of the decode rows beside them", "[gpu][invariance]") {
     if (!gpu_present()) return;
     const std::string model = synth_gguf("tiny", ggml_type::q4_k, 2);
-    auto whole = open_cuda(model, 2, 256), chunked = open_cuda(model, 2, 256);
+    const std::string kv = GENERATE(std::string("f32"), std::string("q8_0"));
+    INFO("kv " << kv);
+    auto whole = open_cuda(model, 2, 256, kv), chunked = open_cuda(model, 2, 256, kv);
     const int32_t nv = whole->hparams().n_vocab;
     std::mt19937 rng(606);
     const auto prompt = random_tokens(rng, 150, nv);

@@ -1,6 +1,7 @@
 // tests/gpu/test_cuda_kv_moves.cpp - a slot's K/V on the CUDA engine moved out to host memory, back
 // into another slot and between slots (the prompt cache and slot files): the same bytes out again,
-// and the moved slot continues with the logits of the slot that computed it, bit for bit.
+// and the moved slot continues with the logits of the slot that computed it, bit for bit; with
+// caches of halves and of q8_0 blocks.
 #include "gpu_test_util.h"
 #include "model_test_util.h"
 
@@ -13,14 +14,14 @@ using namespace tandem::test;
 
 namespace {
 
-std::unique_ptr<engine> open_cuda(const std::string &model, std::vector<int32_t> gpus, bool pair) {
+std::unique_ptr<engine> open_cuda(const std::string &model, std::vector<int32_t> gpus, bool pair, kv_type kv = kv_type::f16) {
     engine_options opt;
     opt.backend = engine_backend::cuda;
     opt.n_slots = 3;
     opt.n_ctx = 64;
     opt.gpu_devices = std::move(gpus);
     opt.tensor_parallel = pair;
-    opt.kv = kv_type::f16;
+    opt.kv = kv;
     return engine_open(gguf_file::open(model), opt);
 }
 
@@ -33,10 +34,13 @@ template <typename T> bool same_bits(const std::vector<T> &a, const std::vector<
 TEST_CASE("CUDA: a slot's KV exports, imports into another slot and continues bitwise", "[gpu][kv]") {
     if (!gpu_present()) return;
     const bool pair = GENERATE(false, true);
-    INFO((pair ? "a pair on one GPU" : "one device"));
+    const kv_type kv = GENERATE(kv_type::f16, kv_type::q8_0);
+    INFO((pair ? "a pair on one GPU" : "one device") << " kv " << kv_type_name(kv));
     const std::string model = synth_gguf("tiny", ggml_type::q4_k, 4);
-    auto eng = pair ? open_cuda(model, {0, 0}, true) : open_cuda(model, {0}, false);
-    REQUIRE(eng->kv_token_bytes() > 0);
+    auto eng = pair ? open_cuda(model, {0, 0}, true, kv) : open_cuda(model, {0}, false, kv);
+    const model_kv_shape shape = model_kv_shape_of(eng->hparams());
+    REQUIRE(eng->kv_cache_type() == kv);
+    REQUIRE(eng->kv_token_bytes() == uint64_t(eng->hparams().n_layer) * uint64_t(shape.n_planes) * kv_row_bytes(kv, shape.width));
     const std::vector<int32_t> ids = random_prompt(23, eng->hparams().n_vocab, 7);
     prefill(*eng, 1, ids);
     const std::vector<uint8_t> blob = slot_blob(*eng, 1);
@@ -55,8 +59,10 @@ TEST_CASE("CUDA: a slot's KV exports, imports into another slot and continues bi
 
 TEST_CASE("CUDA: a slot's prefix copies to another slot and continues bitwise", "[gpu][kv]") {
     if (!gpu_present()) return;
+    const kv_type kv = GENERATE(kv_type::f16, kv_type::q8_0);
+    INFO("kv " << kv_type_name(kv));
     const std::string model = synth_gguf("tiny", ggml_type::q4_k, 4);
-    auto eng = open_cuda(model, {0}, false);
+    auto eng = open_cuda(model, {0}, false, kv);
     const std::vector<int32_t> ids = random_prompt(20, eng->hparams().n_vocab, 3);
     const std::vector<float> whole = prefill(*eng, 0, ids);
     prefill(*eng, 1, random_prompt(30, eng->hparams().n_vocab, 4));  // longer than the copy: cut back

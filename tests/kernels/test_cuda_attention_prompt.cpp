@@ -2,9 +2,11 @@
 // (cuda/attention_prompt.h) against the CPU twin cpu::attention on seeded random caches: prompt
 // chunks of 1, 17, 64 and 300 rows at tile and non-tile starts, several slots in one launch,
 // interleaved slots, padding rows; a row's output bitwise independent of the other rows of the
-// launch and of its block shape (four warps, or eight from 512 rows); both cache types (floats,
-// and halves on the f16 mma path); and a hidden [.bench] case timing a 2,048-token prompt.
+// launch and of its block shape (four warps, or eight from 512 rows); every cache type (floats,
+// halves on the f16 mma path, q8_0 blocks dequantized into the float path); and a hidden [.bench]
+// case timing a 2,048-token prompt.
 #include "gpu_test_util.h"
+#include "kv_cache_test_util.h"
 
 #include "cuda/attention_prompt.h"
 #include "src/cpu/cpu_ops.h"
@@ -19,6 +21,7 @@ using namespace tandem;
 using tandem::test::device_buffer;
 using tandem::test::rel_err;
 using tandem::test::tolerance;
+using tandem::test::cache_elem;
 
 namespace {
 
@@ -33,31 +36,20 @@ struct row_set {
     int32_t size() const { return int32_t(slots.size()); }
 };
 
-// Each value as a cache of halves holds it (when half), as the engines round keys and values.
-std::vector<float> round_if(std::vector<float> v, bool half) {
-    if (half)
-        for (float &x : v) x = fp16_to_fp32(fp32_to_fp16(x));
-    return v;
-}
-std::vector<uint16_t> half_bits(const std::vector<float> &v) {
-    std::vector<uint16_t> out(v.size());
-    for (size_t i = 0; i < v.size(); ++i) out[i] = fp32_to_fp16(v[i]);
-    return out;
-}
-
-// One layer's caches for n_slots slots, on the host and the device: floats, or halves
-// (attention_args::kv_f16; the host keeps the rounded values as floats for the CPU twin).
+// One layer's caches for n_slots slots, on the host and the device in the cache's type (the host
+// keeps the values the cache holds as floats for the CPU twin).
 struct layer_cache {
     shape sh;
     int32_t n_slots;
-    bool half;
-    std::vector<float> k, v;  // [n_slots][n_ctx][n_head_kv][d_head]
-    device_buffer<float> dk, dv;
-    device_buffer<uint16_t> hk, hv;
-    layer_cache(std::mt19937_64 &rng, shape s, int32_t slots, bool kv_f16 = false)
-        : sh(s), n_slots(slots), half(kv_f16),
-          k(round_if(test::random_floats(rng, size_t(slots) * s.n_ctx * s.n_head_kv * s.d_head), kv_f16)),
-          v(round_if(test::random_floats(rng, k.size()), kv_f16)), dk(k), dv(v), hk(half_bits(k)), hv(half_bits(v)) {}
+    cache_elem elem;
+    std::vector<float> k, v;          // [n_slots][n_ctx][n_head_kv][d_head]
+    std::vector<uint8_t> bk, bv;      // the same in the cache's layout
+    device_buffer<uint8_t> dk, dv;
+    layer_cache(std::mt19937_64 &rng, shape s, int32_t slots, cache_elem e = cache_elem::f32)
+        : sh(s), n_slots(slots), elem(e),
+          k(test::cache_round(test::random_floats(rng, size_t(slots) * s.n_ctx * s.n_head_kv * s.d_head), e)),
+          v(test::cache_round(test::random_floats(rng, k.size()), e)), bk(test::cache_encode(k, e)), bv(test::cache_encode(v, e)),
+          dk(bk), dv(bv) {}
     size_t q_dim() const { return size_t(sh.n_head) * sh.d_head; }
     size_t kv_dim() const { return size_t(sh.n_head_kv) * sh.d_head; }
 };
@@ -77,9 +69,9 @@ cuda::attention_args gpu_args(const layer_cache &c, const float *q, const int32_
                               int32_t n_rows) {
     cuda::attention_args a;
     a.q = q;
-    a.k_cache = c.half ? static_cast<void *>(c.hk.ptr) : static_cast<void *>(c.dk.ptr);
-    a.v_cache = c.half ? static_cast<void *>(c.hv.ptr) : static_cast<void *>(c.dv.ptr);
-    a.kv_f16 = c.half;
+    a.k_cache = c.dk.ptr;
+    a.v_cache = c.dv.ptr;
+    test::cache_flags(a, c.elem);
     a.slots = slots;
     a.positions = pos;
     a.out = out;
@@ -119,6 +111,7 @@ std::vector<float> run_gpu(const layer_cache &c, const row_set &rs, bool one_by_
 // cpu::attention over the real rows of rs: ref [n_rows][q_dim] (padding rows left zero).
 std::vector<float> run_cpu(const layer_cache &c, const row_set &rs) {
     std::vector<const float *> kc, vc;
+    std::vector<const block_q8_0 *> kq, vq;  // a q8_0 cache: the twin reads the blocks
     std::vector<int32_t> pos, rows;
     std::vector<float> q;
     const size_t slot_stride = size_t(c.sh.n_ctx) * c.kv_dim();
@@ -126,6 +119,8 @@ std::vector<float> run_cpu(const layer_cache &c, const row_set &rs) {
         if (rs.slots[size_t(r)] < 0) continue;
         kc.push_back(c.k.data() + size_t(rs.slots[size_t(r)]) * slot_stride);
         vc.push_back(c.v.data() + size_t(rs.slots[size_t(r)]) * slot_stride);
+        kq.push_back(reinterpret_cast<const block_q8_0 *>(c.bk.data()) + size_t(rs.slots[size_t(r)]) * slot_stride / 32);
+        vq.push_back(reinterpret_cast<const block_q8_0 *>(c.bv.data()) + size_t(rs.slots[size_t(r)]) * slot_stride / 32);
         pos.push_back(rs.pos[size_t(r)]);
         q.insert(q.end(), rs.q.begin() + ptrdiff_t(r * c.q_dim()), rs.q.begin() + ptrdiff_t((r + 1) * c.q_dim()));
         rows.push_back(r);
@@ -133,6 +128,10 @@ std::vector<float> run_cpu(const layer_cache &c, const row_set &rs) {
     std::vector<float> packed(q.size()), ref(size_t(rs.size()) * c.q_dim(), 0.0f);
     cpu::attention_args ca{q.data(), kc.data(), vc.data(), pos.data(), packed.data(), int64_t(rows.size()),
                            c.sh.n_head, c.sh.n_head_kv, c.sh.d_head, 1.0f / std::sqrt(float(c.sh.d_head))};
+    if (c.elem == cache_elem::q8_0) {
+        ca.k_q8 = kq.data();
+        ca.v_q8 = vq.data();
+    }
     cpu::attention(cpu::cpu_context{int32_t(std::max(1u, std::thread::hardware_concurrency()))}, ca);
     for (size_t j = 0; j < rows.size(); ++j)
         std::copy_n(packed.data() + j * c.q_dim(), c.q_dim(), ref.data() + size_t(rows[j]) * c.q_dim());
@@ -147,7 +146,7 @@ bool same_row(const std::vector<float> &a, int32_t ra, const std::vector<float> 
 
 TEST_CASE("attention_prompt matches the CPU for prompt chunks, mixed slots and padding rows", "[gpu][kernels]") {
     if (!test::gpu_present()) return;
-    const bool kv_f16 = GENERATE(false, true);
+    const cache_elem elem = GENERATE(cache_elem::f32, cache_elem::f16, cache_elem::q8_0);
     uint64_t seed = 700;
     // Group sizes 1, 2, 4, 8 and 16 (qwen3-235b-a22b: 64/4); d_head 32, 64, 128; the last shape
     // (d_head 256) takes the attention() fallback.
@@ -156,10 +155,10 @@ TEST_CASE("attention_prompt matches the CPU for prompt chunks, mixed slots and p
                             shape{16, 1, 128, 5000}, shape{4, 2, 256, 700}}) {
         ++seed;
         INFO("heads " << sh.n_head << "/" << sh.n_head_kv << " d_head " << sh.d_head << " n_ctx " << sh.n_ctx << " seed " << seed
-                      << " kv " << (kv_f16 ? "f16" : "f32"));
+                      << " kv " << test::cache_elem_name(elem));
         std::mt19937_64 rng(seed);
         const int32_t n_ctx = sh.n_ctx;
-        const layer_cache c(rng, sh, 4, kv_f16);
+        const layer_cache c(rng, sh, 4, elem);
         row_set rs;
         add_rows(rs, rng, c, 0, 0, 300);                // a prompt from position 0
         add_rows(rs, rng, c, -1, 0, 1);                 // padding
@@ -188,20 +187,20 @@ TEST_CASE("attention_prompt matches the CPU for prompt chunks, mixed slots and p
             CHECK(err <= tolerance::attention_prompt);
         }
         std::printf("attention_prompt heads %d/%d d_head %d n_ctx %d kv %s: worst row rel L2 error %.2e\n", sh.n_head,
-                    sh.n_head_kv, sh.d_head, n_ctx, kv_f16 ? "f16" : "f32", worst);
+                    sh.n_head_kv, sh.d_head, n_ctx, test::cache_elem_name(elem), worst);
     }
 }
 
 TEST_CASE("attention_prompt rows are bitwise independent of the other rows of the launch", "[gpu][kernels]") {
     if (!test::gpu_present()) return;
-    const bool kv_f16 = GENERATE(false, true);
+    const cache_elem elem = GENERATE(cache_elem::f32, cache_elem::f16, cache_elem::q8_0);
     uint64_t seed = 800;
     for (const shape &sh : {shape{32, 4, 128, 700}, shape{4, 4, 64, 700}, shape{64, 4, 128, 700}, shape{8, 2, 64, 5000}}) {
         ++seed;
         INFO("heads " << sh.n_head << "/" << sh.n_head_kv << " d_head " << sh.d_head << " n_ctx " << sh.n_ctx << " seed " << seed
-                      << " kv " << (kv_f16 ? "f16" : "f32"));
+                      << " kv " << test::cache_elem_name(elem));
         std::mt19937_64 rng(seed);
-        const layer_cache c(rng, sh, 3, kv_f16);
+        const layer_cache c(rng, sh, 3, elem);
         const int32_t base = sh.n_ctx - 400;
         row_set rs;  // (a): a chunk of slot 0, one of slot 1, the two interleaved, a padding row
         add_rows(rs, rng, c, 0, base, 100);

@@ -5,6 +5,7 @@
 #include "digits_test_util.h"
 #include "quant_test_util.h"
 #include "split_test_util.h"
+#include "kv_cache_test_util.h"
 
 #include "cuda/attention.h"
 #include "cuda/attention_mma.h"
@@ -376,40 +377,23 @@ TEST_CASE("the tensor-core attention's chunk blocks fill one wave with the short
     CHECK(cuda::attention_mma_chunk_blocks(64, 32, 396) == 6);
 }
 
-// A KV cache on the device as the engine holds it: floats, or halves (attention_args::kv_f16) made
-// from (and read back as) floats.
+// A KV cache on the device as the engine holds it: floats, halves or q8_0 blocks made from (and
+// read back as) floats.
 struct device_cache {
-    std::unique_ptr<device_buffer<float>> f;
-    std::unique_ptr<device_buffer<uint16_t>> h;
-    device_cache(const std::vector<float> &c, bool half) {
-        if (!half) {
-            f = std::make_unique<device_buffer<float>>(c);
-            return;
-        }
-        std::vector<uint16_t> bits(c.size());
-        for (size_t i = 0; i < c.size(); ++i) bits[i] = fp32_to_fp16(c[i]);
-        h = std::make_unique<device_buffer<uint16_t>>(bits);
-    }
-    void *ptr() const { return h ? static_cast<void *>(h->ptr) : static_cast<void *>(f->ptr); }
-    std::vector<float> download() const {
-        if (f) return f->download();
-        const std::vector<uint16_t> bits = h->download();
-        std::vector<float> out(bits.size());
-        for (size_t i = 0; i < bits.size(); ++i) out[i] = fp16_to_fp32(bits[i]);
-        return out;
-    }
+    test::cache_elem elem;
+    size_t n;
+    device_buffer<uint8_t> b;
+    device_cache(const std::vector<float> &c, test::cache_elem e) : elem(e), n(c.size()), b(test::cache_encode(c, e)) {}
+    void *ptr() const { return b.ptr; }
+    std::vector<uint8_t> raw() const { return b.download(); }
+    std::vector<float> download() const { return test::cache_decode(b.download(), elem, n); }
 };
-
-// Each value as an f16 cache holds it (when half), as the CPU engine rounds keys and values.
-void round_to_half(std::vector<float> &v, bool half) {
-    if (half)
-        for (float &x : v) x = fp16_to_fp32(fp32_to_fp16(x));
-}
 
 TEST_CASE("QK norm, RoPE, KV write and chunked attention match the CPU", "[gpu][kernels]") {
     if (!test::gpu_present()) return;
     struct shape { int32_t n_head, n_head_kv, d_head, n_ctx; };
-    for (const bool kv_f16 : {false, true}) {
+    for (const test::cache_elem elem : {test::cache_elem::f32, test::cache_elem::f16, test::cache_elem::q8_0}) {
+        const bool q8 = elem == test::cache_elem::q8_0;
         uint64_t seed = 50;
         // Chunks of 64 positions (one tile a chunk) up to position 2,047; position 4,999 has chunks of
         // 160, two full tiles of 64 (five of 32 for d_head 256) and a partial one; positions on and next
@@ -419,7 +403,7 @@ TEST_CASE("QK norm, RoPE, KV write and chunked attention match the CPU", "[gpu][
                                 shape{16, 2, 32, 5000}, shape{64, 4, 128, 700}, shape{32, 2, 64, 5000}}) {  // last two: 16 query heads per KV head (qwen3-235b-a22b)
             ++seed;
             INFO("heads " << sh.n_head << "/" << sh.n_head_kv << " d_head " << sh.d_head << " n_ctx " << sh.n_ctx << " seed " << seed
-                          << " kv " << (kv_f16 ? "f16" : "f32"));
+                          << " kv " << test::cache_elem_name(elem));
             std::mt19937_64 rng(seed);
             const int32_t n_slots = 3, n_ctx = sh.n_ctx, dh = sh.d_head, kv_dim = sh.n_head_kv * dh, q_dim = sh.n_head * dh;
             const float theta = 1e6f, eps = 1e-6f;
@@ -434,8 +418,8 @@ TEST_CASE("QK norm, RoPE, KV write and chunked attention match the CPU", "[gpu][
             const int32_t n = int32_t(slots.size());
             std::vector<float> cache_k = test::random_floats(rng, size_t(n_slots) * n_ctx * kv_dim);
             std::vector<float> cache_v = test::random_floats(rng, cache_k.size());
-            round_to_half(cache_k, kv_f16);
-            round_to_half(cache_v, kv_f16);
+            cache_k = test::cache_round(cache_k, elem);
+            cache_v = test::cache_round(cache_v, elem);
             auto q = test::random_floats(rng, size_t(n) * q_dim, 2.0f);
             const auto k = test::random_floats(rng, size_t(n) * kv_dim, 2.0f);
             const auto v = test::random_floats(rng, size_t(n) * kv_dim);
@@ -446,22 +430,23 @@ TEST_CASE("QK norm, RoPE, KV write and chunked attention match the CPU", "[gpu][
             const std::vector<float> q_raw = q, cache_k0 = cache_k, cache_v0 = cache_v;  // before the step
 
             device_buffer<float> dq(q), dk(k), dv(v), dqn(qn), dkn(kn), dfreq(inv_freq);
-            const device_cache dck(cache_k, kv_f16), dcv(cache_v, kv_f16);
+            const device_cache dck(cache_k, elem), dcv(cache_v, elem);
             device_buffer<int32_t> dslots(slots), dpos(pos);
             cuda::qk_rope_kv_args ra;
             ra.q = dq.ptr; ra.k = dk.ptr; ra.v = dv.ptr; ra.q_norm = dqn.ptr; ra.k_norm = dkn.ptr; ra.inv_freq = dfreq.ptr;
-            ra.slots = dslots.ptr; ra.positions = dpos.ptr; ra.k_cache = dck.ptr(); ra.v_cache = dcv.ptr(); ra.kv_f16 = kv_f16;
+            ra.slots = dslots.ptr; ra.positions = dpos.ptr; ra.k_cache = dck.ptr(); ra.v_cache = dcv.ptr();
+            test::cache_flags(ra, elem);
             ra.n_rows = n; ra.n_head = sh.n_head; ra.n_head_kv = sh.n_head_kv; ra.d_head = dh; ra.n_ctx = n_ctx; ra.eps = eps;
             cuda::qk_rope_kv(ra, nullptr);
 
-            // CPU twin: per-head norm, rope, cache write (padding row: no write; an f16 cache rounds).
+            // CPU twin: per-head norm, rope, cache write (padding row: no write; an f16 or q8_0 cache rounds).
             std::vector<float> kk = k, vr = v;
             cpu::rmsnorm(q.data(), qn.data(), q.data(), int64_t(n) * sh.n_head, dh, eps);
             cpu::rmsnorm(kk.data(), kn.data(), kk.data(), int64_t(n) * sh.n_head_kv, dh, eps);
             cpu::rope_neox(q.data(), pos.data(), n, sh.n_head, dh, theta);
             cpu::rope_neox(kk.data(), pos.data(), n, sh.n_head_kv, dh, theta);
-            round_to_half(kk, kv_f16);
-            round_to_half(vr, kv_f16);
+            kk = test::cache_round(kk, elem);
+            vr = test::cache_round(vr, elem);
             for (int32_t i = 0; i < n; ++i) {
                 if (slots[size_t(i)] < 0) continue;
                 const size_t at = (size_t(slots[size_t(i)]) * n_ctx + size_t(pos[size_t(i)])) * kv_dim;
@@ -470,14 +455,42 @@ TEST_CASE("QK norm, RoPE, KV write and chunked attention match the CPU", "[gpu][
             }
             const auto gq = dq.download(), gk = dck.download(), gv = dcv.download();
             CHECK(rel_err(gq.data(), q.data(), q.size()) <= tolerance::rope);
-            CHECK(rel_err(gk.data(), cache_k.data(), cache_k.size()) <= tolerance::rope);
+            if (!q8) CHECK(rel_err(gk.data(), cache_k.data(), cache_k.size()) <= tolerance::rope);
             CHECK(std::memcmp(gv.data(), cache_v.data(), gv.size() * sizeof(float)) == 0);
+            if (q8) {
+                // A key one rounding away from the CPU's may take the next quant, so the writer is
+                // checked on the device's own keys: the same step into a float cache, whose written
+                // rows quantize_row_q8_0 must turn into the q8_0 cache's blocks byte for byte.
+                device_buffer<float> dq2(q_raw);
+                const device_cache fk(cache_k0, test::cache_elem::f32), fv(cache_v0, test::cache_elem::f32);
+                cuda::qk_rope_kv_args rf = ra;
+                rf.q = dq2.ptr; rf.k_cache = fk.ptr(); rf.v_cache = fv.ptr();
+                test::cache_flags(rf, test::cache_elem::f32);
+                cuda::qk_rope_kv(rf, nullptr);
+                const auto fk_rows = fk.download(), fv_rows = fv.download();
+                const auto qk_raw = dck.raw(), qv_raw = dcv.raw();
+                const size_t row_bytes = size_t(kv_dim) / 32 * sizeof(block_q8_0);
+                std::vector<uint8_t> want(row_bytes);
+                for (int32_t i = 0; i < n; ++i) {
+                    if (slots[size_t(i)] < 0) continue;
+                    INFO("row " << i);
+                    const size_t at = size_t(slots[size_t(i)]) * n_ctx + size_t(pos[size_t(i)]);
+                    quantize_row(ggml_type::q8_0, fk_rows.data() + at * kv_dim, want.data(), kv_dim);
+                    CHECK(std::memcmp(want.data(), qk_raw.data() + at * row_bytes, row_bytes) == 0);
+                    quantize_row(ggml_type::q8_0, fv_rows.data() + at * kv_dim, want.data(), kv_dim);
+                    CHECK(std::memcmp(want.data(), qv_raw.data() + at * row_bytes, row_bytes) == 0);
+                }
+                // The attention below then compares the kernels and their twins on the device's
+                // step: its queries and its caches.
+                q = gq;
+                cache_k = gk;
+            }
 
             // Attention on the device's own q and caches; the CPU on its own.
             device_buffer<float> dpart(size_t(n) * sh.n_head * cuda::attention_max_chunks * (dh + 2)), dout(size_t(n) * q_dim);
             dout.poison();
             cuda::attention_args aa;
-            aa.q = dq.ptr; aa.k_cache = dck.ptr(); aa.v_cache = dcv.ptr(); aa.kv_f16 = kv_f16; aa.slots = dslots.ptr; aa.positions = dpos.ptr;
+            aa.q = dq.ptr; aa.k_cache = dck.ptr(); aa.v_cache = dcv.ptr(); test::cache_flags(aa, elem); aa.slots = dslots.ptr; aa.positions = dpos.ptr;
             aa.partial = dpart.ptr; aa.out = dout.ptr; aa.n_rows = n; aa.n_head = sh.n_head; aa.n_head_kv = sh.n_head_kv;
             aa.d_head = dh; aa.n_ctx = n_ctx; aa.scale = 1.0f / std::sqrt(float(dh));
             REQUIRE(cuda::attention_chunks(n_ctx) <= cuda::attention_max_chunks);
@@ -495,6 +508,8 @@ TEST_CASE("QK norm, RoPE, KV write and chunked attention match the CPU", "[gpu][
             }
 
             std::vector<const float *> kc, vc;
+            std::vector<const block_q8_0 *> kq, vq;  // q8_0: the twin reads the device's blocks
+            const std::vector<uint8_t> k_blocks = dck.raw(), v_blocks = dcv.raw();
             std::vector<int32_t> real_pos;
             std::vector<float> real_q;
             std::vector<int32_t> real_rows;
@@ -502,6 +517,8 @@ TEST_CASE("QK norm, RoPE, KV write and chunked attention match the CPU", "[gpu][
                 if (slots[size_t(i)] < 0) continue;
                 kc.push_back(cache_k.data() + size_t(slots[size_t(i)]) * n_ctx * kv_dim);
                 vc.push_back(cache_v.data() + size_t(slots[size_t(i)]) * n_ctx * kv_dim);
+                kq.push_back(reinterpret_cast<const block_q8_0 *>(k_blocks.data()) + size_t(slots[size_t(i)]) * n_ctx * kv_dim / 32);
+                vq.push_back(reinterpret_cast<const block_q8_0 *>(v_blocks.data()) + size_t(slots[size_t(i)]) * n_ctx * kv_dim / 32);
                 real_pos.push_back(pos[size_t(i)]);
                 real_q.insert(real_q.end(), q.begin() + size_t(i) * q_dim, q.begin() + size_t(i + 1) * q_dim);
                 real_rows.push_back(i);
@@ -509,6 +526,10 @@ TEST_CASE("QK norm, RoPE, KV write and chunked attention match the CPU", "[gpu][
             std::vector<float> ref(real_q.size());
             cpu::attention_args ca{real_q.data(), kc.data(), vc.data(), real_pos.data(), ref.data(), int64_t(real_rows.size()),
                                    sh.n_head, sh.n_head_kv, dh, 1.0f / std::sqrt(float(dh))};
+            if (q8) {
+                ca.k_q8 = kq.data();
+                ca.v_q8 = vq.data();
+            }
             cpu::attention(cpu::cpu_context{4}, ca);
             for (size_t j = 0; j < real_rows.size(); ++j) {
                 INFO("row " << real_rows[j] << " pos " << real_pos[j]);
@@ -533,10 +554,10 @@ TEST_CASE("QK norm, RoPE, KV write and chunked attention match the CPU", "[gpu][
             }
             const int32_t fn = int32_t(f_slots.size());
             REQUIRE(fn >= 4);
-            struct step_out { std::vector<float> out, sums, ck, cv; std::vector<uint16_t> split; };
+            struct step_out { std::vector<float> out, sums; std::vector<uint8_t> ck, cv; std::vector<uint16_t> split; };
             auto run_step = [&](bool fused) {
                 device_buffer<float> sq(f_q), sk(f_k), sv(f_v), sout(size_t(fn) * q_dim), ssums(size_t(fn) * q_dim / 32);
-                const device_cache sck(cache_k0, kv_f16), scv(cache_v0, kv_f16);
+                const device_cache sck(cache_k0, elem), scv(cache_v0, elem);
                 device_buffer<float> spart(size_t(fn) * sh.n_head * cuda::attention_max_chunks * (dh + 2));
                 device_buffer<uint16_t> ssplit(size_t(fn) * q_dim * 2);
                 device_buffer<int32_t> sslots(f_slots), spos(f_pos);
@@ -554,15 +575,15 @@ TEST_CASE("QK norm, RoPE, KV write and chunked attention match the CPU", "[gpu][
                     cuda::qk_rope_kv(fr, nullptr);
                 }
                 cuda::attention(fa, nullptr);
-                return step_out{sout.download(), ssums.download(), sck.download(), scv.download(), ssplit.download()};
+                return step_out{sout.download(), ssums.download(), sck.raw(), scv.raw(), ssplit.download()};
             };
             const step_out two = run_step(false), one = run_step(true);
             CHECK(std::memcmp(one.out.data(), two.out.data(), two.out.size() * sizeof(float)) == 0);
             CHECK(std::memcmp(one.sums.data(), two.sums.data(), two.sums.size() * sizeof(float)) == 0);
             CHECK(one.split == two.split);
-            CHECK(std::memcmp(one.ck.data(), two.ck.data(), two.ck.size() * sizeof(float)) == 0);
-            CHECK(std::memcmp(one.cv.data(), two.cv.data(), two.cv.size() * sizeof(float)) == 0);
-            CHECK(std::memcmp(two.ck.data(), cache_k0.data(), cache_k0.size() * sizeof(float)) != 0);  // the step wrote keys
+            CHECK(one.ck == two.ck);
+            CHECK(one.cv == two.cv);
+            CHECK(two.ck != test::cache_encode(cache_k0, elem));  // the step wrote keys
         }
     }
 }
