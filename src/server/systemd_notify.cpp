@@ -4,6 +4,10 @@
 
 #include "tandem/log.h"
 
+#include <fmt/format.h>
+
+#include <cstdlib>
+
 #ifdef TANDEM_HAVE_SYSTEMD
 #include <systemd/sd-daemon.h>
 #endif
@@ -42,6 +46,25 @@ systemd_watchdog::systemd_watchdog(std::function<bool(std::chrono::microseconds)
 }
 
 systemd_watchdog::~systemd_watchdog() {
+    {
+        std::lock_guard lock(mutex_);
+        stop_ = true;
+    }
+    cv_.notify_all();
+    if (thread_.joinable()) thread_.join();
+}
+
+systemd_loading_status::systemd_loading_status(const engine_load_progress &progress) {
+    const char *socket = std::getenv("NOTIFY_SOCKET");
+    if (socket == nullptr || *socket == '\0') return;
+    thread_ = std::thread([this, &progress] {
+        std::unique_lock lock(mutex_);
+        do systemd_notify(fmt::format("STATUS=loading weights: {:.0f}%", progress.percent()));
+        while (!cv_.wait_for(lock, std::chrono::seconds(2), [this] { return stop_; }));
+    });
+}
+
+systemd_loading_status::~systemd_loading_status() {
     {
         std::lock_guard lock(mutex_);
         stop_ = true;

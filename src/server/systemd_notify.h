@@ -12,6 +12,8 @@
 #include <string>
 #include <thread>
 
+#include "tandem/engine.h"
+
 namespace tandem::server {
 
 // Sends `state` ("READY=1", "STOPPING=1", "STATUS=...", several joined by newlines) to systemd.
@@ -29,6 +31,22 @@ public:
 
 private:
     std::function<bool(std::chrono::microseconds)> healthy_;
+    std::mutex mutex_;
+    std::condition_variable cv_;
+    bool stop_ = false;
+    std::thread thread_;
+};
+
+// While it lives, systemd's status line (`systemctl status`) shows the share of the weights loaded:
+// at once, then every two seconds. Starts no thread outside systemd.
+class systemd_loading_status {
+public:
+    explicit systemd_loading_status(const engine_load_progress &progress);
+    ~systemd_loading_status();
+    systemd_loading_status(const systemd_loading_status &) = delete;
+    systemd_loading_status &operator=(const systemd_loading_status &) = delete;
+
+private:
     std::mutex mutex_;
     std::condition_variable cv_;
     bool stop_ = false;

@@ -282,6 +282,7 @@ int serve(server_config cfg, const std::string &cpu_arithmetic, const sampling_f
     });
     http.run(cfg.http_threads);
     log_info("listening on http://{}:{} (health 503 until the model is loaded)", cfg.host, http.port());
+    std::optional<systemd_loading_status> loading_status(std::in_place, *svc.load_progress());
 #ifdef TANDEM_TEST_HOOKS
     test_load_delay();
 #endif
@@ -294,6 +295,7 @@ int serve(server_config cfg, const std::string &cpu_arithmetic, const sampling_f
     else
 #endif
         eng = engine_open(file, eo);
+    loading_status.reset();
     log_info("{}", eng->layout());  // the engine's one-line layout ("layout: ...")
 
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 # tests/server/systemd_service.py BUILD_DIR - tandem-server as a systemd service without systemd:
 # launcher/tandem-server.service passes `systemd-analyze verify`, and the server speaks the notify
-# protocol (a datagram socket in NOTIFY_SOCKET): READY=1 only once /health answers 200, WATCHDOG=1
+# protocol (a datagram socket in NOTIFY_SOCKET): a loading status line, READY=1 only once /health answers 200, WATCHDOG=1
 # pings at half the interval while the engine loop turns, STOPPING=1 on SIGTERM. Exit 77 (skipped)
 # where systemd-analyze is missing or the build has no libsystemd.
 import os
@@ -60,6 +60,8 @@ def notify_protocol(build_dir, work):
         ready = [m for m in messages if "READY=1" in m[1]]
         assert ready, f"no READY=1 within 120 s: {messages} {srv.log_tail()}"
         assert ready[0][2] == 200, f"READY=1 came before /health answered 200 ({ready[0][2]})"
+        loading = [m for m in messages if "STATUS=loading weights: " in m[1] and m[0] <= ready[0][0]]
+        assert loading, f"no STATUS=loading weights line before READY=1: {messages}"
         t_ready = ready[0][0]
         pings = []
         while time.time() < t_ready + 2.5:
