@@ -1,4 +1,4 @@
-// tandem/tokenizer.h - byte-level BPE (GPT-2 style, Qwen2 pre-tokenizer) built from a GGUF vocab.
+// tandem/tokenizer.h - byte-level BPE (GPT-2 style; Qwen2 and DeepSeek pre-tokenizers) built from a GGUF vocab.
 // Output is identical to Hugging Face `tokenizers` for the same tokenizer.json.
 #pragma once
 
@@ -23,7 +23,8 @@ enum class token_type : int32_t {
 // The vocabulary as GGUF stores it (tokenizer.ggml.*), independent of the file reader.
 struct tokenizer_vocab {
     std::string model = "gpt2";        // tokenizer.ggml.model; only "gpt2" (byte-level BPE)
-    std::string pre;                   // tokenizer.ggml.pre: "qwen2"; "" or "default": GPT-2 regex
+    std::string pre;                   // tokenizer.ggml.pre: "qwen2", "deepseek-v3", "deepseek-llm";
+                                       // "" or "default": GPT-2 regex
     std::vector<std::string> tokens;   // byte-level text of normal tokens, raw text of specials
     std::vector<token_type> types;     // one per token; empty means all normal
     std::vector<std::string> merges;   // "left right", rank = index

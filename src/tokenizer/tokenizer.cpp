@@ -58,6 +58,7 @@ struct tokenizer::impl {
     int32_t bos = -1, eos = -1, pad = -1;
     bool add_bos = false;
     std::unique_ptr<pre_tokenizer> splitter;
+    bool nfc = true;  // the tokenizer.json normalizes to NFC (Qwen2) or not at all (DeepSeek)
 
     mutable std::mutex cache_mutex;
     mutable std::unordered_map<std::string, std::vector<int32_t>> cache;
@@ -127,7 +128,9 @@ tokenizer tokenizer::from_vocab(tokenizer_vocab v) {
 
     auto p = std::make_shared<impl>();
     p->pre = v.pre;
-    p->splitter = std::make_unique<pre_tokenizer>(pre_tokenizer_pattern(v.pre));
+    const pre_tokenizer_spec spec = pre_tokenizer_spec_for(v.pre);
+    p->splitter = std::make_unique<pre_tokenizer>(spec.patterns);
+    p->nfc = spec.nfc;
     p->bos = v.bos_id;
     p->eos = v.eos_id;
     p->pad = v.pad_id;
@@ -257,10 +260,11 @@ void tokenizer::impl::bpe(std::string_view piece, std::vector<int32_t> &out) con
     cache.emplace(key, std::vector<int32_t>(out.begin() + static_cast<ptrdiff_t>(start), out.end()));
 }
 
-// One stretch of text between special tokens: NFC, regex split, BPE per piece.
+// One stretch of text between special tokens: NFC where the vocab's pre says so, regex splits,
+// BPE per piece.
 void tokenizer::impl::encode_text(std::string_view text, std::vector<int32_t> &out, size_t limit) const {
     if (text.empty()) return;
-    const std::string normal = nfc(text);
+    const std::string normal = nfc ? tandem::nfc(text) : std::string(text);
     std::vector<std::pair<size_t, size_t>> pieces;
     splitter->split(normal, pieces);
     const std::string_view s(normal);

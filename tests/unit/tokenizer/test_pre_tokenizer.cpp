@@ -14,8 +14,8 @@ using namespace tandem;
 namespace {
 
 std::vector<std::string> split(std::string_view pre, const std::string &text) {
-    static const pre_tokenizer qwen2(pre_tokenizer_pattern("qwen2"));
-    static const pre_tokenizer gpt2(pre_tokenizer_pattern("default"));
+    static const pre_tokenizer qwen2(pre_tokenizer_spec_for("qwen2").patterns);
+    static const pre_tokenizer gpt2(pre_tokenizer_spec_for("default").patterns);
     const pre_tokenizer &p = pre == "qwen2" ? qwen2 : gpt2;
     std::vector<std::pair<size_t, size_t>> ranges;
     p.split(text, ranges);
@@ -125,7 +125,7 @@ TEST_CASE("gpt2 (default) split joins digit runs and spaces before them", "[toke
 
 TEST_CASE("unknown pre-tokenizer names are unsupported", "[tokenizer][pre]") {
     try {
-        pre_tokenizer_pattern("llama-bpe");
+        pre_tokenizer_spec_for("llama-bpe");
         FAIL("no error");
     } catch (const error &e) {
         CHECK(e.kind() == error_kind::unsupported);

@@ -361,8 +361,8 @@ TEST_CASE("vocab validation names what is wrong", "[tokenizer][errors]") {
     }
     {
         auto v = test::toy_vocab();
-        v.pre = "deepseek-v3";
-        expect_vocab_error(v, error_kind::unsupported, "deepseek-v3");
+        v.pre = "deepseek-coder";
+        expect_vocab_error(v, error_kind::unsupported, "deepseek-coder");
     }
     expect_vocab_error(tokenizer_vocab{}, error_kind::file_format, "empty");
 }

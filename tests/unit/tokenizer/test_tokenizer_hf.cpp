@@ -247,6 +247,17 @@ TEST_CASE("from_gguf reads the tokenizer keys and names bad ones", "[tokenizer][
     CHECK(tok.encode(" t<|im_end|>", true) == std::vector<int32_t>{256, 257});
     CHECK(tok.encode(" t", false) == std::vector<int32_t>{256});
 
+    // The DeepSeek pre-tokenizers load and split, and do not normalize: e + U+0301 stays three
+    // bytes (qwen2's NFC makes it U+00E9, two bytes).
+    for (const char *pre : {"deepseek-v3", "deepseek-llm"}) {
+        INFO(pre);
+        const tokenizer ds = load_written([&](gguf_writer &w) { write_toy(w); w.set_string("tokenizer.ggml.pre", pre); });
+        CHECK(ds.pre() == pre);
+        CHECK(ds.encode(" t<|im_end|>", true) == std::vector<int32_t>{256, 257});
+        CHECK(ds.encode("e\xCC\x81", false) == std::vector<int32_t>{0x65, 0xCC, 0x81});
+    }
+    CHECK(tok.encode("e\xCC\x81", false) == std::vector<int32_t>{0xC3, 0xA9});
+
     expect_gguf_error([](gguf_writer &) {}, error_kind::file_format, "tokenizer.ggml.model");
     expect_gguf_error([](gguf_writer &w) { write_toy(w); w.set_string("tokenizer.ggml.model", "llama"); },
                       error_kind::unsupported, "'llama'");
