@@ -10,6 +10,7 @@ PORT       ?= 8080
 DEB_PACKAGES := build-essential cmake ninja-build pkg-config libboost1.81-dev nlohmann-json3-dev \
                 libfmt-dev catch2 libpcre2-dev libicu-dev libcli11-dev libomp-dev libsystemd-dev curl python3 \
                 libtomlplusplus-dev python3-prometheus-client python3-jsonschema python3-jinja2 python3-numpy systemd nodejs \
+                libopenmpi-dev openmpi-bin \
                 chromium
 
 ifeq ($(CI),true)

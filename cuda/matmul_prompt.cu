@@ -413,7 +413,7 @@ void matmul_prompt(const matvec_args &args, cudaStream_t stream) {
     if (a.n_pairs == 0) return;
     TANDEM_CUDA_REQUIRE(a.prompt_tile_rows == 0 || a.prompt_tile_rows == small_tiles::tile_m || a.prompt_tile_rows == large_tiles::tile_m,
                         "matmul_prompt: prompt_tile_rows is 0 (chosen by the step), 16 or 128");
-    if ((a.type == ggml_type::q4_k || a.type == ggml_type::q6_k) && a.n_in % 256 != 0)
+    if (matvec_block_elems(a.type) == 256 && a.n_in % 256 != 0)
         TANDEM_CUDA_REQUIRE(false, "matmul_prompt: K-quant rows are whole 256-element blocks");
     if (matmul_prompt_q4k_applies(a)) {
         TANDEM_CUDA_REQUIRE(!a.x_rows || a.prompt_split_rows > 0, "matmul_prompt: prompt_split_rows must cover x_rows");
@@ -425,6 +425,17 @@ void matmul_prompt(const matvec_args &args, cudaStream_t stream) {
     case ggml_type::q4_k: launch_matmul_prompt_type<ggml_type::q4_k>(a, stream); break;
     case ggml_type::q6_k: launch_matmul_prompt_type<ggml_type::q6_k>(a, stream); break;
     case ggml_type::q8_0: launch_matmul_prompt_type<ggml_type::q8_0>(a, stream); break;
+    // Generic paths only (items dequantised into the shared tiles).
+    case ggml_type::q5_k: launch_matmul_prompt_type<ggml_type::q5_k>(a, stream); break;
+    case ggml_type::q3_k: launch_matmul_prompt_type<ggml_type::q3_k>(a, stream); break;
+    case ggml_type::q2_k: launch_matmul_prompt_type<ggml_type::q2_k>(a, stream); break;
+    case ggml_type::q4_0: launch_matmul_prompt_type<ggml_type::q4_0>(a, stream); break;
+    case ggml_type::q4_1: launch_matmul_prompt_type<ggml_type::q4_1>(a, stream); break;
+    case ggml_type::q5_0: launch_matmul_prompt_type<ggml_type::q5_0>(a, stream); break;
+    case ggml_type::q5_1: launch_matmul_prompt_type<ggml_type::q5_1>(a, stream); break;
+    case ggml_type::iq4_nl: launch_matmul_prompt_type<ggml_type::iq4_nl>(a, stream); break;
+    case ggml_type::iq4_xs: launch_matmul_prompt_type<ggml_type::iq4_xs>(a, stream); break;
+    case ggml_type::mxfp4: launch_matmul_prompt_type<ggml_type::mxfp4>(a, stream); break;
     case ggml_type::f16: launch_matmul_prompt_type<ggml_type::f16>(a, stream); break;
     case ggml_type::bf16: launch_matmul_prompt_type<ggml_type::bf16>(a, stream); break;
     case ggml_type::f32: launch_matmul_prompt_type<ggml_type::f32>(a, stream); break;

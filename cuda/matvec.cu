@@ -220,12 +220,17 @@ void launch_matvec_mode(const matvec_args &a, cudaStream_t stream) {
         launch_matvec_shape<T, false, split_in>(a, stream);
 }
 
+// The generic-only types (quant_decode.cuh) split the activations' fp32 rows in the kernel even
+// where the producer wrote split rows (the same bits): one instance a mode instead of two.
 template <ggml_type T>
 void launch_matvec_type(const matvec_args &a, cudaStream_t stream) {
-    if (a.x_split)
-        launch_matvec_mode<T, true>(a, stream);
-    else
-        launch_matvec_mode<T, false>(a, stream);
+    if constexpr (!generic_only_type<T>) {
+        if (a.x_split) {
+            launch_matvec_mode<T, true>(a, stream);
+            return;
+        }
+    }
+    launch_matvec_mode<T, false>(a, stream);
 }
 
 }  // namespace
@@ -234,11 +239,33 @@ int64_t matvec_row_bytes(ggml_type type, int32_t n_in) {
     switch (type) {
     case ggml_type::q4_k: return int64_t(n_in) / 256 * 144;
     case ggml_type::q6_k: return int64_t(n_in) / 256 * 210;
+    case ggml_type::q5_k: return int64_t(n_in) / 256 * 176;
+    case ggml_type::q3_k: return int64_t(n_in) / 256 * 110;
+    case ggml_type::q2_k: return int64_t(n_in) / 256 * 84;
+    case ggml_type::iq4_xs: return int64_t(n_in) / 256 * 136;
     case ggml_type::q8_0: return int64_t(n_in) / 32 * 34;
+    case ggml_type::q4_0:
+    case ggml_type::iq4_nl: return int64_t(n_in) / 32 * 18;
+    case ggml_type::q4_1: return int64_t(n_in) / 32 * 20;
+    case ggml_type::q5_0: return int64_t(n_in) / 32 * 22;
+    case ggml_type::q5_1: return int64_t(n_in) / 32 * 24;
+    case ggml_type::mxfp4: return int64_t(n_in) / 32 * 17;
     case ggml_type::f32: return int64_t(n_in) * 4;
     case ggml_type::f16:
     case ggml_type::bf16: return int64_t(n_in) * 2;
     default: return 0;
+    }
+}
+
+int32_t matvec_block_elems(ggml_type type) {
+    switch (type) {
+    case ggml_type::q4_k:
+    case ggml_type::q6_k:
+    case ggml_type::q5_k:
+    case ggml_type::q3_k:
+    case ggml_type::q2_k:
+    case ggml_type::iq4_xs: return 256;
+    default: return 32;  // 32-element blocks, and the plain types by items of 32
     }
 }
 
@@ -284,6 +311,7 @@ void matvec(const matvec_args &a, cudaStream_t stream) {
         TANDEM_CUDA_CHECK_LAUNCH();
         return;
     }
+    TANDEM_CUDA_REQUIRE(matvec_block_elems(a.type) == 32 || a.n_in % 256 == 0, "matvec: K-quant rows are whole 256-element blocks");
     switch (a.type) {
     case ggml_type::q4_k:
         TANDEM_CUDA_REQUIRE(a.n_in % 256 == 0, "matvec: q4_K rows are whole 256-element blocks");
@@ -295,6 +323,17 @@ void matvec(const matvec_args &a, cudaStream_t stream) {
         break;
     case ggml_type::q8_0: launch_matvec_type<ggml_type::q8_0>(a, stream); break;
     case ggml_type::f16: launch_matvec_type<ggml_type::f16>(a, stream); break;
+    // Generic paths only (matvec_kernel's four-item chunks).
+    case ggml_type::q5_k: launch_matvec_type<ggml_type::q5_k>(a, stream); break;
+    case ggml_type::q3_k: launch_matvec_type<ggml_type::q3_k>(a, stream); break;
+    case ggml_type::q2_k: launch_matvec_type<ggml_type::q2_k>(a, stream); break;
+    case ggml_type::q4_0: launch_matvec_type<ggml_type::q4_0>(a, stream); break;
+    case ggml_type::q4_1: launch_matvec_type<ggml_type::q4_1>(a, stream); break;
+    case ggml_type::q5_0: launch_matvec_type<ggml_type::q5_0>(a, stream); break;
+    case ggml_type::q5_1: launch_matvec_type<ggml_type::q5_1>(a, stream); break;
+    case ggml_type::iq4_nl: launch_matvec_type<ggml_type::iq4_nl>(a, stream); break;
+    case ggml_type::iq4_xs: launch_matvec_type<ggml_type::iq4_xs>(a, stream); break;
+    case ggml_type::mxfp4: launch_matvec_type<ggml_type::mxfp4>(a, stream); break;
     case ggml_type::bf16: launch_matvec_type<ggml_type::bf16>(a, stream); break;
     case ggml_type::f32: launch_matvec_type<ggml_type::f32>(a, stream); break;
     default: TANDEM_CUDA_REQUIRE(false, "matvec: weight type not supported on CUDA");

@@ -263,6 +263,16 @@ void embed(const embed_args &a, cudaStream_t stream) {
     case ggml_type::q4_k: launch_pdl(embed_kernel<ggml_type::q4_k>, dim3(a.n_rows), dim3(threads), stream, a, row_bytes); break;
     case ggml_type::q6_k: launch_pdl(embed_kernel<ggml_type::q6_k>, dim3(a.n_rows), dim3(threads), stream, a, row_bytes); break;
     case ggml_type::q8_0: launch_pdl(embed_kernel<ggml_type::q8_0>, dim3(a.n_rows), dim3(threads), stream, a, row_bytes); break;
+    case ggml_type::q5_k: launch_pdl(embed_kernel<ggml_type::q5_k>, dim3(a.n_rows), dim3(threads), stream, a, row_bytes); break;
+    case ggml_type::q3_k: launch_pdl(embed_kernel<ggml_type::q3_k>, dim3(a.n_rows), dim3(threads), stream, a, row_bytes); break;
+    case ggml_type::q2_k: launch_pdl(embed_kernel<ggml_type::q2_k>, dim3(a.n_rows), dim3(threads), stream, a, row_bytes); break;
+    case ggml_type::q4_0: launch_pdl(embed_kernel<ggml_type::q4_0>, dim3(a.n_rows), dim3(threads), stream, a, row_bytes); break;
+    case ggml_type::q4_1: launch_pdl(embed_kernel<ggml_type::q4_1>, dim3(a.n_rows), dim3(threads), stream, a, row_bytes); break;
+    case ggml_type::q5_0: launch_pdl(embed_kernel<ggml_type::q5_0>, dim3(a.n_rows), dim3(threads), stream, a, row_bytes); break;
+    case ggml_type::q5_1: launch_pdl(embed_kernel<ggml_type::q5_1>, dim3(a.n_rows), dim3(threads), stream, a, row_bytes); break;
+    case ggml_type::iq4_nl: launch_pdl(embed_kernel<ggml_type::iq4_nl>, dim3(a.n_rows), dim3(threads), stream, a, row_bytes); break;
+    case ggml_type::iq4_xs: launch_pdl(embed_kernel<ggml_type::iq4_xs>, dim3(a.n_rows), dim3(threads), stream, a, row_bytes); break;
+    case ggml_type::mxfp4: launch_pdl(embed_kernel<ggml_type::mxfp4>, dim3(a.n_rows), dim3(threads), stream, a, row_bytes); break;
     case ggml_type::f16: launch_pdl(embed_kernel<ggml_type::f16>, dim3(a.n_rows), dim3(threads), stream, a, row_bytes); break;
     case ggml_type::bf16: launch_pdl(embed_kernel<ggml_type::bf16>, dim3(a.n_rows), dim3(threads), stream, a, row_bytes); break;
     case ggml_type::f32: launch_pdl(embed_kernel<ggml_type::f32>, dim3(a.n_rows), dim3(threads), stream, a, row_bytes); break;

@@ -3,9 +3,14 @@
 // elements (`start[t]` .. `start[t] + 7` hold v[8t] .. v[8t + 7]); item i of a row covers:
 //   Q4_K: block i / 8, bytes qs[16 (i % 8) .. +16): sub-blocks 2c, 2c+1 (c = (i % 8) / 2);
 //   Q6_K: block i / 8, half h = (i % 8) / 4, l = 8 (i % 4) .. +8 of that half's four quarters;
-//   Q8_0: block i; F32/F16/BF16: elements 32 i .. 32 i + 31.
+//   Q8_0 and the other 32-element blocks (Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, MXFP4): block i;
+//   Q5_K, Q3_K, Q2_K, IQ4_XS: block i / 8, elements 32 (i % 8) .. +31 of it;
+//   F32/F16/BF16: elements 32 i .. 32 i + 31.
 // Values use dequantize_row_*'s expressions (d * sc * q - dmin * m for Q4_K, d * sc * q for
-// Q6_K, q * d for Q8_0), so each weight equals the CPU's dequantised weight bitwise.
+// Q6_K, q * d for Q8_0; the others are quoted at their decoders), so each weight equals the
+// CPU's dequantised weight bitwise. Blocks of 17, 18, 22 and 110 bytes are read a byte or two
+// bytes at a time, blocks of 20, 24, 84, 136 and 176 bytes four at a time: a row starts at its
+// matrix's alignment plus whole rows, so only the block size limits a load's alignment.
 #pragma once
 
 #include "tandem/quant_blocks.h"
@@ -18,6 +23,9 @@
 namespace tandem::cuda {
 
 static_assert(sizeof(block_q4_k) == 144 && sizeof(block_q6_k) == 210 && sizeof(block_q8_0) == 34);
+static_assert(sizeof(block_q5_k) == 176 && sizeof(block_q3_k) == 110 && sizeof(block_q2_k) == 84 && sizeof(block_iq4_xs) == 136);
+static_assert(sizeof(block_q4_0) == 18 && sizeof(block_q4_1) == 20 && sizeof(block_q5_0) == 22 && sizeof(block_q5_1) == 24 &&
+              sizeof(block_iq4_nl) == 18 && sizeof(block_mxfp4) == 17);
 
 __device__ __forceinline__ float half_bits_to_float(uint32_t h) {
     return __half2float(__ushort_as_half(static_cast<unsigned short>(h & 0xFFFFu)));
@@ -39,6 +47,188 @@ __device__ __forceinline__ void q4_k_scale_min_dev(uint32_t s0, uint32_t s1, uin
         m = float((scale_byte(s0, s1, s2, j + 4) >> 4) | ((scale_byte(s0, s1, s2, j) >> 6) << 4));
     }
 }
+
+// Loads from blocks whose size limits alignment: two bytes (a 16-bit field, or a word from two),
+// four, or a word assembled from single bytes (MXFP4's 17-byte blocks).
+__device__ __forceinline__ uint32_t u16_at(const uint8_t *p) { return *reinterpret_cast<const uint16_t *>(p); }
+__device__ __forceinline__ uint32_t u32_at_a2(const uint8_t *p) { return u16_at(p) | (u16_at(p + 2) << 16); }
+__device__ __forceinline__ uint32_t u32_at_a4(const uint8_t *p) { return *reinterpret_cast<const uint32_t *>(p); }
+__device__ __forceinline__ uint32_t u32_at_a1(const uint8_t *p) {
+    return uint32_t(p[0]) | (uint32_t(p[1]) << 8) | (uint32_t(p[2]) << 16) | (uint32_t(p[3]) << 24);
+}
+// n bytes from p (n a multiple of 4) as words, each load of `align` bytes (1, 2 or 4).
+template <int align, int n_words>
+__device__ __forceinline__ void load_words(const uint8_t *p, uint32_t (&w)[n_words]) {
+#pragma unroll
+    for (int i = 0; i < n_words; ++i) w[i] = align >= 4 ? u32_at_a4(p + 4 * i) : align == 2 ? u32_at_a2(p + 4 * i) : u32_at_a1(p + 4 * i);
+}
+// Byte j of words w (j known at compile time after unrolling: no register indexing).
+template <int n_words>
+__device__ __forceinline__ uint32_t byte_of(const uint32_t (&w)[n_words], int j) { return (w[j >> 2] >> (8 * (j & 3))) & 0xFFu; }
+
+// A 16-entry int8 table as four words (entries 0-3, 4-7, 8-11, 12-15), looked up by a nibble
+// with two byte permutes instead of a memory read.
+struct nibble_table {
+    uint32_t w0, w1, w2, w3;
+};
+__device__ __forceinline__ int nibble_lookup(const nibble_table &t, uint32_t n) {
+    const uint32_t lo = __byte_perm(t.w0, t.w1, n & 7u), hi = __byte_perm(t.w2, t.w3, n & 7u);
+    return int(int8_t((n & 8u ? hi : lo) & 0xFFu));
+}
+constexpr uint32_t pack_int8x4(int8_t a, int8_t b, int8_t c, int8_t d) {
+    return uint32_t(uint8_t(a)) | (uint32_t(uint8_t(b)) << 8) | (uint32_t(uint8_t(c)) << 16) | (uint32_t(uint8_t(d)) << 24);
+}
+// kvalues_iq4nl (IQ4_NL, IQ4_XS) and kvalues_mxfp4 (E2M1 doubled), as ggml-common.h lists them.
+constexpr uint32_t iq4nl_w0 = pack_int8x4(-127, -104, -83, -65), iq4nl_w1 = pack_int8x4(-49, -35, -22, -10);
+constexpr uint32_t iq4nl_w2 = pack_int8x4(1, 13, 25, 38), iq4nl_w3 = pack_int8x4(53, 69, 89, 113);
+constexpr uint32_t mxfp4_w0 = pack_int8x4(0, 1, 2, 3), mxfp4_w1 = pack_int8x4(4, 6, 8, 12);
+constexpr uint32_t mxfp4_w2 = pack_int8x4(0, -1, -2, -3), mxfp4_w3 = pack_int8x4(-4, -6, -8, -12);
+
+// Q3_K's signed 6-bit scale of sub-block s (0..15) before the -32 (the CPU's q3_k_scale).
+__device__ __forceinline__ int q3_k_scale_dev(const uint8_t *sc, int s) {
+    const int low = s < 8 ? sc[s] & 0xF : sc[s - 8] >> 4;
+    return low | (((sc[8 + (s & 3)] >> (2 * (s >> 2))) & 3) << 4);
+}
+
+// The runs of a contiguous item: elements 32 item .. 32 item + 31.
+__device__ __forceinline__ void contiguous_starts(int item, int (&start)[4]) {
+    const int s0 = item * 32;
+    start[0] = s0; start[1] = s0 + 8; start[2] = s0 + 16; start[3] = s0 + 24;
+}
+
+// Q5_K, item i: sub-block j = i % 8 of block i / 8; dequantize_row_q5_K:
+// (d * sc) * (nibble + 16 * fifth bit) - dmin * m.
+__device__ __forceinline__ void decode_q5_k(const uint8_t *__restrict__ row, int item, float (&v)[32]) {
+    const uint8_t *blk = row + size_t(item >> 3) * 176;
+    const int j = item & 7, c = j >> 1, hf = j & 1;
+    const uint32_t dd = u32_at_a4(blk);
+    float sc, mn;
+    q4_k_scale_min_dev(u32_at_a4(blk + 4), u32_at_a4(blk + 8), u32_at_a4(blk + 12), j, sc, mn);
+    const float dl = __fmul_rn(half_bits_to_float(dd), sc), ml = __fmul_rn(half_bits_to_float(dd >> 16), mn);
+    uint32_t qh[8], qs[8];
+    load_words<4>(blk + 16, qh);
+    load_words<4>(blk + 48 + 32 * c, qs);
+    const int shift = 4 * hf, hbit = 2 * c + hf;
+#pragma unroll
+    for (int l = 0; l < 32; ++l) {
+        const uint32_t q = ((byte_of(qs, l) >> shift) & 0xFu) + (((byte_of(qh, l) >> hbit) & 1u) << 4);
+        v[l] = __fsub_rn(__fmul_rn(dl, float(q)), ml);
+    }
+}
+
+// Q3_K, item i: elements 32 j .. 32 j + 31 (j = i % 8: half j / 4, bit pair j % 4) of block i / 8,
+// sub-blocks 2j and 2j + 1; dequantize_row_q3_K: (d * (sc - 32)) * (low - (high bit ? 0 : 4)).
+__device__ __forceinline__ void decode_q3_k(const uint8_t *__restrict__ row, int item, float (&v)[32]) {
+    const uint8_t *blk = row + size_t(item >> 3) * 110;
+    const int j = item & 7, h = j >> 2, g = j & 3;
+    const float d = half_bits_to_float(u16_at(blk + 108));
+    const float dl0 = __fmul_rn(d, float(q3_k_scale_dev(blk + 96, 2 * j) - 32));
+    const float dl1 = __fmul_rn(d, float(q3_k_scale_dev(blk + 96, 2 * j + 1) - 32));
+    uint32_t hm[8], qs[8];
+    load_words<2>(blk, hm);
+    load_words<2>(blk + 32 + 32 * h, qs);
+#pragma unroll
+    for (int l = 0; l < 32; ++l) {
+        const int low = int((byte_of(qs, l) >> (2 * g)) & 3u), high = int((byte_of(hm, l) >> j) & 1u);
+        v[l] = __fmul_rn(l < 16 ? dl0 : dl1, float(low - (high ? 0 : 4)));
+    }
+}
+
+// Q2_K, item i: elements 32 j .. 32 j + 31 of block i / 8 as Q3_K's low bits, sub-blocks 2j and
+// 2j + 1; dequantize_row_q2_K: (d * sc) * q - dmin * m.
+__device__ __forceinline__ void decode_q2_k(const uint8_t *__restrict__ row, int item, float (&v)[32]) {
+    const uint8_t *blk = row + size_t(item >> 3) * 84;
+    const int j = item & 7, h = j >> 2, g = j & 3;
+    const uint32_t dd = u32_at_a4(blk + 80);
+    const float d = half_bits_to_float(dd), dmin = half_bits_to_float(dd >> 16);
+    const uint32_t s0 = blk[2 * j], s1 = blk[2 * j + 1];
+    const float dl0 = __fmul_rn(d, float(s0 & 0xFu)), ml0 = __fmul_rn(dmin, float(s0 >> 4));
+    const float dl1 = __fmul_rn(d, float(s1 & 0xFu)), ml1 = __fmul_rn(dmin, float(s1 >> 4));
+    uint32_t qs[8];
+    load_words<4>(blk + 16 + 32 * h, qs);
+#pragma unroll
+    for (int l = 0; l < 32; ++l) {
+        const float q = float((byte_of(qs, l) >> (2 * g)) & 3u);
+        v[l] = l < 16 ? __fsub_rn(__fmul_rn(dl0, q), ml0) : __fsub_rn(__fmul_rn(dl1, q), ml1);
+    }
+}
+
+// IQ4_XS, item i: sub-block j = i % 8 of block i / 8; dequantize_row_iq4_xs:
+// (d * (ls - 32)) * kvalues_iq4nl[q].
+__device__ __forceinline__ void decode_iq4_xs(const uint8_t *__restrict__ row, int item, float (&v)[32]) {
+    const uint8_t *blk = row + size_t(item >> 3) * 136;
+    const int j = item & 7;
+    const uint32_t head = u32_at_a4(blk), scales_l = u32_at_a4(blk + 4);  // d | scales_h << 16
+    const int ls = int((scales_l >> (4 * j)) & 0xFu) | int(((head >> (16 + 2 * j)) & 3u) << 4);
+    const float dl = __fmul_rn(half_bits_to_float(head), float(ls - 32));
+    uint32_t qs[4];
+    load_words<4>(blk + 8 + 16 * j, qs);
+    const nibble_table tab{iq4nl_w0, iq4nl_w1, iq4nl_w2, iq4nl_w3};
+#pragma unroll
+    for (int l = 0; l < 16; ++l) {
+        const uint32_t q = byte_of(qs, l);
+        v[l] = __fmul_rn(dl, float(nibble_lookup(tab, q & 0xFu)));
+        v[l + 16] = __fmul_rn(dl, float(nibble_lookup(tab, q >> 4)));
+    }
+}
+
+// The 32-element blocks other than Q8_0: byte l of qs holds element l (low nibble) and l + 16
+// (high nibble); the Q5 types' fifth bits are bit l of the little-endian word qh. As
+// dequantize_row_*: Q4_0 (q - 8) * d; Q4_1 q * d + m; Q5_0 (q - 16) * d; Q5_1 q * d + m;
+// IQ4_NL d * kvalues_iq4nl[q]; MXFP4 kvalues_mxfp4[q] * (2^(e - 127) / 2).
+template <ggml_type T>
+__device__ __forceinline__ void decode_block32(const uint8_t *__restrict__ row, int item, float (&v)[32]) {
+    constexpr int bytes = T == ggml_type::q4_0 || T == ggml_type::iq4_nl ? 18
+                          : T == ggml_type::q4_1                         ? 20
+                          : T == ggml_type::q5_0                         ? 22
+                          : T == ggml_type::q5_1                         ? 24
+                                                                         : 17;
+    constexpr int qs_off = bytes - 16;  // the nibbles end every block
+    const uint8_t *blk = row + size_t(item) * bytes;
+    uint32_t qs[4];
+    float d = 0.0f, m = 0.0f;
+    uint32_t qh = 0;
+    if constexpr (T == ggml_type::mxfp4) {
+        const uint32_t e = blk[0];
+        d = __uint_as_float(e < 2 ? 0x00200000u << e : (e - 1) << 23);  // ggml_e8m0_to_fp32_half, exact
+        load_words<1>(blk + qs_off, qs);
+    } else if constexpr (T == ggml_type::q4_1 || T == ggml_type::q5_1) {
+        const uint32_t dm = u32_at_a4(blk);
+        d = half_bits_to_float(dm);
+        m = half_bits_to_float(dm >> 16);
+        if constexpr (T == ggml_type::q5_1) qh = u32_at_a4(blk + 4);
+        load_words<4>(blk + qs_off, qs);
+    } else {
+        d = half_bits_to_float(u16_at(blk));
+        if constexpr (T == ggml_type::q5_0) qh = u32_at_a2(blk + 2);
+        load_words<2>(blk + qs_off, qs);
+    }
+    const nibble_table tab = T == ggml_type::mxfp4 ? nibble_table{mxfp4_w0, mxfp4_w1, mxfp4_w2, mxfp4_w3}
+                                                   : nibble_table{iq4nl_w0, iq4nl_w1, iq4nl_w2, iq4nl_w3};
+#pragma unroll
+    for (int l = 0; l < 16; ++l) {
+        const uint32_t q = byte_of(qs, l);
+#pragma unroll
+        for (int hf = 0; hf < 2; ++hf) {
+            const uint32_t nib = hf ? q >> 4 : q & 0xFu;
+            const uint32_t q5 = nib | (((qh >> (l + 16 * hf)) & 1u) << 4);
+            float &out = v[l + 16 * hf];
+            if constexpr (T == ggml_type::q4_0) out = __fmul_rn(float(int(nib) - 8), d);
+            else if constexpr (T == ggml_type::q4_1) out = __fadd_rn(__fmul_rn(float(nib), d), m);
+            else if constexpr (T == ggml_type::q5_0) out = __fmul_rn(float(int(q5) - 16), d);
+            else if constexpr (T == ggml_type::q5_1) out = __fadd_rn(__fmul_rn(float(q5), d), m);
+            else if constexpr (T == ggml_type::iq4_nl) out = __fmul_rn(d, float(nibble_lookup(tab, nib)));
+            else out = __fmul_rn(float(nibble_lookup(tab, nib)), d);
+        }
+    }
+}
+
+// The types decoded through the generic path only, with contiguous items.
+template <ggml_type T>
+constexpr bool generic_only_type = T == ggml_type::q5_k || T == ggml_type::q3_k || T == ggml_type::q2_k ||
+                                   T == ggml_type::iq4_xs || T == ggml_type::q4_0 || T == ggml_type::q4_1 ||
+                                   T == ggml_type::q5_0 || T == ggml_type::q5_1 || T == ggml_type::iq4_nl ||
+                                   T == ggml_type::mxfp4;
 
 // Items per row of n_in elements (n_in a multiple of 32 and of the block).
 __host__ __device__ constexpr int64_t items_per_row(int64_t n_in) { return n_in / 32; }
@@ -151,6 +341,22 @@ __device__ __forceinline__ void decode_item(const uint8_t *__restrict__ row, int
         }
         const int s0 = item * 32;
         start[0] = s0; start[1] = s0 + 8; start[2] = s0 + 16; start[3] = s0 + 24;
+    } else if constexpr (T == ggml_type::q5_k) {
+        decode_q5_k(row, item, v);
+        contiguous_starts(item, start);
+    } else if constexpr (T == ggml_type::q3_k) {
+        decode_q3_k(row, item, v);
+        contiguous_starts(item, start);
+    } else if constexpr (T == ggml_type::q2_k) {
+        decode_q2_k(row, item, v);
+        contiguous_starts(item, start);
+    } else if constexpr (T == ggml_type::iq4_xs) {
+        decode_iq4_xs(row, item, v);
+        contiguous_starts(item, start);
+    } else if constexpr (T == ggml_type::q4_0 || T == ggml_type::q4_1 || T == ggml_type::q5_0 || T == ggml_type::q5_1 ||
+                         T == ggml_type::iq4_nl || T == ggml_type::mxfp4) {
+        decode_block32<T>(row, item, v);
+        contiguous_starts(item, start);
     } else if constexpr (T == ggml_type::f32) {
         const float4 *p = reinterpret_cast<const float4 *>(row) + size_t(item) * 8;
 #pragma unroll

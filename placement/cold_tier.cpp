@@ -23,6 +23,9 @@ double to_gib(uint64_t bytes) { return double(bytes) / double(gib); }
 constexpr double default_gpu_gbps = 1000.0;
 constexpr double default_cpu_gbps = 50.0;
 constexpr double default_link_gbps = 25.0;
+// Between hosts: 100 Gb Ethernet's payload rate and a TCP round trip's order of magnitude.
+constexpr double default_host_link_gbps = 10.0;
+constexpr double default_host_link_latency_us = 50.0;
 constexpr double default_link_latency_us = 10.0;
 
 // A layer's experts, busiest first (ties: lower id), as the order they earn GPU room in.
@@ -163,13 +166,17 @@ void finish(placement_plan &plan, const placement_model &model, const std::vecto
 placement_prediction predict(const placement_plan &plan, const placement_model &model, const topology &topo,
                              const std::vector<std::vector<uint64_t>> &w) {
     placement_prediction p;
-    if (model.n_expert_used < 1 || model.d_model < 1) return p;
-    const topology_host host = topo.host.value_or(topology_host{});
     auto figure = [&](double v, double fallback) {
         if (v > 0.0) return v;
         p.default_figures = true;
         return fallback;
     };
+    if (!plan.hosts.empty()) {
+        p.host_link_gbps = figure(plan.host_link.gbps, default_host_link_gbps);
+        p.host_link_latency_us = figure(plan.host_link.latency_us, default_host_link_latency_us);
+    }
+    if (model.n_expert_used < 1 || model.d_model < 1) return p;
+    const topology_host host = topo.host.value_or(topology_host{});
     p.cpu_gbps = figure(host.bandwidth_gbps, default_cpu_gbps);
     p.link_gbps = figure(host.link_gbps, default_link_gbps);
     p.link_latency_us = figure(host.link_latency_us, default_link_latency_us);
@@ -207,7 +214,12 @@ placement_prediction predict(const placement_plan &plan, const placement_model &
         if (d.bytes_head > 0) tail = std::max(tail, seconds(double(d.bytes_head), p.gpu_gbps));
     const auto stages = placement_stage_members(plan);
     for (size_t s = 1; s < stages.size(); ++s) {
-        const int32_t a = plan.devices[size_t(stages[s - 1][0])].physical, b = plan.devices[size_t(stages[s][0])].physical;
+        const placement_device_plan &da = plan.devices[size_t(stages[s - 1][0])], &db = plan.devices[size_t(stages[s][0])];
+        if (da.host != db.host) {  // x and h cross the network once
+            tail += p.host_link_latency_us * 1e-6 + seconds(2.0 * row, p.host_link_gbps);
+            continue;
+        }
+        const int32_t a = da.physical, b = db.physical;
         // x and h move to the next stage; without P2P they pass through host memory (two copies).
         tail += (topo.p2p(a, b) ? 1.0 : 2.0) * (lat + seconds(2.0 * row, p.link_gbps));
     }

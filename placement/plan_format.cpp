@@ -27,7 +27,8 @@ std::string experts_summary(const placement_device_plan &d) {
 }
 
 std::string device_summary(const placement_plan &plan, const placement_device_plan &d) {
-    std::string s = fmt::format("d{}@{}", d.logical, d.physical);
+    std::string s = plan.hosts.empty() ? fmt::format("d{}@{}", d.logical, d.physical)
+                                       : fmt::format("d{}@{}:{}", d.logical, plan.hosts[size_t(d.host)].name, d.physical);
     if (d.role != placement_role::single) s += " " + experts_summary(d);
     if (d.embedding) s += " emb";
     if (d.head_end > d.head_begin) s += fmt::format(" head {}-{}", d.head_begin, d.head_end - 1);
@@ -149,12 +150,18 @@ std::string placement_plan_json(const placement_plan &plan) {
     j["prediction"] = {{"tok_s", p.tok_s},           {"gpu_ms", p.gpu_ms},       {"cold_ms", p.cold_ms},
                        {"gpu_gbps", p.gpu_gbps},     {"cpu_gbps", p.cpu_gbps},   {"link_gbps", p.link_gbps},
                        {"link_latency_us", p.link_latency_us}, {"default_figures", p.default_figures}};
+    j["hosts"] = json::array();
+    for (const placement_host &h : plan.hosts)
+        j["hosts"].push_back({{"name", h.name}, {"devices", h.n_devices}, {"memory_gib", h.memory_gib}});
+    j["host_link"] = {{"gbps", p.host_link_gbps}, {"latency_us", p.host_link_latency_us},
+                      {"source", plan.host_link.source.empty() ? "default" : plan.host_link.source}};
     j["devices"] = json::array();
     for (const auto &d : plan.devices) {
         j["devices"].push_back({{"logical", d.logical},
                                 {"physical", d.physical},
                                 {"name", d.name},
                                 {"stage", d.stage},
+                                {"host", d.host},
                                 {"role", placement_role_name(d.role)},
                                 {"partner", d.partner},
                                 {"layer_begin", d.layer_begin},

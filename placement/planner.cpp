@@ -297,19 +297,67 @@ void check_pairs_p2p(const std::vector<int32_t> &ids, int32_t n_stages, const to
     }
 }
 
+// Several hosts: each host's devices in turn; with pairs, each host's first half are stage hosts
+// and its second half their partners, so no pair spans hosts and stages stay contiguous per host.
+// Reorders req's devices (and per-device budgets) to the plan's logical order; returns each
+// logical device's host (empty without hosts).
+std::vector<int32_t> hosts_order(placement_request &req) {
+    if (req.hosts.empty()) return {};
+    if (req.auto_order)
+        fail(error_kind::config, "--gpu-devices auto cannot be combined with --hosts: list each host's devices in turn");
+    if (req.host_experts && req.hosts.size() > 1)
+        fail(error_kind::config, "--host-experts cannot be combined with several hosts (each host's tier would need "
+             "its own budget): drop --host-experts or use one host");
+    size_t total = 0;
+    for (const placement_host &h : req.hosts) total += size_t(h.n_devices);
+    if (total != req.devices.size())
+        fail(error_kind::config, "--hosts lists {} devices in all but the plan has {} ({})", total, req.devices.size(),
+             join_ids(req.devices));
+    const bool tp = req.mode == placement_mode::tensor_parallel;
+    std::vector<size_t> order, firsts, seconds;
+    std::vector<int32_t> host_of, host_firsts, host_seconds;
+    size_t at = 0;
+    for (int32_t h = 0; h < int32_t(req.hosts.size()); ++h) {
+        const int32_t n = req.hosts[size_t(h)].n_devices;
+        if (tp && n % 2 != 0)
+            fail(error_kind::config, "--tensor-parallel: host '{}' has {} devices; pairs never span hosts, so each "
+                 "host needs an even count", req.hosts[size_t(h)].name, n);
+        for (int32_t k = 0; k < n; ++k, ++at) {
+            const bool second = tp && k >= n / 2;
+            (second ? seconds : firsts).push_back(at);
+            (second ? host_seconds : host_firsts).push_back(h);
+        }
+    }
+    order = firsts;
+    order.insert(order.end(), seconds.begin(), seconds.end());
+    host_of = host_firsts;
+    host_of.insert(host_of.end(), host_seconds.begin(), host_seconds.end());
+    std::vector<int32_t> devices;
+    std::vector<uint64_t> budgets;
+    for (size_t i : order) {
+        devices.push_back(req.devices[i]);
+        if (req.budgets.size() == req.devices.size()) budgets.push_back(req.budgets[i]);
+    }
+    req.devices = std::move(devices);
+    if (!budgets.empty()) req.budgets = std::move(budgets);
+    return host_of;
+}
+
 // Each logical device's budget: --gpu-vram (one for all or one each; logical devices sharing a
 // device must fit in it together), else the device's memory less its reserve, shared evenly.
-std::vector<uint64_t> device_budgets(const placement_request &req, const topology &topo, const std::vector<int32_t> &ids) {
+std::vector<uint64_t> device_budgets(const placement_request &req, const topology &topo, const std::vector<int32_t> &ids,
+                                     const std::vector<int32_t> &host_of) {
     const int32_t n = int32_t(ids.size());
-    std::map<int32_t, std::vector<int32_t>> sharing;  // physical id -> logical indices
-    for (int32_t i = 0; i < n; ++i) sharing[ids[i]].push_back(i);
+    auto key = [&](int32_t i) { return std::pair(host_of.empty() ? 0 : host_of[size_t(i)], ids[size_t(i)]); };
+    std::map<std::pair<int32_t, int32_t>, std::vector<int32_t>> sharing;  // (host, physical id) -> logical indices
+    for (int32_t i = 0; i < n; ++i) sharing[key(i)].push_back(i);
     std::vector<uint64_t> budget(n);
     if (req.budgets.empty()) {
         for (int32_t i = 0; i < n; ++i) {
             const topology_device &d = *topo.find(ids[i]);
             const uint64_t memory = uint64_t(std::llround(d.memory_gib * double(gib)));
             const uint64_t reserve = std::min(memory, topology_reserve_bytes(d));
-            budget[i] = (memory - reserve) / sharing[ids[i]].size();
+            budget[i] = (memory - reserve) / sharing[key(i)].size();
         }
         return budget;
     }
@@ -317,13 +365,15 @@ std::vector<uint64_t> device_budgets(const placement_request &req, const topolog
         fail(error_kind::config, "--gpu-vram has {} values but there are {} devices: give one value for all devices "
              "or one per device", req.budgets.size(), n);
     for (int32_t i = 0; i < n; ++i) budget[i] = req.budgets.size() == 1 ? req.budgets[0] : req.budgets[i];
-    for (const auto &[phys, logical] : sharing) {
-        const topology_device &d = *topo.find(phys);
+    for (const auto &[where, logical] : sharing) {
+        const topology_device &d = *topo.find(where.second);
         uint64_t sum = 0;
         for (int32_t i : logical) sum += budget[i];
         if (sum > uint64_t(std::llround(d.memory_gib * double(gib))))
-            fail(error_kind::config, "--gpu-vram: the budgets of logical device(s) {} on device {} ({}) sum to "
-                 "{:.2f} GiB but it has {:.2f} GiB", join_ids(logical), phys, d.name, to_gib(sum), d.memory_gib);
+            fail(error_kind::config, "--gpu-vram: the budgets of logical device(s) {} on {}device {} ({}) sum to "
+                 "{:.2f} GiB but it has {:.2f} GiB", join_ids(logical),
+                 req.hosts.empty() ? std::string() : fmt::format("host '{}' ", req.hosts[size_t(where.first)].name),
+                 where.second, d.name, to_gib(sum), d.memory_gib);
     }
     return budget;
 }
@@ -472,9 +522,11 @@ std::vector<int32_t> stage_bounds(int32_t S, int32_t L, Eval eval, int64_t &wors
             {dp.bytes_kv, "KV cache"}, {dp.bytes_head, "output head"}, {dp.bytes_embedding, "embedding"},
             {dp.bytes_scratch, "scratch"}};
         const auto *big = std::max_element(std::begin(classes), std::end(classes));
-        what += fmt::format("{}device d{} (physical {} {}, stage {} {}, layers {}-{}) needs {:.2f} GiB but its "
+        what += fmt::format("{}{}device d{} (physical {} {}, stage {} {}, layers {}-{}) needs {:.2f} GiB but its "
                             "budget is {:.2f} GiB: {:.2f} GiB missing (biggest class: {} {:.2f} GiB)",
-                            what.empty() ? "" : "; ", dp.logical, dp.physical, dp.name, dp.stage,
+                            what.empty() ? "" : "; ",
+                            plan.hosts.empty() ? std::string() : fmt::format("host '{}' ", plan.hosts[size_t(dp.host)].name),
+                            dp.logical, dp.physical, dp.name, dp.stage,
                             placement_role_name(dp.role), dp.layer_begin, dp.layer_end - 1, to_gib(dp.total()),
                             to_gib(dp.budget), to_gib(dp.total() - dp.budget), big->second, to_gib(big->first));
     }
@@ -491,6 +543,7 @@ struct plan_inputs {
     int32_t n_stages;
     std::vector<uint64_t> budget;
     role_bytes rb;
+    std::vector<int32_t> host_of;  // [logical] host index; empty: one host
 };
 
 // Per logical device, the bytes of its layers in its role, with each layer's routed experts scaled
@@ -543,6 +596,7 @@ void build_devices(placement_plan &plan, const plan_inputs &in, const topology &
         dp.physical = ids[i];
         dp.name = d.name;
         dp.stage = in.tp ? i % in.n_stages : i;
+        dp.host = in.host_of.empty() ? 0 : in.host_of[size_t(i)];
         dp.role = !in.tp ? placement_role::single : partner ? placement_role::partner : placement_role::host;
         dp.partner = !in.tp ? -1 : partner ? i - in.n_stages : i + in.n_stages;
         dp.layer_begin = bounds[dp.stage];
@@ -628,9 +682,13 @@ void plan_with_cold_tier(placement_plan &plan, const plan_inputs &in, const topo
 
 }  // namespace
 
-placement_plan placement_plan_make(const placement_request &req, const topology &topo, const placement_model &model) {
-    check_request(req, model);
+placement_plan placement_plan_make(const placement_request &request, const topology &topo, const placement_model &model) {
+    check_request(request, model);
+    placement_request req = request;
+    const std::vector<int32_t> host_of = hosts_order(req);
     placement_plan plan;
+    plan.hosts = req.hosts;
+    plan.host_link = req.host_link;
     plan.mode = req.mode;
     plan.n_layer = model.n_layer;
     plan.n_expert = model.n_expert;
@@ -641,7 +699,8 @@ placement_plan placement_plan_make(const placement_request &req, const topology 
     const std::vector<int32_t> ids = resolve_devices(req, topo, plan);
     if (tp) check_pairs_p2p(ids, plan.n_stages, topo);
     const std::vector<std::vector<bool>> host_half = expert_halves(req, model, tp, plan);
-    const plan_inputs in{req, model, tp, plan.n_stages, device_budgets(req, topo, ids), role_bytes_of(req, model, tp, host_half)};
+    const plan_inputs in{req, model, tp, plan.n_stages, device_budgets(req, topo, ids, host_of),
+                         role_bytes_of(req, model, tp, host_half), host_of};
     const std::vector<std::vector<uint64_t>> w = cold_tier::weights(req, model);
     plan.cold.allowed = req.host_experts.has_value();
     plan.cold.budget = req.host_experts.value_or(0);

@@ -133,6 +133,13 @@ struct engine_options {
     // first half's device, the other half sent to it), else on the host from the downloaded rows
     // (the same tokens, slower). counters()["device_draws"]: whether the plan does.
     bool device_draws = true;
+    // Several hosts, one process each under mpirun (CPU backend; docs/placement.md): "NAME:DEVICES,..."
+    // or a hosts file's JSON text; host_link "GB/s[,latency us]" (empty: measured at start-up).
+    std::string hosts, hosts_json, host_link;
+    // A worker that takes no message for this long is lost: in-flight requests fail with 503.
+    double host_timeout_s = 30.0;
+    // Several hosts: the memory of a host the hosts list gives none (0: this machine's available).
+    uint64_t host_memory_bytes = 0;
     // Where the engine reports its loading (null: nowhere). The CPU engine then also reads its
     // weights in while it opens, so the first requests do not wait on the file's pages.
     engine_load_progress *progress = nullptr;
@@ -200,6 +207,9 @@ public:
     // Rows routed to each expert of each layer since the engine opened ([n_layer][n_expert]),
     // when engine_options::record_expert_traffic was set; empty otherwise.
     virtual std::vector<std::vector<uint64_t>> expert_traffic() const { return {}; }
+
+    // Several hosts: each host the engine lost ("name (rank r): why"); thread-safe. Empty otherwise.
+    virtual std::vector<std::string> lost_hosts() const { return {}; }
 };
 
 // automatic -> cuda when this build has the CUDA backend, a GPU is visible and no CPU virtual
@@ -226,6 +236,13 @@ std::unique_ptr<engine> engine_open(std::shared_ptr<const gguf_file> file, const
 // the plan's layout line. Throws the error engine_open would throw. The CPU backend's memory is
 // checked by the caller (the server's memory plan); for it this returns an empty string.
 std::string engine_plan_check(const gguf_file &file, const engine_options &options);
+
+// `tandem worker`: a process of a run over several hosts (an mpirun rank other than 0). Takes its
+// options from the front (rank 0), opens the model (model_path, or the front's path when empty),
+// runs its stages until the front's engine closes; returns the exit code. Throws config without
+// MPI. many: serve one engine after another until the front sends an empty configuration (tests
+// that open several engines in one run).
+int engine_worker_run(const std::string &model_path, int32_t n_threads, bool many = false);
 
 // Writes the engine's recorded expert traffic as the `--expert-balance` JSON (placement.h) to path.
 // Throws config when the engine did not record, or the file cannot be written.

@@ -107,7 +107,46 @@ std::vector<bool> expert_traffic_split(const std::vector<uint64_t> &counts);
 // count cap, then the same swaps.
 std::vector<bool> expert_traffic_split_even(const std::vector<uint64_t> &counts);
 
+// ---- hosts (--hosts a:2,b:2 or --hosts-file FILE) --------------------------------------------
+// One process per host: the first host is the front (HTTP, scheduler, sampling), the others run
+// their stages as workers. Each host lists its devices in the plan's device order, host by host.
+struct placement_host {
+    std::string name;
+    int32_t n_devices = 0;
+    double memory_gib = 0.0;           // CPU virtual devices: the host's memory (0: this machine's)
+};
+
+// The link between hosts: what one stage hand-off across hosts costs in the prediction.
+struct placement_host_link {
+    double gbps = 0.0;                 // 0: unknown (the prediction's default)
+    double latency_us = 0.0;
+    std::string source;                // "given", "measured" or empty (defaults)
+};
+
+struct placement_hosts {
+    std::vector<placement_host> hosts;
+    placement_host_link link;
+};
+
+// "a:2,b:2" -> two hosts of two devices; names unique, counts >= 1. Throws config naming the element.
+placement_hosts placement_parse_hosts(std::string_view spec);
+// JSON: {"hosts": [{"name": "a", "devices": 2, "memory_gib": 64}], "link_gbps": 10,
+// "link_latency_us": 50}; devices required, the rest optional; unknown keys are errors.
+placement_hosts placement_hosts_parse(std::string_view json_text, std::string_view source);
+placement_hosts placement_hosts_load(const std::string &path);
+// The file's text after checking it parses (what the front sends its workers).
+std::string placement_hosts_file_text(const std::string &path);
+// --host-link "GBPS" or "GBPS,LATENCY_US" (both positive); source "given".
+placement_host_link placement_parse_host_link(std::string_view spec);
+
 // ---- inputs ---------------------------------------------------------------------------------
+struct placement_request;
+// CPU virtual devices on several hosts: host h runs devices 0..n_h-1, each with the host's memory
+// (memory_gib, else local_available_bytes: hosts like this one) split evenly. Sets req.devices and
+// req.budgets (per logical device, hosts in turn) and returns the topology they refer to.
+topology placement_cpu_hosts(const std::vector<placement_host> &hosts, uint64_t local_available_bytes,
+                             placement_request &req);
+
 enum class placement_mode { single, pipeline, tensor_parallel };
 const char *placement_mode_name(placement_mode mode);
 
@@ -132,6 +171,10 @@ struct placement_request {
     // --host-experts: bytes of host memory for cold routed experts (the host tier, computed by the
     // CPU) when the model does not fit the GPUs; nullopt: no host tier (such a plan is refused).
     std::optional<uint64_t> host_experts;
+    // Several hosts: `devices` (and per-device budgets) list each host's devices in turn. Pipeline
+    // stages stay contiguous per host; with pairs each host's devices pair among themselves.
+    std::vector<placement_host> hosts;
+    placement_host_link host_link;
 };
 
 // "auto" -> auto_order; "0,2,1,3" -> ids. Throws config naming the bad element.
@@ -163,6 +206,7 @@ struct placement_device_plan {
     int32_t physical = 0;             // topology id
     std::string name;
     int32_t stage = 0;
+    int32_t host = 0;                 // index into placement_plan::hosts (0 without hosts)
     placement_role role = placement_role::single;
     int32_t partner = -1;             // logical index of the pair partner; -1 without pairs
     int32_t layer_begin = 0;          // layers [layer_begin, layer_end)
@@ -204,6 +248,7 @@ struct placement_prediction {
     double cold_ms = 0.0;             // per token, the host tier's expert time (overlapped)
     double gpu_gbps = 0.0, cpu_gbps = 0.0, link_gbps = 0.0, link_latency_us = 0.0;  // figures used
     bool default_figures = false;     // some figure was not in the topology
+    double host_link_gbps = 0.0, host_link_latency_us = 0.0;  // between hosts (several hosts only)
 };
 
 struct placement_plan {
@@ -218,6 +263,11 @@ struct placement_plan {
     placement_cold_plan cold;                    // the host tier (empty when everything fits the GPUs)
     placement_prediction prediction;
     std::vector<std::string> notes;              // e.g. devices `auto` left out
+    std::vector<placement_host> hosts;           // empty: one host
+    placement_host_link host_link;
+
+    // The host a stage runs on (0 without hosts).
+    int32_t stage_host(int32_t stage) const;
 
     // The stage that runs `layer`; -1 when out of range.
     int32_t stage_of_layer(int32_t layer) const;
@@ -241,6 +291,8 @@ std::vector<std::vector<int32_t>> placement_stage_members(const placement_plan &
 // d2@2 E64-127 7.6/132.8G] | s1 L24-47 [d1@1 E0-63 head 0-75967 7.6/132.8G + d3@3 E64-127 head
 // 75968-151935 7.6/132.8G]   (dI@P: logical device I on physical P; ranges inclusive; GiB used/budget)
 std::string placement_layout_line(const placement_plan &plan);
+// Several hosts: one line per host (its devices, stages, layers, bytes) and the link; else empty.
+std::string placement_hosts_table(const placement_plan &plan);
 // A per-device table of bytes by class (GiB), one row per logical device.
 std::string placement_table(const placement_plan &plan);
 // Per layer: stage, experts and expected share of routed rows on the GPUs and on the host tier.

@@ -48,20 +48,29 @@ cpu_engine::cpu_engine(std::shared_ptr<const gguf_file> file, const engine_optio
     req.n_sessions = n_slots;
     req.n_ctx = n_ctx;
     const uint64_t host_bytes = mem.total_bytes ? mem.total_bytes : (uint64_t(1) << 40);
-    const topology topo = topology_cpu_virtual(options.n_devices, host_bytes);
+    topology topo = topology_cpu_virtual(options.n_devices, host_bytes);
+    const bool several = !options.hosts.empty() || !options.hosts_json.empty();
+    if (several) hosts_start(options, req, topo);
     // With a host tier, --gpu-vram budgets the virtual devices as if they were GPUs (what makes the
     // tier take experts); without one it stays the GPUs' flag (a CUDA fallback keeps running).
     req.host_experts = placement_parse_host_experts(options.host_experts, topo);
-    if (req.host_experts) req.budgets = placement_parse_vram(options.gpu_vram, size_t(options.n_devices));
+    if (req.host_experts && !several) req.budgets = placement_parse_vram(options.gpu_vram, size_t(options.n_devices));
     if (!options.expert_balance.empty()) req.traffic = expert_traffic_load(options.expert_balance);
     plan_ = placement_plan_make(req, topo, pm);
+    if (comm_ && rank_ == 0) hosts_handshake(options, req, topo, pm);
 
     if (options.record_expert_traffic)
         traffic_.assign(size_t(hp_.n_layer), std::vector<uint64_t>(size_t(hp_.n_expert), 0));
     stage_members_ = placement_stage_members(plan_);
     scratch_.resize(stage_members_.size());
-    const int32_t threads_each = std::max(1, n_threads_ / options.n_devices);
+    int32_t n_local = 0;
+    for (const placement_device_plan &dp : plan_.devices) n_local += dp.host == rank_ ? 1 : 0;
+    const int32_t threads_each = std::max(1, n_threads_ / n_local);
     for (const placement_device_plan &dp : plan_.devices) {
+        if (dp.host != rank_) {  // another host's device
+            devices_.push_back(nullptr);
+            continue;
+        }
         cpu_part part;
         part.layer_begin = dp.layer_begin;
         part.layer_end = dp.layer_end;
@@ -75,7 +84,7 @@ cpu_engine::cpu_engine(std::shared_ptr<const gguf_file> file, const engine_optio
                 part.owned.push_back(std::move(mask));
             }
         devices_.push_back(std::make_unique<cpu_device>(hp_, tensors_, std::move(part), n_slots, n_ctx,
-                                                        options.n_devices == 1 ? n_threads_ : threads_each,
+                                                        n_local == 1 ? n_threads_ : threads_each,
                                                         kv_, arithmetic_));
     }
     // The host tier: one per stage, so pipelined stages never share its scratch.
@@ -85,6 +94,7 @@ cpu_engine::cpu_engine(std::shared_ptr<const gguf_file> file, const engine_optio
             cold_.push_back(std::make_unique<cold_experts>(hp_, tensors_, plan_, first.part().layer_begin,
                                                            first.part().layer_end, first.n_threads(), arithmetic_));
         }
+    if (comm_ && rank_ == 0) hosts_wait_ready();
     if (options.progress != nullptr) read_weights_in(options.progress);
 }
 
@@ -99,6 +109,7 @@ void cpu_engine::read_weights_in(engine_load_progress *progress) const {
 std::vector<engine_device_memory> cpu_engine::device_memory() const {
     std::vector<engine_device_memory> out;
     for (size_t i = 0; i < devices_.size(); ++i) {
+        if (!devices_[i]) continue;  // another host's
         const placement_device_plan &dp = plan_.devices[i];
         out.push_back({fmt::format("cpu{}", dp.logical), dp.weights(), devices_[i]->kv_bytes(), dp.bytes_scratch, 0, 0});
     }
@@ -107,7 +118,10 @@ std::vector<engine_device_memory> cpu_engine::device_memory() const {
 
 int32_t cpu_engine::slot_length(int32_t slot) const { return slots_.length(slot); }
 
-void cpu_engine::slot_truncate(int32_t slot, int32_t n_keep) { slots_.truncate(slot, n_keep); }
+void cpu_engine::slot_truncate(int32_t slot, int32_t n_keep) {
+    slots_.truncate(slot, n_keep);
+    if (comm_ && rank_ == 0) hosts_send({op_truncate, slot, n_keep, 0});
+}
 
 uint64_t cpu_engine::kv_token_bytes() const {
     const model_kv_shape kv = model_kv_shape_of(hp_);
@@ -118,26 +132,31 @@ uint64_t cpu_engine::kv_token_bytes() const {
 void cpu_engine::slot_export(int32_t slot, int32_t n_tokens, std::span<uint8_t> out) {
     slots_.check_export(slot, n_tokens, out.size(), kv_token_bytes());
     for (const std::vector<int32_t> &members : stage_members_)
-        devices_[size_t(members[0])]->kv_export(slot, n_tokens, out.data(), kv_token_bytes());
+        if (local(members[0])) devices_[size_t(members[0])]->kv_export(slot, n_tokens, out.data(), kv_token_bytes());
+    if (comm_ && rank_ == 0) hosts_export(slot, n_tokens, out);
 }
 
 void cpu_engine::slot_import(int32_t slot, std::span<const uint8_t> in) {
     const int32_t n = slots_.check_import(slot, in.size(), kv_token_bytes());
-    for (const auto &dev : devices_) dev->kv_import(slot, n, in.data(), kv_token_bytes());
+    for (const auto &dev : devices_)
+        if (dev) dev->kv_import(slot, n, in.data(), kv_token_bytes());
     slots_.set_length(slot, n);
+    if (comm_ && rank_ == 0) hosts_import(slot, in);
 }
 
 void cpu_engine::slot_copy(int32_t src, int32_t dst, int32_t n_tokens) {
     slots_.check_export(src, n_tokens, size_t(n_tokens) * kv_token_bytes(), kv_token_bytes());
     slots_.length(dst);
     if (src == dst) return slots_.truncate(dst, n_tokens);
-    for (const auto &dev : devices_) dev->kv_copy(src, dst, n_tokens);
+    for (const auto &dev : devices_)
+        if (dev) dev->kv_copy(src, dst, n_tokens);
     slots_.set_length(dst, n_tokens);
+    if (comm_ && rank_ == 0) hosts_send({op_copy, src, dst, n_tokens});
 }
 
 std::string cpu_engine::layout() const {
     size_t kv = 0;
-    for (const auto &d : devices_) kv += d->kv_bytes();
+    for (const auto &d : devices_) kv += d ? d->kv_bytes() : 0;
     const bool digits = arithmetic_ == cpu::cpu_arithmetic::digits;
     return fmt::format("{} | cpu threads={} micro-batches={} kv={} {:.2f} GiB arithmetic={}{}{}", placement_layout_line(plan_), n_threads_,
                        micro_batches_ > 0 ? micro_batches_ : plan_.n_stages, kv_ == kv_type::f16 ? std::string("f16 (as f32)") : std::string(kv_type_name(kv_)), kv / 1073741824.0,
@@ -278,23 +297,16 @@ void cpu_engine::forward(std::span<const engine_row> rows, engine_outputs &out) 
 void cpu_engine::forward_logits(std::span<const engine_row> rows, std::vector<float> &logits) {
     logits.clear();
     if (rows.empty()) return;
+    if (comm_) return forward_hosts(rows, logits);
     slots_.validate(rows);
-    const size_t n = rows.size(), d = size_t(hp_.d_model);
-
-    // Micro-batches: contiguous row ranges, so a slot's rows keep their order across batches;
-    // every stage runs them in order, so a later batch sees the K/V an earlier one wrote.
-    int32_t n_groups = plan_.n_stages == 1 ? 1 : (micro_batches_ > 0 ? micro_batches_ : plan_.n_stages);
-    n_groups = int32_t(std::min<size_t>(size_t(n_groups), n));
-    std::vector<std::span<const engine_row>> groups;
-    for (int32_t m = 0; m < n_groups; ++m) {
-        const size_t begin = n * size_t(m) / size_t(n_groups), end = n * size_t(m + 1) / size_t(n_groups);
-        groups.push_back(rows.subspan(begin, end - begin));
-    }
+    const size_t d = size_t(hp_.d_model);
+    const std::vector<std::span<const engine_row>> groups = micro_batches(rows);
+    const int32_t n_groups = int32_t(groups.size());
     std::vector<std::vector<float>> xs(static_cast<size_t>(n_groups));
     for (int32_t m = 0; m < n_groups; ++m) {
         xs[size_t(m)].assign(groups[size_t(m)].size() * d, 0.0f);
         for (const auto &dev : devices_)
-            if (dev->part().embedding) dev->embed(groups[size_t(m)], xs[size_t(m)].data());
+            if (dev && dev->part().embedding) dev->embed(groups[size_t(m)], xs[size_t(m)].data());
     }
     std::vector<stage_stats> stats(static_cast<size_t>(plan_.n_stages));
     if (n_groups == 1) {
@@ -313,27 +325,43 @@ void cpu_engine::forward_logits(std::span<const engine_row> rows, std::vector<fl
     experts_touched_ /= hp_.n_layer;
 
     // Head shards: each device with head rows computes them; gather by vocab index, in row order.
-    size_t n_out = 0;
-    for (const engine_row &r : rows) n_out += r.want != row_output::none ? 1 : 0;
-    logits.assign(n_out * size_t(hp_.n_vocab), 0.0f);
-    std::vector<float> shard;
+    logits.assign(cpu_output_rows(rows) * size_t(hp_.n_vocab), 0.0f);
     size_t out_row = 0;
     for (int32_t m = 0; m < n_groups; ++m) {
-        size_t group_out = 0;
-        for (const engine_row &r : groups[size_t(m)]) group_out += r.want != row_output::none ? 1 : 0;
-        for (const auto &dev : devices_) {
-            const cpu_part &part = dev->part();
-            if (part.head_end <= part.head_begin || group_out == 0) continue;
-            dev->head(groups[size_t(m)], xs[size_t(m)].data(), shard);
-            const size_t cols = size_t(part.head_end - part.head_begin);
-            for (size_t j = 0; j < group_out; ++j)
-                std::memcpy(logits.data() + (out_row + j) * size_t(hp_.n_vocab) + size_t(part.head_begin),
-                            shard.data() + j * cols, cols * sizeof(float));
-            if (devices_.size() > 1) bytes_moved_ += group_out * cols * sizeof(float);
-        }
+        const size_t group_out = cpu_output_rows(groups[size_t(m)]);
+        head_rows(groups[size_t(m)], xs[size_t(m)].data(), logits.data() + out_row * size_t(hp_.n_vocab), group_out);
         out_row += group_out;
     }
     slots_.advance(rows);
+}
+
+// Micro-batches: contiguous row ranges, so a slot's rows keep their order across batches; every
+// stage runs them in order, so a later batch sees the K/V an earlier one wrote.
+std::vector<std::span<const engine_row>> cpu_engine::micro_batches(std::span<const engine_row> rows) const {
+    const size_t n = rows.size();
+    int32_t n_groups = plan_.n_stages == 1 ? 1 : (micro_batches_ > 0 ? micro_batches_ : plan_.n_stages);
+    n_groups = int32_t(std::min<size_t>(size_t(n_groups), n));
+    std::vector<std::span<const engine_row>> groups;
+    for (int32_t m = 0; m < n_groups; ++m) {
+        const size_t begin = n * size_t(m) / size_t(n_groups), end = n * size_t(m + 1) / size_t(n_groups);
+        groups.push_back(rows.subspan(begin, end - begin));
+    }
+    return groups;
+}
+
+void cpu_engine::head_rows(std::span<const engine_row> group, const float *x, float *logits, size_t n_out) {
+    std::vector<float> shard;
+    for (const auto &dev : devices_) {
+        if (!dev) continue;
+        const cpu_part &part = dev->part();
+        if (part.head_end <= part.head_begin || n_out == 0) continue;
+        dev->head(group, x, shard);
+        const size_t cols = size_t(part.head_end - part.head_begin);
+        for (size_t j = 0; j < n_out; ++j)
+            std::memcpy(logits + j * size_t(hp_.n_vocab) + size_t(part.head_begin), shard.data() + j * cols,
+                        cols * sizeof(float));
+        if (devices_.size() > 1) bytes_moved_ += n_out * cols * sizeof(float);
+    }
 }
 
 }  // namespace tandem

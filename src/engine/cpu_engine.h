@@ -5,6 +5,7 @@
 #include "cold_experts.h"
 #include "cpu_device.h"
 #include "slot_table.h"
+#include "src/hosts/host_comm.h"
 #include "tandem/engine.h"
 #include "tandem/gguf.h"
 #include "tandem/model.h"
@@ -14,6 +15,13 @@
 #include <vector>
 
 namespace tandem {
+
+// Rows of a call that want an output.
+inline size_t cpu_output_rows(std::span<const engine_row> rows) {
+    size_t n = 0;
+    for (const engine_row &r : rows) n += r.want != row_output::none ? 1 : 0;
+    return n;
+}
 
 class cpu_engine final : public engine {
 public:
@@ -36,8 +44,36 @@ public:
     std::vector<engine_device_memory> device_memory() const override;
 
     const placement_plan &plan() const { return plan_; }
+    std::vector<std::string> lost_hosts() const override;
+    // A worker of a run over several hosts: runs the front's commands until it says stop.
+    void serve();
+    ~cpu_engine() override;
 
 private:
+    // Several hosts (cpu_engine_hosts.cpp): the front sends each worker the options and measures
+    // the link before planning; after building its devices it waits for every worker's.
+    void hosts_start(const engine_options &options, placement_request &req, topology &topo);
+    // The front, once its plan stands: the workers' options, then the link measured (unless given).
+    void hosts_handshake(const engine_options &options, placement_request &req, const topology &topo,
+                         const placement_model &pm);
+    void hosts_wait_ready();
+    // Both roles: this process's stages of a step over the micro-batches; the front gathers logits.
+    void forward_hosts(std::span<const engine_row> rows, std::vector<float> &logits);
+    void hosts_check() const;  // throws unavailable once a host was lost
+    struct host_command {
+        int32_t op = 0, a = 0, b = 0, c = 0;
+    };
+    enum host_op : int32_t { op_forward = 1, op_truncate, op_copy, op_import, op_export, op_stop };
+    void hosts_send(host_command cmd, std::span<const engine_row> rows = {});  // to every worker
+    void hosts_export(int32_t slot, int32_t n_tokens, std::span<uint8_t> out);
+    void hosts_import(int32_t slot, std::span<const uint8_t> in);
+    // Contiguous row ranges, one per micro-batch.
+    std::vector<std::span<const engine_row>> micro_batches(std::span<const engine_row> rows) const;
+    // The group's head rows [n_out][n_vocab] from this process's head shards.
+    void head_rows(std::span<const engine_row> group, const float *x, float *logits, size_t n_out);
+    bool local(int32_t logical) const { return devices_[size_t(logical)] != nullptr; }
+    bool stage_local(int32_t stage) const { return plan_.stage_host(stage) == rank_; }
+
     // Faults the file's pages in while the server reports loading (engine_options::progress).
     void read_weights_in(engine_load_progress *progress) const;
     // The logits of the output rows, n_vocab floats each in row order.
@@ -77,6 +113,11 @@ private:
     int64_t cold_pairs_ = 0;         // (row, slot) pairs of the last forward on the host tier
     std::vector<std::vector<uint64_t>> traffic_;  // [n_layer][n_expert] when recording (each stage
                                                   // thread writes only its own layers' rows)
+    // Several hosts: this process's rank (0: the front) and the comm; devices_ of other hosts are null.
+    host_comm *comm_ = nullptr;
+    int32_t rank_ = 0;
+    double host_timeout_s_ = 30.0;
+    uint64_t host_memory_bytes_ = 0;  // what a host the list gives no memory has
 };
 
 }  // namespace tandem

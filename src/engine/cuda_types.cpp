@@ -7,8 +7,8 @@
 
 namespace tandem {
 
-// Kept equal to cuda::matvec_row_bytes's cases (cuda/matvec.cu): the other types have CPU row
-// kernels only; the CPU engine dequantizes them a tile at a time.
+// Kept equal to cuda::matvec_row_bytes's cases (cuda/matvec.cu): the other types (the IQ types
+// with lookup grids) have CPU row kernels only; the CPU engine dequantizes them a tile at a time.
 bool cuda_computes(ggml_type type) {
     switch (type) {
     case ggml_type::f32:
@@ -16,7 +16,17 @@ bool cuda_computes(ggml_type type) {
     case ggml_type::bf16:
     case ggml_type::q8_0:
     case ggml_type::q4_k:
-    case ggml_type::q6_k: return true;
+    case ggml_type::q6_k:
+    case ggml_type::q5_k:
+    case ggml_type::q3_k:
+    case ggml_type::q2_k:
+    case ggml_type::q4_0:
+    case ggml_type::q4_1:
+    case ggml_type::q5_0:
+    case ggml_type::q5_1:
+    case ggml_type::iq4_nl:
+    case ggml_type::iq4_xs:
+    case ggml_type::mxfp4: return true;
     default: return false;
     }
 }

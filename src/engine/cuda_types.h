@@ -11,7 +11,8 @@ namespace tandem {
 
 class gguf_file;
 
-// The types cuda::matvec_row_bytes and cuda::embed accept (f32, f16, bf16, q8_0, q4_k, q6_k).
+// The types cuda::matvec_row_bytes and cuda::embed accept: f32, f16, bf16, q8_0, q4_k, q6_k,
+// q5_k, q3_k, q2_k, q4_0, q4_1, q5_0, q5_1, iq4_nl, iq4_xs and mxfp4 (not the grid IQ types).
 bool cuda_computes(ggml_type type);
 // "tensor NAME has type TYPE, which the CUDA backend cannot compute with" for the first matrix
 // of the file the CUDA backend cannot compute with (the CPU engine can), or "" when there is none.

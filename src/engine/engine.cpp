@@ -29,6 +29,7 @@ const bool cuda_probe_registered = [] {
 
 engine_backend engine_backend_resolve(const engine_options &options) {
     if (options.backend != engine_backend::automatic) return options.backend;
+    if (!options.hosts.empty() || !options.hosts_json.empty()) return engine_backend::cpu;  // several hosts: CPU engine
 #ifdef TANDEM_HAVE_CUDA
     if (options.n_devices == 1) {
         int n = 0;
@@ -141,6 +142,9 @@ kv_type engine_kv_type_fit(const gguf_file &file, const engine_options &options_
 std::unique_ptr<engine> engine_open(std::shared_ptr<const gguf_file> file, const engine_options &options_in) {
     engine_options options = resolve_backend(*file, options_in);
     options.kv = engine_kv_type_fit(*file, options);
+    const bool several_hosts = !options.hosts.empty() || !options.hosts_json.empty();
+    if (several_hosts && options.backend != engine_backend::cpu)
+        fail(error_kind::config, "several hosts (--hosts) run on the CPU backend (--backend cpu); the CUDA engine runs on one host");
     if (options.backend == engine_backend::cpu) return std::make_unique<cpu_engine>(std::move(file), options);
 #ifdef TANDEM_HAVE_CUDA
     return std::make_unique<cuda_engine>(std::move(file), options);

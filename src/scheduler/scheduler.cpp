@@ -104,11 +104,11 @@ bool scheduler::turning(std::chrono::steady_clock::duration limit) const {
 }
 
 // The KV of the active slots is unknown after a failed step: forget it and fail their requests.
-void scheduler::abandon_active(const std::string &why) {
+void scheduler::abandon_active(const std::string &why, int32_t status) {
     for (auto &a : active_) {
         engine_.slot_truncate(a->slot, 0);
         slots_[a->slot].tokens.clear();
-        finish(*a, finish_reason::error, why);
+        finish(*a, finish_reason::error, why, status);
     }
     active_.clear();
     publish();
@@ -442,7 +442,7 @@ void scheduler::drain_cancels() {
     }
 }
 
-void scheduler::finish(active &a, finish_reason reason, const std::string &error) {
+void scheduler::finish(active &a, finish_reason reason, const std::string &error, int32_t status) {
     if (a.finished) return;
     a.finished = true;
     if (reason == finish_reason::stop || reason == finish_reason::length) {
@@ -460,6 +460,7 @@ void scheduler::finish(active &a, finish_reason reason, const std::string &error
     done.type = gen_event::kind::done;
     done.finish = reason;
     done.error = error;
+    done.status = status;
     done.stop_matched = a.stops.matched() ? a.stops.matched_stop() : std::string();
     done.n_prompt = static_cast<int32_t>(a.req.prompt.size());
     done.n_generated = a.n_generated;

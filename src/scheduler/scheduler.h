@@ -130,6 +130,7 @@ struct gen_event {
     finish_reason finish = finish_reason::none;  // done
     std::string stop_matched;       // done: the stop string that ended it (if any)
     std::string error;              // done with finish_reason::error or cancelled
+    int32_t status = 0;             // done with an error: its HTTP status (0: 500); 503 when a host was lost
     int32_t n_prompt = 0;           // done: prompt tokens
     int32_t n_generated = 0;        // done: generated tokens (eog included)
     int32_t slot = -1;
@@ -264,7 +265,7 @@ private:
     // Runs fn on the engine thread between steps with the idle slot (checked there) and waits.
     void run_on_idle_slot(int32_t slot, std::function<void()> fn);
     void run_tasks();
-    void finish(active &a, finish_reason reason, const std::string &error);
+    void finish(active &a, finish_reason reason, const std::string &error, int32_t status = 0);
     void emit_token(active &a, const sample_result &r, bool &done);
     bool rules_accept(active &a, int32_t id);
     int32_t draft_room(const active &a) const;
@@ -280,7 +281,7 @@ private:
     void send_events();
     void record_step(const step_plan &plan, double dt, uint64_t n_decode_tokens, uint64_t n_accepted);
     void publish();
-    void abandon_active(const std::string &why);
+    void abandon_active(const std::string &why, int32_t status = 0);
 
     engine &engine_;
     scheduler_options options_;

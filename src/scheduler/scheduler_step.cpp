@@ -33,7 +33,10 @@ bool scheduler::step() {
         engine_.forward(plan.rows, outputs_);
     } catch (const std::exception &e) {
         log_error("engine forward failed ({} rows): {}", plan.rows.size(), e.what());
-        abandon_active(std::string("engine error: ") + e.what());
+        // A lost host (error_kind::unavailable) is the service's state, not a bug: 503.
+        const auto *typed = dynamic_cast<const tandem::error *>(&e);
+        abandon_active(std::string("engine error: ") + e.what(),
+                       typed && typed->kind() == error_kind::unavailable ? 503 : 0);
         return true;
     }
     const double dt = std::chrono::duration<double>(clock_type::now() - t0).count();

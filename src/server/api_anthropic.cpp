@@ -42,7 +42,7 @@ public:
         std::string out = blocks(reply_.finish());
         if (!req_.stream) return {};
         if (ev.finish == finish_reason::cancelled || ev.finish == finish_reason::error)
-            return event("error", anthropic_error_body(ev.finish == finish_reason::cancelled ? 503 : 500, ev.error));
+            return event("error", anthropic_error_body(finish_http_status(ev), ev.error));
         if (n_blocks_ == 0) out += open_block({{"type", "text"}, {"text", ""}}, block::text);  // never an empty reply
         out += close_block();
         json delta = {{"stop_reason", stop_reason(ev, !reply_.calls().empty())},
@@ -69,7 +69,7 @@ public:
         return body;
     }
 
-    int final_status() const override { return finish_http_status(done_.finish); }
+    int final_status() const override { return finish_http_status(done_); }
 
     // Anthropic's input_tokens leaves out the tokens read from the cache: the prompt is their sum.
     static json usage(const gen_event &ev) {

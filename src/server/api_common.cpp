@@ -223,9 +223,9 @@ json timings_json(const gen_timings &t) {
     };
 }
 
-int finish_http_status(finish_reason finish) {
-    if (finish == finish_reason::cancelled) return 503;
-    if (finish == finish_reason::error) return 500;
+int finish_http_status(const gen_event &done) {
+    if (done.finish == finish_reason::cancelled) return 503;
+    if (done.finish == finish_reason::error) return done.status ? done.status : 500;
     return 200;
 }
 

@@ -130,6 +130,6 @@ json timings_json(const gen_timings &t);
 
 // HTTP status of a finished non-streaming reply: 503 when cancelled (shutdown), 500 on an engine
 // failure, else 200.
-int finish_http_status(finish_reason finish);
+int finish_http_status(const gen_event &done);
 
 }  // namespace tandem::server

@@ -58,7 +58,7 @@ public:
         }
         if (!req_.stream) return {};
         if (ev.finish == finish_reason::cancelled || ev.finish == finish_reason::error) {
-            int status = ev.finish == finish_reason::cancelled ? 503 : 500;
+            int status = finish_http_status(ev);
             return "data: " + json_dump(openai_error_body(status, ev.error)) + "\n\n";
         }
         json last = chat() ? chunk(json::object(), finish_name(), json(nullptr))
@@ -93,7 +93,7 @@ public:
         return body;
     }
 
-    int final_status() const override { return finish_http_status(done_.finish); }
+    int final_status() const override { return finish_http_status(done_); }
 
 private:
     bool chat() const { return req_.route == route_kind::chat; }

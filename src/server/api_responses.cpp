@@ -46,7 +46,7 @@ public:
         return response(status());
     }
 
-    int final_status() const override { return finish_http_status(done_.finish); }
+    int final_status() const override { return finish_http_status(done_); }
 
 private:
     enum class item_kind { none, reasoning, message, call };

@@ -96,6 +96,9 @@ struct server_config {
     std::string expert_traffic_out;          // write the recorded expert traffic here at shutdown
     std::string transport = "auto";          // CUDA transfers between devices: auto, p2p, host
     bool tensor_parallel = false;
+    // Several hosts under mpirun (docs/placement.md): NAME:DEVICES,... or a hosts file; the link figure.
+    std::string hosts, hosts_file, host_link;
+    double host_timeout_s = 30.0;            // a worker silent this long is lost (requests fail with 503)
     sampling_defaults sampling;              // resolved from flags and the model file before serving
 };
 

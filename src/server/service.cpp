@@ -220,6 +220,12 @@ http_reply service::route(const http_request_view &req, const route_entry &r, st
     const api_kind api = api_of(r.path);
     if (r.id == route_id::health) {
         http_reply out;
+        if (ready() && model_.eng)
+            if (const std::vector<std::string> lost = model_.eng->lost_hosts(); !lost.empty()) {
+                out.status = 503;
+                out.body = json_dump(json{{"status", "error"}, {"error", "a host of the run was lost"}, {"lost_hosts", lost}});
+                return out;
+            }
         out.status = ready() ? 200 : 503;
         out.body = ready() ? std::string(R"({"status":"ok"})")
                            : json_dump({{"status", "loading model"},

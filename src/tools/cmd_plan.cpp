@@ -35,7 +35,21 @@ struct plan_cli {
     tandem::engine_backend backend = tandem::engine_backend::automatic;
     int32_t n_devices = 0;          // CPU virtual devices; 0: enough for the ids --gpu-devices lists, else 1
     double scratch_mib = 512.0;
+    std::string hosts, hosts_file, host_link;
 };
+
+// --hosts or --hosts-file (not both), and --host-link over the file's figure.
+tandem::placement_hosts hosts_of(const plan_cli &cli) {
+    using namespace tandem;
+    if (!cli.hosts.empty() && !cli.hosts_file.empty()) fail(error_kind::config, "give --hosts or --hosts-file, not both");
+    placement_hosts h = !cli.hosts.empty() ? placement_parse_hosts(cli.hosts)
+                        : !cli.hosts_file.empty() ? placement_hosts_load(cli.hosts_file) : placement_hosts{};
+    if (!cli.host_link.empty()) {
+        if (h.hosts.empty()) fail(error_kind::config, "--host-link needs --hosts or --hosts-file");
+        h.link = placement_parse_host_link(cli.host_link);
+    }
+    return h;
+}
 
 int plan_run(plan_cli cli) {
     using namespace tandem;
@@ -51,6 +65,10 @@ int plan_run(plan_cli cli) {
         fail(error_kind::config, "--scratch-mib {} must be between 0 and 1e7", cli.scratch_mib);
 
     device_list devices = cli.gpu_devices.empty() ? device_list{} : placement_parse_devices(cli.gpu_devices);
+    const placement_hosts hosts = hosts_of(cli);
+    const bool cpu_hosts = !hosts.hosts.empty() && cli.backend == engine_backend::cpu && cli.topology_path.empty();
+    if (cpu_hosts && (!devices.ids.empty() || devices.auto_order || cli.n_devices > 0))
+        fail(error_kind::config, "with --hosts on CPU virtual devices, each host's count is its devices: drop --devices and --gpu-devices");
 
     // Topology: a file wins; CPU virtual devices are all-to-all with the host's available RAM
     // split N ways; GPUs come from the probe the CUDA backend registers.
@@ -66,6 +84,8 @@ int plan_run(plan_cli cli) {
         topo = topology_probe();
     }
     // The host's memory where the topology does not describe it: what it has available now.
+    placement_request req;
+    if (cpu_hosts) topo = placement_cpu_hosts(hosts.hosts, host_memory_read().available_bytes, req);
     if (!topo.host) {
         topo.host = topology_host{};
         topo.host->memory_gib = double(host_memory_read().available_bytes) / double(gib);
@@ -79,14 +99,16 @@ int plan_run(plan_cli cli) {
         }
     }
 
-    placement_request req;
+    if (cpu_hosts) devices.ids = req.devices;
     req.auto_order = devices.auto_order;
     req.devices = devices.ids;
     if (cli.tensor_parallel) req.mode = placement_mode::tensor_parallel;
     else if (devices.auto_order) req.mode = topo.devices.size() > 1 ? placement_mode::pipeline : placement_mode::single;
     else req.mode = devices.ids.size() > 1 ? placement_mode::pipeline : placement_mode::single;
     const size_t n_logical = devices.auto_order ? placement_auto_order(topo, req.mode).size() : devices.ids.size();
-    req.budgets = placement_parse_vram(cli.gpu_vram, n_logical);
+    if (!cpu_hosts || cli.gpu_vram != "auto") req.budgets = placement_parse_vram(cli.gpu_vram, n_logical);
+    req.hosts = hosts.hosts;
+    req.host_link = hosts.link;
     req.n_sessions = cli.n_sessions;
     req.n_ctx = cli.n_ctx;
     req.scratch_bytes = uint64_t(cli.scratch_mib * double(uint64_t{1} << 20));
@@ -112,6 +134,7 @@ int plan_run(plan_cli cli) {
         fmt::print("{}\n", placement_plan_json(plan));
     } else {
         fmt::print("{}\n\n{}", placement_layout_line(plan), placement_table(plan));
+        if (const std::string per_host = placement_hosts_table(plan); !per_host.empty()) fmt::print("\n{}", per_host);
         if (const std::string tiers = placement_tier_table(plan); !tiers.empty()) fmt::print("\n{}", tiers);
         if (const std::string speed = placement_prediction_line(plan); !speed.empty()) fmt::print("{}", speed);
     }
@@ -144,6 +167,9 @@ TANDEM_COMMAND(plan, "Plan devices, pairs and budgets for a model and print the 
     sub.add_option("--host-experts", cli->host_experts,
                    "Host memory for routed experts the GPUs cannot hold (the host tier, computed by the CPU): off, auto, or GiB")
         ->capture_default_str();
+    sub.add_option("--hosts", cli->hosts, "Several hosts, one process each: NAME:DEVICES,... (the first is the front)");
+    sub.add_option("--hosts-file", cli->hosts_file, "Hosts JSON file (names, devices, memory, link figures; docs/placement.md)");
+    sub.add_option("--host-link", cli->host_link, "The link between hosts: GB/s[,latency in us] (default 10 GB/s, 50 us)");
     sub.add_flag("--json", cli->json, "Print the plan as JSON");
     sub.add_flag("--measure-links", cli->measure_links, "Also measure copy bandwidth between the plan's GPUs (--backend cuda)");
     tandem::tools::add_enum_option(sub, "--backend", cli->backend, tandem::engine_backend_parse, tandem::engine_backend_name,

@@ -59,6 +59,12 @@ inline void add_engine_flags(CLI::App &sub, engine_options &opt) {
                  "CUDA: temperature draws on the GPU holding the head (a tensor-parallel pair: its "
                  "first half's GPU; the default); "
                  "--no-device-draws: on the host from whole rows (the same tokens)");
+    sub.add_option("--hosts", opt.hosts, "Several hosts under mpirun, one process each (this first, then `tandem worker`s): NAME:DEVICES,...");
+    sub.add_option_function<std::string>(
+        "--hosts-file", [&opt](const std::string &path) { opt.hosts_json = placement_hosts_file_text(path); },
+        "The hosts as a JSON file (docs/placement.md)");
+    sub.add_option("--host-link", opt.host_link, "The link between hosts: GB/s[,latency us] (default: measured)");
+    sub.add_option("--host-timeout", opt.host_timeout_s, "Seconds a worker may stay silent in a step before it is lost");
     sub.add_option("--micro-batches", opt.micro_batches,
                    "Micro-batches moving through pipeline stages concurrently (0: one per stage, 1: no overlap)");
 }

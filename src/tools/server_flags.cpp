@@ -121,6 +121,15 @@ void add_engine_flags(CLI::App &app, server_flags &f) {
         ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
     app.add_option("--devices", f.cfg.n_devices, "CPU virtual devices (placement)")->check(CLI::Range(1, 64));
     app.add_option("--gpu-devices", f.gpu_devices, "CUDA device order, e.g. 0,2,1,3 or auto");
+    app.add_option("--hosts", f.cfg.hosts,
+                   "several hosts under mpirun, one process each (this server first, then `tandem worker`s): "
+                   "NAME:DEVICES,... of CPU virtual devices");
+    app.add_option("--hosts-file", f.cfg.hosts_file, "the hosts as a JSON file (docs/placement.md)")->check(CLI::ExistingFile);
+    app.add_option("--host-link", f.cfg.host_link, "the link between hosts: GB/s[,latency us] (default: measured at start-up)");
+    app.add_option("--host-timeout", f.cfg.host_timeout_s,
+                   "seconds a worker may stay silent in a step before it counts as lost (requests fail with 503)")
+        ->check(CLI::Range(0.1, 86400.0))
+        ->capture_default_str();
     app.add_option("--gpu-vram", f.cfg.gpu_vram, "per-GPU budget in GiB list or auto");
     app.add_flag("--tensor-parallel", f.cfg.tensor_parallel,
                  "pair device i with i+N/2: routed experts split 50/50 inside each pair (an even number of devices)");

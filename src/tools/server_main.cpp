@@ -17,6 +17,7 @@
 #include "tandem/chat_template.h"
 #include "tandem/engine.h"
 #include "tandem/error.h"
+#include "tandem/placement.h"
 #include "tandem/gguf.h"
 #include "tandem/log.h"
 #include "tandem/model.h"
@@ -226,6 +227,10 @@ int serve(server_config cfg, const std::string &cpu_arithmetic, const sampling_f
     eo.expert_balance = cfg.expert_balance;
     eo.transport = engine_transport_parse(cfg.transport);
     eo.tensor_parallel = cfg.tensor_parallel;
+    eo.hosts = cfg.hosts;
+    eo.host_link = cfg.host_link;
+    eo.host_timeout_s = cfg.host_timeout_s;
+    if (!cfg.hosts_file.empty()) eo.hosts_json = placement_hosts_file_text(cfg.hosts_file);
     eo.record_expert_traffic = !cfg.expert_traffic_out.empty();
     eo.kv = kv_type_parse(cfg.kv_type);
     eo.device_draws = cfg.device_draws;

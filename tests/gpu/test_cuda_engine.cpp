@@ -6,6 +6,7 @@
 #include "model_test_util.h"
 
 #include "tandem/error.h"
+#include "tandem/quantize.h"
 #include "tandem/sampler.h"
 
 #include <algorithm>
@@ -88,6 +89,23 @@ TEST_CASE("CUDA engine matches the CPU engine on tiny synth models", "[gpu][mode
     INFO("tiny " << ggml_type_name(type));
     // 80 prompt rows: more than the largest graph bucket, so the direct path runs too.
     compare_engines(synth_gguf("tiny", type, 2), 80, 10, 91);
+}
+
+TEST_CASE("CUDA engine matches the CPU engine on tiny models of the generic-path types", "[gpu][model]") {
+    if (!gpu_present()) return;
+    // llama-quantize's mixes named by their base type, --pure: every matrix of that type (two
+    // layers of the tiny f32 synth requantized).
+    const std::string mix = GENERATE(std::string("Q5_K_S"), std::string("Q3_K_S"), std::string("Q2_K"), std::string("Q4_0"),
+                                     std::string("Q4_1"), std::string("Q5_0"), std::string("Q5_1"), std::string("IQ4_NL"),
+                                     std::string("IQ4_XS"), std::string("MXFP4_MOE"));
+    INFO("tiny " << mix);
+    const std::string f32 = synth_gguf("tiny", ggml_type::f32, 2);
+    const std::string path = f32 + "." + mix + ".gguf";
+    quantize_options opt;
+    opt.ftype_name = mix;
+    opt.pure = true;
+    quantize_model(f32, path, opt);
+    compare_engines(path, 80, 10, 95);
 }
 
 TEST_CASE("CUDA engine matches the CPU engine on the Q4_K_M mix", "[gpu][model]") {

@@ -27,7 +27,10 @@ using tandem::test::random_matrix;
 
 namespace {
 
-const ggml_type all_types[] = {ggml_type::f32, ggml_type::f16, ggml_type::bf16, ggml_type::q8_0, ggml_type::q4_k, ggml_type::q6_k};
+const ggml_type all_types[] = {ggml_type::f32,  ggml_type::f16,  ggml_type::bf16,   ggml_type::q8_0,   ggml_type::q4_k,
+                               ggml_type::q6_k, ggml_type::q5_k, ggml_type::q3_k,   ggml_type::q2_k,   ggml_type::q4_0,
+                               ggml_type::q4_1, ggml_type::q5_0, ggml_type::q5_1,   ggml_type::iq4_nl, ggml_type::iq4_xs,
+                               ggml_type::mxfp4};
 
 }  // namespace
 

@@ -207,3 +207,33 @@ TEST_CASE("tandem plan: a host tier for experts the devices cannot hold", "[plac
     CHECK(p["prediction"]["default_figures"] == false);
     CHECK(p["prediction"]["cpu_gbps"] == 60.0);
 }
+
+TEST_CASE("tandem plan --hosts: a line per host, the link, and refusals naming host and device", "[placement][cli][hosts]") {
+    const std::string base = "plan -m " + tiny_model() + " --ctx 256 --batched-session 2 --scratch-mib 8";
+    const run_result r = run_tandem(base + " --backend cpu --hosts a:2,b:2 --tensor-parallel --host-link 5,80");
+    INFO(r.err);
+    REQUIRE(r.code == 0);
+    CHECK(r.out.find("[d0@a:0 ") != std::string::npos);
+    CHECK(r.out.find("host a (front, rank 0): devices d0@0,d2@1 stages 0-0") != std::string::npos);
+    CHECK(r.out.find("host b (worker, rank 1): devices d1@0,d3@1 stages 1-1") != std::string::npos);
+    CHECK(r.out.find("host link: 5.00 GB/s, 80 us (given)") != std::string::npos);
+
+    const run_result js = run_tandem(base + " --backend cpu --hosts a:1,b:1 --json");
+    REQUIRE(js.code == 0);
+    const auto j = nlohmann::json::parse(js.out);
+    CHECK(j["hosts"].size() == 2);
+    CHECK(j["devices"][1]["host"] == 1);
+    CHECK(j["host_link"]["source"] == "default");
+
+    // Host b's GPU budget holds neither scratch nor the head.
+    const run_result small = run_tandem("plan -m " + tiny_model() + " --ctx 256 --batched-session 2 --topology " +
+                                        topo("h200-8-nvlink.json") + " --hosts a:1,b:1 --gpu-devices 0,0 --gpu-vram 100,0.001");
+    INFO(small.err);
+    CHECK(small.code == 2);
+    CHECK(small.err.find("host 'b' device d1") != std::string::npos);
+    const run_result odd = run_tandem(base + " --backend cpu --hosts a:1,b:1 --tensor-parallel");
+    CHECK(odd.code == 2);
+    CHECK(odd.err.find("host 'a' has 1 devices; pairs never span hosts") != std::string::npos);
+    const run_result both = run_tandem(base + " --backend cpu --hosts a:1 --hosts-file x.json");
+    CHECK(both.code == 2);
+}
