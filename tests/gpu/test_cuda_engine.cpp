@@ -158,17 +158,38 @@ TEST_CASE("CUDA decode rows that share a slot (a prompt fed without engine_row::
     }
 }
 
-TEST_CASE("CUDA engine with a q8_0 KV cache matches the CPU engine storing the same blocks", "[gpu][model]") {
+// Each engine quantizes its own keys and values, and a key one float rounding apart between them
+// may take the neighbouring quant (a 1/127 step of one element): over tens of random-weight prompt
+// rows such flips grew to 0.045 relative L2 on an H100, past the logits bound. So the engines are
+// compared on one cache: the CUDA engine's q8_0 blocks, imported into the CPU engine before every
+// decode step (the kernel tests hold the writer's blocks and the attention to their CPU twins).
+static void compare_on_shared_q8_0_cache(const std::string &path, size_t prompt_len, size_t n_steps, uint32_t seed) {
+    auto cpu = open_cpu(path, 2, 128, kv_type::q8_0);
+    auto gpu = open_cuda(path, 2, 128, "q8_0");
+    const int32_t nv = cpu->hparams().n_vocab;
+    std::mt19937 rng(seed);
+    const std::vector<float> last = prefill(*gpu, 1, random_tokens(rng, prompt_len, nv));
+    int32_t token = argmax(std::vector<float>(last.end() - nv, last.end()));
+    double worst = 0;
+    for (size_t step = 0; step < n_steps; ++step) {
+        INFO("decode step " << step);
+        cpu->slot_import(1, slot_blob(*gpu, 1));
+        REQUIRE(slot_blob(*cpu, 1) == slot_blob(*gpu, 1));
+        const std::vector<float> c = logits_after(*cpu, 1, token), g = logits_after(*gpu, 1, token);
+        const double e = rel_err(g.data(), c.data(), size_t(nv));
+        worst = std::max(worst, e);
+        CHECK(e <= tolerance::model_logits);
+        token = argmax(g);
+    }
+    WARN(path << ": worst relative L2 error of CUDA vs CPU logits on one q8_0 cache " << worst);
+}
+
+TEST_CASE("CUDA engine with a q8_0 KV cache matches the CPU engine on the same blocks", "[gpu][model]") {
     if (!gpu_present()) return;
-    // Both engines quantize each key and value row as quantize_row_q8_0 and attend over the
-    // dequantized values: prompt rows (qk_rope_kv, then the prompt attention's float path), decode
-    // rows (the fused decode attention quantizes the new key and value as the cache holds them),
-    // 80 rows on the direct path; a key one rounding apart may take the next quant, which the
-    // logits bound absorbs (a 1/127 step of one element of one key).
-    compare_engines(fixture_gguf("qwen3moe-a", ggml_type::q4_k), 11, 12, 77, "q8_0");
-    compare_engines(synth_gguf("tiny", ggml_type::q4_k, 2), 80, 10, 91, "q8_0");
-    compare_engines(synth_gguf("tiny-gqa8", ggml_type::q4_k, 2), 80, 10, 92, "q8_0");
-    compare_engines(synth_gguf("tiny-moe64", ggml_type::q4_k, 2), 80, 10, 94, "q8_0");
+    compare_on_shared_q8_0_cache(fixture_gguf("qwen3moe-a", ggml_type::q4_k), 11, 8, 77);
+    compare_on_shared_q8_0_cache(synth_gguf("tiny", ggml_type::q4_k, 2), 80, 8, 91);
+    compare_on_shared_q8_0_cache(synth_gguf("tiny-gqa8", ggml_type::q4_k, 2), 80, 8, 92);
+    compare_on_shared_q8_0_cache(synth_gguf("tiny-moe64", ggml_type::q4_k, 2), 80, 8, 94);
     // A q8_0 cache is 34 bytes per 32 values: 34/128 of a float cache's.
     const std::string model = synth_gguf("tiny", ggml_type::q4_k, 2);
     const double f32_bytes = open_cuda(model, 2, 128, "f32")->counters().at("kv_bytes");
