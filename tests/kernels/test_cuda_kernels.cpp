@@ -37,7 +37,7 @@ const ggml_type all_types[] = {ggml_type::f32,  ggml_type::f16,  ggml_type::bf16
 // output's relative error is unbounded where its sum cancels, as on a random one-output row.
 double scaled_err(const std::vector<uint8_t> &w, ggml_type type, int32_t n_in, int32_t n_out, const float *x, const float *got,
                   const float *ref) {
-    std::vector<float> row(size_t(n_in));
+    std::vector<float> row(static_cast<size_t>(n_in));
     double worst = 0;
     for (int32_t o = 0; o < n_out; ++o) {
         dequantize_row(type, w.data() + size_t(o) * ggml_row_bytes(type, n_in), row.data(), n_in);
