@@ -2,6 +2,7 @@
 // Every expected split below is derived by hand from the pattern: at each position the first
 // alternative that matches wins, quantifiers are greedy and backtrack.
 #include "src/tokenizer/pre_tokenizer.h"
+#include "tokenizer_test_util.h"
 #include "tandem/error.h"
 
 #include <catch2/catch.hpp>
@@ -17,18 +18,7 @@ std::vector<std::string> split(std::string_view pre, const std::string &text) {
     static const pre_tokenizer qwen2(pre_tokenizer_spec_for("qwen2").patterns);
     static const pre_tokenizer gpt2(pre_tokenizer_spec_for("default").patterns);
     const pre_tokenizer &p = pre == "qwen2" ? qwen2 : gpt2;
-    std::vector<std::pair<size_t, size_t>> ranges;
-    p.split(text, ranges);
-    std::vector<std::string> out;
-    size_t expect_begin = 0;
-    for (auto [b, e] : ranges) {
-        REQUIRE(b == expect_begin);  // pieces tile the text
-        REQUIRE(e > b);
-        out.push_back(text.substr(b, e - b));
-        expect_begin = e;
-    }
-    REQUIRE(expect_begin == text.size());
-    return out;
+    return test::split_with(p, text);
 }
 
 using pieces = std::vector<std::string>;

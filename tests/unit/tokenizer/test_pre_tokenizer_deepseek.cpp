@@ -4,6 +4,7 @@
 // subject of its own; at each position the first alternative that matches wins, quantifiers are
 // greedy and backtrack; matches and the gaps between them are pieces.
 #include "src/tokenizer/pre_tokenizer.h"
+#include "tokenizer_test_util.h"
 
 #include <catch2/catch.hpp>
 
@@ -18,20 +19,7 @@ namespace {
 
 using pieces = std::vector<std::string>;
 
-pieces split_with(const pre_tokenizer &p, const std::string &text) {
-    std::vector<std::pair<size_t, size_t>> ranges;
-    p.split(text, ranges);
-    pieces out;
-    size_t expect_begin = 0;
-    for (auto [b, e] : ranges) {
-        REQUIRE(b == expect_begin);  // pieces tile the text
-        REQUIRE(e > b);
-        out.push_back(text.substr(b, e - b));
-        expect_begin = e;
-    }
-    REQUIRE(expect_begin == text.size());
-    return out;
-}
+pieces split_with(const pre_tokenizer &p, const std::string &text) { return test::split_with(p, text); }
 
 pieces split(const std::string &pre, const std::string &text) {
     static std::map<std::string, std::unique_ptr<pre_tokenizer>> cache;

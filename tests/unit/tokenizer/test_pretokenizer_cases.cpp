@@ -8,6 +8,7 @@
 
 #include "tandem/gguf.h"
 #include "tandem/tokenizer.h"
+#include "tokenizer_test_util.h"
 
 #include <nlohmann/json.hpp>
 #include <unistd.h>
@@ -21,6 +22,8 @@
 using namespace tandem;
 namespace fs = std::filesystem;
 using json = nlohmann::json;
+
+using tandem::test::show;
 
 namespace {
 
@@ -72,16 +75,6 @@ tokenizer through_gguf(const tokenizer_vocab &v, const std::string &name) {
     tokenizer tok = tokenizer::from_gguf(*file);
     fs::remove(path);
     return tok;
-}
-
-std::string show(const tokenizer &tok, const std::vector<int32_t> &ids) {
-    std::ostringstream s;
-    for (int32_t id : ids) {
-        s << id;
-        if (id >= 0 && id < tok.n_vocab()) s << "'" << tok.token_text(id) << "'";
-        s << " ";
-    }
-    return s.str();
 }
 
 void check_cases(const tokenizer &tok, const json &cases) {

@@ -8,6 +8,7 @@
 #include "tandem/error.h"
 #include "tandem/gguf.h"
 #include "tandem/tokenizer.h"
+#include "tokenizer_test_util.h"
 #include "src/model/synth_vocab.h"
 
 #include <catch2/catch.hpp>
@@ -25,6 +26,8 @@
 using namespace tandem;
 namespace fs = std::filesystem;
 using json = nlohmann::json;
+
+using tandem::test::show;
 
 namespace {
 
@@ -56,16 +59,6 @@ std::vector<tok_case> read_cases(const fs::path &dir) {
     for (const json &c : read_json(dir / "tokenizer_cases.json"))
         out.push_back({c.at("text").get<std::string>(), c.at("ids").get<std::vector<int32_t>>(), c.at("special").get<bool>()});
     return out;
-}
-
-std::string show(const tokenizer &tok, const std::vector<int32_t> &ids) {
-    std::ostringstream s;
-    for (int32_t id : ids) {
-        s << id;
-        if (id >= 0 && id < tok.n_vocab()) s << "'" << tok.token_text(id) << "'";
-        s << " ";
-    }
-    return s.str();
 }
 
 // Compares every case and prints the first divergent position when ids differ.
