@@ -537,7 +537,7 @@ void matvec_digits(const matvec_digits_args &a, cudaStream_t stream) {
     else if (swiglu)
         go(matvec_digits_kernel<4, true, false>, 4);
     else if (grouped && digits_grouped_k_split(false, a.n_in) == 3) {
-        // Three blocks a row (Qwen3-30B's experts' down, K = 768): three warps, none idle.
+        // Three super-blocks a row (an expert's down of width 768): three warps, none idle.
         if (quantize)
             stage ? go_staged(matvec_digits_kernel<3, false, true, true, true>, 3) : go(matvec_digits_kernel<3, false, true, false, true>, 3);
         else

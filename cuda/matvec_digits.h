@@ -21,6 +21,7 @@
 #pragma once
 
 #include "matvec.h"
+#include "matvec_plan.h"
 
 #include <cuda_runtime.h>
 
@@ -195,11 +196,7 @@ inline matvec_digits_args one_group_args(const void *w, int32_t n_in, int32_t n_
     return a;
 }
 
-// The K split of the grouped digit products: each output sums V partials, partial v over blocks
-// v, v + V, ..., added in order of v (3 for three blocks a row, Qwen3-30B's down; else 4). The
-// decode kernels (V warps, or V partials of a solo warp) and the prompt tiles share it, so a row
-// gets the same bits from either.
-inline int digits_grouped_k_split(bool swiglu, int32_t n_in) { return !swiglu && n_in == 3 * 256 ? 3 : 4; }
+// The K split of the grouped digit products: digits_grouped_k_split (matvec_plan.h).
 // The rows of blocks a grouped staged product launches for up to max_groups groups when
 // matvec_digits_args::group_rows is 0: max_groups up to a bound, the bound above it.
 int32_t matvec_digits_group_rows(int32_t max_groups);
