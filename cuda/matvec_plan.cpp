@@ -4,6 +4,9 @@
 #include "matvec_plan.h"
 
 #include "cuda_check.h"
+#include "matvec_digits.h"
+
+#include <algorithm>
 
 namespace tandem::cuda {
 namespace {
@@ -173,6 +176,88 @@ matvec_plan plan_matvec(const matvec_args &a, const device_facts &d, const matve
         plan_grouped(p, a, d, f, row_bytes);
     else
         plan_dense(p, a, d, f, row_bytes);
+    return p;
+}
+
+int32_t matvec_digits_group_rows(int32_t max_groups) {
+    // Half the groups' rows from 64 groups up: about two groups a row at steps of 8 and 16 sessions
+    // (~52 and ~82 of 64 and 128 groups live with 128 experts, 8 a row), a row a group below.
+    // `--sessions 2,4,8,16`: half beats 32-96 rows of 128 groups, and loses below 64 groups.
+    return max_groups >= 64 ? max_groups / 2 : max_groups;
+}
+
+namespace {
+
+// The staged SwiGLU blocks' tensor copies (matvec_digits_args::tensor_copies): rows of whole
+// 128-byte lines (K a multiple of 2,048), at most 256 of them (a box's extent), 16-byte aligned
+// matrices. `--sessions 8,16`: +1.3-1.5% over a bulk copy a row for the strided blocks.
+bool digits_tensor_copies(const matvec_digits_args &a) {
+    const int64_t row_bytes = int64_t(a.n_in / 256) * 144;
+    return a.tensor_copies && row_bytes % 128 == 0 && row_bytes / 128 <= 256 && aligned16(a.w) && aligned16(a.w_up);
+}
+
+// Dense products as one group (prompt rows' Q, K, V and wo): K split as the grouped products, no
+// solo warps; more rows than a pass of 4: two or four passes at a time (a 151,936 x 2,048 head:
+// two fastest at 8 rows, four at 16, whose 159 registers leave 3 blocks an SM).
+void plan_one_group(matvec_digits_plan &p, const matvec_digits_args &a, bool stage, size_t stage_bytes) {
+    p.variant = matvec_digits_plan::kernel::one_group;
+    p.k_split = p.warps = digits_grouped_k_split(false, a.n_in);
+    p.staged = stage;
+    p.smem_bytes = stage ? stage_bytes : 0;
+    const int32_t together = stage || a.n_rows <= 4 ? 1 : a.passes_together >= 0 ? a.passes_together : a.n_rows <= 8 ? 2 : 4;
+    p.passes_together = together == 2 || together == 4 ? together : 1;
+}
+
+}  // namespace
+
+matvec_digits_plan plan_matvec_digits(const matvec_digits_args &a, const device_facts &d) {
+    const bool swiglu = a.w_up != nullptr, grouped = a.group_off != nullptr || a.one_group, quantize = a.x_f32 != nullptr;
+    matvec_digits_plan p;
+    const int32_t tiles = (a.n_out + (swiglu ? 7 : 15)) / (swiglu ? 8 : 16);
+    p.grid_x = tiles;
+    p.grid_y = grouped && !a.one_group ? a.max_groups : 1;
+    const size_t stage_bytes = size_t(16) * (size_t(a.n_in / 256) * 144 + 32);
+    const bool aligned = aligned16(a.w) && aligned16(a.w_up);
+    // Staged where asked (the engine does: the copy engine loads the weights before the PDL wait), and a tile fits 40 KiB.
+    const bool stage = grouped && a.stage && stage_bytes <= 40 * 1024 && aligned && d.sm90;
+    // Staged blocks of moe_route's groups: fewer rows of blocks than groups, each striding over them.
+    const int32_t group_rows = a.group_rows > 0 ? std::min(a.group_rows, a.max_groups) : matvec_digits_group_rows(a.max_groups);
+    const bool strided = grouped && !a.one_group && group_rows < a.max_groups;
+    if (a.one_group) {
+        plan_one_group(p, a, stage, stage_bytes);
+        return p;
+    }
+    // Solo warps where asked, of producer digits: SwiGLU, or K split three ways (else blocks).
+    const bool solo_staged = a.stage && aligned && d.sm90 && size_t(a.solo_warps) * stage_bytes <= 48 * 1024;
+    if (grouped && a.solo_warps > 0 && !quantize && (swiglu || digits_grouped_k_split(false, a.n_in) == 3)) {
+        p.variant = matvec_digits_plan::kernel::solo;
+        p.k_split = digits_grouped_k_split(swiglu, a.n_in);
+        // Staged SwiGLU solo blocks are two warps; the rest four.
+        p.staged = solo_staged && (!swiglu || a.solo_warps == 2);
+        p.warps = swiglu && p.staged ? 2 : 4;
+        p.smem_bytes = p.staged ? size_t(p.warps) * stage_bytes : 0;
+        p.grid_x = (tiles + p.warps - 1) / p.warps;
+        if (p.staged && strided) p.group_rows = p.grid_y = group_rows;
+        return p;
+    }
+    if (swiglu && grouped && stage) {
+        p.staged = true;
+        p.tensor_copies = digits_tensor_copies(a);
+        // Tensor copies: the stage 1 KiB larger, its start rounded up to the swizzle's 1,024-byte alignment.
+        p.smem_bytes = p.tensor_copies ? size_t(16) * size_t(a.n_in / 256) * 144 + 1024 : stage_bytes;
+        // Blocks that route their row take one a group.
+        if (!a.route_logits && strided) p.group_rows = p.grid_y = group_rows;
+        return p;
+    }
+    if (swiglu) return p;
+    if (grouped) {
+        p.k_split = p.warps = digits_grouped_k_split(false, a.n_in);
+        p.staged = stage;
+        p.smem_bytes = stage ? stage_bytes : 0;
+        return p;
+    }
+    // Dense, too narrow to give every SM two blocks: K split 16 ways.
+    if (tiles < matvec_narrow_blocks) p.k_split = p.warps = 16;
     return p;
 }
 

@@ -2,6 +2,7 @@
 // decode step runs (dense heads and projections, grouped SwiGLU and down at 1 to 128 pairs, Q4_K,
 // Q6_K, Q8_0 and other types), each written out here as the shape the launcher has always taken
 // for it: a rule that moves changes a test, never a kernel quietly.
+#include "cuda/matvec_digits.h"
 #include "cuda/matvec_plan.h"
 
 #include <catch2/catch.hpp>
@@ -333,4 +334,160 @@ TEST_CASE("matvec plan: forced knobs", "[matvec_plan]") {
         check(cuda::plan_matvec(dense(ggml_type::q6_k, 2048, 151936, 4), sm90, {.col_tiles = 2}),
               {.warps = 4, .col_tiles = 2, .staged = true, .smem = 16 * q6k_row(2048)});
     }
+}
+
+namespace {
+
+using cuda::matvec_digits_plan;
+
+cuda::matvec_digits_args digits_grouped(int32_t n_in, int32_t n_out, bool swiglu, int32_t max_groups, bool stage) {
+    cuda::matvec_digits_args a;
+    a.w = aligned_w;
+    if (swiglu) a.w_up = at(0x400000);
+    a.n_in = n_in;
+    a.n_out = n_out;
+    a.group_off = a.group_mat = a.n_groups = fake_groups;
+    a.max_groups = max_groups;
+    a.stage = stage;
+    return a;
+}
+
+// The digit launch expected: kind, K split, warps, staged with this much shared memory, tensor
+// copies, strided rows of blocks, passes together, grid.
+struct digit_shape {
+    matvec_digits_plan::kernel variant = matvec_digits_plan::kernel::blocks;
+    int32_t k_split = 4, warps = 4;
+    bool staged = false;
+    size_t smem = 0;
+    bool tensor_copies = false;
+    int32_t group_rows = 0, passes_together = 1, grid_x = 0, grid_y = 1;
+};
+
+void check(const matvec_digits_plan &p, const digit_shape &s) {
+    CHECK(p.variant == s.variant);
+    CHECK(p.k_split == s.k_split);
+    CHECK(p.warps == s.warps);
+    CHECK(p.staged == s.staged);
+    CHECK(p.smem_bytes == s.smem);
+    CHECK(p.tensor_copies == s.tensor_copies);
+    CHECK(p.group_rows == s.group_rows);
+    CHECK(p.passes_together == s.passes_together);
+    CHECK(p.grid_x == s.grid_x);
+    CHECK(p.grid_y == s.grid_y);
+}
+
+// A staged tile of K = 2048 (16 rows of 1,152 bytes, each padded by 32) and of K = 768.
+constexpr size_t stage_2048 = 16 * (1152 + 32), stage_768 = 16 * (432 + 32);
+
+}  // namespace
+
+TEST_CASE("matvec_digits plan: grouped SwiGLU (gate/up, K = 2048)", "[matvec_plan]") {
+    using k = matvec_digits_plan::kernel;
+    const float logits = 0.0f;
+    SECTION("blocks: staged, tensor copies, strided from 64 groups") {
+        cuda::matvec_digits_args a = digits_grouped(2048, 768, true, 8, true);
+        a.route_logits = &logits;  // one row, routed in the kernel: a block row a group
+        check(cuda::plan_matvec_digits(a, sm90), {.staged = true, .smem = 16 * 1152 + 1024, .tensor_copies = true, .grid_x = 96, .grid_y = 8});
+        a = digits_grouped(2048, 768, true, 128, true);
+        check(cuda::plan_matvec_digits(a, sm90),
+              {.staged = true, .smem = 16 * 1152 + 1024, .tensor_copies = true, .group_rows = 64, .grid_x = 96, .grid_y = 64});
+        a.route_logits = &logits;
+        check(cuda::plan_matvec_digits(a, sm90), {.staged = true, .smem = 16 * 1152 + 1024, .tensor_copies = true, .grid_x = 96, .grid_y = 128});
+        a.route_logits = nullptr;
+        a.tensor_copies = false;
+        check(cuda::plan_matvec_digits(a, sm90), {.staged = true, .smem = stage_2048, .group_rows = 64, .grid_x = 96, .grid_y = 64});
+        a.group_rows = 3;
+        check(cuda::plan_matvec_digits(a, sm90), {.staged = true, .smem = stage_2048, .group_rows = 3, .grid_x = 96, .grid_y = 3});
+        a.group_rows = 500;  // capped at the groups: not strided
+        check(cuda::plan_matvec_digits(a, sm90), {.staged = true, .smem = stage_2048, .grid_x = 96, .grid_y = 128});
+        check(cuda::plan_matvec_digits(digits_grouped(2048, 768, true, 32, true), sm90),
+              {.staged = true, .smem = 16 * 1152 + 1024, .tensor_copies = true, .grid_x = 96, .grid_y = 32});
+        // K = 1536: rows of 864 bytes, not whole 128-byte lines: a bulk copy a row.
+        check(cuda::plan_matvec_digits(digits_grouped(1536, 768, true, 32, true), sm90),
+              {.staged = true, .smem = 16 * (864 + 32), .grid_x = 96, .grid_y = 32});
+    }
+    SECTION("blocks: streamed when not asked, on sm_89, or unaligned") {
+        check(cuda::plan_matvec_digits(digits_grouped(2048, 768, true, 128, false), sm90), {.grid_x = 96, .grid_y = 128});
+        check(cuda::plan_matvec_digits(digits_grouped(2048, 768, true, 128, true), sm89), {.grid_x = 96, .grid_y = 128});
+        cuda::matvec_digits_args a = digits_grouped(2048, 768, true, 128, true);
+        a.w_up = at(0x400008);
+        check(cuda::plan_matvec_digits(a, sm90), {.grid_x = 96, .grid_y = 128});
+        // K = 4096: a tile of 37,376 bytes fits 40 KiB; K = 8192 does not.
+        check(cuda::plan_matvec_digits(digits_grouped(4096, 768, true, 16, true), sm90),
+              {.staged = true, .smem = 16 * 2304 + 1024, .tensor_copies = true, .grid_x = 96, .grid_y = 16});
+        check(cuda::plan_matvec_digits(digits_grouped(8192, 768, true, 16, true), sm90), {.grid_x = 96, .grid_y = 16});
+    }
+    SECTION("solo warps: two staged ones, else four streamed") {
+        cuda::matvec_digits_args a = digits_grouped(2048, 768, true, 128, true);
+        a.solo_warps = 2;
+        a.group_rows = 2;
+        check(cuda::plan_matvec_digits(a, sm90),
+              {.variant = k::solo, .warps = 2, .staged = true, .smem = 2 * stage_2048, .group_rows = 2, .grid_x = 48, .grid_y = 2});
+        a.group_rows = 0;
+        a.max_groups = 32;
+        check(cuda::plan_matvec_digits(a, sm90), {.variant = k::solo, .warps = 2, .staged = true, .smem = 2 * stage_2048, .grid_x = 48, .grid_y = 32});
+        a.solo_warps = 4;  // four stages do not fit 48 KiB
+        check(cuda::plan_matvec_digits(a, sm90), {.variant = k::solo, .grid_x = 24, .grid_y = 32});
+        a.solo_warps = 2;
+        a.stage = false;
+        check(cuda::plan_matvec_digits(a, sm90), {.variant = k::solo, .grid_x = 24, .grid_y = 32});
+    }
+}
+
+TEST_CASE("matvec_digits plan: grouped down (three super-blocks a row, and four)", "[matvec_plan]") {
+    using k = matvec_digits_plan::kernel;
+    cuda::matvec_digits_args a = digits_grouped(768, 2048, false, 128, true);
+    a.solo_warps = 4;  // producer digits of a large step
+    check(cuda::plan_matvec_digits(a, sm90),
+          {.variant = k::solo, .k_split = 3, .staged = true, .smem = 4 * stage_768, .group_rows = 64, .grid_x = 32, .grid_y = 64});
+    a.max_groups = 48;
+    check(cuda::plan_matvec_digits(a, sm90), {.variant = k::solo, .k_split = 3, .staged = true, .smem = 4 * stage_768, .grid_x = 32, .grid_y = 48});
+    check(cuda::plan_matvec_digits(a, sm89), {.variant = k::solo, .k_split = 3, .grid_x = 32, .grid_y = 48});
+    // Rows quantised in the kernel (fp32 rows): blocks of three warps, whatever solo_warps asks.
+    const float x = 0.0f;
+    a.x_f32 = &x;
+    check(cuda::plan_matvec_digits(a, sm90), {.k_split = 3, .warps = 3, .staged = true, .smem = stage_768, .grid_x = 128, .grid_y = 48});
+    a.x_f32 = nullptr;
+    a.solo_warps = 0;
+    a.stage = false;
+    check(cuda::plan_matvec_digits(a, sm90), {.k_split = 3, .warps = 3, .grid_x = 128, .grid_y = 48});
+    // K = 2048 down: four warps; no solo warps for a K split of four.
+    cuda::matvec_digits_args b = digits_grouped(2048, 1024, false, 64, true);
+    b.solo_warps = 4;
+    check(cuda::plan_matvec_digits(b, sm90), {.staged = true, .smem = stage_2048, .grid_x = 64, .grid_y = 64});
+}
+
+TEST_CASE("matvec_digits plan: one group and dense products", "[matvec_plan]") {
+    using k = matvec_digits_plan::kernel;
+    auto one = [](int32_t n_in, int32_t n_out, int32_t rows, bool stage, int32_t together = -1) {
+        cuda::matvec_digits_args a = cuda::one_group_args(aligned_w, n_in, n_out, {}, rows, nullptr, 0);
+        a.stage = stage;
+        a.passes_together = together;
+        return a;
+    };
+    check(cuda::plan_matvec_digits(one(2048, 4096, 16, true), sm90), {.variant = k::one_group, .staged = true, .smem = stage_2048, .grid_x = 256});
+    check(cuda::plan_matvec_digits(one(768, 4096, 16, true), sm90),
+          {.variant = k::one_group, .k_split = 3, .warps = 3, .staged = true, .smem = stage_768, .grid_x = 256});
+    for (const int32_t rows : {1, 4, 5, 8, 9, 16, 31}) {
+        INFO("rows " << rows);
+        const int32_t together = rows <= 4 ? 1 : rows <= 8 ? 2 : 4;
+        check(cuda::plan_matvec_digits(one(2048, 151936, rows, false), sm90),
+              {.variant = k::one_group, .passes_together = together, .grid_x = 9496});
+        check(cuda::plan_matvec_digits(one(2048, 151936, rows, true), sm89),
+              {.variant = k::one_group, .passes_together = together, .grid_x = 9496});
+        check(cuda::plan_matvec_digits(one(8192, 2048, rows, true), sm90),  // a tile past 40 KiB: streamed
+              {.variant = k::one_group, .passes_together = together, .grid_x = 128});
+        check(cuda::plan_matvec_digits(one(2048, 151936, rows, false, 0), sm90), {.variant = k::one_group, .grid_x = 9496});
+        check(cuda::plan_matvec_digits(one(2048, 151936, rows, false, 2), sm90),
+              {.variant = k::one_group, .passes_together = rows <= 4 ? 1 : 2, .grid_x = 9496});
+    }
+    // Dense products: 16 warps below 264 blocks; SwiGLU four.
+    cuda::matvec_digits_args d = one(2048, 2048, 4, true);
+    d.one_group = false;
+    check(cuda::plan_matvec_digits(d, sm90), {.k_split = 16, .warps = 16, .grid_x = 128});
+    d.n_out = 151936;
+    check(cuda::plan_matvec_digits(d, sm90), {.grid_x = 9496});
+    d.w_up = at(0x400000);
+    d.n_out = 1024;
+    check(cuda::plan_matvec_digits(d, sm90), {.grid_x = 128});
 }
