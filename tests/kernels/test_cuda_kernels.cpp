@@ -774,7 +774,9 @@ TEST_CASE("routing, grouping by expert, grouped SwiGLU experts and the combine m
                     y.poison();
                     cuda::matvec_args ta = base;
                     ta.y = y.ptr;
-                    cuda::matvec(ta, cuda::plan_matvec(ta, cuda::current_device_facts(), {.row_tiles = tiles, .staged = stage}), nullptr);
+                    const cuda::matvec_plan plan = cuda::plan_matvec(ta, cuda::current_device_facts(), {.row_tiles = tiles, .staged = stage});
+                    CHECK(plan.row_tiles == tiles);
+                    cuda::matvec(ta, plan, nullptr);
                     auto got = y.download();
                     for (int32_t p = 0; p < n * k; ++p)  // pairs routed nowhere and columns past n_out: not written
                         for (int32_t j = 0; j < width; ++j)

@@ -84,7 +84,9 @@ TEST_CASE("grouped Q6_K products of whole tiles: staged and streamed rows give a
             dy.poison();
             cuda::matvec_args a = g.matvec_grouped_args(dw.ptr, nullptr, n_in, n_out, dx.ptr, g.py.ptr, dy.ptr, n_expert, rows * k);
             a.type = ggml_type::q6_k;
-            cuda::matvec(a, cuda::plan_matvec(a, cuda::current_device_facts(), {.staged = stage}), nullptr);
+            const cuda::matvec_plan plan = cuda::plan_matvec(a, cuda::current_device_facts(), {.staged = stage});
+            CHECK(plan.staged == (stage == 1 && cuda::current_device_facts().sm90));  // whole tiles of K <= 1024 fit
+            cuda::matvec(a, plan, nullptr);
             all[stage] = dy.download();
         }
         CHECK(std::memcmp(all[0].data(), all[1].data(), all[0].size() * sizeof(float)) == 0);
