@@ -189,6 +189,13 @@ public:
     virtual void slot_import(int32_t slot, std::span<const uint8_t> in);
     // Slot dst holds slot src's positions [0, n_tokens) (<= its length) and nothing after.
     virtual void slot_copy(int32_t src, int32_t dst, int32_t n_tokens);
+    // Page-locked host memory of `bytes` that slot_export and slot_import move K/V to and from
+    // without staging (the host prompt cache keeps its blobs there), or nullptr where an engine
+    // gains nothing from it (the CPU engine).
+    virtual std::shared_ptr<uint8_t> host_pinned(size_t bytes) {
+        (void)bytes;
+        return nullptr;
+    }
 
     // One line describing the backend and placement ("cpu: 1 device, 16 slots x 4096 ...").
     virtual std::string layout() const = 0;

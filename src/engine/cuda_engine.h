@@ -35,6 +35,7 @@ public:
     void slot_export(int32_t slot, int32_t n_tokens, std::span<uint8_t> out) override;
     void slot_import(int32_t slot, std::span<const uint8_t> in) override;
     void slot_copy(int32_t src, int32_t dst, int32_t n_tokens) override;
+    std::shared_ptr<uint8_t> host_pinned(size_t bytes) override;
     std::string layout() const override;
     std::map<std::string, double> counters() const override;
     std::vector<int32_t> gpus() const override;

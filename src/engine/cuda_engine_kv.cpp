@@ -1,11 +1,13 @@
 // src/engine/cuda_engine_kv.cpp - the CUDA engine's K/V moves: a slot's cache to and from host
-// memory through pinned staging in chunks, and a prefix copied from one slot to another on each
-// device. Copies of bytes only, so a restored slot is bitwise the slot that was saved.
+// memory (page-locked memory directly, other memory through pinned staging in chunks), and a
+// prefix copied from one slot to another on each device. Copies of bytes only, so a restored slot
+// is bitwise the slot that was saved.
 #include "cuda/cuda_check.h"
 #include "cuda_device_state.h"
 #include "cuda_engine.h"
 #include "cuda_engine_host.h"
 #include "tandem/error.h"
+#include "tandem/log.h"
 
 #include <cuda_runtime.h>
 
@@ -88,10 +90,38 @@ void cuda_engine::synchronize_all() {
     for (const auto &d : devices_) d->synchronize();
 }
 
+std::shared_ptr<uint8_t> cuda_engine::host_pinned(size_t bytes) {
+    uint8_t *p = nullptr;
+    if (cudaHostAlloc(reinterpret_cast<void **>(&p), std::max<size_t>(bytes, 1), cudaHostAllocPortable) != cudaSuccess) {
+        (void)cudaGetLastError();
+        log_warn("could not lock {:.2f} GiB of host memory: the prompt cache copies through staging", double(bytes) / double(1ull << 30));
+        return nullptr;
+    }
+    return std::shared_ptr<uint8_t>(p, [](uint8_t *q) { cudaFreeHost(q); });
+}
+
+namespace {
+// Whether the copies can use the memory directly (page-locked), with no staging.
+bool page_locked(const void *p) {
+    cudaPointerAttributes a{};
+    if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return false;
+    }
+    return a.type == cudaMemoryTypeHost;
+}
+}  // namespace
+
 // Each stage's host writes its layers of the blob once: a tensor-parallel partner holds the same K/V.
 void cuda_engine::slot_export(int32_t slot, int32_t n_tokens, std::span<uint8_t> out) {
     const size_t token = size_t(kv_token_bytes());
     slots_.check_export(slot, n_tokens, out.size(), token);
+    if (n_tokens > 0 && page_locked(out.data())) {
+        for (const std::vector<int32_t> &members : stage_members_)
+            devices_[size_t(members[0])]->kv_download(slot, 0, n_tokens, out.data(), token);
+        synchronize_all();
+        return;
+    }
     const int32_t chunk = kv_staging_tokens();
     for (int32_t t0 = 0; t0 < n_tokens; t0 += chunk) {
         const int32_t n = std::min(chunk, n_tokens - t0);
@@ -106,6 +136,12 @@ void cuda_engine::slot_export(int32_t slot, int32_t n_tokens, std::span<uint8_t>
 void cuda_engine::slot_import(int32_t slot, std::span<const uint8_t> in) {
     const size_t token = size_t(kv_token_bytes());
     const int32_t n_tokens = slots_.check_import(slot, in.size(), token);
+    if (n_tokens > 0 && page_locked(in.data())) {
+        for (const auto &d : devices_) d->kv_upload(slot, 0, n_tokens, in.data(), token);
+        synchronize_all();
+        slots_.set_length(slot, n_tokens);
+        return;
+    }
     const int32_t chunk = kv_staging_tokens();
     for (int32_t t0 = 0; t0 < n_tokens; t0 += chunk) {
         const int32_t n = std::min(chunk, n_tokens - t0);

@@ -3,6 +3,8 @@
 // used first out, bounded in bytes; and the interface of a slower tier under it (--cache-disk).
 #pragma once
 
+#include "src/scheduler/host_arena.h"
+
 #include <cstdint>
 #include <list>
 #include <optional>
@@ -15,7 +17,7 @@ class prompt_cache {
 public:
     struct entry {
         std::vector<int32_t> tokens;
-        std::vector<uint8_t> kv;  // tokens.size() tokens of the engine's blob
+        kv_bytes kv;  // tokens.size() tokens of the engine's blob
         uint64_t bytes() const { return kv.size() + tokens.size() * sizeof(int32_t); }
     };
     struct match {

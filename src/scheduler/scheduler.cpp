@@ -60,6 +60,17 @@ scheduler::scheduler(engine &eng, const scheduler_options &options, scheduler_ho
         cache_ = std::make_unique<prompt_cache>(options_.prompt_cache_bytes);
     else if (options_.prompt_cache_bytes > 0)
         log_warn("this engine cannot copy KV: the prompt cache is off");
+    if (cache_) {
+        // The cache, one conversation more (a slot's KV is copied out before the insert that makes
+        // room for it) and slack for runs rounded up to pages. Blobs that find no run (a
+        // fragmented region) take the heap.
+        const size_t bytes = size_t(options_.prompt_cache_bytes) + size_t(engine_.n_ctx()) * size_t(engine_.kv_token_bytes()) +
+                             64 * host_arena::page;
+        if (std::shared_ptr<uint8_t> memory = engine_.host_pinned(bytes)) {
+            arena_ = std::make_shared<host_arena>(std::move(memory), bytes);
+            log_info("prompt cache: {:.2f} GiB of page-locked host memory", double(bytes) / double(1ull << 30));
+        }
+    }
     if (cache_) disk_ = hooks_.disk;
     else if (hooks_.disk) log_warn("the prompt cache's disk tier needs the host cache: it is off");
     stats_.n_slots = engine_.n_slots();
@@ -322,6 +333,7 @@ size_t scheduler::take_prefix(int32_t slot, const std::vector<int32_t> &prompt, 
     const bool lost = st.tokens.size() > std::min(own_common, n);
     if (cache_ && lost && st.tokens.size() * (token_bytes + sizeof(int32_t)) <= room && !cache_->covers(st.tokens)) {
         leaving.tokens = st.tokens;
+        leaving.kv = kv_bytes(kv_allocator<uint8_t>(arena_));
         leaving.kv.resize(st.tokens.size() * token_bytes);
         engine_.slot_export(slot, static_cast<int32_t>(st.tokens.size()), leaving.kv);
     }

@@ -202,7 +202,7 @@ struct scheduler_stats {
 // A slot's conversation as slot files hold it: its tokens and their KV blob (engine.h).
 struct slot_snapshot {
     std::vector<int32_t> tokens;
-    std::vector<uint8_t> kv;
+    kv_bytes kv;
 };
 
 class scheduler {
@@ -315,6 +315,7 @@ private:
     std::vector<std::unique_ptr<active>> active_;  // in admission order
     std::unique_ptr<constraint_table> constraints_;  // with hooks_.vocab
     std::unique_ptr<prompt_cache> cache_;            // with options.prompt_cache_bytes
+    std::shared_ptr<host_arena> arena_;              // the cache's blobs, in the engine's pinned memory (if any)
     std::shared_ptr<prompt_spill> disk_;             // hooks_.disk, with cache_
     uint64_t use_clock_ = 0;
     engine_outputs outputs_;  // the last step's output rows

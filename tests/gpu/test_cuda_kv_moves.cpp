@@ -55,6 +55,17 @@ TEST_CASE("CUDA: a slot's KV exports, imports into another slot and continues bi
     REQUIRE(eng->slot_length(0) == 9);
     prefill(*eng, 0, std::vector<int32_t>(ids.begin() + 9, ids.end()));
     CHECK(same_bits(logits_after(*eng, 0, ids[3]), computed));
+
+    // Page-locked memory (host_pinned) takes the copies without staging: the same bytes both ways.
+    const std::shared_ptr<uint8_t> pinned = eng->host_pinned(2 * blob.size() + 1);
+    REQUIRE(pinned != nullptr);
+    uint8_t *at = pinned.get() + 1;  // not aligned: a blob's place in the prompt cache's region is any byte
+    eng->slot_export(1, 23, std::span<uint8_t>(at, blob.size()));
+    CHECK(std::memcmp(at, blob.data(), blob.size()) == 0);
+    std::memcpy(at + blob.size(), blob.data(), blob.size());
+    eng->slot_import(2, std::span<const uint8_t>(at + blob.size(), 13 * eng->kv_token_bytes()));
+    REQUIRE(eng->slot_length(2) == 13);
+    CHECK(same_bits(slot_blob(*eng, 2), std::vector<uint8_t>(blob.begin(), blob.begin() + ptrdiff_t(13 * eng->kv_token_bytes()))));
 }
 
 TEST_CASE("CUDA: a slot's prefix copies to another slot and continues bitwise", "[gpu][kv]") {

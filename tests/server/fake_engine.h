@@ -76,6 +76,23 @@ public:
     // K/V moves for the prompt cache and slot files (off unless asked): a slot's "KV" is its token
     // history, so a blob token is the int32 id the slot saw at that position.
     void enable_kv_moves() { kv_moves_ = true; }
+    // Host memory handed out as host_pinned's (off unless asked); exports counted by where they land.
+    void enable_host_pinned() { pinned_ = true; }
+    std::shared_ptr<uint8_t> host_pinned(size_t bytes) override {
+        if (!pinned_) return nullptr;
+        std::lock_guard lock(mutex_);
+        region_.reset(new uint8_t[bytes], std::default_delete<uint8_t[]>());
+        region_bytes_ = bytes;
+        return region_;
+    }
+    int64_t exports_into_region() const {
+        std::lock_guard lock(mutex_);
+        return exports_in_region_;
+    }
+    int64_t exports_elsewhere() const {
+        std::lock_guard lock(mutex_);
+        return exports_elsewhere_;
+    }
     uint64_t kv_token_bytes() const override { return kv_moves_ ? sizeof(int32_t) : 0; }
     void slot_export(int32_t slot, int32_t n_tokens, std::span<uint8_t> out) override {
         std::lock_guard lock(mutex_);
@@ -83,6 +100,8 @@ public:
         TANDEM_ASSERT(kv_moves_ && n_tokens >= 0 && static_cast<size_t>(n_tokens) <= h.size() &&
                       out.size() == static_cast<size_t>(n_tokens) * sizeof(int32_t));
         std::memcpy(out.data(), h.data(), out.size());
+        const bool in_region = region_ && out.data() >= region_.get() && out.data() < region_.get() + region_bytes_;
+        (in_region ? exports_in_region_ : exports_elsewhere_) += 1;
     }
     void slot_import(int32_t slot, std::span<const uint8_t> in) override {
         std::lock_guard lock(mutex_);
@@ -181,7 +200,10 @@ private:
     int32_t nan_slot_ = -1;
     size_t nan_after_ = 0;
     std::chrono::milliseconds delay_{0};
-    bool kv_moves_ = false;
+    bool kv_moves_ = false, pinned_ = false;
+    std::shared_ptr<uint8_t> region_;
+    size_t region_bytes_ = 0;
+    int64_t exports_in_region_ = 0, exports_elsewhere_ = 0;
 };
 
 // Greedy argmax with log-softmax logprobs (lowest id wins ties, like tandem::argmax). It takes

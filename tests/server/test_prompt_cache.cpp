@@ -66,3 +66,56 @@ TEST_CASE("a conversation replaces the entries that are its prefixes, and a pref
     CHECK_FALSE(cache.covers(tokens_of(conversation(1, 3), 3)));
     CHECK_FALSE(cache.insert(prompt_cache::entry{}));
 }
+
+TEST_CASE("the host arena hands out page runs first-fit, merges freed neighbours and refuses what does not fit",
+          "[prompt_cache][host_arena]") {
+    constexpr size_t page = host_arena::page;
+    std::shared_ptr<uint8_t> memory(new uint8_t[8 * page], std::default_delete<uint8_t[]>());
+    host_arena arena(memory, 8 * page + 100);  // a tail short of a page is not used
+    CHECK(arena.capacity() == 8 * page);
+    uint8_t *a = arena.allocate(1);            // one page
+    uint8_t *b = arena.allocate(2 * page + 1);  // three
+    uint8_t *c = arena.allocate(2 * page);     // two
+    REQUIRE((a && b && c));
+    CHECK(a == memory.get());
+    CHECK(b == a + page);
+    CHECK(c == b + 3 * page);
+    CHECK(arena.bytes_used() == 6 * page);
+    CHECK(arena.allocate(3 * page) == nullptr);  // two pages left
+    CHECK_FALSE(arena.release(a + 1));           // not the start of a run
+    uint8_t outside = 0;
+    CHECK_FALSE(arena.release(&outside));
+    CHECK(arena.release(b));
+    CHECK(arena.allocate(4 * page) == nullptr);  // three free pages here, two at the end: not joined
+    CHECK(arena.release(a));                     // joins b's run: four pages from the start
+    uint8_t *d = arena.allocate(4 * page);
+    CHECK(d == memory.get());
+    CHECK(arena.release(c));                     // joins the tail: four pages
+    CHECK(arena.allocate(4 * page) == memory.get() + 4 * page);
+    CHECK(arena.bytes_used() == 8 * page);
+    CHECK_FALSE(arena.release(c + page));
+}
+
+TEST_CASE("KV blobs live in the arena while it has room, on the heap after, and copies on the heap", "[prompt_cache][host_arena]") {
+    constexpr size_t page = host_arena::page;
+    std::shared_ptr<uint8_t> memory(new uint8_t[4 * page], std::default_delete<uint8_t[]>());
+    auto arena = std::make_shared<host_arena>(memory, 4 * page);
+    auto in_arena = [&](const kv_bytes &v) { return v.data() >= memory.get() && v.data() < memory.get() + 4 * page; };
+    kv_bytes a{kv_allocator<uint8_t>(arena)};
+    a.resize(3 * page);
+    CHECK(in_arena(a));
+    kv_bytes b{kv_allocator<uint8_t>(arena)};
+    b.resize(2 * page);  // one page left: the heap
+    CHECK_FALSE(in_arena(b));
+    a.assign(3 * page, 7);
+    kv_bytes copy = a;
+    CHECK_FALSE(in_arena(copy));
+    CHECK(copy == a);
+    kv_bytes moved = std::move(a);  // the run moves with it
+    CHECK(in_arena(moved));
+    CHECK(arena->bytes_used() == 3 * page);
+    moved = kv_bytes();  // frees the run
+    CHECK(arena->bytes_used() == 0);
+    b.clear();
+    b.shrink_to_fit();
+}

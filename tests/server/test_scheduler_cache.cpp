@@ -83,6 +83,41 @@ TEST_CASE("a conversation whose slot went to others comes back from the host cac
     }
 }
 
+TEST_CASE("the host cache keeps its conversations in the engine's page-locked memory", "[scheduler][prompt_cache]") {
+    fake_engine eng(1, 512, n_vocab);
+    eng.enable_kv_moves();
+    eng.enable_host_pinned();
+    scheduler_options o = cache_options(true);
+    o.prompt_cache_bytes = 100 * 2 * sizeof(int32_t);  // one conversation of up to 100 tokens (KV and ids)
+    scheduler s(eng, o, fake_hooks(-1));
+    auto run = [&](const std::vector<int32_t> &prompt) {
+        auto sink = std::make_shared<collect_sink>();
+        s.submit(make_request(prompt, 8, sink));
+        run_until_done(s, {sink});
+        return sink;
+    };
+    // One slot: each conversation moves the last one to the cache, which keeps only it.
+    std::vector<std::vector<int32_t>> prompts;
+    std::vector<std::shared_ptr<collect_sink>> firsts;
+    for (int32_t c = 0; c < 4; ++c) {
+        prompts.push_back(make_prompt(10 + c, 60));
+        firsts.push_back(run(prompts.back()));
+    }
+    // The third conversation is the cache's; the first was pushed out long ago.
+    for (int32_t c : {2, 0}) {
+        const auto again = joined(joined(prompts[size_t(c)], firsts[size_t(c)]->tokens()), make_prompt(20 + c, 4));
+        const auto back = run(again);
+        CHECK(back->tokens() == fake_greedy_reference(n_vocab, again, 8));
+        INFO("conversation " << c);
+        if (c == 2) CHECK(back->last().timings.cache_n == int32_t(prompts[2].size()) + 7);
+        else CHECK(back->last().timings.cache_n == 0);
+    }
+    // Every conversation that left its slot was copied into the region, none to the heap.
+    CHECK(eng.exports_into_region() == 5);
+    CHECK(eng.exports_elsewhere() == 0);
+    s.shutdown(std::chrono::milliseconds(100));
+}
+
 TEST_CASE("eight prompts arriving together with one long prefix compute it once", "[scheduler][prompt_cache]") {
     const auto shared = make_prompt(9, 300);
     for (bool cache : {true, false}) {
@@ -135,7 +170,7 @@ TEST_CASE("a slot saved, erased and restored into another slot continues as if i
 
     // Refused: out of range, longer than a slot, KV of the wrong size, tokens outside the vocabulary.
     CHECK(kind_of_error([&] { s.slot_save(2); }) == error_kind::not_found);
-    slot_snapshot big{std::vector<int32_t>(256, 1), std::vector<uint8_t>(256 * sizeof(int32_t))};
+    slot_snapshot big{std::vector<int32_t>(256, 1), kv_bytes(256 * sizeof(int32_t))};
     CHECK(kind_of_error([&] { s.slot_restore(1, big); }) == error_kind::invalid_request);
     slot_snapshot short_kv = snap;
     short_kv.kv.pop_back();
