@@ -4,9 +4,9 @@
 // distinct slots do the first launch's work inside the partial launch (attention_args::k_new).
 // Owns: the KV cache layout [slot][n_ctx][n_head_kv][d_head] of one layer (floats, halves, or
 // ggml's q8_0 blocks of 32 consecutive elements: a head is d_head / 32 whole blocks). The partial
-// launch runs on CUDA cores (fp32 dots; q8_0 values dequantized as loaded), or on tensor cores for
-// halves with Qwen3's head geometry (attention_mma.h); which one depends on the model and the
-// cache type only. Does not own
+// launch runs on tensor cores for halves or q8_0 blocks with Qwen3's head geometry (attention_mma.h),
+// else on CUDA cores (fp32 dots; q8_0 values dequantized as loaded); which one depends on the model
+// and the cache type only. Does not own
 // the projections (matvec.h). A row's result depends only on its own slot, position and cache:
 // the chunking is a function of the row's position (attention_row_chunk), never of the batch or
 // the slot size, so decode stays batch invariant.

@@ -2,8 +2,9 @@
 // engine_options::kv_type is "f16" (attention_args::kv_f16), or ggml's block_q8_0 when it is
 // "q8_0" (attention_args::kv_q8_0). A key or value is rounded once, as it enters the cache (to
 // nearest half; or through its 32-value block as ggml's quantize_row_q8_0 does, which the CPU
-// engine runs); every reader converts it back to float exactly (a q8_0 value is float(q) * float(d)),
-// so the attention's arithmetic is the same for every type and the CPU twin agrees.
+// engine runs); the CUDA-core readers convert it back to float exactly (a q8_0 value is
+// float(q) * float(d)), so their arithmetic is the same for every type and the CPU twin agrees;
+// the tensor-core kernel applies a q8_0 block's scale after its product (attention_mma.h).
 // A warp writes one head: lane l holds elements l + 32 t, so with d_head a multiple of 32 each t
 // is one whole q8_0 block and its amax is one warp maximum.
 #pragma once
