@@ -82,19 +82,6 @@ struct matvec_args {
     // invariant to chunking.
     int32_t k_parts = 1;
     int64_t y_part_stride = 0;
-    // Grouped Q4_K: m16 tiles of weight rows a block computes (1 or 2; 0: the launcher picks by the
-    // matrix and the step's size). Every output's arithmetic is the same whatever the tiling, so the
-    // choice may depend on the rows without breaking batch invariance (tests pin it).
-    int32_t row_tiles = 0;
-    // Dense Q4_K and a staged Q6_K head: n8 tiles of step rows a pass (1 or 2; 0: two when the step has more than 8
-    // rows), the weights unpacked once for both. Same outputs, bitwise, either way.
-    int32_t col_tiles = 0;
-    // Grouped Q4_K, grouped plain Q6_K, a dense Q6_K head (of whole 16-row tiles) and dense Q4_K of
-    // two column tiles (9-16 rows), on sm_90: each block's weight rows copied whole into shared
-    // memory by bulk copies at its start (1), or streamed a chunk a warp at a time (0); -1: the
-    // launcher picks (grouped Q4_K by the step's size, the others always). Same outputs, bitwise,
-    // either way (tests pin it).
-    int32_t stage_weights = -1;
     // matmul_prompt: rows per block tile, 16 or 128 (0: 16 for steps of few rows, see
     // matmul_prompt.cu). Same outputs, bitwise, either way (tests pin it).
     int32_t prompt_tile_rows = 0;
@@ -117,6 +104,7 @@ int32_t matvec_block_elems(ggml_type type);
 // Each block runs its own matrix's arithmetic with the launch's warps, so the parts of the launch's
 // type give the bits a launch of them alone of the same width gives.
 bool matvec_mixed_supported(ggml_type type, ggml_type part);
+// Launches the product by plan_matvec's plan for it (matvec_plan.h; tests pass a plan of their own).
 void matvec(const matvec_args &args, cudaStream_t stream);
 
 }  // namespace tandem::cuda

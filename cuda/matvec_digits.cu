@@ -23,9 +23,10 @@ namespace {
 
 using namespace digit_tile;
 
+static_assert(digits_pass == 4, "plan_matvec_digits counts passes of 4 rows");
+
 constexpr int quant_warps = 8;  // blocks of 256 elements a block of the producer
 constexpr int route_one_epl = route_max_experts / 32;  // in-kernel routing: experts a lane
-constexpr int narrow_blocks = 264;  // fewer blocks than this (2 per SM of an H200): K split 16 ways, else 4
 
 // Lane l of a warp holds elements 8l .. 8l + 7 of a block of 256: sub-block j = l / 4, group t = l % 4.
 __global__ void __launch_bounds__(quant_warps * 32) digits_quantize_kernel(const digits_quantize_args a) {
@@ -423,15 +424,6 @@ void digits_quantize(const digits_quantize_args &a, cudaStream_t stream) {
 }
 
 namespace {
-// Whether the staged SwiGLU blocks (routing, one a group, or strided) take two tensor copies a tile
-// (tensor_copies): rows of whole 128-byte lines (K a multiple of 2,048), at most 256 of them (a box's
-// extent), 16-byte aligned matrices. `bench --prompt 0 --sessions 8,16`: +1.3-1.5% over a bulk
-// copy a row for the strided blocks.
-bool tma_wanted(const matvec_digits_args &a) {
-    const int64_t row_bytes = int64_t(a.n_in / 256) * 144;
-    return a.tensor_copies && row_bytes % 128 == 0 && row_bytes / 128 <= 256 &&
-           (reinterpret_cast<uintptr_t>(a.w) | reinterpret_cast<uintptr_t>(a.w_up)) % 16 == 0;
-}
 // A matrix's rows as (128-byte line bytes, lines, rows, matrices); a box: 8 rows' whole rows.
 CUtensorMap tile_map(const void *w, int32_t n_in, int32_t n_out) {
     const cuuint64_t row_bytes = cuuint64_t(n_in / 256) * 144, lines = row_bytes / 128;
@@ -447,14 +439,6 @@ swiglu_maps tma_maps(const matvec_digits_args &a) {
     return m;
 }
 }  // namespace
-
-int32_t matvec_digits_group_rows(int32_t max_groups) {
-    // Half the groups' rows from 64 groups up: about two groups a row at steps of 8 and 16 sessions
-    // (~52 and ~82 of 64 and 128 groups live with 128 experts, 8 a row), a row a group below.
-    // `bench --prompt 0 --sessions 2,4,8,16`: half beats 32-96 rows of 128 groups, and loses
-    // below 64 groups.
-    return max_groups >= 64 ? max_groups / 2 : max_groups;
-}
 
 void matvec_digits(const matvec_digits_args &a, cudaStream_t stream) {
     const bool swiglu = a.w_up != nullptr, grouped = a.group_off != nullptr || a.one_group, quantize = a.x_f32 != nullptr;
@@ -482,73 +466,51 @@ void matvec_digits(const matvec_digits_args &a, cudaStream_t stream) {
                                              a.route_out.group_off && a.route_out.n_groups && a.route_out.pair_x && a.route_out.pair_y),
                         "matvec_digits: published routing needs in-kernel routing and every moe_route output");
     if (!a.group_off && a.n_rows == 0) return;  // dense, or one group (which has no group arrays)
-    const dim3 grid((a.n_out + (swiglu ? 7 : 15)) / (swiglu ? 8 : 16), grouped && !a.one_group ? a.max_groups : 1);
-    const bool narrow = !grouped && int(grid.x) < narrow_blocks;
+    const matvec_digits_plan p = plan_matvec_digits(a, current_device_facts());
+    using kind = matvec_digits_plan::kernel;
+    const dim3 grid(p.grid_x, p.grid_y);
     const swiglu_maps no_maps{};
-    auto go = [&](auto kernel, int warps) { launch_pdl(kernel, grid, dim3(warps * 32), stream, a, no_maps); };
-    const size_t stage_bytes = size_t(16) * (size_t(a.n_in / 256) * 144 + 32);
-    const bool aligned = (reinterpret_cast<uintptr_t>(a.w) | reinterpret_cast<uintptr_t>(a.w_up)) % 16 == 0;
-    const bool stage = grouped && a.stage && stage_bytes <= 40 * 1024 && aligned && pdl_supported();
-    auto go_staged = [&](auto kernel, int warps) { launch_pdl_smem(kernel, grid, dim3(warps * 32), stage_bytes, stream, a, no_maps); };
-    // Solo: warps of whole tiles (solo_warps a block), producer digits only.
-    const bool solo = grouped && a.solo_warps > 0 && !quantize;
-    // Staged products of moe_route's groups: fewer rows of blocks than groups, each striding over
-    // them (matvec_digits_args::group_rows), or one row a group.
-    const int32_t group_rows = a.group_rows > 0 ? std::min(a.group_rows, a.max_groups) : matvec_digits_group_rows(a.max_groups);
-    const bool strided = grouped && !a.one_group && group_rows < a.max_groups;
-    const bool solo_staged = a.stage && aligned && pdl_supported() && size_t(a.solo_warps) * stage_bytes <= 48 * 1024;
-    if (a.one_group) {
+    auto go = [&](auto kernel) { launch_pdl_smem(kernel, grid, dim3(p.warps * 32), p.smem_bytes, stream, a, no_maps); };
+    if (p.variant == kind::one_group) {
         // Dense products as one group (prompt rows' Q, K, V and wo): instances of their own, so the
-        // decode products' code stays as it was. K split as digits_grouped_k_split (no solo warps).
-        // More rows than a pass: two or four passes at a time (matvec_digits_args::passes_together;
-        // a 151,936 x 2,048 head: two fastest at 8 rows, four at 16, whose 159 registers leave 3
-        // blocks an SM).
-        const int together = stage || a.n_rows <= digits_pass ? 1
-                             : a.passes_together >= 0        ? a.passes_together
-                             : a.n_rows <= 2 * digits_pass   ? 2
-                                                             : 4;
-        if (digits_grouped_k_split(false, a.n_in) == 3)
-            stage           ? go_staged(matvec_digits_kernel<3, false, true, true, false, true>, 3)
-            : together == 4 ? go(matvec_digits_kernel<3, false, true, false, false, true, false, 4>, 3)
-            : together == 2 ? go(matvec_digits_kernel<3, false, true, false, false, true, false, 2>, 3)
-                            : go(matvec_digits_kernel<3, false, true, false, false, true>, 3);
+        // decode products' code stays as it was.
+        if (p.k_split == 3)
+            p.staged                   ? go(matvec_digits_kernel<3, false, true, true, false, true>)
+            : p.passes_together == 4 ? go(matvec_digits_kernel<3, false, true, false, false, true, false, 4>)
+            : p.passes_together == 2 ? go(matvec_digits_kernel<3, false, true, false, false, true, false, 2>)
+                                     : go(matvec_digits_kernel<3, false, true, false, false, true>);
         else
-            stage           ? go_staged(matvec_digits_kernel<4, false, true, true, false, true>, 4)
-            : together == 4 ? go(matvec_digits_kernel<4, false, true, false, false, true, false, 4>, 4)
-            : together == 2 ? go(matvec_digits_kernel<4, false, true, false, false, true, false, 2>, 4)
-                            : go(matvec_digits_kernel<4, false, true, false, false, true>, 4);
-    } else if (solo && digit_tile::launch_solo(a, grid, solo_staged, strided ? group_rows : 0, stage_bytes, stream)) {
-        // Solo warps: whole tiles a warp (matvec_digits_solo.cu).
-    } else if (swiglu && grouped && stage && tma_wanted(a)) {
-        // The stage 1 KiB larger: its start rounded up to the swizzle's 1,024-byte alignment.
-        const size_t tma_bytes = size_t(16) * size_t(a.n_in / 256) * 144 + 1024;
-        auto go_tma = [&](auto kernel, dim3 blocks) { launch_pdl_smem(kernel, blocks, dim3(128), tma_bytes, stream, a, tma_maps(a)); };
-        a.route_logits ? go_tma(matvec_digits_kernel<4, true, true, true, false, false, true, 1, false, true>, grid)
-        : strided      ? go_tma(matvec_digits_kernel<4, true, true, true, false, false, false, 1, true, true>, dim3(grid.x, unsigned(group_rows)))
-                       : go_tma(matvec_digits_kernel<4, true, true, true, false, false, false, 1, false, true>, grid);
-    } else if (swiglu && grouped && stage && a.route_logits)
-        go_staged(matvec_digits_kernel<4, true, true, true, false, false, true>, 4);
-    else if (swiglu && grouped && stage)
-        strided ? launch_pdl_smem(matvec_digits_kernel<4, true, true, true, false, false, false, 1, true>, dim3(grid.x, unsigned(group_rows)),
-                                  dim3(128), stage_bytes, stream, a, no_maps)
-                : go_staged(matvec_digits_kernel<4, true, true, true>, 4);
-    else if (swiglu && grouped)
-        go(matvec_digits_kernel<4, true, true>, 4);
-    else if (swiglu)
-        go(matvec_digits_kernel<4, true, false>, 4);
-    else if (grouped && digits_grouped_k_split(false, a.n_in) == 3) {
-        // Three blocks a row (Qwen3-30B's experts' down, K = 768): three warps, none idle.
+            p.staged                   ? go(matvec_digits_kernel<4, false, true, true, false, true>)
+            : p.passes_together == 4 ? go(matvec_digits_kernel<4, false, true, false, false, true, false, 4>)
+            : p.passes_together == 2 ? go(matvec_digits_kernel<4, false, true, false, false, true, false, 2>)
+                                     : go(matvec_digits_kernel<4, false, true, false, false, true>);
+    } else if (p.variant == kind::solo) {
+        digit_tile::launch_solo(a, p, stream);  // whole tiles a warp (matvec_digits_solo.cu)
+    } else if (swiglu && p.tensor_copies) {
+        auto go_tma = [&](auto kernel) { launch_pdl_smem(kernel, grid, dim3(p.warps * 32), p.smem_bytes, stream, a, tma_maps(a)); };
+        a.route_logits   ? go_tma(matvec_digits_kernel<4, true, true, true, false, false, true, 1, false, true>)
+        : p.group_rows > 0 ? go_tma(matvec_digits_kernel<4, true, true, true, false, false, false, 1, true, true>)
+                           : go_tma(matvec_digits_kernel<4, true, true, true, false, false, false, 1, false, true>);
+    } else if (swiglu && p.staged && a.route_logits) {
+        go(matvec_digits_kernel<4, true, true, true, false, false, true>);
+    } else if (swiglu && p.staged) {
+        p.group_rows > 0 ? go(matvec_digits_kernel<4, true, true, true, false, false, false, 1, true>)
+                         : go(matvec_digits_kernel<4, true, true, true>);
+    } else if (swiglu) {
+        grouped ? go(matvec_digits_kernel<4, true, true>) : go(matvec_digits_kernel<4, true, false>);
+    } else if (grouped && p.k_split == 3) {
+        // Three super-blocks a row (an expert's down of width 768): three warps, none idle.
         if (quantize)
-            stage ? go_staged(matvec_digits_kernel<3, false, true, true, true>, 3) : go(matvec_digits_kernel<3, false, true, false, true>, 3);
+            p.staged ? go(matvec_digits_kernel<3, false, true, true, true>) : go(matvec_digits_kernel<3, false, true, false, true>);
         else
-            stage ? go_staged(matvec_digits_kernel<3, false, true, true>, 3) : go(matvec_digits_kernel<3, false, true>, 3);
+            p.staged ? go(matvec_digits_kernel<3, false, true, true>) : go(matvec_digits_kernel<3, false, true>);
     } else if (grouped) {
         if (quantize)
-            stage ? go_staged(matvec_digits_kernel<4, false, true, true, true>, 4) : go(matvec_digits_kernel<4, false, true, false, true>, 4);
+            p.staged ? go(matvec_digits_kernel<4, false, true, true, true>) : go(matvec_digits_kernel<4, false, true, false, true>);
         else
-            stage ? go_staged(matvec_digits_kernel<4, false, true, true>, 4) : go(matvec_digits_kernel<4, false, true>, 4);
+            p.staged ? go(matvec_digits_kernel<4, false, true, true>) : go(matvec_digits_kernel<4, false, true>);
     } else {
-        narrow ? go(matvec_digits_kernel<16, false, false>, 16) : go(matvec_digits_kernel<4, false, false>, 4);
+        p.warps == 16 ? go(matvec_digits_kernel<16, false, false>) : go(matvec_digits_kernel<4, false, false>);
     }
     TANDEM_CUDA_CHECK_LAUNCH();
 }

@@ -21,6 +21,7 @@
 #pragma once
 
 #include "matvec.h"
+#include "matvec_plan.h"
 
 #include <cuda_runtime.h>
 
@@ -195,14 +196,31 @@ inline matvec_digits_args one_group_args(const void *w, int32_t n_in, int32_t n_
     return a;
 }
 
-// The K split of the grouped digit products: each output sums V partials, partial v over blocks
-// v, v + V, ..., added in order of v (3 for three blocks a row, Qwen3-30B's down; else 4). The
-// decode kernels (V warps, or V partials of a solo warp) and the prompt tiles share it, so a row
-// gets the same bits from either.
-inline int digits_grouped_k_split(bool swiglu, int32_t n_in) { return !swiglu && n_in == 3 * 256 ? 3 : 4; }
+// The K split of the grouped digit products: digits_grouped_k_split (matvec_plan.h).
 // The rows of blocks a grouped staged product launches for up to max_groups groups when
 // matvec_digits_args::group_rows is 0: max_groups up to a bound, the bound above it.
 int32_t matvec_digits_group_rows(int32_t max_groups);
+// How a matvec_digits call launches: the kernel shape plan_matvec_digits (matvec_plan.cpp) picks
+// from the arguments (with the caller's requests: stage, solo_warps, group_rows, tensor_copies,
+// passes_together) and the device. Every plan of a call gives the same bits.
+struct matvec_digits_plan {
+    enum class kernel : int8_t {
+        blocks,     // a tile of 16 weight rows (8 gate + 8 up) a block, K split over its warps
+        solo,       // warps of whole tiles, all of K each (matvec_digits_solo.cu)
+        one_group,  // a dense product with the grouped arithmetic (one_group)
+    };
+    kernel variant = kernel::blocks;
+    int32_t k_split = 4;          // partials an output sums (3 or 4; 16 for a narrow dense matrix)
+    int32_t warps = 4;            // warps a block
+    bool staged = false;          // the block's weight rows copied into shared memory first
+    bool tensor_copies = false;   // staged SwiGLU blocks: the tile's rows in two tensor copies
+    int32_t group_rows = 0;       // staged: rows of blocks striding over the groups (0: a row a group)
+    int32_t passes_together = 1;  // one group: passes of 4 rows that share each unpacked chunk (1, 2, 4)
+    size_t smem_bytes = 0;        // dynamic shared memory a block
+    int32_t grid_x = 0, grid_y = 1;
+};
+// The plan for a validated matvec_digits call.
+matvec_digits_plan plan_matvec_digits(const matvec_digits_args &a, const device_facts &device);
 // y = W x for every row or pair (16 weight rows a block, or 8 gate and 8 up rows; K split 4 ways,
 // 3 for a grouped matrix of three blocks a row, or 16 for a dense matrix of fewer than 264 blocks;
 // 4 step rows a pass, each row's two digits in adjacent mma columns).

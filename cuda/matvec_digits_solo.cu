@@ -152,26 +152,22 @@ __global__ void __launch_bounds__(S * 32) matvec_digits_solo_kernel(const matvec
 
 }  // namespace
 
-bool launch_solo(const matvec_digits_args &a, dim3 grid, bool staged, int32_t group_rows, size_t stage_bytes, cudaStream_t stream) {
+void launch_solo(const matvec_digits_args &a, const matvec_digits_plan &p, cudaStream_t stream) {
     const bool swiglu = a.w_up != nullptr;
-    const bool strided = staged && group_rows > 0;
-    auto go = [&](auto kernel, int warps, bool kernel_staged) {
-        const dim3 blocks((grid.x + warps - 1) / warps, strided && kernel_staged ? unsigned(group_rows) : grid.y);
-        launch_pdl_smem(kernel, blocks, dim3(warps * 32), kernel_staged ? size_t(warps) * stage_bytes : 0, stream, a);
-    };
+    TANDEM_CUDA_REQUIRE(p.k_split == (swiglu ? 4 : 3) && p.warps == (swiglu && p.staged ? 2 : 4),
+                        "matvec_digits: solo warps are SwiGLU's (2 staged, else 4) or three-block plain products' (4)");
+    auto go = [&](auto kernel) { launch_pdl_smem(kernel, dim3(p.grid_x, p.grid_y), dim3(p.warps * 32), p.smem_bytes, stream, a); };
     if (swiglu) {
-        if (staged && a.solo_warps == 2)
-            strided ? go(matvec_digits_solo_kernel<4, true, 2, true, true>, 2, true) : go(matvec_digits_solo_kernel<4, true, 2, true>, 2, true);
+        if (p.staged)
+            p.group_rows > 0 ? go(matvec_digits_solo_kernel<4, true, 2, true, true>) : go(matvec_digits_solo_kernel<4, true, 2, true>);
         else
-            go(matvec_digits_solo_kernel<4, true, 4, false>, 4, false);
-        return true;
+            go(matvec_digits_solo_kernel<4, true, 4, false>);
+        return;
     }
-    if (digits_grouped_k_split(false, a.n_in) != 3) return false;
-    if (staged)
-        strided ? go(matvec_digits_solo_kernel<3, false, 4, true, true>, 4, true) : go(matvec_digits_solo_kernel<3, false, 4, true>, 4, true);
+    if (p.staged)
+        p.group_rows > 0 ? go(matvec_digits_solo_kernel<3, false, 4, true, true>) : go(matvec_digits_solo_kernel<3, false, 4, true>);
     else
-        go(matvec_digits_solo_kernel<3, false, 4, false>, 4, false);
-    return true;
+        go(matvec_digits_solo_kernel<3, false, 4, false>);
 }
 
 }  // namespace tandem::cuda::digit_tile

@@ -148,10 +148,9 @@ __device__ __forceinline__ void store_outputs(const matvec_digits_args &a, const
     }
 }
 
-// The solo-warp products (matvec_digits_args::solo_warps; matvec_digits_solo.cu) of a grouped launch
-// of `grid` (tiles x groups): SwiGLU, or plain ones of three blocks a row. staged: each warp's tile
-// in its own shared-memory stage of stage_bytes; group_rows > 0: that many rows of blocks striding
-// over the groups (staged only). false: not a shape the solo warps take (nothing launched).
-bool launch_solo(const matvec_digits_args &a, dim3 grid, bool staged, int32_t group_rows, size_t stage_bytes, cudaStream_t stream);
+// The solo-warp products (matvec_digits_args::solo_warps; matvec_digits_solo.cu) of a plan of kind
+// solo (plan_matvec_digits): SwiGLU, or plain ones of three blocks a row; staged: each warp's tile
+// in its own shared-memory stage; group_rows > 0: that many rows of blocks striding over the groups.
+void launch_solo(const matvec_digits_args &a, const matvec_digits_plan &plan, cudaStream_t stream);
 
 }  // namespace tandem::cuda::digit_tile

@@ -19,7 +19,7 @@
 // past a group's end read valid rows whose outputs are never written, so no load needs a guard.
 #pragma once
 
-#include "matvec.h"
+#include "matvec_plan.h"
 
 #include "bulk_copy.cuh"
 #include "launch.cuh"
@@ -31,16 +31,14 @@
 
 namespace tandem::cuda::matvec_detail {
 
-// Block shapes by `bench --prompt 0 --sessions 1,4,16` on an H200: 4 warps per block beat 8 (more,
-// smaller blocks), and one n8 tile of step rows per pass beats two (half the registers: 4 blocks
-// per SM instead of 2); more rows take more passes, whose weights then come from L1/L2. A dense
-// matrix too narrow to give every SM two blocks (wo; a router not fused with its norm) splits K 16
-// ways instead (16-warp blocks beat 8 by 1-2%); the split is a function of the matrix's shape,
-// never of the step's rows, so decode rows stay batch invariant. A grouped K-quant matrix of three
-// blocks a row (K = 768: Qwen3-30B's experts' down) runs three warps a block, none idle: 96
-// registers instead of 128, 7 blocks per SM instead of 4 (16 sessions +6%).
-constexpr int block_warps = 4;   // K split 4 ways: enough warps in flight for one-row steps
-constexpr int narrow_blocks = 264;  // fewer blocks than this (2 per SM of an H200): K split 16 ways
+// Block shapes (chosen by plan_matvec, matvec_plan.cpp) by `bench --prompt 0 --sessions 1,4,16`
+// on an H200: 4 warps per block beat 8 (more, smaller blocks), and one n8 tile of step rows per
+// pass beats two (half the registers: 4 blocks per SM instead of 2); more rows take more passes,
+// whose weights then come from L1/L2. A dense matrix too narrow to give every SM two blocks (wo; a
+// router not fused with its norm) splits K 16 ways instead; the split is a function of the
+// matrix's shape, never of the step's rows, so decode rows stay batch invariant. A grouped K-quant
+// matrix of three super-blocks a row (an expert's down of width 768) runs three warps a block,
+// none idle: 96 registers instead of 128, 7 blocks per SM instead of 4 (16 sessions +6%).
 constexpr int block_rows = 16;   // weight rows per block (an m16 tile); SwiGLU: 8 gate + 8 up rows
 constexpr int chunk_items = 4;   // generic types: items per K chunk, lane t of a quad takes item 4c + t
 
@@ -612,14 +610,8 @@ __global__ void __launch_bounds__(n_warps * 32, min_blocks)
     matvec_body<T, swiglu, n_warps, split_in, parted, n_tiles, n_cols, v_warps, staged>(a, row_bytes, blocks0, blocks1);
 }
 
-// Dense Q4_K column tiles (n8 tiles of step rows a pass, matvec_args::col_tiles): two above 8 rows.
-// The plain launch and the mixed one take the same, so a mixed launch's Q4_K parts keep their bits.
-inline int dense_col_tiles(const matvec_args &a) {
-    return a.col_tiles > 0 ? a.col_tiles : (!a.group_off && a.k_parts == 1 && a.n_pairs > 8 ? 2 : 1);
-}
-
-// A dense launch whose last extra matrix is typed (matvec_part::typed), as matvec() validated it:
-// matvec_mixed.cu.
-void launch_matvec_mixed(const matvec_args &a, cudaStream_t stream);
+// A dense launch whose last extra matrix is typed (matvec_part::typed), as matvec() validated it,
+// with plan_matvec's warps and column tiles: matvec_mixed.cu.
+void launch_matvec_mixed(const matvec_args &a, const matvec_plan &plan, cudaStream_t stream);
 
 }  // namespace tandem::cuda::matvec_detail

@@ -2,10 +2,11 @@
 // (matvec_part::typed): a Q4_K_M file's Q6_K V beside its Q4_K Q and K, one launch instead of two
 // (in a launch of its own, V alone takes ~5.8 us a layer at one session, in 24 of 48 layers). Each
 // block runs the body (matvec_kernel.cuh) of its matrix's type with the launch's warps and column
-// tiles, as launch_matvec_shape would pick them for the launch's type: every output's arithmetic is
+// tiles, as plan_matvec picks them for the launch's type: every output's arithmetic is
 // that of its matrix's type, never of the step's rows, so decode rows stay batch invariant.
 #include "matvec.h"
 
+#include "cuda_check.h"
 #include "matvec_kernel.cuh"
 
 namespace tandem::cuda {
@@ -26,25 +27,19 @@ __global__ void __launch_bounds__(n_warps * 32)
 }
 
 template <ggml_type T, ggml_type T2, bool split_in>
-void launch_mixed(const matvec_args &a, cudaStream_t stream) {
-    const int blocks0 = (a.n_out + block_rows - 1) / block_rows;
-    const int blocks1 = a.n_extra > 0 ? (a.extra[0].n_out + block_rows - 1) / block_rows : 0;
-    const int blocks2 = a.n_extra > 1 ? (a.extra[1].n_out + block_rows - 1) / block_rows : 0;
-    const dim3 grid(blocks0 + blocks1 + blocks2);
+void launch_mixed(const matvec_args &a, const matvec_plan &p, cudaStream_t stream) {
     const int64_t row_bytes = matvec_row_bytes(T, a.n_in), row_bytes2 = matvec_row_bytes(T2, a.n_in);
-    // launch_matvec_shape's choice for a dense Q4_K launch: its column tiles; K split 16 ways when
-    // the launch has too few blocks to give every SM two.
-    const int cols = dense_col_tiles(a);
-    const bool narrow = int(grid.x) < narrow_blocks;
-    auto go = [&](auto kernel, int warps) {
-        launch_pdl(kernel, grid, dim3(warps * 32), stream, a, row_bytes, row_bytes2, blocks0, blocks1);
+    // plan_matvec's choice for a dense Q4_K launch: its column tiles, and K split 16 ways when the
+    // launch has too few blocks to give every SM two.
+    auto go = [&](auto kernel) {
+        launch_pdl(kernel, dim3(p.grid_x), dim3(p.warps * 32), stream, a, row_bytes, row_bytes2, p.blocks0, p.blocks1);
     };
-    if (cols == 2)
-        narrow ? go(matvec_mixed_kernel<T, T2, 4 * block_warps, split_in, 2>, 4 * block_warps)
-               : go(matvec_mixed_kernel<T, T2, block_warps, split_in, 2>, block_warps);
+    TANDEM_CUDA_REQUIRE((p.warps == 16 || p.warps == 4) && (p.col_tiles == 1 || p.col_tiles == 2),
+                        "matvec: a mixed launch runs 4 or 16 warps of 1 or 2 column tiles");
+    if (p.col_tiles == 2)
+        p.warps == 16 ? go(matvec_mixed_kernel<T, T2, 16, split_in, 2>) : go(matvec_mixed_kernel<T, T2, 4, split_in, 2>);
     else
-        narrow ? go(matvec_mixed_kernel<T, T2, 4 * block_warps, split_in, 1>, 4 * block_warps)
-               : go(matvec_mixed_kernel<T, T2, block_warps, split_in, 1>, block_warps);
+        p.warps == 16 ? go(matvec_mixed_kernel<T, T2, 16, split_in, 1>) : go(matvec_mixed_kernel<T, T2, 4, split_in, 1>);
 }
 
 }  // namespace
@@ -53,11 +48,11 @@ bool matvec_mixed_supported(ggml_type type, ggml_type part) { return type == ggm
 
 namespace matvec_detail {
 
-void launch_matvec_mixed(const matvec_args &a, cudaStream_t stream) {
-    if (a.x_split)
-        launch_mixed<ggml_type::q4_k, ggml_type::q6_k, true>(a, stream);
+void launch_matvec_mixed(const matvec_args &a, const matvec_plan &plan, cudaStream_t stream) {
+    if (plan.split_in)
+        launch_mixed<ggml_type::q4_k, ggml_type::q6_k, true>(a, plan, stream);
     else
-        launch_mixed<ggml_type::q4_k, ggml_type::q6_k, false>(a, stream);
+        launch_mixed<ggml_type::q4_k, ggml_type::q6_k, false>(a, plan, stream);
 }
 
 }  // namespace matvec_detail

@@ -125,7 +125,6 @@ cuda_device::cuda_device(const model_hparams &hp, const model_tensors &tensors, 
     m.name = prop.name;
     TANDEM_CUDA_CHECK(cudaStreamCreateWithFlags(&m.stream, cudaStreamNonBlocking));
     TANDEM_CUDA_CHECK(cudaEventCreateWithFlags(&m.event, cudaEventDisableTiming));
-    for (cudaEvent_t &e : m.kv_moved) TANDEM_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
 
     const int64_t d = hp.d_model, dh = hp.d_head, kv_dim = int64_t(hp.n_head_kv) * dh, q_dim = int64_t(hp.n_head) * dh;
     const size_t k = size_t(hp.n_expert_used), R = max_step_rows;
@@ -340,8 +339,6 @@ cuda_device::~cuda_device() {
              m.att_sums, m.act_split, m.act_sums, m.prompt_split, m.prompt_sums, m.traffic, local})
         if (p) cudaFree(const_cast<void *>(p));
     if (m.event) cudaEventDestroy(m.event);
-    for (cudaEvent_t e : m.kv_moved)
-        if (e) cudaEventDestroy(e);
     if (m.stream) cudaStreamDestroy(m.stream);
 }
 
@@ -627,15 +624,6 @@ void cuda_device::add_traffic(std::vector<std::vector<uint64_t>> &traffic) const
     TANDEM_CUDA_CHECK(cudaMemcpy(host.data(), m.traffic, host.size() * sizeof(unsigned long long), cudaMemcpyDeviceToHost));
     for (size_t l = 0; l < layers; ++l)
         for (size_t e = 0; e < ne; ++e) traffic[size_t(m.part.layer_begin) + l][e] += host[l * ne + e];
-}
-
-void cuda_device::kv_mark(int half) {
-    TANDEM_CUDA_CHECK(cudaSetDevice(s_->device));
-    TANDEM_CUDA_CHECK(cudaEventRecord(s_->kv_moved[half & 1], s_->stream));
-}
-
-void cuda_device::kv_wait(int half) {
-    TANDEM_CUDA_CHECK(cudaEventSynchronize(s_->kv_moved[half & 1]));
 }
 
 void cuda_device::synchronize() {

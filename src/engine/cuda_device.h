@@ -114,10 +114,6 @@ public:
     void kv_download(int32_t slot, int32_t t0, int32_t n, uint8_t *host_pinned, size_t token_bytes);
     void kv_upload(int32_t slot, int32_t t0, int32_t n, const uint8_t *host_pinned, size_t token_bytes);
     void kv_copy(int32_t src, int32_t dst, int32_t n);
-    // Marks the K/V copies enqueued so far as staging half `half`'s, and waits for that mark: the
-    // engine fills or drains one half while the other's copies run.
-    void kv_mark(int half);
-    void kv_wait(int half);
     // Adds the number of expert groups routed so far to `total` once the stream is done.
     void download_groups_total(int32_t *host_pinned);
     void synchronize();

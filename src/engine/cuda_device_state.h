@@ -46,7 +46,6 @@ struct cuda_device::state {
     std::string name;
     cudaStream_t stream = nullptr;
     cudaEvent_t event = nullptr;    // recorded after a send; the receiver's stream waits on it
-    cudaEvent_t kv_moved[2] = {};   // recorded after a K/V chunk's copies into or out of staging half i
 
     uint8_t *weights = nullptr;
     size_t weight_bytes = 0;

@@ -65,11 +65,10 @@ private:
     // best_only: top_out gets each row's best token alone.
     void run_step(std::span<const engine_row> rows, bool prompt, float *logits_out, logits_top *top_out, const row_draw *draws_in,
                   bool best_only, bool device_rules);
-    // Tokens of K/V a half of the pinned staging buffer holds (allocated on first use), and every device
+    // Tokens of K/V the pinned staging buffer holds (allocated on first use), and every device
     // finished with what was enqueued (the staging buffer is reused and graphs replay on device
     // 0's stream, so a device's own stream order is not enough).
     int32_t kv_staging_tokens();
-    uint8_t *kv_staging_half(int32_t chunk, int32_t tokens);  // chunk's half of the staging
     void synchronize_all();
     // Device 0's stream waits for everything enqueued so far on the other devices' streams.
     void join_streams();

@@ -78,14 +78,10 @@ int32_t cuda_engine::kv_staging_tokens() {
     host_state &h = *host_;
     const size_t token = size_t(kv_token_bytes());
     if (h.kv_staging == nullptr) {
-        h.kv_staging_bytes = 2 * std::max(kv_staging_target / token, size_t(1)) * token;
+        h.kv_staging_bytes = std::max(kv_staging_target / token, size_t(1)) * token;
         TANDEM_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void **>(&h.kv_staging), h.kv_staging_bytes, cudaHostAllocPortable));
     }
-    return int32_t(std::min(h.kv_staging_bytes / 2 / token, size_t(n_ctx_)));
-}
-
-uint8_t *cuda_engine::kv_staging_half(int32_t chunk, int32_t tokens) {
-    return host_->kv_staging + size_t(chunk & 1) * size_t(tokens) * size_t(kv_token_bytes());
+    return int32_t(std::min(h.kv_staging_bytes / token, size_t(n_ctx_)));
 }
 
 void cuda_engine::synchronize_all() {
@@ -93,44 +89,30 @@ void cuda_engine::synchronize_all() {
 }
 
 // Each stage's host writes its layers of the blob once: a tensor-parallel partner holds the same K/V.
-// Chunk c + 1 crosses PCIe into one staging half while chunk c is copied out of the other.
 void cuda_engine::slot_export(int32_t slot, int32_t n_tokens, std::span<uint8_t> out) {
     const size_t token = size_t(kv_token_bytes());
     slots_.check_export(slot, n_tokens, out.size(), token);
-    const int32_t chunk = kv_staging_tokens(), n_chunks = (n_tokens + chunk - 1) / chunk;
-    auto issue = [&](int32_t c) {
-        const int32_t t0 = c * chunk, n = std::min(chunk, n_tokens - t0);
-        for (const std::vector<int32_t> &members : stage_members_) {
-            devices_[size_t(members[0])]->kv_download(slot, t0, n, kv_staging_half(c, chunk), token);
-            devices_[size_t(members[0])]->kv_mark(c);
-        }
-    };
-    if (n_chunks > 0) issue(0);
-    for (int32_t c = 0; c < n_chunks; ++c) {
-        if (c + 1 < n_chunks) issue(c + 1);
-        for (const std::vector<int32_t> &members : stage_members_) devices_[size_t(members[0])]->kv_wait(c);
-        const int32_t t0 = c * chunk, n = std::min(chunk, n_tokens - t0);
-        std::memcpy(out.data() + size_t(t0) * token, kv_staging_half(c, chunk), size_t(n) * token);
+    const int32_t chunk = kv_staging_tokens();
+    for (int32_t t0 = 0; t0 < n_tokens; t0 += chunk) {
+        const int32_t n = std::min(chunk, n_tokens - t0);
+        for (const std::vector<int32_t> &members : stage_members_)
+            devices_[size_t(members[0])]->kv_download(slot, t0, n, host_->kv_staging, token);
+        synchronize_all();
+        std::memcpy(out.data() + size_t(t0) * token, host_->kv_staging, size_t(n) * token);
     }
 }
 
-// Every device is written: both members of a pair attend with their own copy. Chunk c is copied
-// into one staging half while chunk c - 1 crosses PCIe from the other.
+// Every device is written: both members of a pair attend with their own copy.
 void cuda_engine::slot_import(int32_t slot, std::span<const uint8_t> in) {
     const size_t token = size_t(kv_token_bytes());
     const int32_t n_tokens = slots_.check_import(slot, in.size(), token);
     const int32_t chunk = kv_staging_tokens();
-    for (int32_t c = 0, t0 = 0; t0 < n_tokens; ++c, t0 += chunk) {
+    for (int32_t t0 = 0; t0 < n_tokens; t0 += chunk) {
         const int32_t n = std::min(chunk, n_tokens - t0);
-        if (c >= 2)  // the half's previous chunk has been uploaded everywhere
-            for (const auto &d : devices_) d->kv_wait(c);
-        std::memcpy(kv_staging_half(c, chunk), in.data() + size_t(t0) * token, size_t(n) * token);
-        for (const auto &d : devices_) {
-            d->kv_upload(slot, t0, n, kv_staging_half(c, chunk), token);
-            d->kv_mark(c);
-        }
+        std::memcpy(host_->kv_staging, in.data() + size_t(t0) * token, size_t(n) * token);
+        for (const auto &d : devices_) d->kv_upload(slot, t0, n, host_->kv_staging, token);
+        synchronize_all();
     }
-    synchronize_all();
     slots_.set_length(slot, n_tokens);
 }
 

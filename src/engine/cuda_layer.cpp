@@ -13,6 +13,7 @@
 #include "cuda/matmul_prompt.h"
 #include "cuda/matvec.h"
 #include "cuda/matvec_digits.h"
+#include "cuda/matvec_plan.h"
 #include "cuda/moe.h"
 #include "cuda/moe_split.h"
 #include "cuda/norm.h"
@@ -101,7 +102,7 @@ public:
     // chunk size (`bench --prompt 2048 --prefill-chunk C` on the Q4_K_M mix). split_rows: rows of
     // a.x its x_rows can name (prompt rows' Q4_K products split them first).
     void product(const cuda::matvec_args &a, int32_t split_rows) {
-        const bool q6_three_blocks = a.group_off && a.type == ggml_type::q6_k && !a.w_up && a.n_in == 3 * 256;
+        const bool q6_three_blocks = a.group_off && a.type == ggml_type::q6_k && !a.w_up && cuda::three_superblocks(a.n_in);
         if (!m_.prompt_rows || q6_three_blocks) {
             cuda::matvec(a, s_);
             return;

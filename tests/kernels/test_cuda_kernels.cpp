@@ -10,6 +10,7 @@
 #include "cuda/attention.h"
 #include "cuda/attention_mma.h"
 #include "cuda/matvec.h"
+#include "cuda/matvec_plan.h"
 #include "cuda/moe.h"
 #include "cuda/norm.h"
 #include "src/cpu/cpu_ops.h"
@@ -122,20 +123,21 @@ TEST_CASE("matvec matches the CPU matmul for every weight type, and rows are bat
                 CHECK(std::memcmp(ys.download().data(), got.data(), got.size() * sizeof(float)) == 0);
             }
             // Two launch shapes against the default, each bitwise the same: rows one n8 tile a pass
-            // (matvec_args::col_tiles; more than 8 rows take two by default where the type has a
+            // (matvec_forced::col_tiles; more than 8 rows take two by default where the type has a
             // two-tile path), and weights streamed a chunk a warp at a time instead of staged where
-            // the launcher stages them (stage_weights; dense Q4_K above 8 rows, on sm_90).
+            // the plan stages them (matvec_forced::staged; dense Q4_K above 8 rows, on sm_90).
             for (const int variant : {0, 1}) {
                 INFO((variant == 0 ? "one column tile a pass" : "weights streamed"));
                 device_buffer<float> yc(ref.size());
                 yc.poison();
                 cuda::matvec_args p = a;
+                cuda::matvec_forced forced;
                 if (variant == 0)
-                    p.col_tiles = 1;
+                    forced.col_tiles = 1;
                 else
-                    p.stage_weights = 0;
+                    forced.staged = 0;
                 p.y = yc.ptr;
-                cuda::matvec(p, nullptr);
+                cuda::matvec(p, cuda::plan_matvec(p, cuda::current_device_facts(), forced), nullptr);
                 CHECK(std::memcmp(yc.download().data(), got.data(), got.size() * sizeof(float)) == 0);
             }
 
@@ -759,8 +761,8 @@ TEST_CASE("routing, grouping by expert, grouped SwiGLU experts and the combine m
             }
         }
         if (sh.type == ggml_type::q4_k) {
-            // Several weight-row tiles a block (matvec_args::row_tiles), weights staged in shared
-            // memory or streamed (stage_weights): the same outputs, bitwise, also where a block's last
+            // Several weight-row tiles a block (matvec_forced::row_tiles), weights staged in shared
+            // memory or streamed (matvec_forced::staged): the same outputs, bitwise, also where a block's last
             // tile runs past n_out (n_out cut so 16 * tiles does not divide it).
             for (const bool swiglu : {true, false}) {
                 cuda::matvec_args base = swiglu ? f.gate_up : f.down;
@@ -772,10 +774,10 @@ TEST_CASE("routing, grouping by expert, grouped SwiGLU experts and the combine m
                     device_buffer<float> y(size_t(n) * k * width);
                     y.poison();
                     cuda::matvec_args ta = base;
-                    ta.row_tiles = tiles;
-                    ta.stage_weights = stage;
                     ta.y = y.ptr;
-                    cuda::matvec(ta, nullptr);
+                    const cuda::matvec_plan plan = cuda::plan_matvec(ta, cuda::current_device_facts(), {.row_tiles = tiles, .staged = stage});
+                    CHECK(plan.row_tiles == tiles);
+                    cuda::matvec(ta, plan, nullptr);
                     auto got = y.download();
                     for (int32_t p = 0; p < n * k; ++p)  // pairs routed nowhere and columns past n_out: not written
                         for (int32_t j = 0; j < width; ++j)

@@ -149,6 +149,11 @@ TEST_CASE("grouped SwiGLU digit products match the CPU and are batch invariant",
             a.group_rows = group_rows;
             a.tensor_copies = tensor_copies;
             a.groups_settled = solo_warps == 2;
+            // The variant asked for is the one launched (K <= 2,048: every stage fits on sm_90).
+            const cuda::device_facts facts = cuda::current_device_facts();
+            const cuda::matvec_digits_plan plan = cuda::plan_matvec_digits(a, facts);
+            CHECK((plan.variant == cuda::matvec_digits_plan::kernel::solo) == (solo_warps > 0));
+            CHECK(plan.staged == (facts.sm90 && stage && solo_warps != 4));
             cuda::matvec_digits(a, nullptr);
             TANDEM_CUDA_CHECK(cudaDeviceSynchronize());
         };

@@ -9,6 +9,7 @@
 #include "digit_groups_test_util.h"
 
 #include "cuda/matvec.h"
+#include "cuda/matvec_plan.h"
 #include "src/cpu/cpu_ops.h"
 
 #include <array>
@@ -83,8 +84,9 @@ TEST_CASE("grouped Q6_K products of whole tiles: staged and streamed rows give a
             dy.poison();
             cuda::matvec_args a = g.matvec_grouped_args(dw.ptr, nullptr, n_in, n_out, dx.ptr, g.py.ptr, dy.ptr, n_expert, rows * k);
             a.type = ggml_type::q6_k;
-            a.stage_weights = stage;
-            cuda::matvec(a, nullptr);
+            const cuda::matvec_plan plan = cuda::plan_matvec(a, cuda::current_device_facts(), {.staged = stage});
+            CHECK(plan.staged == (stage == 1 && cuda::current_device_facts().sm90));  // whole tiles of K <= 1024 fit
+            cuda::matvec(a, plan, nullptr);
             all[stage] = dy.download();
         }
         CHECK(std::memcmp(all[0].data(), all[1].data(), all[0].size() * sizeof(float)) == 0);
@@ -110,8 +112,7 @@ TEST_CASE("grouped Q6_K products of whole tiles: staged and streamed rows give a
                 device_buffer<float> y1(size_t(k) * n_out);
                 cuda::matvec_args b = g1.matvec_grouped_args(dw.ptr, nullptr, n_in, n_out, x1.ptr, g1.py.ptr, y1.ptr, k, k);
                 b.type = ggml_type::q6_k;
-                b.stage_weights = stage;
-                cuda::matvec(b, nullptr);
+                cuda::matvec(b, cuda::plan_matvec(b, cuda::current_device_facts(), {.staged = stage}), nullptr);
                 CHECK(std::memcmp(y1.download().data(), all[0].data() + size_t(r) * k * n_out, size_t(k) * n_out * sizeof(float)) == 0);
             }
         }
@@ -200,9 +201,8 @@ TEST_CASE("a Q6_K vocabulary head: staged four-warp blocks (one or two column ti
             a.y = dy.ptr;
             a.y_stride = n_out;
             a.n_pairs = rows;
-            a.stage_weights = stage == 0 ? 0 : -1;
-            a.col_tiles = stage == 2 ? 1 : 0;
-            cuda::matvec(a, nullptr);
+            const cuda::matvec_forced forced{.col_tiles = stage == 2 ? 1 : 0, .staged = stage == 0 ? 0 : -1};
+            cuda::matvec(a, cuda::plan_matvec(a, cuda::current_device_facts(), forced), nullptr);
             got[stage] = dy.download();
         }
         CHECK(std::memcmp(got[0].data(), got[1].data(), got[0].size() * sizeof(float)) == 0);
