@@ -436,6 +436,13 @@ void matmul_prompt(const matvec_args &args, cudaStream_t stream) {
     case ggml_type::iq4_nl: launch_matmul_prompt_type<ggml_type::iq4_nl>(a, stream); break;
     case ggml_type::iq4_xs: launch_matmul_prompt_type<ggml_type::iq4_xs>(a, stream); break;
     case ggml_type::mxfp4: launch_matmul_prompt_type<ggml_type::mxfp4>(a, stream); break;
+    case ggml_type::iq2_xxs: launch_matmul_prompt_type<ggml_type::iq2_xxs>(a, stream); break;
+    case ggml_type::iq2_xs: launch_matmul_prompt_type<ggml_type::iq2_xs>(a, stream); break;
+    case ggml_type::iq2_s: launch_matmul_prompt_type<ggml_type::iq2_s>(a, stream); break;
+    case ggml_type::iq3_xxs: launch_matmul_prompt_type<ggml_type::iq3_xxs>(a, stream); break;
+    case ggml_type::iq3_s: launch_matmul_prompt_type<ggml_type::iq3_s>(a, stream); break;
+    case ggml_type::iq1_s: launch_matmul_prompt_type<ggml_type::iq1_s>(a, stream); break;
+    case ggml_type::iq1_m: launch_matmul_prompt_type<ggml_type::iq1_m>(a, stream); break;
     case ggml_type::f16: launch_matmul_prompt_type<ggml_type::f16>(a, stream); break;
     case ggml_type::bf16: launch_matmul_prompt_type<ggml_type::bf16>(a, stream); break;
     case ggml_type::f32: launch_matmul_prompt_type<ggml_type::f32>(a, stream); break;

@@ -148,6 +148,13 @@ void matvec_launch(const matvec_args &a, const matvec_plan &plan, cudaStream_t s
     case ggml_type::iq4_nl: launch_matvec_type<ggml_type::iq4_nl>(a, plan, stream); break;
     case ggml_type::iq4_xs: launch_matvec_type<ggml_type::iq4_xs>(a, plan, stream); break;
     case ggml_type::mxfp4: launch_matvec_type<ggml_type::mxfp4>(a, plan, stream); break;
+    case ggml_type::iq2_xxs: launch_matvec_type<ggml_type::iq2_xxs>(a, plan, stream); break;
+    case ggml_type::iq2_xs: launch_matvec_type<ggml_type::iq2_xs>(a, plan, stream); break;
+    case ggml_type::iq2_s: launch_matvec_type<ggml_type::iq2_s>(a, plan, stream); break;
+    case ggml_type::iq3_xxs: launch_matvec_type<ggml_type::iq3_xxs>(a, plan, stream); break;
+    case ggml_type::iq3_s: launch_matvec_type<ggml_type::iq3_s>(a, plan, stream); break;
+    case ggml_type::iq1_s: launch_matvec_type<ggml_type::iq1_s>(a, plan, stream); break;
+    case ggml_type::iq1_m: launch_matvec_type<ggml_type::iq1_m>(a, plan, stream); break;
     case ggml_type::bf16: launch_matvec_type<ggml_type::bf16>(a, plan, stream); break;
     case ggml_type::f32: launch_matvec_type<ggml_type::f32>(a, plan, stream); break;
     default: TANDEM_CUDA_REQUIRE(false, "matvec: weight type not supported on CUDA");
@@ -165,6 +172,13 @@ int64_t matvec_row_bytes(ggml_type type, int32_t n_in) {
     case ggml_type::q3_k: return int64_t(n_in) / 256 * 110;
     case ggml_type::q2_k: return int64_t(n_in) / 256 * 84;
     case ggml_type::iq4_xs: return int64_t(n_in) / 256 * 136;
+    case ggml_type::iq2_xxs: return int64_t(n_in) / 256 * 66;
+    case ggml_type::iq2_xs: return int64_t(n_in) / 256 * 74;
+    case ggml_type::iq2_s: return int64_t(n_in) / 256 * 82;
+    case ggml_type::iq3_xxs: return int64_t(n_in) / 256 * 98;
+    case ggml_type::iq3_s: return int64_t(n_in) / 256 * 110;
+    case ggml_type::iq1_s: return int64_t(n_in) / 256 * 50;
+    case ggml_type::iq1_m: return int64_t(n_in) / 256 * 56;
     case ggml_type::q8_0: return int64_t(n_in) / 32 * 34;
     case ggml_type::q4_0:
     case ggml_type::iq4_nl: return int64_t(n_in) / 32 * 18;
@@ -186,7 +200,14 @@ int32_t matvec_block_elems(ggml_type type) {
     case ggml_type::q5_k:
     case ggml_type::q3_k:
     case ggml_type::q2_k:
-    case ggml_type::iq4_xs: return 256;
+    case ggml_type::iq4_xs:
+    case ggml_type::iq2_xxs:
+    case ggml_type::iq2_xs:
+    case ggml_type::iq2_s:
+    case ggml_type::iq3_xxs:
+    case ggml_type::iq3_s:
+    case ggml_type::iq1_s:
+    case ggml_type::iq1_m: return 256;
     default: return 32;  // 32-element blocks, and the plain types by items of 32
     }
 }

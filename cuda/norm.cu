@@ -273,6 +273,13 @@ void embed(const embed_args &a, cudaStream_t stream) {
     case ggml_type::iq4_nl: launch_pdl(embed_kernel<ggml_type::iq4_nl>, dim3(a.n_rows), dim3(threads), stream, a, row_bytes); break;
     case ggml_type::iq4_xs: launch_pdl(embed_kernel<ggml_type::iq4_xs>, dim3(a.n_rows), dim3(threads), stream, a, row_bytes); break;
     case ggml_type::mxfp4: launch_pdl(embed_kernel<ggml_type::mxfp4>, dim3(a.n_rows), dim3(threads), stream, a, row_bytes); break;
+    case ggml_type::iq2_xxs: launch_pdl(embed_kernel<ggml_type::iq2_xxs>, dim3(a.n_rows), dim3(threads), stream, a, row_bytes); break;
+    case ggml_type::iq2_xs: launch_pdl(embed_kernel<ggml_type::iq2_xs>, dim3(a.n_rows), dim3(threads), stream, a, row_bytes); break;
+    case ggml_type::iq2_s: launch_pdl(embed_kernel<ggml_type::iq2_s>, dim3(a.n_rows), dim3(threads), stream, a, row_bytes); break;
+    case ggml_type::iq3_xxs: launch_pdl(embed_kernel<ggml_type::iq3_xxs>, dim3(a.n_rows), dim3(threads), stream, a, row_bytes); break;
+    case ggml_type::iq3_s: launch_pdl(embed_kernel<ggml_type::iq3_s>, dim3(a.n_rows), dim3(threads), stream, a, row_bytes); break;
+    case ggml_type::iq1_s: launch_pdl(embed_kernel<ggml_type::iq1_s>, dim3(a.n_rows), dim3(threads), stream, a, row_bytes); break;
+    case ggml_type::iq1_m: launch_pdl(embed_kernel<ggml_type::iq1_m>, dim3(a.n_rows), dim3(threads), stream, a, row_bytes); break;
     case ggml_type::f16: launch_pdl(embed_kernel<ggml_type::f16>, dim3(a.n_rows), dim3(threads), stream, a, row_bytes); break;
     case ggml_type::bf16: launch_pdl(embed_kernel<ggml_type::bf16>, dim3(a.n_rows), dim3(threads), stream, a, row_bytes); break;
     case ggml_type::f32: launch_pdl(embed_kernel<ggml_type::f32>, dim3(a.n_rows), dim3(threads), stream, a, row_bytes); break;

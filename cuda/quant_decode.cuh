@@ -4,14 +4,17 @@
 //   Q4_K: block i / 8, bytes qs[16 (i % 8) .. +16): sub-blocks 2c, 2c+1 (c = (i % 8) / 2);
 //   Q6_K: block i / 8, half h = (i % 8) / 4, l = 8 (i % 4) .. +8 of that half's four quarters;
 //   Q8_0 and the other 32-element blocks (Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, MXFP4): block i;
-//   Q5_K, Q3_K, Q2_K, IQ4_XS: block i / 8, elements 32 (i % 8) .. +31 of it;
+//   Q5_K, Q3_K, Q2_K, IQ4_XS and the grid IQ types: block i / 8, elements 32 (i % 8) .. +31 of it;
 //   F32/F16/BF16: elements 32 i .. 32 i + 31.
 // Values use dequantize_row_*'s expressions (d * sc * q - dmin * m for Q4_K, d * sc * q for
 // Q6_K, q * d for Q8_0; the others are quoted at their decoders), so each weight equals the
 // CPU's dequantised weight bitwise. Blocks of 17, 18, 22 and 110 bytes are read a byte or two
 // bytes at a time, blocks of 20, 24, 84, 136 and 176 bytes four at a time: a row starts at its
-// matrix's alignment plus whole rows, so only the block size limits a load's alignment.
+// matrix's alignment plus whole rows, so only the block size limits a load's alignment. The IQ
+// types with lookup grids decode in quant_decode_iq.cuh.
 #pragma once
+
+#include "quant_decode_iq.cuh"
 
 #include "tandem/quant_blocks.h"
 #include "tandem/types.h"
@@ -228,7 +231,7 @@ template <ggml_type T>
 constexpr bool generic_only_type = T == ggml_type::q5_k || T == ggml_type::q3_k || T == ggml_type::q2_k ||
                                    T == ggml_type::iq4_xs || T == ggml_type::q4_0 || T == ggml_type::q4_1 ||
                                    T == ggml_type::q5_0 || T == ggml_type::q5_1 || T == ggml_type::iq4_nl ||
-                                   T == ggml_type::mxfp4;
+                                   T == ggml_type::mxfp4 || iq_grid_type<T>;
 
 // Items per row of n_in elements (n_in a multiple of 32 and of the block).
 __host__ __device__ constexpr int64_t items_per_row(int64_t n_in) { return n_in / 32; }
@@ -352,6 +355,9 @@ __device__ __forceinline__ void decode_item(const uint8_t *__restrict__ row, int
         contiguous_starts(item, start);
     } else if constexpr (T == ggml_type::iq4_xs) {
         decode_iq4_xs(row, item, v);
+        contiguous_starts(item, start);
+    } else if constexpr (iq_grid_type<T>) {
+        decode_iq_grid<T>(row, item, v);
         contiguous_starts(item, start);
     } else if constexpr (T == ggml_type::q4_0 || T == ggml_type::q4_1 || T == ggml_type::q5_0 || T == ggml_type::q5_1 ||
                          T == ggml_type::iq4_nl || T == ggml_type::mxfp4) {

@@ -2,6 +2,7 @@
 #pragma once
 
 #include "tandem/model.h"
+#include "tandem/quantize.h"
 #include "tandem/types.h"
 
 #include <cstdint>
@@ -53,10 +54,25 @@ struct synth_options {
     // keys, instead of the split attn_k_b/attn_v_b form of its current converter.
     bool mla_kv_b = false;
     uint64_t split_max_bytes = 0;  // > 0: llama.cpp's split files of at most this many bytes each
+    // A llama.cpp mix (qwen3moe presets): each tensor gets the type llama-quantize chooses for this
+    // file type with an importance matrix (quant_mix_types); `type` is then the mix's base type.
+    std::optional<llama_ftype> mix{};
 };
 
-// Writes the model. Quantized tensors are written as random blocks directly (no float pass),
-// scaled so dequantised weights have std ~ 1/sqrt(fan_in) and a near-zero mean. deepseek2 tensors whose
+// What `tandem synth --type NAME` writes: a ggml type name (q4_K, iq2_xxs: every matrix of that
+// type), q4_k_m (the Q4_K_M mix above), or a llama.cpp file type as llama-quantize spells it, in
+// capitals (IQ2_XXS, IQ3_M, Q3_K_S: that mix); a file type that is no ggml type's name (iq2_m,
+// q3_k_l) in any case. Throws error(config) listing both kinds of name for anything else.
+struct synth_type_choice {
+    ggml_type type;
+    bool q4_k_m = false;
+    std::optional<llama_ftype> mix{};
+};
+synth_type_choice synth_type_parse(const std::string &name);
+
+// Writes the model. Q8_0, Q4_K and Q6_K tensors are written as random blocks directly (no float
+// pass), the other quantized types as random floats through their quantizer (far slower), scaled
+// so dequantised weights have std ~ 1/sqrt(fan_in) and a near-zero mean. deepseek2 tensors whose
 // rows do not fill the type's blocks (attn_k_b's d_nope) fall back as `tandem convert` does.
 // Returns the files written (one, or the parts of a split model).
 std::vector<std::string> synth_write(const synth_options &options, const std::string &path);

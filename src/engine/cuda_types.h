@@ -12,10 +12,11 @@ namespace tandem {
 class gguf_file;
 
 // The types cuda::matvec_row_bytes and cuda::embed accept: f32, f16, bf16, q8_0, q4_k, q6_k,
-// q5_k, q3_k, q2_k, q4_0, q4_1, q5_0, q5_1, iq4_nl, iq4_xs and mxfp4 (not the grid IQ types).
+// q5_k, q3_k, q2_k, q4_0, q4_1, q5_0, q5_1, iq4_nl, iq4_xs, mxfp4 and the grid IQ types (iq2_xxs,
+// iq2_xs, iq2_s, iq3_xxs, iq3_s, iq1_s, iq1_m): every type the CPU engine computes with.
 bool cuda_computes(ggml_type type);
 // "tensor NAME has type TYPE, which the CUDA backend cannot compute with" for the first matrix
-// of the file the CUDA backend cannot compute with (the CPU engine can), or "" when there is none.
+// of the file the CUDA backend cannot compute with, or "" when there is none.
 std::string cuda_type_refusal(const gguf_file &file);
 
 }  // namespace tandem

@@ -1,11 +1,12 @@
-// src/gguf/quant_iq_grids.h - private to tandem_gguf: the lookup tables of the IQ types, built at
-// compile time from quant_iq_grid_data.h, and the sign tables, which the formats define by a rule.
+// src/gguf/quant_iq_grids.h - the lookup tables of the IQ types, built at compile time from
+// quant_iq_grid_data.h, and the sign tables, which the formats define by a rule. Used by
+// tandem_gguf and by the CUDA decoders (cuda/quant_decode_iq.cuh), which copy the same constexpr
+// tables to the device: hence C++17 (the kernels' dialect) and no dependence on the rest of gguf.
 #pragma once
 
 #include "quant_iq_grid_data.h"
 
 #include <array>
-#include <bit>
 #include <cstddef>
 #include <cstdint>
 
@@ -48,7 +49,10 @@ inline constexpr auto iq3s_grid = expand_grid4(kgrid_iq3s, iq3s_levels);
 // The IQ2/IQ3 sign index: 7 stored sign bits for 8 values, the eighth chosen so that the number
 // of negative values is even (ggml's ksigns_iq2xs): bit 7 is the parity of the low 7 bits.
 constexpr uint8_t iq_signs(uint32_t seven_bits) {
-    return static_cast<uint8_t>(seven_bits | (static_cast<uint32_t>(std::popcount(seven_bits) & 1) << 7));
+    uint32_t parity = seven_bits ^ (seven_bits >> 4);
+    parity ^= parity >> 2;
+    parity ^= parity >> 1;
+    return static_cast<uint8_t>(seven_bits | ((parity & 1) << 7));
 }
 
 // The shift IQ1_S/IQ1_M add to every grid value (ggml's IQ1S_DELTA).

@@ -1,6 +1,7 @@
 // src/model/synth.cpp - the presets, and random-weight Qwen3-MoE models of real shapes written
-// straight into GGUF: quantized tensors get random blocks (no float pass), so 17 GB takes seconds on
-// many cores. deepseek2 presets are written by synth_deepseek2.cpp.
+// straight into GGUF: Q8_0, Q4_K and Q6_K tensors get random blocks (no float pass), so 17 GB takes
+// seconds on many cores; the other quantized types go through their quantizer. deepseek2 presets
+// are written by synth_deepseek2.cpp.
 #include "tandem/synth.h"
 
 #include "synth_internal.h"
@@ -10,7 +11,9 @@
 #include "tandem/log.h"
 #include "tandem/model.h"
 #include "tandem/quant.h"
+#include "tandem/quantize.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -73,6 +76,21 @@ std::optional<synth_preset> synth_preset_find(const std::string &name) {
     return std::nullopt;
 }
 
+synth_type_choice synth_type_parse(const std::string &name) {
+    const std::optional<ggml_type> type = ggml_type_from_name(name);
+    const std::optional<quant_ftype> ftype = quant_ftype_find(name);
+    const bool capitals = std::none_of(name.begin(), name.end(), [](char c) { return c >= 'a' && c <= 'z'; });
+    if (ftype && (capitals || !type)) {
+        if (ftype->ftype == llama_ftype::q4_k_m) return {ggml_type::q4_k, true, std::nullopt};  // synth's own rule
+        return {ftype->base, false, ftype->ftype};
+    }
+    if (type) return {*type, false, std::nullopt};
+    std::string mixes;
+    for (const std::string &n : quant_ftype_names()) mixes += (mixes.empty() ? "" : ", ") + n;
+    fail(error_kind::config, "unknown type '{}': a ggml type (f16, q8_0, q4_K, iq2_xxs, ...) or a llama.cpp file type ({})",
+         name, mixes);
+}
+
 std::vector<std::string> synth_preset_names() {
     std::vector<std::string> names;
     for (const auto &p : presets()) names.push_back(p.name);
@@ -85,6 +103,25 @@ uint64_t name_hash(const std::string &s, uint64_t seed) {
     uint64_t h = 1469598103934665603ull ^ seed;
     for (char c : s) h = (h ^ uint8_t(c)) * 1099511628211ull;
     return h;
+}
+
+// The types without a random-block writer: uniform values in [-amp, amp) through the type's
+// quantizer a chunk of blocks at a time (with a uniform importance where ggml requires one).
+static void fill_quantized(ggml_type type, uint8_t *dst, int64_t n_elems, float amp, rng64 &rng) {
+    if (!ggml_type_can_quantize(type))
+        fail(error_kind::unsupported, "synth cannot write tensors of type {}", ggml_type_name(type));
+    const int64_t blk = ggml_type_info(type).block_elems, n_blocks = n_elems / blk;
+    const size_t blk_bytes = ggml_row_bytes(type, blk);
+    const std::vector<float> importance(size_t(blk), 1.0f);
+    const float *imp = ggml_type_needs_importance(type) ? importance.data() : nullptr;
+    constexpr int64_t chunk_blocks = 1024;  // bounds the float buffer, not the tensor
+    std::vector<float> x;
+    for (int64_t b0 = 0; b0 < n_blocks; b0 += chunk_blocks) {
+        const int64_t nb = std::min(chunk_blocks, n_blocks - b0);
+        x.resize(size_t(nb * blk));
+        for (float &v : x) v = (2.0f * rng.uniform() - 1.0f) * amp;
+        quantize_rows(type, x.data(), dst + size_t(b0) * blk_bytes, nb, blk, imp);
+    }
 }
 
 // Fills n_elems of `type` with random values of mean ~0 and standard deviation ~std.
@@ -137,8 +174,7 @@ void fill_random(ggml_type type, uint8_t *dst, int64_t n_elems, float std, rng64
         }
         return;
     }
-    default:
-        fail(error_kind::unsupported, "synth cannot write tensors of type {}", ggml_type_name(type));
+    default: fill_quantized(type, dst, n_elems, amp, rng); return;
     }
 }
 
@@ -160,8 +196,9 @@ void write_common(gguf_writer &w, const synth_options &options) {
     const synth_preset &p = options.preset;
     w.set_string("general.name", "tandem-synth-" + p.name);
     w.set_u32("general.quantization_version", 2);
-    // llama_ftype of a file whose matrices are all `type` (all-Q4_K is closest to Q4_K_S), or of the Q4_K_M mix.
-    switch (options.type) {
+    // llama_ftype of a file whose matrices are all `type` (all-Q4_K is closest to Q4_K_S), or of the mix.
+    if (options.mix) w.set_u32("general.file_type", uint32_t(*options.mix));
+    else switch (options.type) {
     case ggml_type::f32: w.set_u32("general.file_type", 0); break;
     case ggml_type::f16: w.set_u32("general.file_type", 1); break;
     case ggml_type::q8_0: w.set_u32("general.file_type", 7); break;
@@ -186,6 +223,33 @@ void write_common(gguf_writer &w, const synth_options &options) {
 
 }  // namespace synth_detail
 
+namespace {
+
+struct planned_tensor {
+    std::string name;
+    ggml_type type;
+    std::vector<int64_t> ne;
+    float std, mean;
+};
+
+// llama-quantize's per-tensor choice for a mix, visiting the tensors in llama.cpp's order (its
+// attn_v counters depend on it), as from an F32 file with an importance matrix: how published IQ
+// files are made.
+void apply_mix(std::vector<planned_tensor> &plan, llama_ftype mix, const quant_mix_model &model) {
+    std::vector<std::string> names;
+    for (const planned_tensor &t : plan) names.push_back(t.name);
+    const std::vector<size_t> order = quant_mix_order(names);
+    std::vector<quant_mix_tensor> tensors;
+    for (size_t i : order) tensors.push_back({plan[i].name, plan[i].ne, ggml_type::f32});
+    quant_mix_options mo;
+    mo.ftype = mix;
+    mo.has_imatrix = true;
+    const std::vector<quant_mix_choice> choices = quant_mix_types(model, mo, tensors);
+    for (size_t k = 0; k < order.size(); ++k) plan[order[k]].type = choices[k].type;
+}
+
+}  // namespace
+
 std::vector<std::string> synth_write(const synth_options &options, const std::string &path) {
     const synth_preset &p = options.preset;
     if (p.arch == model_arch::deepseek2) return synth_detail::write_deepseek2(options, path);
@@ -199,6 +263,7 @@ std::vector<std::string> synth_write(const synth_options &options, const std::st
             fail(error_kind::config, "synth: preset {} has a row of {} elements, not a multiple of {}'s block of {}",
                  p.name, row, traits.name, traits.block_elems);
     if (options.q4_k_m && type != ggml_type::q4_k) fail(error_kind::config, "synth: the Q4_K_M mix is built on q4_k");
+    if (options.q4_k_m && options.mix) fail(error_kind::config, "synth: q4_k_m and a llama.cpp mix do not combine");
     // The Q4_K_M mix's tensors of more bits (llama-quant's use_more_bits over the layers).
     auto more_bits = [&](int32_t l) { return l < n_layer / 8 || l >= 7 * n_layer / 8 || (l - n_layer / 8) % 3 == 2; };
     auto mixed = [&](bool more) { return options.q4_k_m && more ? ggml_type::q6_k : type; };
@@ -220,8 +285,9 @@ std::vector<std::string> synth_write(const synth_options &options, const std::st
     model_hparams_write(w, hp, p.d_ff);
     synth_detail::write_common(w, options);
 
+    std::vector<planned_tensor> plan;
     auto add = [&](const std::string &name, ggml_type t, std::vector<int64_t> ne, float std, float mean = 0.0f) {
-        synth_detail::add_random(w, name, t, std::move(ne), std, options.seed, mean);
+        plan.push_back({name, t, std::move(ne), std, mean});
     };
     const float s_model = 1.0f / std::sqrt(float(p.d_model));
     add("token_embd.weight", type, {p.d_model, p.n_vocab}, 1.0f);
@@ -243,6 +309,8 @@ std::vector<std::string> synth_write(const synth_options &options, const std::st
         add(b + "ffn_down_exps.weight", mixed(more_bits(l)), {p.d_ff_expert, p.d_model, p.n_expert},
             1.0f / std::sqrt(float(p.d_ff_expert)));
     }
+    if (options.mix) apply_mix(plan, *options.mix, {hp.arch_name, n_layer, p.n_head, p.n_head_kv, p.n_expert});
+    for (planned_tensor &t : plan) synth_detail::add_random(w, t.name, t.type, std::move(t.ne), t.std, options.seed, t.mean);
     return w.write(path, options.n_threads, options.split_max_bytes);
 }
 

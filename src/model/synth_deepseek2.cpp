@@ -117,6 +117,7 @@ struct layer_writer {
 std::vector<std::string> write_deepseek2(const synth_options &options, const std::string &path) {
     const synth_preset &p = options.preset;
     const int32_t n_layer = options.n_layer > 0 ? options.n_layer : p.n_layer;
+    if (options.mix) fail(error_kind::config, "synth: llama.cpp mixes are written for qwen3moe presets (deepseek2: one type)");
     if (!ggml_type_info(options.type).computable)
         fail(error_kind::config, "synth: type {} is not supported", ggml_type_name(options.type));
     if (options.q4_k_m) fail(error_kind::config, "synth: the Q4_K_M mix is written for the qwen3moe presets");

@@ -28,7 +28,8 @@ TANDEM_COMMAND(synth, "Write a random-weight model of a real shape (tiny, qwen3-
                    sub.add_option("--preset", cli->preset, "Model shape: " + known)->required();
                    sub.add_option("--out", cli->out, "Output GGUF file")->required();
                    sub.add_option("--type", cli->type,
-                                  "Matrix type: f32, f16, bf16, q8_0, q4_k, q6_k, or q4_k_m (llama.cpp's Q4_K_M mix of q4_k and q6_k)");
+                                  "Matrix type (f32, f16, bf16, q8_0, q4_k, q6_k, iq2_xxs, ... every computable ggml type), "
+                                  "q4_k_m, or a llama.cpp mix as llama-quantize names it in capitals (IQ2_XXS, IQ3_M, Q3_K_S, ...)");
                    sub.add_option("--layers", cli->layers, "Number of layers (default: the preset's)");
                    sub.add_option("--seed", cli->seed, "Random seed");
                    sub.add_option("--threads", cli->threads, "Writer threads (default: all cores)");
@@ -44,13 +45,12 @@ TANDEM_COMMAND(synth, "Write a random-weight model of a real shape (tiny, qwen3-
                            for (const auto &n : synth_preset_names()) names += (names.empty() ? "" : ", ") + n;
                            fail(error_kind::config, "unknown preset '{}' (known: {})", cli->preset, names);
                        }
-                       const bool q4_k_m = cli->type == "q4_k_m";
-                       auto type = q4_k_m ? std::optional<ggml_type>(ggml_type::q4_k) : ggml_type_from_name(cli->type);
-                       if (!type) fail(error_kind::config, "unknown type '{}'", cli->type);
+                       const synth_type_choice choice = synth_type_parse(cli->type);
                        if (cli->layers < 0) fail(error_kind::config, "--layers must be positive");
                        if (cli->mla_kv_b && preset->arch != model_arch::deepseek2)
                            fail(error_kind::config, "--mla-kv-b applies to deepseek2 presets only");
-                       synth_options opt{*preset, *type, cli->layers, cli->seed, cli->threads, q4_k_m, cli->mla_kv_b};
+                       synth_options opt{*preset, choice.type, cli->layers, cli->seed, cli->threads, choice.q4_k_m, cli->mla_kv_b};
+                       opt.mix = choice.mix;
                        if (!cli->split_max_size.empty()) opt.split_max_bytes = gguf_parse_split_size(cli->split_max_size);
                        const auto t0 = std::chrono::steady_clock::now();
                        const std::vector<std::string> paths = synth_write(opt, cli->out);

@@ -8,6 +8,7 @@
 #include "tandem/error.h"
 #include "tandem/quantize.h"
 #include "tandem/sampler.h"
+#include "tandem/synth.h"
 
 #include <algorithm>
 #include <cmath>
@@ -106,6 +107,22 @@ TEST_CASE("CUDA engine matches the CPU engine on tiny models of the generic-path
     opt.pure = true;
     quantize_model(f32, path, opt);
     compare_engines(path, 80, 10, 95);
+}
+
+TEST_CASE("CUDA engine matches the CPU engine on tiny models of the IQ grid types", "[gpu][model]") {
+    if (!gpu_present()) return;
+    // Every matrix of one type (synth quantizes random weights with ggml's quantizers), then
+    // llama.cpp's IQ mixes of them (llama-quantize's per-tensor types, Q2_K to Q6_K beside them).
+    const std::string name = GENERATE(std::string("iq2_xxs"), std::string("iq2_xs"), std::string("iq2_s"), std::string("iq3_xxs"),
+                                      std::string("iq3_s"), std::string("iq1_s"), std::string("iq1_m"), std::string("IQ2_XXS"),
+                                      std::string("IQ2_M"), std::string("IQ3_XXS"), std::string("IQ3_M"), std::string("IQ1_M"));
+    INFO("tiny " << name);
+    const synth_type_choice c = synth_type_parse(name);
+    synth_options opt{*synth_preset_find("tiny"), c.type, 2, 7, 0, c.q4_k_m};
+    opt.mix = c.mix;
+    const std::string path = scratch_dir() + "/synth-tiny-grid-" + name + ".gguf";
+    synth_write(opt, path);
+    compare_engines(path, 80, 10, 96);
 }
 
 TEST_CASE("CUDA engine matches the CPU engine on the Q4_K_M mix", "[gpu][model]") {

@@ -13,13 +13,16 @@
 
 namespace tandem::test {
 
-// n_out rows of n_in random weights quantised to `type`, back to back.
+// n_out rows of n_in random weights quantised to `type`, back to back (with a uniform importance
+// for the types ggml quantizes only with one: IQ2_XXS, IQ2_XS, IQ1_S).
 inline std::vector<uint8_t> random_matrix(std::mt19937_64 &rng, ggml_type type, int64_t n_in, int64_t n_out, float std) {
     const size_t row_bytes = ggml_row_bytes(type, n_in);
     std::vector<uint8_t> bytes(row_bytes * size_t(n_out));
+    const std::vector<float> importance(size_t(n_in), 1.0f);
+    const float *imp = ggml_type_needs_importance(type) ? importance.data() : nullptr;
     for (int64_t r = 0; r < n_out; ++r) {
         const std::vector<float> w = random_floats(rng, size_t(n_in), std);
-        quantize_row(type, w.data(), bytes.data() + size_t(r) * row_bytes, n_in);
+        quantize_rows(type, w.data(), bytes.data() + size_t(r) * row_bytes, 1, n_in, imp);
     }
     return bytes;
 }

@@ -29,10 +29,11 @@ using tandem::test::random_matrix;
 
 namespace {
 
-const ggml_type all_types[] = {ggml_type::f32,  ggml_type::f16,  ggml_type::bf16,   ggml_type::q8_0,   ggml_type::q4_k,
-                               ggml_type::q6_k, ggml_type::q5_k, ggml_type::q3_k,   ggml_type::q2_k,   ggml_type::q4_0,
-                               ggml_type::q4_1, ggml_type::q5_0, ggml_type::q5_1,   ggml_type::iq4_nl, ggml_type::iq4_xs,
-                               ggml_type::mxfp4};
+const ggml_type all_types[] = {ggml_type::f32,    ggml_type::f16,     ggml_type::bf16,    ggml_type::q8_0,   ggml_type::q4_k,
+                               ggml_type::q6_k,   ggml_type::q5_k,    ggml_type::q3_k,    ggml_type::q2_k,   ggml_type::q4_0,
+                               ggml_type::q4_1,   ggml_type::q5_0,    ggml_type::q5_1,    ggml_type::iq4_nl, ggml_type::iq4_xs,
+                               ggml_type::mxfp4,  ggml_type::iq2_xxs, ggml_type::iq2_xs,  ggml_type::iq2_s,  ggml_type::iq3_xxs,
+                               ggml_type::iq3_s,  ggml_type::iq1_s,   ggml_type::iq1_m};
 
 // The worst error of a product's outputs against their own scale, sum_i |w_i x_i|: a single
 // output's relative error is unbounded where its sum cancels, as on a random one-output row.

@@ -139,7 +139,9 @@ TEST_CASE("matmul_prompt matches the CPU matmul for every weight type; rows are 
     for (const bool exact : {false, true})
     for (ggml_type type : {ggml_type::f32, ggml_type::f16, ggml_type::bf16, ggml_type::q8_0, ggml_type::q4_k, ggml_type::q6_k,
                            ggml_type::q5_k, ggml_type::q3_k, ggml_type::q2_k, ggml_type::q4_0, ggml_type::q4_1, ggml_type::q5_0,
-                           ggml_type::q5_1, ggml_type::iq4_nl, ggml_type::iq4_xs, ggml_type::mxfp4}) {
+                           ggml_type::q5_1, ggml_type::iq4_nl, ggml_type::iq4_xs, ggml_type::mxfp4, ggml_type::iq2_xxs,
+                           ggml_type::iq2_xs, ggml_type::iq2_s, ggml_type::iq3_xxs, ggml_type::iq3_s, ggml_type::iq1_s,
+                           ggml_type::iq1_m}) {
         if (exact && type != ggml_type::q4_k) continue;
         g_exact = exact;
         const int64_t blk = ggml_type_info(type).block_elems;

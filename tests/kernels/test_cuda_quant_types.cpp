@@ -1,5 +1,6 @@
 // tests/kernels/test_cuda_quant_types.cpp - the tensor types the CUDA products take through their
-// generic paths only (Q5_K, Q3_K, Q2_K, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, IQ4_XS, MXFP4): every
+// generic paths only (Q5_K, Q3_K, Q2_K, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, IQ4_XS, MXFP4 and the grid
+// IQ types IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, IQ1_M): every
 // decoded weight bitwise the CPU's dequantize_row, on blocks of random bytes (every scale and
 // quant bit pattern); the grouped decode products (SwiGLU gate/up, then down) and the grouped
 // prompt products against the CPU twin, a row's pairs alone bitwise what they were among others.
@@ -28,8 +29,11 @@ using tandem::test::tolerance;
 
 namespace {
 
-const ggml_type added_types[] = {ggml_type::q5_k, ggml_type::q3_k, ggml_type::q2_k, ggml_type::q4_0, ggml_type::q4_1,
-                                 ggml_type::q5_0, ggml_type::q5_1, ggml_type::iq4_nl, ggml_type::iq4_xs, ggml_type::mxfp4};
+const ggml_type added_types[] = {ggml_type::q5_k,    ggml_type::q3_k,   ggml_type::q2_k,  ggml_type::q4_0,
+                                 ggml_type::q4_1,    ggml_type::q5_0,   ggml_type::q5_1,  ggml_type::iq4_nl,
+                                 ggml_type::iq4_xs,  ggml_type::mxfp4,  ggml_type::iq2_xxs, ggml_type::iq2_xs,
+                                 ggml_type::iq2_s,   ggml_type::iq3_xxs, ggml_type::iq3_s, ggml_type::iq1_s,
+                                 ggml_type::iq1_m};
 
 bool k_quant(ggml_type t) { return ggml_type_info(t).block_elems == 256; }
 
@@ -69,8 +73,9 @@ TEST_CASE("added types: every decoded weight of random blocks is bitwise the CPU
     std::mt19937_64 rng(5900);
     for (const ggml_type type : added_types) {
         INFO("type " << ggml_type_name(type));
-        // Rows of 5 (K-quants 2) blocks: random bytes, so every scale, exponent and quant pattern occurs.
-        const int32_t d = k_quant(type) ? 512 : 160, vocab = 97;
+        // Rows of 5 (K-quants 2) blocks: random bytes, so every scale, exponent and quant pattern
+        // occurs; 389 rows draw each entry of the largest grid (IQ1_S, 2,048) about 12 times.
+        const int32_t d = k_quant(type) ? 512 : 160, vocab = 389;
         const size_t row_bytes = ggml_row_bytes(type, d);
         std::vector<uint8_t> table(row_bytes * vocab);
         for (auto &b : table) b = uint8_t(rng());
@@ -142,7 +147,10 @@ TEST_CASE("added types: the CUDA row and block sizes are the CPU's", "[kernels]"
     CHECK(cuda::matvec_row_bytes(ggml_type::q4_0, 96) == 3 * 18);
     CHECK(cuda::matvec_row_bytes(ggml_type::mxfp4, 64) == 2 * 17);
     CHECK(cuda::matvec_row_bytes(ggml_type::q5_k, 512) == 2 * 176);
-    CHECK(cuda::matvec_row_bytes(ggml_type::iq2_xxs, 256) == 0);
+    CHECK(cuda::matvec_row_bytes(ggml_type::iq2_xxs, 512) == 2 * 66);
+    CHECK(cuda::matvec_row_bytes(ggml_type::iq1_m, 256) == 56);
+    CHECK(cuda::matvec_row_bytes(ggml_type::q8_k, 256) == 0);
+    CHECK(cuda::matvec_row_bytes(ggml_type::tq2_0, 256) == 0);
     for (const ggml_type type : added_types)
         CHECK(cuda::matvec_block_elems(type) == ggml_type_info(type).block_elems);
     for (const ggml_type type : added_types)

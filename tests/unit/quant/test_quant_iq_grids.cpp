@@ -6,6 +6,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <bit>
 #include <set>
 #include <utility>
 #include <vector>
