@@ -187,9 +187,10 @@ std::string config_line(const server_config &c) {
 
 // --cache-ram in bytes; auto: a quarter of the memory available once the model is loaded (what
 // the CPU engine's slots have touched is already taken), at most 8 GiB as llama-server's default.
-// On CUDA the cache is page-locked (engine::host_pinned), so a slot's KV crosses PCIe at full speed.
+// On CUDA, auto is off: a slot's KV crosses PCIe on the engine thread, stalling every decoder.
 uint64_t prompt_cache_bytes(const server_config &cfg) {
     if (cfg.cache_ram_gib >= 0) return static_cast<uint64_t>(cfg.cache_ram_gib * double(1ull << 30));
+    if (cfg.backend == "cuda") return 0;
     return std::min<uint64_t>(host_memory_read().available_bytes / 4, uint64_t(8) << 30);
 }
 
@@ -239,7 +240,7 @@ int serve(server_config cfg, const std::string &cpu_arithmetic, const sampling_f
     cfg.backend = engine_backend_name(eo.backend);
     cfg.kv_type = kv_type_name(eo.kv);
     // Refused before loading: the disk tier has nothing to keep while the host cache is off.
-    if (cfg.cache_disk_gib > 0 && cfg.cache_ram_gib == 0)
+    if (cfg.cache_disk_gib > 0 && (cfg.cache_ram_gib == 0 || (cfg.cache_ram_gib < 0 && cfg.backend == "cuda")))
         fail(error_kind::config, "--cache-disk keeps what the host prompt cache evicts, and that cache is off here: give --cache-ram GiB too");
     // The CPU engine keeps f16 keys and values as f32 (rounded); its q8_0 cache holds the blocks.
     const double kv_elem_bytes = eo.backend == engine_backend::cuda || eo.kv == kv_type::q8_0 ? engine_kv_bytes(eo) : 4.0;
