@@ -194,22 +194,8 @@ int64_t matvec_row_bytes(ggml_type type, int32_t n_in) {
 }
 
 int32_t matvec_block_elems(ggml_type type) {
-    switch (type) {
-    case ggml_type::q4_k:
-    case ggml_type::q6_k:
-    case ggml_type::q5_k:
-    case ggml_type::q3_k:
-    case ggml_type::q2_k:
-    case ggml_type::iq4_xs:
-    case ggml_type::iq2_xxs:
-    case ggml_type::iq2_xs:
-    case ggml_type::iq2_s:
-    case ggml_type::iq3_xxs:
-    case ggml_type::iq3_s:
-    case ggml_type::iq1_s:
-    case ggml_type::iq1_m: return 256;
-    default: return 32;  // 32-element blocks, and the plain types by items of 32
-    }
+    // Super-blocks of 256 hold no whole block in 32 elements; the plain types go by items of 32.
+    return matvec_row_bytes(type, 32) == 0 && matvec_row_bytes(type, 256) > 0 ? 256 : 32;
 }
 
 device_facts current_device_facts() {
