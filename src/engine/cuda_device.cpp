@@ -6,9 +6,11 @@
 #include "load_meter.h"
 
 #include "cuda/attention.h"
+#include "src/cpu/cpu_ops.h"
 #include "cuda/attention_prompt.h"
 #include "cuda/logits_top.h"
 #include "cuda/cuda_check.h"
+#include "cuda/ffn_dense.h"
 #include "cuda/launch.cuh"
 #include "cuda/matvec.h"
 #include "cuda/matvec_digits.h"
@@ -16,6 +18,7 @@
 #include "cuda/moe_split.h"
 #include "cuda/norm.h"
 #include "tandem/error.h"
+#include "tandem/quant.h"
 
 #include <algorithm>
 #include <cmath>
@@ -37,6 +40,23 @@ T *device_alloc(size_t count) {
     return static_cast<T *>(p);
 }
 
+// deepseek2's always-on FFN width: the shared experts' or the dense layers' (0 for qwen3moe).
+size_t ffn_dense_width(const model_hparams &hp) {
+    if (hp.arch != model_arch::deepseek2) return 0;
+    return std::max(size_t(hp.n_expert_shared) * size_t(hp.d_ff_expert), hp.n_dense_lead > 0 ? size_t(hp.d_ff) : size_t(0));
+}
+
+// deepseek2's step buffers (cuda_device::state::mla_kv and the rest) and its absorbed F32
+// up-projections of every layer, in floats; 0 for qwen3moe.
+size_t mla_floats(const model_hparams &hp) {
+    if (hp.arch != model_arch::deepseek2) return 0;
+    const size_t r = cuda_device::max_step_rows, nh = size_t(hp.n_head), lora = size_t(hp.kv_lora_rank);
+    const size_t dv = size_t(hp.d_head_v), nope = size_t(hp.d_nope());
+    const size_t rows = r * (lora + size_t(hp.d_rope) + size_t(hp.q_lora_rank) + 2 * nh * lora + nh * dv + 2 * ffn_dense_width(hp) +
+                             size_t(hp.d_model));
+    return rows + size_t(hp.n_layer) * nh * (lora * nope + dv * lora);
+}
+
 // The step buffers in floats (ints counted as floats): max_step_rows rows, chunk partials for
 // max_logit_rows.
 size_t step_floats(const model_hparams &hp, int32_t n_ctx) {
@@ -51,7 +71,7 @@ size_t step_floats(const model_hparams &hp, int32_t n_ctx) {
     auto digit_floats = [](size_t n) { return n % 256 == 0 ? cuda::digits_per_element * n / 4 + n / 256 + n / 256 * 16 / 2 : 0; };
     const size_t digits = r_partial * (digit_floats(d) + k * digit_floats(size_t(hp.d_ff_expert)));  // bytes / 4
     const size_t prompt_split = r * prompt_split_width(hp) * 33 / 32;
-    return r * (2 * d + 2 * q_dim + 2 * kv_dim + router_k_parts * size_t(hp.n_expert) + 2 * k + k * size_t(hp.d_ff_expert) + k * d + 4) +
+    return mla_floats(hp) + r * (2 * d + 2 * q_dim + 2 * kv_dim + router_k_parts * size_t(hp.n_expert) + 2 * k + k * size_t(hp.d_ff_expert) + k * d + 4) +
            r_partial * size_t(hp.n_head) * n_chunks * (dh + 2) + split + digits + prompt_split;
 }
 
@@ -86,10 +106,69 @@ struct upload_plan {
     }
 };
 
+// deepseek2's tensors of a layer beyond qwen3moe's, as offsets into the upload (SIZE_MAX: absent).
+struct mla_offsets {
+    size_t wq_a, wq_b, wkv_a, ffn_gate, ffn_up, ffn_down, q_a_norm, kv_a_norm, exp_probs_b, k_b, v_b;
+};
+
+// Rows [row0, row0 + n_rows) of t (rows of n_in elements) dequantised into dst, as the CPU reads them.
+void dequantize_tensor_rows(const gguf_tensor_info *t, int64_t n_in, int64_t row0, int64_t n_rows, float *dst) {
+    const size_t row_bytes = ggml_row_bytes(t->type, n_in);
+    for (int64_t i = 0; i < n_rows; ++i) dequantize_row(t->type, t->data + size_t(row0 + i) * row_bytes, dst + i * n_in, n_in);
+}
+
+// Adds a deepseek2 layer's tensors to the upload. The absorbed up-projections go up in F32, in the
+// layouts mla_head_product reads: W_UK as [n_head][kv_lora][d_nope] (attn_k_b's rows, or attn_kv_b's
+// key rows transposed, as the CPU twin holds them) and W_UV as [n_head][d_head_v][kv_lora].
+mla_offsets mla_upload(const model_hparams &hp, const layer_tensors &lt, upload_plan &up,
+                       std::vector<std::vector<float>> &absorbed) {
+    constexpr size_t none = SIZE_MAX;
+    auto whole = [&](const gguf_tensor_info *t) { return t ? up.add({{t->data, t->n_bytes}}) : none; };
+    const int64_t nh = hp.n_head, nope = hp.d_nope(), lora = hp.kv_lora_rank, dv = hp.d_head_v, per_head = nope + dv;
+    std::vector<float> kb(size_t(nh * lora * nope)), vb(size_t(nh * dv * lora)), row(static_cast<size_t>(lora));
+    if (lt.wk_b) {
+        dequantize_tensor_rows(lt.wk_b, nope, 0, nh * lora, kb.data());
+        dequantize_tensor_rows(lt.wv_b, lora, 0, nh * dv, vb.data());
+    } else {
+        for (int64_t h = 0; h < nh; ++h) {
+            for (int64_t j = 0; j < nope; ++j) {
+                dequantize_tensor_rows(lt.wkv_b, lora, h * per_head + j, 1, row.data());
+                for (int64_t c = 0; c < lora; ++c) kb[size_t((h * lora + c) * nope + j)] = row[size_t(c)];
+            }
+            dequantize_tensor_rows(lt.wkv_b, lora, h * per_head + nope, dv, vb.data() + h * dv * lora);
+        }
+    }
+    auto host = [&](std::vector<float> &&v) {
+        absorbed.push_back(std::move(v));
+        const std::vector<float> &a = absorbed.back();
+        return up.add({{reinterpret_cast<const uint8_t *>(a.data()), a.size() * sizeof(float)}});
+    };
+    const bool dense = lt.ffn_gate != nullptr;
+    mla_offsets o;
+    o.wq_a = whole(lt.wq_a);
+    o.wq_b = whole(lt.wq_b);
+    o.wkv_a = whole(lt.wkv_a);
+    o.ffn_gate = whole(dense ? lt.ffn_gate : lt.gate_shexp);
+    o.ffn_up = whole(dense ? lt.ffn_up : lt.up_shexp);
+    o.ffn_down = whole(dense ? lt.ffn_down : lt.down_shexp);
+    o.q_a_norm = whole(lt.q_a_norm);
+    o.kv_a_norm = whole(lt.kv_a_norm);
+    o.exp_probs_b = whole(lt.exp_probs_b);
+    o.k_b = host(std::move(kb));
+    o.v_b = host(std::move(vb));
+    return o;
+}
+
+// Whether the engine computes products with w on deepseek2's paths: the quantized products, or
+// the plain kernel for float matrices of other widths (cuda/ffn_dense.h).
+bool mla_computes(const cuda_matrix &w) { return mla_tensor_cores(w) || cuda::dense_plain_supported(w.type); }
+
 }  // namespace
 
 size_t prompt_split_width(const model_hparams &hp) {
-    const size_t w = std::max({size_t(hp.d_model), size_t(hp.n_head) * size_t(hp.d_head), size_t(hp.n_expert_used) * size_t(hp.d_ff_expert)});
+    size_t w = std::max({size_t(hp.d_model), size_t(hp.n_head) * size_t(hp.d_head), size_t(hp.n_expert_used) * size_t(hp.d_ff_expert)});
+    if (hp.arch == model_arch::deepseek2)  // the q LoRA's rows, the value heads, the always-on FFN
+        w = std::max({w, size_t(hp.q_lora_rank), size_t(hp.n_head) * size_t(hp.d_head_v), ffn_dense_width(hp)});
     return (w + 127) / 128 * 128;
 }
 
@@ -135,9 +214,11 @@ cuda_device::cuda_device(const model_hparams &hp, const model_tensors &tensors, 
 
     // Which bytes go where.
     upload_plan up;
-    auto whole = [&](const gguf_tensor_info *t) { return up.add({{t->data, t->n_bytes}}); };
+    // Tensors a layer kind does not have (deepseek2's dense layers: no experts; no K/V norms) upload nothing.
+    constexpr size_t none = SIZE_MAX;
+    auto whole = [&](const gguf_tensor_info *t) { return t ? up.add({{t->data, t->n_bytes}}) : none; };
     auto experts = [&](const gguf_tensor_info *t, const std::vector<int32_t> &held) {
-        if (!split) return whole(t);
+        if (!split || !t) return whole(t);
         const size_t each = t->n_bytes / size_t(hp.n_expert);
         std::vector<upload_plan::slice> slices;
         for (int32_t e : held) slices.push_back({t->data + size_t(e) * each, each});
@@ -160,6 +241,12 @@ cuda_device::cuda_device(const model_hparams &hp, const model_tensors &tensors, 
                         whole(lt.wk), whole(lt.wv), whole(lt.wo), whole(lt.router), experts(lt.gate_exps, held),
                         experts(lt.up_exps, held), experts(lt.down_exps, held)});
     }
+    m.mla = hp.arch == model_arch::deepseek2;
+    std::vector<mla_offsets> mla_offs;
+    std::vector<std::vector<float>> absorbed;  // host copies of the F32 up-projections until they upload
+    if (m.mla)
+        for (int32_t l = part.layer_begin; l < part.layer_end; ++l)
+            mla_offs.push_back(mla_upload(hp, tensors.layers[size_t(l)], up, absorbed));
     const bool last = part.layer_end == hp.n_layer;
     const bool has_head = part.head_end > part.head_begin;
     const size_t next_norm_off = last ? whole(tensors.output_norm)
@@ -187,16 +274,17 @@ cuda_device::cuda_device(const model_hparams &hp, const model_tensors &tensors, 
                 done += n;
             }
     }
-    auto vec = [&](size_t off) { return reinterpret_cast<const float *>(m.weights + off); };
+    auto vec = [&](size_t off) { return off == none ? nullptr : reinterpret_cast<const float *>(m.weights + off); };
     auto mat = [&](size_t off, const gguf_tensor_info *t, int32_t n_out) {
         cuda_matrix cm;
+        if (!t) return cm;
         cm.data = m.weights + off;
         cm.type = t->type;
         cm.n_in = int32_t(t->ne[0]);
         cm.n_out = n_out;
         return cm;
     };
-    auto rows_of = [](const gguf_tensor_info *t) { return int32_t(t->ne.size() > 1 ? t->ne[1] : 1); };
+    auto rows_of = [](const gguf_tensor_info *t) { return !t ? 0 : int32_t(t->ne.size() > 1 ? t->ne[1] : 1); };
     int32_t *local_dev = nullptr;
     if (split) {
         local_dev = device_alloc<int32_t>(local.size() * size_t(hp.n_expert));
@@ -222,8 +310,34 @@ cuda_device::cuda_device(const model_hparams &hp, const model_tensors &tensors, 
         cl.up = mat(o.up, lt.up_exps, rows_of(lt.up_exps));
         cl.down = mat(o.down, lt.down_exps, rows_of(lt.down_exps));
         cl.local = split ? local_dev + i * size_t(hp.n_expert) : nullptr;
+        if (m.mla) {
+            const mla_offsets &mo = mla_offs[i];
+            cl.wq_a = mat(mo.wq_a, lt.wq_a, rows_of(lt.wq_a));
+            cl.wq_b = mat(mo.wq_b, lt.wq_b, rows_of(lt.wq_b));
+            cl.wkv_a = mat(mo.wkv_a, lt.wkv_a, rows_of(lt.wkv_a));
+            const bool dense = lt.ffn_gate != nullptr;
+            const gguf_tensor_info *fg = dense ? lt.ffn_gate : lt.gate_shexp, *fu = dense ? lt.ffn_up : lt.up_shexp;
+            const gguf_tensor_info *fd = dense ? lt.ffn_down : lt.down_shexp;
+            cl.ffn_gate = mat(mo.ffn_gate, fg, rows_of(fg));
+            cl.ffn_up = mat(mo.ffn_up, fu, rows_of(fu));
+            cl.ffn_down = mat(mo.ffn_down, fd, rows_of(fd));
+            cl.q_a_norm = vec(mo.q_a_norm);
+            cl.kv_a_norm = vec(mo.kv_a_norm);
+            cl.exp_probs_b = vec(mo.exp_probs_b);
+            cl.k_b = vec(mo.k_b);
+            cl.v_b = vec(mo.v_b);
+            for (const cuda_matrix *cm : {&cl.wq, &cl.wq_a, &cl.wq_b, &cl.wkv_a, &cl.wo, &cl.router, &cl.ffn_gate, &cl.ffn_up,
+                                          &cl.ffn_down})
+                if (cm->data && !mla_computes(*cm))
+                    fail(error_kind::unsupported, "the CUDA backend cannot compute deepseek2 tensors of type {} with rows of {}",
+                         ggml_type_name(cm->type), cm->n_in);
+            for (const cuda_matrix *cm : {&cl.gate, &cl.up, &cl.down})  // the grouped products take no other rows
+                if (cm->data && !mla_tensor_cores(*cm))
+                    fail(error_kind::unsupported, "the CUDA backend cannot compute expert tensors of type {} with rows of {}",
+                         ggml_type_name(cm->type), cm->n_in);
+        }
         for (const cuda_matrix *cm : {&cl.wq, &cl.wk, &cl.wv, &cl.wo, &cl.router, &cl.gate, &cl.up, &cl.down})
-            if (cuda::matvec_row_bytes(cm->type, cm->n_in) == 0)
+            if (!m.mla && cuda::matvec_row_bytes(cm->type, cm->n_in) == 0)
                 fail(error_kind::unsupported, "the CUDA backend cannot compute tensors of type {}", ggml_type_name(cm->type));
         if (cl.gate.type != cl.up.type)
             fail(error_kind::unsupported, "the CUDA backend needs gate and up experts of one type ({} vs {})",
@@ -243,12 +357,19 @@ cuda_device::cuda_device(const model_hparams &hp, const model_tensors &tensors, 
     // frequencies computed as the CPU does.
     m.n_chunks = cuda::attention_chunks(n_ctx);
     m.kv_elem = kv;
-    m.kv_row = size_t(kv_row_bytes(kv, kv_dim));
-    m.kv_bytes = size_t(part.layer_end - part.layer_begin) * 2 * size_t(n_slots) * size_t(n_ctx) * m.kv_row;
+    const model_kv_shape kv_shape = model_kv_shape_of(hp);
+    m.kv_planes = kv_shape.n_planes;
+    m.kv_row = size_t(kv_row_bytes(kv, kv_shape.width));
+    m.kv_bytes = size_t(part.layer_end - part.layer_begin) * size_t(m.kv_planes) * size_t(n_slots) * size_t(n_ctx) * m.kv_row;
     m.kv = device_alloc<uint8_t>(m.kv_bytes);
     std::vector<float> inv_freq(size_t(dh / 2));
     for (int64_t i = 0; i < dh / 2; ++i)
         inv_freq[size_t(i)] = 1.0f / static_cast<float>(std::pow(double(hp.rope_theta), double(float(2 * i) / float(dh))));
+    if (m.mla) {  // the rope part's frequencies with YaRN, computed as the CPU twin computes them
+        const rope_yarn &y = hp.yarn_params;
+        inv_freq = cpu::rope_inv_freq(hp.rope_theta, hp.d_rope, hp.yarn ? y.factor : 0.0f, y.n_ctx_orig, y.beta_fast, y.beta_slow);
+        m.mla_scale = model_mla_softmax_scale(hp);
+    }
     m.inv_freq = device_alloc<float>(inv_freq.size());
     TANDEM_CUDA_CHECK(cudaMemcpy(m.inv_freq, inv_freq.data(), inv_freq.size() * sizeof(float), cudaMemcpyHostToDevice));
 
@@ -257,7 +378,17 @@ cuda_device::cuda_device(const model_hparams &hp, const model_tensors &tensors, 
     m.x = device_alloc<float>(R * d);
     m.h = device_alloc<float>(R * d);
     m.q = device_alloc<float>(R * q_dim);
-    m.att = device_alloc<float>(R * q_dim);
+    m.att = device_alloc<float>(R * size_t(std::max<int64_t>(q_dim, int64_t(hp.n_head) * hp.d_head_v)));
+    if (m.mla) {
+        const size_t lora = size_t(hp.kv_lora_rank), nh = size_t(hp.n_head), ff = ffn_dense_width(hp);
+        m.mla_kv = device_alloc<float>(R * (lora + size_t(hp.d_rope)));
+        m.mla_qa = device_alloc<float>(R * size_t(hp.q_lora_rank));
+        m.mla_q_lat = device_alloc<float>(R * nh * lora);
+        m.mla_o_lat = device_alloc<float>(R * nh * lora);
+        m.ffn_g = device_alloc<float>(R * ff);
+        m.ffn_u = device_alloc<float>(R * ff);
+        m.ffn_out = device_alloc<float>(R * size_t(d));
+    }
     m.kb = device_alloc<float>(R * kv_dim);
     m.vb = device_alloc<float>(R * kv_dim);
     m.router_logits = device_alloc<float>(R * router_k_parts * hp.n_expert);  // [parts][max_step_rows][n_expert]
@@ -336,7 +467,8 @@ cuda_device::~cuda_device() {
              m.pair_y, m.groups_total, m.own_mat, m.own_off, m.own_n, m.own_x, m.own_y, m.logits, m.top_keys, m.top_slice_max,
              m.top_slice_sum, m.top_slice_nan, m.top_rows, m.rule_rows, m.rule_pool, m.draws, m.logits_rest, m.h_split, m.h_sums, m.h_digits, m.h_digit_scales, m.h_digit_sums, m.act_digits,
              m.act_digit_scales, m.act_digit_sums, m.att_split,
-             m.att_sums, m.act_split, m.act_sums, m.prompt_split, m.prompt_sums, m.traffic, local})
+             m.att_sums, m.act_split, m.act_sums, m.prompt_split, m.prompt_sums, m.traffic, local, m.mla_kv, m.mla_qa,
+             m.mla_q_lat, m.mla_o_lat, m.ffn_g, m.ffn_u, m.ffn_out})
         if (p) cudaFree(const_cast<void *>(p));
     if (m.event) cudaEventDestroy(m.event);
     if (m.stream) cudaStreamDestroy(m.stream);
@@ -366,6 +498,7 @@ void cuda_device::upload_rows(const int32_t *rows_host_pinned) {
 }
 
 int32_t cuda_device::step_rows_limit(const model_hparams &hp, bool prompt) {
+    if (hp.arch == model_arch::deepseek2) return prompt ? max_step_rows : max_logit_rows;  // one attention kernel for any rows
     return prompt && cuda::attention_prompt_native(hp.n_head, hp.n_head_kv, hp.d_head) ? max_step_rows : max_logit_rows;
 }
 
@@ -428,6 +561,7 @@ int64_t cuda_device::merge_partner(int32_t l, int32_t r0, int32_t n, int32_t par
 }
 
 int64_t cuda_device::combine(int32_t l, int32_t r0, int32_t n) {
+    if (s_->mla) return combine_deepseek2(l, r0, n);
     state &m = *s_;
     const model_hparams &hp = *m.hp;
     TANDEM_CUDA_CHECK(cudaSetDevice(m.device));

@@ -1,0 +1,294 @@
+// src/engine/cuda_layer_deepseek2.cpp - the deepseek2 layer of a cuda_device, in the CPU twin's
+// phases and arithmetic (cpu_layer_deepseek2.cpp): multi-head latent attention in the absorbed form
+// for every row (cuda/attention_mla.h), DeepSeek's grouped routing (cuda/moe_route_grouped.h), the
+// routed experts as qwen3moe runs them (cuda_device::layer_experts_routed), and the always-on FFN
+// (shared experts, or a leading layer's dense FFN) added in the combine (cuda/ffn_dense.h).
+// Weight products go through the quantized kernels (matvec for decode rows, matmul_prompt for
+// prompt rows), whose results do not depend on the step's other rows; float matrices of widths
+// those kernels do not take go through the plain kernel.
+#include "cuda_device_state.h"
+
+#include "cuda/attention_mla.h"
+#include "cuda/cuda_check.h"
+#include "cuda/ffn_dense.h"
+#include "cuda/matmul_prompt.h"
+#include "cuda/matvec.h"
+#include "cuda/moe.h"
+#include "cuda/moe_route_grouped.h"
+#include "cuda/norm.h"
+#include "tandem/error.h"
+
+namespace tandem {
+
+bool mla_tensor_cores(const cuda_matrix &w) {
+    return cuda::matvec_row_bytes(w.type, w.n_in) != 0 && w.n_in % 32 == 0 && w.n_in % cuda::matvec_block_elems(w.type) == 0;
+}
+
+namespace {
+
+// y (+)= W x over the step's n rows (x: rows of x_stride floats; y: rows of y_stride).
+int64_t product(cuda_device::state &m, const cuda_matrix &w, const float *x, int64_t x_stride, float *y, int64_t y_stride,
+                int32_t n, bool accumulate) {
+    if (!mla_tensor_cores(w)) {
+        cuda::dense_plain_args a;
+        a.w = w.data;
+        a.type = w.type;
+        a.n_in = w.n_in;
+        a.n_out = w.n_out;
+        a.n_rows = n;
+        a.x = x;
+        a.x_stride = x_stride;
+        a.y = y;
+        a.y_stride = y_stride;
+        a.accumulate = accumulate;
+        cuda::dense_plain(a, m.stream);
+        return 1;
+    }
+    cuda::matvec_args a;
+    a.w = w.data;
+    a.type = w.type;
+    a.n_in = w.n_in;
+    a.n_out = w.n_out;
+    a.x = x;
+    a.x_stride = x_stride;
+    a.y = y;
+    a.y_stride = y_stride;
+    a.n_pairs = n;
+    a.accumulate = accumulate;
+    if (!m.prompt_rows) {
+        cuda::matvec(a, m.stream);
+        return 1;
+    }
+    // Prompt rows' Q4_K products split their input once (as cuda_layer.cpp's layer_products).
+    int64_t launches = 1;
+    if (a.type == ggml_type::q4_k &&
+        size_t(n) * size_t(x_stride) <= size_t(cuda_device::max_step_rows) * prompt_split_width(*m.hp)) {
+        a.prompt_split = m.prompt_split;
+        a.prompt_sums = m.prompt_sums;
+        a.prompt_split_rows = n;
+        if (cuda::matmul_prompt_q4k_applies(a)) ++launches;
+    }
+    cuda::matmul_prompt(a, m.stream);
+    return launches;
+}
+
+bool q4k_blocks(const cuda_matrix &w) { return w.type == ggml_type::q4_k && w.n_in % 256 == 0; }
+
+}  // namespace
+
+int64_t cuda_device::layer_attention_mla(int32_t l, int32_t r0, int32_t n) {
+    state &m = *s_;
+    const model_hparams &hp = *m.hp;
+    TANDEM_CUDA_CHECK(cudaSetDevice(m.device));
+    const cudaStream_t s = m.stream;
+    const cuda_layer &L = m.layer(l);
+    const int32_t d = hp.d_model, nh = hp.n_head, dh = hp.d_head, lora = hp.kv_lora_rank, rope = hp.d_rope;
+    const int32_t dv = hp.d_head_v, q_dim = nh * dh, kv_w = lora + rope, qlr = hp.q_lora_rank;
+    float *x = x_rows(r0), *h = h_rows(r0);
+    float *q = m.q + size_t(r0) * q_dim, *kv = m.mla_kv + size_t(r0) * kv_w, *att = m.att + size_t(r0) * nh * dv;
+    float *q_lat = m.mla_q_lat + size_t(r0) * nh * lora, *o_lat = m.mla_o_lat + size_t(r0) * nh * lora;
+    const int32_t *slots = m.slots() + r0, *positions = m.positions() + r0;
+    // The only cache plane of this layer (model_kv_shape_of: the latent, then the roped key).
+    void *cache = m.kv + size_t(l - m.part.layer_begin) * size_t(m.n_slots) * size_t(m.n_ctx) * m.kv_row;
+    int64_t launches = 0;
+
+    if (L.wq_a.data) {
+        float *qa = m.mla_qa + size_t(r0) * qlr;
+        launches += product(m, L.wq_a, h, d, qa, qlr, n, false);
+        cuda::rmsnorm({qa, L.q_a_norm, qa, n, qlr, hp.rms_eps}, s);
+        launches += 1 + product(m, L.wq_b, qa, qlr, q, q_dim, n, false);
+    } else {
+        launches += product(m, L.wq, h, d, q, q_dim, n, false);
+    }
+    launches += product(m, L.wkv_a, h, d, kv, kv_w, n, false);
+
+    // Every row's cache entry is written before any row attends (rows of one slot see each other).
+    cuda::mla_rope_cache_args rc;
+    rc.kv = kv;
+    rc.q = q;
+    rc.kv_norm = L.kv_a_norm;
+    rc.inv_freq = m.inv_freq;
+    rc.slots = slots;
+    rc.positions = positions;
+    rc.cache = cache;
+    rc.cache_f16 = m.kv_elem == kv_type::f16;
+    rc.n_rows = n;
+    rc.n_head = nh;
+    rc.d_head = dh;
+    rc.kv_lora = lora;
+    rc.d_rope = rope;
+    rc.n_ctx = m.n_ctx;
+    rc.eps = hp.rms_eps;
+    cuda::mla_rope_cache(rc, s);
+
+    // q_lat[r][h] = W_UK[h]^T q_nope[r][h]; the attention over latents and roped keys; att = W_UV o_lat.
+    cuda::mla_head_product({L.k_b, q, q_lat, q_dim, dh, int64_t(nh) * lora, lora, n, nh, hp.d_nope(), lora}, s);
+    cuda::mla_attention_args aa;
+    aa.q_lat = q_lat;
+    aa.q = q;
+    aa.q_stride = q_dim;
+    aa.cache = cache;
+    aa.cache_f16 = rc.cache_f16;
+    aa.slots = slots;
+    aa.positions = positions;
+    aa.out_lat = o_lat;
+    aa.n_rows = n;
+    aa.n_head = nh;
+    aa.d_head = dh;
+    aa.kv_lora = lora;
+    aa.d_rope = rope;
+    aa.n_ctx = m.n_ctx;
+    aa.scale = m.mla_scale;
+    cuda::mla_attention(aa, s);
+    cuda::mla_head_product({L.v_b, o_lat, att, int64_t(nh) * lora, lora, int64_t(nh) * dv, dv, n, nh, lora, dv}, s);
+    launches += 4;
+    launches += product(m, L.wo, att, int64_t(nh) * dv, x, d, n, true);
+    m.h_split_fresh = false;
+    m.h_prompt_digits_fresh = false;
+    return launches;
+}
+
+int64_t cuda_device::layer_route_deepseek2(int32_t l, int32_t r0, int32_t n) {
+    state &m = *s_;
+    const model_hparams &hp = *m.hp;
+    TANDEM_CUDA_CHECK(cudaSetDevice(m.device));
+    const cudaStream_t s = m.stream;
+    const cuda_layer &L = m.layer(l);
+    const layer_recipe recipe = model_layer_recipe(hp, l);
+    const int32_t d = hp.d_model, k = recipe.n_expert_used, ne = hp.n_expert;
+    float *x = x_rows(r0), *h = h_rows(r0);
+    float *logits = m.router_logits + size_t(r0) * ne;
+    uint4 *h_split = m.prompt_rows ? nullptr : m.h_split + size_t(r0) * d / 4;
+    float *h_sums = m.prompt_rows ? nullptr : m.h_sums + size_t(r0) * d / 32;
+    state::layer_route_plan &rp = m.route_plan;
+    rp = {};
+    int64_t launches = 0;
+    const bool routed = k > 0;
+    // As qwen3moe's layer_route: decode rows with an F32 router take the norm and the router in one
+    // launch (the CPU's logits bitwise for the same h), and Q4_K experts take h as digits.
+    const bool norm_router = routed && !m.prompt_rows && L.router.type == ggml_type::f32 && cuda::rmsnorm_router_applies(d, ne) &&
+                             reinterpret_cast<uintptr_t>(L.router.data) % 16 == 0;
+    rp.digits = norm_router && m.h_digits && q4k_blocks(L.gate) && L.up.type == ggml_type::q4_k;
+    rp.prompt_digits_gate_up = routed && m.prompt_rows && q4k_blocks(L.gate) && L.up.type == ggml_type::q4_k;
+    rp.prompt_digits_down = routed && m.prompt_rows && q4k_blocks(L.down);
+    if (rp.digits)
+        rp.h_dig = {m.h_digits + size_t(r0) * cuda::digits_per_element * d, m.h_digit_scales + size_t(r0) * d / 256,
+                    m.h_digit_sums + size_t(r0) * d / 256 * 16};
+    if (norm_router) {
+        cuda::rmsnorm_router_args nr;
+        nr.x = x;
+        nr.w_norm = L.ffn_norm;
+        nr.router = static_cast<const float *>(L.router.data);
+        nr.h = h;
+        if (rp.digits) {
+            nr.h_digits = rp.h_dig;
+        } else {
+            nr.h_split = h_split;
+            nr.h_sums = h_sums;
+        }
+        nr.logits = logits;
+        nr.n_rows = n;
+        nr.n = d;
+        nr.n_expert = ne;
+        nr.eps = hp.rms_eps;
+        cuda::rmsnorm_router(nr, s);
+        m.h_split_fresh = h_split && !rp.digits;
+        ++launches;
+    } else {
+        cuda::rmsnorm_args na{x, L.ffn_norm, h, n, d, hp.rms_eps};
+        na.y_split = h_split;
+        na.y_sums = h_sums;
+        cuda::rmsnorm(na, s);
+        m.h_split_fresh = h_split != nullptr;
+        ++launches;
+        if (routed) launches += product(m, L.router, h, d, logits, ne, n, false);
+    }
+    m.h_prompt_digits_fresh = false;
+    if (!routed) return launches;
+
+    cuda::moe_route_grouped_args ga;
+    ga.logits = logits;
+    ga.bias = L.exp_probs_b;
+    ga.slots = m.slots() + r0;
+    ga.ids = m.ids + size_t(r0) * k;
+    ga.weights = m.route_w + size_t(r0) * k;
+    ga.n_rows = n;
+    ga.n_expert = ne;
+    ga.k = k;
+    ga.n_group = hp.n_expert_group;
+    ga.n_group_used = hp.n_expert_group_used;
+    ga.sigmoid = hp.gating == expert_gating::sigmoid;
+    ga.normalise = hp.norm_topk;
+    ga.scale = hp.expert_weights_scale;
+    cuda::moe_route_grouped(ga, s);
+
+    cuda::moe_route_args &ra = rp.route;
+    ra.logits = logits;
+    ra.slots = ga.slots;
+    ra.ids = ga.ids;
+    ra.weights = ga.weights;
+    ra.group_expert = m.group_expert;
+    ra.group_off = m.group_off;
+    ra.n_groups = m.n_groups;
+    ra.pair_x = m.pair_x;
+    ra.pair_y = m.pair_y;
+    ra.groups_total = m.groups_total;
+    ra.n_rows = n;
+    ra.n_expert = ne;
+    ra.k = k;
+    ra.renormalise = hp.norm_topk;
+    cuda::moe_group_pairs(ra, s);
+    launches += 2;
+    if (m.traffic) {
+        cuda::moe_count({ra.ids, ra.slots, m.traffic + size_t(l - m.part.layer_begin) * size_t(ne), n, k}, s);
+        ++launches;
+    }
+    return launches;
+}
+
+int64_t cuda_device::layer_experts_deepseek2(int32_t l, int32_t r0, int32_t n) {
+    state &m = *s_;
+    const model_hparams &hp = *m.hp;
+    TANDEM_CUDA_CHECK(cudaSetDevice(m.device));
+    const cuda_layer &L = m.layer(l);
+    int64_t launches = model_layer_recipe(hp, l).n_expert_used > 0 ? layer_experts_routed(l, r0, n) : 0;
+    // The always-on FFN over every row: silu(gate h) * (up h), then down.
+    const int32_t d = hp.d_model, ff = L.ffn_gate.n_out;
+    const float *h = h_rows(r0);
+    float *g = m.ffn_g + size_t(r0) * ff, *u = m.ffn_u + size_t(r0) * ff;
+    launches += product(m, L.ffn_gate, h, d, g, ff, n, false);
+    launches += product(m, L.ffn_up, h, d, u, ff, n, false);
+    cuda::swiglu_rows(g, u, n, ff, ff, m.stream);
+    launches += 1 + product(m, L.ffn_down, g, ff, m.ffn_out + size_t(r0) * d, d, n, false);
+    return launches;
+}
+
+int64_t cuda_device::combine_deepseek2(int32_t l, int32_t r0, int32_t n) {
+    state &m = *s_;
+    const model_hparams &hp = *m.hp;
+    TANDEM_CUDA_CHECK(cudaSetDevice(m.device));
+    const int32_t d = hp.d_model, k = model_layer_recipe(hp, l).n_expert_used;
+    cuda::ffn_combine_args ca;
+    ca.x = x_rows(r0);
+    ca.out = k > 0 ? expert_out_rows(r0) : nullptr;
+    ca.weights = k > 0 ? m.route_w + size_t(r0) * size_t(hp.n_expert_used) : nullptr;
+    ca.dense = m.ffn_out + size_t(r0) * d;
+    ca.slots = m.slots() + r0;
+    ca.n_rows = n;
+    ca.k = k;
+    ca.d_model = d;
+    cuda::ffn_combine(ca, m.stream);
+    // h <- the next layer's attention norm (or the output norm), split for decode rows' products.
+    cuda::rmsnorm_args na{x_rows(r0), l + 1 < m.part.layer_end ? m.layer(l + 1).attn_norm : m.next_norm, h_rows(r0), n, d,
+                          hp.rms_eps};
+    if (!m.prompt_rows) {
+        na.y_split = m.h_split + size_t(r0) * d / 4;
+        na.y_sums = m.h_sums + size_t(r0) * d / 32;
+    }
+    cuda::rmsnorm(na, m.stream);
+    m.h_split_fresh = na.y_split != nullptr;
+    m.h_prompt_digits_fresh = false;
+    return 2;
+}
+
+}  // namespace tandem
