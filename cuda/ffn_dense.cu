@@ -50,7 +50,7 @@ __global__ void ffn_combine_kernel(const ffn_combine_args a) {
     for (int s = 0; s < a.k; ++s)  // fixed slot order, no FMA: the CPU's moe_combine_dense
         acc = __fadd_rn(acc, __fmul_rn(a.weights[int64_t(r) * a.k + s], a.out[(int64_t(r) * a.k + s) * a.d_model + i]));
     float *x = a.x + int64_t(r) * a.d_model + i;
-    *x = __fadd_rn(*x, __fadd_rn(acc, a.dense[int64_t(r) * a.d_model + i]));
+    *x = __fadd_rn(*x, a.dense ? __fadd_rn(acc, a.dense[int64_t(r) * a.d_model + i]) : acc);
 }
 
 }  // namespace
@@ -82,7 +82,7 @@ void swiglu_rows(float *gate, const float *up, int32_t n_rows, int32_t n, int64_
 }
 
 void ffn_combine(const ffn_combine_args &a, cudaStream_t stream) {
-    TANDEM_CUDA_REQUIRE(a.x && a.dense && a.slots && (a.k == 0 || (a.out && a.weights)) && a.d_model > 0,
+    TANDEM_CUDA_REQUIRE(a.x && a.slots && (a.k > 0 || a.dense) && (a.k == 0 || (a.out && a.weights)) && a.d_model > 0,
                         "ffn_combine: bad arguments");
     TANDEM_CUDA_REQUIRE(a.n_rows <= 65535, "ffn_combine: at most 65,535 rows a launch");
     if (a.n_rows == 0) return;

@@ -33,7 +33,7 @@ struct ffn_combine_args {
     float *x = nullptr;              // [n_rows][d_model], updated in place
     const float *out = nullptr;      // [n_rows][k][d_model] routed experts' outputs (k > 0)
     const float *weights = nullptr;  // [n_rows][k]
-    const float *dense = nullptr;    // [n_rows][d_model] the always-on FFN's output
+    const float *dense = nullptr;    // [n_rows][d_model] the always-on FFN's output; nullptr: none (k > 0)
     const int32_t *slots = nullptr;  // [n_rows]; < 0: padding row (left as is)
     int32_t n_rows = 0, k = 0, d_model = 0;
 };

@@ -251,7 +251,10 @@ int64_t cuda_device::layer_experts_deepseek2(int32_t l, int32_t r0, int32_t n) {
     const model_hparams &hp = *m.hp;
     TANDEM_CUDA_CHECK(cudaSetDevice(m.device));
     const cuda_layer &L = m.layer(l);
-    int64_t launches = model_layer_recipe(hp, l).n_expert_used > 0 ? layer_experts_routed(l, r0, n) : 0;
+    const layer_recipe recipe = model_layer_recipe(hp, l);
+    int64_t launches = recipe.n_expert_used > 0 ? layer_experts_routed(l, r0, n) : 0;
+    if (recipe.ffn == layer_ffn::routed) return launches;
+    TANDEM_ASSERT(L.ffn_gate.data, "layer {} has no shared experts or dense FFN on device {}", l, m.part.logical);
     // The always-on FFN over every row: silu(gate h) * (up h), then down.
     const int32_t d = hp.d_model, ff = L.ffn_gate.n_out;
     const float *h = h_rows(r0);
@@ -267,12 +270,13 @@ int64_t cuda_device::combine_deepseek2(int32_t l, int32_t r0, int32_t n) {
     state &m = *s_;
     const model_hparams &hp = *m.hp;
     TANDEM_CUDA_CHECK(cudaSetDevice(m.device));
-    const int32_t d = hp.d_model, k = model_layer_recipe(hp, l).n_expert_used;
+    const layer_recipe recipe = model_layer_recipe(hp, l);
+    const int32_t d = hp.d_model, k = recipe.n_expert_used;
     cuda::ffn_combine_args ca;
     ca.x = x_rows(r0);
     ca.out = k > 0 ? expert_out_rows(r0) : nullptr;
     ca.weights = k > 0 ? m.route_w + size_t(r0) * size_t(hp.n_expert_used) : nullptr;
-    ca.dense = m.ffn_out + size_t(r0) * d;
+    ca.dense = recipe.ffn == layer_ffn::routed ? nullptr : m.ffn_out + size_t(r0) * d;
     ca.slots = m.slots() + r0;
     ca.n_rows = n;
     ca.k = k;
