@@ -431,3 +431,28 @@ TEST_CASE("CUDA deepseek2 refuses a q8_0 cache and tensor-parallel pairs naming 
     opt.kv = kv_type::automatic;
     CHECK(engine_open(gguf_file::open(model), opt)->kv_cache_type() == kv_type::f16);
 }
+
+TEST_CASE("CUDA deepseek2 slots move as blobs of the latent cache and decode bitwise the same", "[gpu][engine][deepseek2]") {
+    if (!gpu_present()) return;
+    const std::string model = synth_gguf("tiny-deepseek-v3", ggml_type::q4_k, 0);
+    const kv_type kv = GENERATE(kv_type::f32, kv_type::f16);
+    INFO("kv " << kv_type_name(kv));
+    auto a = open_cuda(model, 2, 128, kv), b = open_cuda(model, 2, 128, kv);
+    const model_hparams &hp = a->hparams();
+    // One plane a token per layer: the latent and the roped key.
+    REQUIRE(a->kv_token_bytes() == uint64_t(hp.n_layer) * uint64_t(hp.kv_lora_rank + hp.d_rope) * (kv == kv_type::f16 ? 2 : 4));
+    std::mt19937 rng(515);
+    const std::vector<float> first = prefill(*a, 0, random_tokens(rng, 37, hp.n_vocab));
+    const std::vector<uint8_t> blob = slot_blob(*a, 0);
+    REQUIRE(blob.size() == size_t(37) * a->kv_token_bytes());
+    b->slot_import(1, blob);
+    REQUIRE(b->slot_length(1) == 37);
+    REQUIRE(slot_blob(*b, 1) == blob);
+    int32_t token = argmax(first);
+    for (int step = 0; step < 4; ++step) {
+        INFO("decode step " << step);
+        const std::vector<float> la = logits_after(*a, 0, token), lb = logits_after(*b, 1, token);
+        CHECK(same_bits(la, lb));
+        token = argmax(la);
+    }
+}
