@@ -1,6 +1,6 @@
 // cuda/attention_mla.cu - multi-head latent attention on CUDA cores: a block a row for the norm,
-// RoPE and cache write; a warp an output for the per-head products; a block of four warps a
-// (row, head) for the attention, each warp an online softmax over every fourth position, merged
+// RoPE and cache write; a warp an output for the per-head products; a block of eight warps a
+// (row, head) for the attention, each warp an online softmax over every eighth position, merged
 // in warp order.
 #include "attention_mla.h"
 
@@ -16,7 +16,7 @@ namespace {
 
 constexpr int rope_threads = 128;
 constexpr int product_warps = 8;
-constexpr int attention_warps = 4;
+constexpr int attention_warps = 8;
 constexpr int lat_per_lane = mla_max_kv_lora / 32;
 
 // The CPU's rope_pairs: the angle in float, its cosine and sine in double, rounded to float.

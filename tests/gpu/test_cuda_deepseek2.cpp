@@ -166,6 +166,83 @@ TEST_CASE("CUDA latent attention matches attention_mla on f32 and f16 caches", "
     }
 }
 
+TEST_CASE("CUDA latent norm, YaRN rope, cache write and head products match the CPU's", "[gpu][kernels][deepseek2]") {
+    if (!gpu_present()) return;
+    const bool f16 = GENERATE(false, true);
+    INFO((f16 ? "f16" : "f32") << " cache");
+    const int32_t n_head = 4, nope = 64, rope = 32, d_head = nope + rope, lora = 256, width = lora + rope, n_ctx = 64;
+    const std::vector<int32_t> slots = {1, -1, 0, 1}, positions = {5, 0, 63, 6};
+    const int32_t n = int32_t(slots.size());
+    std::mt19937_64 rng(f16 ? 91 : 90);
+    const std::vector<float> kv = random_floats(rng, size_t(n) * width), q = random_floats(rng, size_t(n) * n_head * d_head);
+    const std::vector<float> norm_w = random_floats(rng, size_t(lora), 0.5f);
+    const std::vector<float> inv_freq = cpu::rope_inv_freq(10000.0f, rope, 8.0f, 4096, 32.0f, 1.0f);  // YaRN
+    // The CPU twin's steps (cpu_layer_deepseek2.cpp).
+    std::vector<float> want_kv = kv, want_q = q;
+    for (int32_t r = 0; r < n; ++r) cpu::rmsnorm(want_kv.data() + size_t(r) * width, norm_w.data(), want_kv.data() + size_t(r) * width, 1, lora, 1e-6f);
+    cpu::rope_pairs(want_kv.data() + lora, positions.data(), n, width, 1, 0, inv_freq.data(), rope, 1.0f);
+    cpu::rope_pairs(want_q.data() + nope, positions.data(), n, int64_t(n_head) * d_head, n_head, d_head, inv_freq.data(), rope, 1.0f);
+
+    device_buffer<float> d_kv(kv), d_q(q), d_norm(norm_w), d_freq(inv_freq);
+    device_buffer<int32_t> d_slots(slots), d_pos(positions);
+    device_buffer<float> d_cache32(size_t(2) * n_ctx * width);
+    device_buffer<__half> d_cache16(size_t(2) * n_ctx * width);
+    d_cache32.poison();
+    d_cache16.poison();
+    cuda::mla_rope_cache_args a;
+    a.kv = d_kv.ptr;
+    a.q = d_q.ptr;
+    a.kv_norm = d_norm.ptr;
+    a.inv_freq = d_freq.ptr;
+    a.slots = d_slots.ptr;
+    a.positions = d_pos.ptr;
+    a.cache = f16 ? static_cast<void *>(d_cache16.ptr) : d_cache32.ptr;
+    a.cache_f16 = f16;
+    a.n_rows = n;
+    a.n_head = n_head;
+    a.d_head = d_head;
+    a.kv_lora = lora;
+    a.d_rope = rope;
+    a.n_ctx = n_ctx;
+    cuda::mla_rope_cache(a, nullptr);
+    const std::vector<float> got_kv = d_kv.download(), got_q = d_q.download();
+    const std::vector<float> cache32 = d_cache32.download();
+    const std::vector<__half> cache16 = d_cache16.download();
+    for (int32_t r = 0; r < n; ++r) {
+        INFO("row " << r);
+        const size_t at = size_t(r) * width;
+        CHECK(std::memcmp(got_kv.data() + at, want_kv.data() + at, size_t(lora) * sizeof(float)) == 0);  // the norm: bitwise
+        CHECK(rel_err(got_kv.data() + at + lora, want_kv.data() + at + lora, size_t(rope)) <= tolerance::rope);
+        const size_t qa = size_t(r) * n_head * d_head;
+        CHECK(rel_err(got_q.data() + qa, want_q.data() + qa, size_t(n_head) * d_head) <= tolerance::rope);
+        if (slots[size_t(r)] < 0) continue;
+        const size_t c = (size_t(slots[size_t(r)]) * n_ctx + size_t(positions[size_t(r)])) * width;
+        for (int32_t i = 0; i < width; ++i) {
+            const float cached = f16 ? __half2float(cache16[c + size_t(i)]) : cache32[c + size_t(i)];
+            const float want = f16 ? to_half(got_kv[at + size_t(i)]) : got_kv[at + size_t(i)];
+            CHECK(std::memcmp(&cached, &want, sizeof(float)) == 0);
+        }
+    }
+
+    // W_UK over the roped queries' nope parts: y[r][h][o] = sum_i w[h][o][i] q[r][h][i].
+    const std::vector<float> w = random_floats(rng, size_t(n_head) * lora * nope, 0.1f);
+    device_buffer<float> d_w(w), d_y(size_t(n) * n_head * lora);
+    d_y.poison();
+    cuda::mla_head_product({d_w.ptr, d_q.ptr, d_y.ptr, int64_t(n_head) * d_head, d_head, int64_t(n_head) * lora, lora, n, n_head, nope, lora},
+                           nullptr);
+    const std::vector<float> y = d_y.download();
+    std::vector<float> want_y(y.size());
+    for (int32_t r = 0; r < n; ++r)
+        for (int32_t h = 0; h < n_head; ++h)
+            for (int32_t o = 0; o < lora; ++o) {
+                double acc = 0;
+                for (int32_t i = 0; i < nope; ++i)
+                    acc += double(w[(size_t(h) * lora + o) * nope + i]) * got_q[(size_t(r) * n_head + h) * d_head + i];
+                want_y[(size_t(r) * n_head + h) * lora + o] = float(acc);
+            }
+    CHECK(rel_err(y.data(), want_y.data(), y.size()) <= 1e-6);
+}
+
 TEST_CASE("CUDA grouped routing matches moe_route_grouped", "[gpu][kernels][deepseek2]") {
     if (!gpu_present()) return;
     struct shape {
