@@ -197,7 +197,11 @@ cuda_engine::cuda_engine(std::shared_ptr<const gguf_file> file, const engine_opt
     n_slots_ = options.n_slots;
     n_ctx_ = options.n_ctx;
     kv_ = engine_kv_type_resolve(options);
-    if (hp_.arch == model_arch::deepseek2 && kv_ == kv_type::q8_0) mla_check(hp_, options);  // names the limit
+    if (hp_.arch == model_arch::deepseek2) {  // the resolved cache type too (names the limit)
+        engine_options resolved = options;
+        resolved.kv = kv_;
+        mla_check(hp_, resolved);
+    }
     kv_row_bytes(kv_, model_kv_shape_of(hp_).width);  // refuses a q8_0 cache of rows that are not whole blocks
     if (options.micro_batches < 0) fail(error_kind::config, "micro-batches must be >= 0, got {}", options.micro_batches);
     micro_batches_ = options.micro_batches;
