@@ -10,7 +10,6 @@
 #include "cuda/attention_prompt.h"
 #include "cuda/logits_top.h"
 #include "cuda/cuda_check.h"
-#include "cuda/ffn_dense.h"
 #include "cuda/launch.cuh"
 #include "cuda/matvec.h"
 #include "cuda/matvec_digits.h"
@@ -18,7 +17,6 @@
 #include "cuda/moe_split.h"
 #include "cuda/norm.h"
 #include "tandem/error.h"
-#include "tandem/quant.h"
 
 #include <algorithm>
 #include <cmath>
@@ -38,23 +36,6 @@ T *device_alloc(size_t count) {
     if (count == 0) count = 1;
     TANDEM_CUDA_CHECK(cudaMalloc(&p, count * sizeof(T)));
     return static_cast<T *>(p);
-}
-
-// deepseek2's always-on FFN width: the shared experts' or the dense layers' (0 for qwen3moe).
-size_t ffn_dense_width(const model_hparams &hp) {
-    if (hp.arch != model_arch::deepseek2) return 0;
-    return std::max(size_t(hp.n_expert_shared) * size_t(hp.d_ff_expert), hp.n_dense_lead > 0 ? size_t(hp.d_ff) : size_t(0));
-}
-
-// deepseek2's step buffers (cuda_device::state::mla_kv and the rest) and its absorbed F32
-// up-projections of every layer, in floats; 0 for qwen3moe.
-size_t mla_floats(const model_hparams &hp) {
-    if (hp.arch != model_arch::deepseek2) return 0;
-    const size_t r = cuda_device::max_step_rows, nh = size_t(hp.n_head), lora = size_t(hp.kv_lora_rank);
-    const size_t dv = size_t(hp.d_head_v), nope = size_t(hp.d_nope());
-    const size_t rows = r * (lora + size_t(hp.d_rope) + size_t(hp.q_lora_rank) + 2 * nh * lora + nh * dv + 2 * ffn_dense_width(hp) +
-                             size_t(hp.d_model));
-    return rows + size_t(hp.n_layer) * nh * (lora * nope + dv * lora);
 }
 
 // The step buffers in floats (ints counted as floats): max_step_rows rows, chunk partials for
@@ -111,33 +92,12 @@ struct mla_offsets {
     size_t wq_a, wq_b, wkv_a, ffn_gate, ffn_up, ffn_down, q_a_norm, kv_a_norm, exp_probs_b, k_b, v_b;
 };
 
-// Rows [row0, row0 + n_rows) of t (rows of n_in elements) dequantised into dst, as the CPU reads them.
-void dequantize_tensor_rows(const gguf_tensor_info *t, int64_t n_in, int64_t row0, int64_t n_rows, float *dst) {
-    const size_t row_bytes = ggml_row_bytes(t->type, n_in);
-    for (int64_t i = 0; i < n_rows; ++i) dequantize_row(t->type, t->data + size_t(row0 + i) * row_bytes, dst + i * n_in, n_in);
-}
-
-// Adds a deepseek2 layer's tensors to the upload. The absorbed up-projections go up in F32, in the
-// layouts mla_head_product reads: W_UK as [n_head][kv_lora][d_nope] (attn_k_b's rows, or attn_kv_b's
-// key rows transposed, as the CPU twin holds them) and W_UV as [n_head][d_head_v][kv_lora].
+// Adds a deepseek2 layer's tensors to the upload, the absorbed up-projections in F32 (mla_absorb).
 mla_offsets mla_upload(const model_hparams &hp, const layer_tensors &lt, upload_plan &up,
                        std::vector<std::vector<float>> &absorbed) {
     constexpr size_t none = SIZE_MAX;
     auto whole = [&](const gguf_tensor_info *t) { return t ? up.add({{t->data, t->n_bytes}}) : none; };
-    const int64_t nh = hp.n_head, nope = hp.d_nope(), lora = hp.kv_lora_rank, dv = hp.d_head_v, per_head = nope + dv;
-    std::vector<float> kb(size_t(nh * lora * nope)), vb(size_t(nh * dv * lora)), row(static_cast<size_t>(lora));
-    if (lt.wk_b) {
-        dequantize_tensor_rows(lt.wk_b, nope, 0, nh * lora, kb.data());
-        dequantize_tensor_rows(lt.wv_b, lora, 0, nh * dv, vb.data());
-    } else {
-        for (int64_t h = 0; h < nh; ++h) {
-            for (int64_t j = 0; j < nope; ++j) {
-                dequantize_tensor_rows(lt.wkv_b, lora, h * per_head + j, 1, row.data());
-                for (int64_t c = 0; c < lora; ++c) kb[size_t((h * lora + c) * nope + j)] = row[size_t(c)];
-            }
-            dequantize_tensor_rows(lt.wkv_b, lora, h * per_head + nope, dv, vb.data() + h * dv * lora);
-        }
-    }
+    mla_absorbed abs = mla_absorb(hp, lt);
     auto host = [&](std::vector<float> &&v) {
         absorbed.push_back(std::move(v));
         const std::vector<float> &a = absorbed.back();
@@ -154,14 +114,10 @@ mla_offsets mla_upload(const model_hparams &hp, const layer_tensors &lt, upload_
     o.q_a_norm = whole(lt.q_a_norm);
     o.kv_a_norm = whole(lt.kv_a_norm);
     o.exp_probs_b = whole(lt.exp_probs_b);
-    o.k_b = host(std::move(kb));
-    o.v_b = host(std::move(vb));
+    o.k_b = host(std::move(abs.k_b));
+    o.v_b = host(std::move(abs.v_b));
     return o;
 }
-
-// Whether the engine computes products with w on deepseek2's paths: the quantized products, or
-// the plain kernel for float matrices of other widths (cuda/ffn_dense.h).
-bool mla_computes(const cuda_matrix &w) { return mla_tensor_cores(w) || cuda::dense_plain_supported(w.type); }
 
 }  // namespace
 
@@ -326,15 +282,7 @@ cuda_device::cuda_device(const model_hparams &hp, const model_tensors &tensors, 
             cl.exp_probs_b = vec(mo.exp_probs_b);
             cl.k_b = vec(mo.k_b);
             cl.v_b = vec(mo.v_b);
-            for (const cuda_matrix *cm : {&cl.wq, &cl.wq_a, &cl.wq_b, &cl.wkv_a, &cl.wo, &cl.router, &cl.ffn_gate, &cl.ffn_up,
-                                          &cl.ffn_down})
-                if (cm->data && !mla_computes(*cm))
-                    fail(error_kind::unsupported, "the CUDA backend cannot compute deepseek2 tensors of type {} with rows of {}",
-                         ggml_type_name(cm->type), cm->n_in);
-            for (const cuda_matrix *cm : {&cl.gate, &cl.up, &cl.down})  // the grouped products take no other rows
-                if (cm->data && !mla_tensor_cores(*cm))
-                    fail(error_kind::unsupported, "the CUDA backend cannot compute expert tensors of type {} with rows of {}",
-                         ggml_type_name(cm->type), cm->n_in);
+            mla_check_types(cl);
         }
         for (const cuda_matrix *cm : {&cl.wq, &cl.wk, &cl.wv, &cl.wo, &cl.router, &cl.gate, &cl.up, &cl.down})
             if (!m.mla && cuda::matvec_row_bytes(cm->type, cm->n_in) == 0)
@@ -379,16 +327,7 @@ cuda_device::cuda_device(const model_hparams &hp, const model_tensors &tensors, 
     m.h = device_alloc<float>(R * d);
     m.q = device_alloc<float>(R * q_dim);
     m.att = device_alloc<float>(R * size_t(std::max<int64_t>(q_dim, int64_t(hp.n_head) * hp.d_head_v)));
-    if (m.mla) {
-        const size_t lora = size_t(hp.kv_lora_rank), nh = size_t(hp.n_head), ff = ffn_dense_width(hp);
-        m.mla_kv = device_alloc<float>(R * (lora + size_t(hp.d_rope)));
-        m.mla_qa = device_alloc<float>(R * size_t(hp.q_lora_rank));
-        m.mla_q_lat = device_alloc<float>(R * nh * lora);
-        m.mla_o_lat = device_alloc<float>(R * nh * lora);
-        m.ffn_g = device_alloc<float>(R * ff);
-        m.ffn_u = device_alloc<float>(R * ff);
-        m.ffn_out = device_alloc<float>(R * size_t(d));
-    }
+    if (m.mla) m.mla_alloc();
     m.kb = device_alloc<float>(R * kv_dim);
     m.vb = device_alloc<float>(R * kv_dim);
     m.router_logits = device_alloc<float>(R * router_k_parts * hp.n_expert);  // [parts][max_step_rows][n_expert]

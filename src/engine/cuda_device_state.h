@@ -30,6 +30,18 @@ struct cuda_matrix {
     int32_t n_in = 0, n_out = 0;
 };
 
+// deepseek2 (cuda_layer_deepseek2.cpp): the always-on FFN's width (shared experts or dense
+// layers; 0 for qwen3moe); the step buffers and every layer's absorbed F32 up-projections, in floats
+// (0 for qwen3moe); a layer's absorbed up-projections, dequantised as the CPU twin reads them, in
+// the layouts mla_head_product takes: W_UK [n_head][kv_lora][d_nope] (attn_k_b's rows, or
+// attn_kv_b's key rows transposed) and W_UV [n_head][d_head_v][kv_lora].
+size_t ffn_dense_width(const model_hparams &hp);
+size_t mla_floats(const model_hparams &hp);
+struct mla_absorbed {
+    std::vector<float> k_b, v_b;
+};
+mla_absorbed mla_absorb(const model_hparams &hp, const layer_tensors &lt);
+
 // deepseek2: whether the quantized products (matvec.h, matmul_prompt.h) take w; others are F32,
 // F16 or BF16 matrices of other widths, which the plain kernel computes (cuda/ffn_dense.h).
 bool mla_tensor_cores(const cuda_matrix &w);
@@ -44,6 +56,8 @@ struct cuda_layer {
     cuda_matrix wq_a, wq_b, wkv_a, ffn_gate, ffn_up, ffn_down;
     const float *q_a_norm = nullptr, *kv_a_norm = nullptr, *exp_probs_b = nullptr, *k_b = nullptr, *v_b = nullptr;
 };
+// deepseek2: refuses a layer whose matrices no product on its paths takes, naming the type.
+void mla_check_types(const cuda_layer &cl);
 
 struct cuda_device::state {
     const model_hparams *hp = nullptr;
@@ -155,6 +169,8 @@ struct cuda_device::state {
     // 16-byte aligned): Q/K/V and wo one_group products, and the producers that write their digits.
     bool prompt_dense_on_digits(const cuda_matrix &w) const;
     bool paired() const { return part.partner >= 0; }
+    // deepseek2's step buffers (mla_kv .. ffn_out), max_step_rows rows each.
+    void mla_alloc();
 };
 
 }  // namespace tandem

@@ -17,6 +17,8 @@
 #include "cuda/moe_route_grouped.h"
 #include "cuda/norm.h"
 #include "tandem/error.h"
+#include "tandem/gguf.h"
+#include "tandem/quant.h"
 
 namespace tandem {
 
@@ -74,7 +76,76 @@ int64_t product(cuda_device::state &m, const cuda_matrix &w, const float *x, int
 
 bool q4k_blocks(const cuda_matrix &w) { return w.type == ggml_type::q4_k && w.n_in % 256 == 0; }
 
+// Rows [row0, row0 + n_rows) of t (rows of n_in elements) dequantised into dst, as the CPU reads them.
+void dequantize_tensor_rows(const gguf_tensor_info *t, int64_t n_in, int64_t row0, int64_t n_rows, float *dst) {
+    const size_t row_bytes = ggml_row_bytes(t->type, n_in);
+    for (int64_t i = 0; i < n_rows; ++i) dequantize_row(t->type, t->data + size_t(row0 + i) * row_bytes, dst + i * n_in, n_in);
+}
+
 }  // namespace
+
+size_t ffn_dense_width(const model_hparams &hp) {
+    if (hp.arch != model_arch::deepseek2) return 0;
+    return std::max(size_t(hp.n_expert_shared) * size_t(hp.d_ff_expert), hp.n_dense_lead > 0 ? size_t(hp.d_ff) : size_t(0));
+}
+
+size_t mla_floats(const model_hparams &hp) {
+    if (hp.arch != model_arch::deepseek2) return 0;
+    const size_t r = cuda_device::max_step_rows, nh = size_t(hp.n_head), lora = size_t(hp.kv_lora_rank);
+    const size_t dv = size_t(hp.d_head_v), nope = size_t(hp.d_nope());
+    const size_t rows = r * (lora + size_t(hp.d_rope) + size_t(hp.q_lora_rank) + 2 * nh * lora + nh * dv + 2 * ffn_dense_width(hp) +
+                             size_t(hp.d_model));
+    return rows + size_t(hp.n_layer) * nh * (lora * nope + dv * lora);
+}
+
+mla_absorbed mla_absorb(const model_hparams &hp, const layer_tensors &lt) {
+    const int64_t nh = hp.n_head, nope = hp.d_nope(), lora = hp.kv_lora_rank, dv = hp.d_head_v, per_head = nope + dv;
+    mla_absorbed a;
+    a.k_b.resize(size_t(nh * lora * nope));
+    a.v_b.resize(size_t(nh * dv * lora));
+    if (lt.wk_b) {
+        dequantize_tensor_rows(lt.wk_b, nope, 0, nh * lora, a.k_b.data());
+        dequantize_tensor_rows(lt.wv_b, lora, 0, nh * dv, a.v_b.data());
+        return a;
+    }
+    std::vector<float> row(static_cast<size_t>(lora));
+    for (int64_t h = 0; h < nh; ++h) {
+        for (int64_t j = 0; j < nope; ++j) {
+            dequantize_tensor_rows(lt.wkv_b, lora, h * per_head + j, 1, row.data());
+            for (int64_t c = 0; c < lora; ++c) a.k_b[size_t((h * lora + c) * nope + j)] = row[size_t(c)];
+        }
+        dequantize_tensor_rows(lt.wkv_b, lora, h * per_head + nope, dv, a.v_b.data() + h * dv * lora);
+    }
+    return a;
+}
+
+void mla_check_types(const cuda_layer &cl) {
+    // The plain kernel takes float matrices of any width; the grouped expert products take no others.
+    for (const cuda_matrix *cm : {&cl.wq, &cl.wq_a, &cl.wq_b, &cl.wkv_a, &cl.wo, &cl.router, &cl.ffn_gate, &cl.ffn_up, &cl.ffn_down})
+        if (cm->data && !mla_tensor_cores(*cm) && !cuda::dense_plain_supported(cm->type))
+            fail(error_kind::unsupported, "the CUDA backend cannot compute deepseek2 tensors of type {} with rows of {}",
+                 ggml_type_name(cm->type), cm->n_in);
+    for (const cuda_matrix *cm : {&cl.gate, &cl.up, &cl.down})
+        if (cm->data && !mla_tensor_cores(*cm))
+            fail(error_kind::unsupported, "the CUDA backend cannot compute expert tensors of type {} with rows of {}",
+                 ggml_type_name(cm->type), cm->n_in);
+}
+
+void cuda_device::state::mla_alloc() {
+    const size_t R = max_step_rows, lora = size_t(hp->kv_lora_rank), nh = size_t(hp->n_head), ff = ffn_dense_width(*hp);
+    auto alloc = [](float *&p, size_t count) {
+        void *v = nullptr;
+        TANDEM_CUDA_CHECK(cudaMalloc(&v, (count ? count : 1) * sizeof(float)));
+        p = static_cast<float *>(v);
+    };
+    alloc(mla_kv, R * (lora + size_t(hp->d_rope)));
+    alloc(mla_qa, R * size_t(hp->q_lora_rank));
+    alloc(mla_q_lat, R * nh * lora);
+    alloc(mla_o_lat, R * nh * lora);
+    alloc(ffn_g, R * ff);
+    alloc(ffn_u, R * ff);
+    alloc(ffn_out, R * size_t(hp->d_model));
+}
 
 int64_t cuda_device::layer_attention_mla(int32_t l, int32_t r0, int32_t n) {
     state &m = *s_;
