@@ -485,6 +485,7 @@ int64_t cuda_device::embed(int32_t r0, int32_t n) {
 int64_t cuda_device::merge_partner(int32_t l, int32_t r0, int32_t n, int32_t parity) {
     state &m = *s_;
     const model_hparams &hp = *m.hp;
+    if (m.mla && model_layer_recipe(hp, l).n_expert_used == 0) return 0;  // a dense layer: no pairs to merge
     TANDEM_CUDA_CHECK(cudaSetDevice(m.device));
     cuda::moe_pairs_merge_args a;
     a.out = expert_out_rows(r0);

@@ -103,9 +103,6 @@ topology cuda_topology_probe() {
 
 // deepseek2's shapes and options the CUDA engine takes (cuda_layer_deepseek2.cpp).
 static void mla_check(const model_hparams &hp, const engine_options &options) {
-    if (options.tensor_parallel)
-        fail(error_kind::unsupported, "the CUDA engine runs deepseek2 models on one device or on pipeline stages "
-             "(--gpu-devices), not as tensor-parallel pairs; drop --tensor-parallel or use --backend cpu");
     if (options.kv == kv_type::q8_0)
         fail(error_kind::unsupported, "the CUDA engine keeps deepseek2's latent cache in f32 or f16; --kv-type q8_0 is not "
              "supported for it (use --kv-type f16, or --backend cpu)");

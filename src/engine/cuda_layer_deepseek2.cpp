@@ -303,7 +303,7 @@ int64_t cuda_device::layer_route_deepseek2(int32_t l, int32_t r0, int32_t n) {
     ra.n_groups = m.n_groups;
     ra.pair_x = m.pair_x;
     ra.pair_y = m.pair_y;
-    ra.groups_total = m.groups_total;
+    ra.groups_total = m.part.role == placement_role::partner ? nullptr : m.groups_total;  // a pair counts once
     ra.n_rows = n;
     ra.n_expert = ne;
     ra.k = k;

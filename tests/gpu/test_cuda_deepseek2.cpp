@@ -1,8 +1,8 @@
 // tests/gpu/test_cuda_deepseek2.cpp - deepseek2 on the CUDA engine: the latent attention and the
 // grouped routing kernels against their CPU twins; the engine against the CPU engine on the
 // committed fixtures and on V2-Lite's and Moonlight's shapes (greedy tokens identical, logits within
-// tolerance::model_logits), f32 and f16 caches; batch, chunking and placement invariance bitwise;
-// the options it refuses, refused naming why.
+// tolerance::model_logits), f32 and f16 caches; batch, chunking and placement (pipeline stages,
+// tensor-parallel pairs) invariance bitwise; a q8_0 cache refused naming why.
 #include "gpu_test_util.h"
 #include "model_test_util.h"
 
@@ -24,7 +24,7 @@ using namespace tandem::test;
 namespace {
 
 std::unique_ptr<engine> open_cuda(const std::string &path, int32_t n_slots, int32_t n_ctx, kv_type kv = kv_type::f32,
-                                  std::vector<int32_t> devices = {}, int32_t micro_batches = 0) {
+                                  std::vector<int32_t> devices = {}, int32_t micro_batches = 0, bool tensor_parallel = false) {
     engine_options opt;
     opt.backend = engine_backend::cuda;
     opt.n_slots = n_slots;
@@ -32,6 +32,7 @@ std::unique_ptr<engine> open_cuda(const std::string &path, int32_t n_slots, int3
     opt.kv = kv;
     opt.gpu_devices = std::move(devices);
     opt.micro_batches = micro_batches;
+    opt.tensor_parallel = tensor_parallel;
     return engine_open(gguf_file::open(path), opt);
 }
 
@@ -433,12 +434,12 @@ TEST_CASE("CUDA deepseek2 prompt rows are bitwise independent of chunking", "[gp
     }
 }
 
-TEST_CASE("CUDA deepseek2 logits are bitwise equal on pipeline stages of logical devices", "[gpu][placement][deepseek2]") {
+TEST_CASE("CUDA deepseek2 logits are bitwise equal on pipeline stages and tensor-parallel pairs", "[gpu][placement][deepseek2]") {
     if (!gpu_present()) return;
     // Three sessions' prefills in one call, then greedy decode steps of all three, the last ones
     // with a fourth session's prompt riding along.
-    auto run = [](const std::string &model, std::vector<int32_t> devices, int32_t micro_batches) {
-        auto eng = open_cuda(model, 4, 160, kv_type::f32, std::move(devices), micro_batches);
+    auto run = [](const std::string &model, std::vector<int32_t> devices, int32_t micro_batches, bool tensor_parallel) {
+        auto eng = open_cuda(model, 4, 160, kv_type::f32, std::move(devices), micro_batches, tensor_parallel);
         std::mt19937 rng(12);
         const int32_t nv = eng->hparams().n_vocab;
         std::vector<engine_row> rows;
@@ -462,15 +463,21 @@ TEST_CASE("CUDA deepseek2 logits are bitwise equal on pipeline stages of logical
         }
         return out;
     };
-    const std::string model = synth_gguf("tiny-deepseek-v3", ggml_type::q4_k, 0);
-    const auto single = run(model, {0}, 0);
+    // The dense first layer, shared experts beside routed ones split 50/50 in a pair, the latent
+    // cache crossing stage boundaries.
+    const std::string preset = GENERATE(std::string("tiny-deepseek-v3"), std::string("tiny-deepseek-v2"));
+    const std::string model = synth_gguf(preset, ggml_type::q4_k, 0);
+    const auto single = run(model, {0}, 0, false);
     struct plan {
         std::vector<int32_t> devices;
         int32_t micro_batches;
+        bool tensor_parallel;
     };
-    for (const plan &p : {plan{{0, 0}, 0}, plan{{0, 0, 0}, 0}, plan{{0, 0, 0, 0}, 1}, plan{{0, 0, 0, 0}, 3}}) {
-        INFO(p.devices.size() << " logical devices, micro-batches " << p.micro_batches);
-        const auto placed = run(model, p.devices, p.micro_batches);
+    for (const plan &p : {plan{{0, 0}, 0, false}, plan{{0, 0, 0}, 0, false}, plan{{0, 0, 0, 0}, 1, false}, plan{{0, 0, 0, 0}, 3, false},
+                          plan{{0, 0}, 0, true}, plan{{0, 0, 0, 0}, 0, true}, plan{{0, 0, 0, 0}, 2, true}}) {
+        INFO(preset << ": " << p.devices.size() << " logical devices, micro-batches " << p.micro_batches
+                    << (p.tensor_parallel ? ", tensor-parallel pairs" : ", pipeline"));
+        const auto placed = run(model, p.devices, p.micro_batches, p.tensor_parallel);
         REQUIRE(placed.size() == single.size());
         for (size_t i = 0; i < placed.size(); ++i) {
             INFO("call " << i);
@@ -479,7 +486,7 @@ TEST_CASE("CUDA deepseek2 logits are bitwise equal on pipeline stages of logical
     }
 }
 
-TEST_CASE("CUDA deepseek2 refuses a q8_0 cache and tensor-parallel pairs naming why", "[gpu][engine][deepseek2]") {
+TEST_CASE("CUDA deepseek2 refuses a q8_0 cache naming why, and --kv-type auto takes f16", "[gpu][engine][deepseek2]") {
     if (!gpu_present()) return;
     const std::string model = synth_gguf("tiny-deepseek-v3", ggml_type::q4_k, 0);
     try {
@@ -493,18 +500,6 @@ TEST_CASE("CUDA deepseek2 refuses a q8_0 cache and tensor-parallel pairs naming 
     opt.backend = engine_backend::cuda;
     opt.n_slots = 2;
     opt.n_ctx = 64;
-    opt.gpu_devices = {0, 0};
-    opt.tensor_parallel = true;
-    try {
-        engine_open(gguf_file::open(model), opt);
-        FAIL("a tensor-parallel plan was accepted");
-    } catch (const tandem::error &e) {
-        CHECK(e.kind() == error_kind::unsupported);
-        CHECK_THAT(e.what(), Catch::Contains("tensor-parallel"));
-    }
-    // --kv-type auto takes f16 for it.
-    opt.tensor_parallel = false;
-    opt.gpu_devices = {};
     opt.kv = kv_type::automatic;
     CHECK(engine_open(gguf_file::open(model), opt)->kv_cache_type() == kv_type::f16);
 }
