@@ -7,14 +7,17 @@
 #include "model_test_util.h"
 
 #include "cuda/attention_mla.h"
+#include "cuda/ffn_dense.h"
 #include "cuda/moe_route_grouped.h"
 #include "src/cpu/cpu_ops.h"
 #include "tandem/error.h"
+#include "tandem/quant.h"
 #include "tandem/sampler.h"
 
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <random>
 
@@ -308,6 +311,69 @@ TEST_CASE("CUDA grouped routing matches moe_route_grouped", "[gpu][kernels][deep
         }
         for (int32_t s = 0; s < sh.k; ++s) CHECK(ids[at + s] == want_ids[at + s]);
         CHECK(rel_err(w.data() + at, want_w.data() + at, size_t(sh.k)) <= tolerance::route_weights);
+    }
+}
+
+TEST_CASE("CUDA always-on FFN pieces match their CPU twins", "[gpu][kernels][deepseek2]") {
+    if (!gpu_present()) return;
+    const int32_t n = 5, k = GENERATE(0, 3), d = 200, n_in = 72, n_out = 48;
+    INFO("k " << k);
+    std::mt19937_64 rng(uint64_t(500 + k));
+    // The combine: x += (sum_s w_s out_s) + dense, bitwise the CPU's moe_combine_dense.
+    const std::vector<float> x = random_floats(rng, size_t(n) * d), out = random_floats(rng, size_t(n) * std::max(k, 1) * d);
+    const std::vector<float> w = random_floats(rng, size_t(n) * std::max(k, 1)), dense = random_floats(rng, size_t(n) * d);
+    const std::vector<int32_t> slots = {0, 1, -1, 3, 4};
+    std::vector<float> want = x;
+    cpu::moe_combine_dense(want.data(), out.data(), w.data(), dense.data(), n, k, d);
+    device_buffer<float> d_x(x), d_out(out), d_w(w), d_dense(dense);
+    device_buffer<int32_t> d_slots(slots);
+    cuda::ffn_combine({d_x.ptr, d_out.ptr, d_w.ptr, d_dense.ptr, d_slots.ptr, n, k, d}, nullptr);
+    const std::vector<float> got = d_x.download();
+    for (int32_t r = 0; r < n; ++r) {
+        INFO("row " << r);
+        const std::vector<float> &ref = slots[size_t(r)] < 0 ? x : want;  // a padding row is left as is
+        CHECK(std::memcmp(got.data() + size_t(r) * d, ref.data() + size_t(r) * d, size_t(d) * sizeof(float)) == 0);
+    }
+    // The plain product of a width the tensor-core products do not take (F32 and F16), and SwiGLU.
+    for (const ggml_type type : {ggml_type::f32, ggml_type::f16}) {
+        INFO(ggml_type_name(type));
+        std::vector<float> wm = random_floats(rng, size_t(n_out) * n_in);
+        std::vector<uint16_t> halves(wm.size());
+        for (size_t i = 0; i < wm.size(); ++i) {
+            halves[i] = fp32_to_fp16(wm[i]);
+            if (type == ggml_type::f16) wm[i] = fp16_to_fp32(halves[i]);
+        }
+        const std::vector<float> xs = random_floats(rng, size_t(n) * n_in), y0 = random_floats(rng, size_t(n) * n_out);
+        std::vector<float> ref(y0.size());
+        for (int32_t r = 0; r < n; ++r)
+            for (int32_t o = 0; o < n_out; ++o) {
+                double acc = 0;
+                for (int32_t i = 0; i < n_in; ++i) acc += double(wm[size_t(o) * n_in + i]) * xs[size_t(r) * n_in + i];
+                ref[size_t(r) * n_out + o] = float(acc) + y0[size_t(r) * n_out + o];
+            }
+        device_buffer<float> d_wf(wm), d_xs(xs), d_y(y0);
+        device_buffer<uint16_t> d_wh(halves);
+        cuda::dense_plain_args a;
+        a.w = type == ggml_type::f16 ? static_cast<const void *>(d_wh.ptr) : d_wf.ptr;
+        a.type = type;
+        a.n_in = n_in;
+        a.n_out = n_out;
+        a.n_rows = n;
+        a.x = d_xs.ptr;
+        a.y = d_y.ptr;
+        a.x_stride = n_in;
+        a.y_stride = n_out;
+        a.accumulate = true;
+        cuda::dense_plain(a, nullptr);
+        const std::vector<float> y = d_y.download();
+        CHECK(rel_err(y.data(), ref.data(), y.size()) <= 1e-6);
+        // silu(gate) * up over the outputs, as the CPU's ffn_swiglu computes it.
+        device_buffer<float> d_up(xs);
+        cuda::swiglu_rows(d_y.ptr, d_up.ptr, n, n_out, n_out, nullptr);
+        const std::vector<float> g = d_y.download();
+        std::vector<float> want_g(g.size());
+        for (size_t i = 0; i < g.size(); ++i) want_g[i] = y[i] / (1.0f + std::exp(-y[i])) * xs[i];
+        CHECK(rel_err(g.data(), want_g.data(), g.size()) <= 1e-6);
     }
 }
 
