@@ -28,9 +28,10 @@ bool mla_tensor_cores(const cuda_matrix &w) {
 
 namespace {
 
-// y (+)= W x over the step's n rows (x: rows of x_stride floats; y: rows of y_stride).
+// y (+)= W x over the step's n rows (x: rows of x_stride floats; y: rows of y_stride). x_split /
+// x_sums: decode rows of x split by their producer (cuda/x_split.cuh), or nullptr (the same bits).
 int64_t product(cuda_device::state &m, const cuda_matrix &w, const float *x, int64_t x_stride, float *y, int64_t y_stride,
-                int32_t n, bool accumulate) {
+                int32_t n, bool accumulate, const uint4 *x_split = nullptr, const float *x_sums = nullptr) {
     if (!mla_tensor_cores(w)) {
         cuda::dense_plain_args a;
         a.w = w.data;
@@ -58,6 +59,8 @@ int64_t product(cuda_device::state &m, const cuda_matrix &w, const float *x, int
     a.n_pairs = n;
     a.accumulate = accumulate;
     if (!m.prompt_rows) {
+        a.x_split = x_split;
+        a.x_sums = x_sums;
         cuda::matvec(a, m.stream);
         return 1;
     }
@@ -159,19 +162,22 @@ int64_t cuda_device::layer_attention_mla(int32_t l, int32_t r0, int32_t n) {
     float *q = m.q + size_t(r0) * q_dim, *kv = m.mla_kv + size_t(r0) * kv_w, *att = m.att + size_t(r0) * nh * dv;
     float *q_lat = m.mla_q_lat + size_t(r0) * nh * lora, *o_lat = m.mla_o_lat + size_t(r0) * nh * lora;
     const int32_t *slots = m.slots() + r0, *positions = m.positions() + r0;
+    // h's split twin where the embedding or the combine before wrote it (decode rows).
+    const uint4 *hs = m.h_split_fresh && !m.prompt_rows ? m.h_split + size_t(r0) * d / 4 : nullptr;
+    const float *hm = hs ? m.h_sums + size_t(r0) * d / 32 : nullptr;
     // The only cache plane of this layer (model_kv_shape_of: the latent, then the roped key).
     void *cache = m.kv + size_t(l - m.part.layer_begin) * size_t(m.n_slots) * size_t(m.n_ctx) * m.kv_row;
     int64_t launches = 0;
 
     if (L.wq_a.data) {
         float *qa = m.mla_qa + size_t(r0) * qlr;
-        launches += product(m, L.wq_a, h, d, qa, qlr, n, false);
+        launches += product(m, L.wq_a, h, d, qa, qlr, n, false, hs, hm);
         cuda::rmsnorm({qa, L.q_a_norm, qa, n, qlr, hp.rms_eps}, s);
         launches += 1 + product(m, L.wq_b, qa, qlr, q, q_dim, n, false);
     } else {
-        launches += product(m, L.wq, h, d, q, q_dim, n, false);
+        launches += product(m, L.wq, h, d, q, q_dim, n, false, hs, hm);
     }
-    launches += product(m, L.wkv_a, h, d, kv, kv_w, n, false);
+    launches += product(m, L.wkv_a, h, d, kv, kv_w, n, false, hs, hm);
 
     // Every row's cache entry is written before any row attends (rows of one slot see each other).
     cuda::mla_rope_cache_args rc;
@@ -330,8 +336,10 @@ int64_t cuda_device::layer_experts_deepseek2(int32_t l, int32_t r0, int32_t n) {
     const int32_t d = hp.d_model, ff = L.ffn_gate.n_out;
     const float *h = h_rows(r0);
     float *g = m.ffn_g + size_t(r0) * ff, *u = m.ffn_u + size_t(r0) * ff;
-    launches += product(m, L.ffn_gate, h, d, g, ff, n, false);
-    launches += product(m, L.ffn_up, h, d, u, ff, n, false);
+    const uint4 *hs = m.h_split_fresh && !m.prompt_rows ? m.h_split + size_t(r0) * d / 4 : nullptr;  // the FFN norm's
+    const float *hm = hs ? m.h_sums + size_t(r0) * d / 32 : nullptr;
+    launches += product(m, L.ffn_gate, h, d, g, ff, n, false, hs, hm);
+    launches += product(m, L.ffn_up, h, d, u, ff, n, false, hs, hm);
     cuda::swiglu_rows(g, u, n, ff, ff, m.stream);
     launches += 1 + product(m, L.ffn_down, g, ff, m.ffn_out + size_t(r0) * d, d, n, false);
     return launches;
