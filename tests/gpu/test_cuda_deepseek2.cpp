@@ -19,6 +19,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <random>
 
 using namespace tandem;
@@ -383,6 +384,10 @@ TEST_CASE("CUDA deepseek2 engine matches the CPU engine on the committed fixture
     const ggml_type type = GENERATE(ggml_type::f32, ggml_type::q8_0, ggml_type::q4_k);
     const kv_type kv = GENERATE(kv_type::f32, kv_type::f16);
     INFO(fixture << " " << ggml_type_name(type) << " kv " << kv_type_name(kv));
+    if (!std::filesystem::exists(std::string(TANDEM_SOURCE_DIR) + "/tests/fixtures/" + fixture + "/model.safetensors")) {
+        WARN("tests/fixtures/" << fixture << " is missing (tests/fixtures/README.md says how to write it): skipping");
+        return;
+    }
     compare_engines(fixture_gguf(fixture, type), 11, 12, 77, kv);
 }
 
