@@ -1,7 +1,7 @@
 // cuda/attention_mla.cu - multi-head latent attention on CUDA cores: a block a row for the norm,
-// RoPE and cache write; a warp an output for the per-head products; a block of eight warps a
-// (row, head) for the attention, each warp an online softmax over every eighth position, merged
-// in warp order.
+// RoPE and cache write; a warp an output for the per-head products; for the attention, each warp
+// an online softmax over positions of one (row, head): decode rows spread a (row, head) over a
+// block's eight warps, prompt rows give each warp a head and each block sixteen heads of a row.
 #include "attention_mla.h"
 
 #include "cuda_check.h"
@@ -17,6 +17,7 @@ namespace {
 constexpr int rope_threads = 128;
 constexpr int product_warps = 8;
 constexpr int attention_warps = 8;
+constexpr int prompt_heads = 16;
 constexpr int lat_per_lane = mla_max_kv_lora / 32;
 
 // The CPU's rope_pairs: the angle in float, its cosine and sine in double, rounded to float.
@@ -76,6 +77,55 @@ __device__ __forceinline__ float cache_at(const mla_attention_args &a, int64_t i
     return a.cache_f16 ? __half2float(static_cast<const __half *>(a.cache)[i]) : static_cast<const float *>(a.cache)[i];
 }
 
+// One warp's state of a (row, head): its queries and the online softmax over the positions it took.
+struct attend_state {
+    float ql[lat_per_lane], qr[mla_max_d_rope / 32], acc[lat_per_lane];
+    float m = -INFINITY, l = 0.0f;
+};
+
+__device__ __forceinline__ void attend_begin(const mla_attention_args &a, int r, int h, int lane, attend_state &st) {
+    const float *q_lat = a.q_lat + (int64_t(r) * a.n_head + h) * a.kv_lora;
+    const float *q_rope = a.q + int64_t(r) * a.q_stride + int64_t(h) * a.d_head + a.d_head - a.d_rope;
+#pragma unroll
+    for (int j = 0; j < lat_per_lane; ++j) {
+        const int c = lane + 32 * j;
+        st.ql[j] = c < a.kv_lora ? q_lat[c] : 0.0f;
+        st.acc[j] = 0.0f;
+    }
+#pragma unroll
+    for (int j = 0; j < mla_max_d_rope / 32; ++j) {
+        const int c = lane + 32 * j;
+        st.qr[j] = c < a.d_rope ? q_rope[c] : 0.0f;
+    }
+}
+
+// The warp's online softmax takes cached position `row` (element offset of its latent).
+__device__ __forceinline__ void attend_position(const mla_attention_args &a, int64_t row, int lane, attend_state &st) {
+    const int lora = a.kv_lora;
+    float lat[lat_per_lane];
+    float dot = 0.0f;
+#pragma unroll
+    for (int j = 0; j < lat_per_lane; ++j) {
+        const int c = lane + 32 * j;
+        lat[j] = c < lora ? cache_at(a, row + c) : 0.0f;
+        dot = fmaf(st.ql[j], lat[j], dot);
+    }
+#pragma unroll
+    for (int j = 0; j < mla_max_d_rope / 32; ++j) {
+        const int c = lane + 32 * j;
+        if (c < a.d_rope) dot = fmaf(st.qr[j], cache_at(a, row + lora + c), dot);
+    }
+    const float s = warp_sum_fixed(dot) * a.scale;
+    const float m_new = fmaxf(st.m, s);
+    const float corr = expf(st.m - m_new), e = expf(s - m_new);
+    st.l = st.l * corr + e;
+#pragma unroll
+    for (int j = 0; j < lat_per_lane; ++j) st.acc[j] = st.acc[j] * corr + e * lat[j];
+    st.m = m_new;
+}
+
+// Decode rows: a block a (row, head), each warp every attention_warps-th position, merged in warp
+// order (a long context spreads over the block's warps; a one-session step still has n_head blocks).
 __global__ void __launch_bounds__(attention_warps * 32) mla_attention_kernel(const mla_attention_args a) {
     __shared__ float s_max[attention_warps], s_sum[attention_warps];
     __shared__ float s_acc[attention_warps][mla_max_kv_lora];
@@ -88,45 +138,12 @@ __global__ void __launch_bounds__(attention_warps * 32) mla_attention_kernel(con
         return;
     }
     const int32_t n_pos = a.positions[r] + 1;
-    const float *q_lat = a.q_lat + (int64_t(r) * a.n_head + h) * lora;
-    const float *q_rope = a.q + int64_t(r) * a.q_stride + int64_t(h) * a.d_head + a.d_head - a.d_rope;
-    float ql[lat_per_lane], acc[lat_per_lane], qr[mla_max_d_rope / 32];
-#pragma unroll
-    for (int j = 0; j < lat_per_lane; ++j) {
-        const int c = lane + 32 * j;
-        ql[j] = c < lora ? q_lat[c] : 0.0f;
-        acc[j] = 0.0f;
-    }
-#pragma unroll
-    for (int j = 0; j < mla_max_d_rope / 32; ++j) {
-        const int c = lane + 32 * j;
-        qr[j] = c < a.d_rope ? q_rope[c] : 0.0f;
-    }
-    float m = -INFINITY, l = 0.0f;
+    attend_state st;
+    attend_begin(a, r, h, lane, st);
     const int64_t base = int64_t(slot) * a.n_ctx * width;
-    for (int p = warp; p < n_pos; p += attention_warps) {
-        const int64_t row = base + int64_t(p) * width;
-        float lat[lat_per_lane];
-        float dot = 0.0f;
-#pragma unroll
-        for (int j = 0; j < lat_per_lane; ++j) {
-            const int c = lane + 32 * j;
-            lat[j] = c < lora ? cache_at(a, row + c) : 0.0f;
-            dot = fmaf(ql[j], lat[j], dot);
-        }
-#pragma unroll
-        for (int j = 0; j < mla_max_d_rope / 32; ++j) {
-            const int c = lane + 32 * j;
-            if (c < a.d_rope) dot = fmaf(qr[j], cache_at(a, row + lora + c), dot);
-        }
-        const float s = warp_sum_fixed(dot) * a.scale;
-        const float m_new = fmaxf(m, s);
-        const float corr = expf(m - m_new), e = expf(s - m_new);
-        l = l * corr + e;
-#pragma unroll
-        for (int j = 0; j < lat_per_lane; ++j) acc[j] = acc[j] * corr + e * lat[j];
-        m = m_new;
-    }
+    for (int p = warp; p < n_pos; p += attention_warps) attend_position(a, base + int64_t(p) * width, lane, st);
+    const float m = st.m, l = st.l;
+    float(&acc)[lat_per_lane] = st.acc;
     if (lane == 0) {
         s_max[warp] = m;
         s_sum[warp] = l;
@@ -149,6 +166,32 @@ __global__ void __launch_bounds__(attention_warps * 32) mla_attention_kernel(con
         float v = 0.0f;
         for (int w = 0; w < attention_warps; ++w) v += s_acc[w][c] * f[w];
         out[c] = v * inv;
+    }
+}
+
+// Prompt rows: a warp a head over all of its row's positions in order, prompt_heads heads a block;
+// the block's warps read each cached position together (from L1 after the first), so a prompt
+// step reads its cache about n_head / prompt_heads times instead of n_head times.
+__global__ void __launch_bounds__(prompt_heads * 32) mla_attention_prompt_kernel(const mla_attention_args a) {
+    const int lane = threadIdx.x & 31, h = blockIdx.x * prompt_heads + (threadIdx.x >> 5), r = blockIdx.y;
+    if (h >= a.n_head) return;
+    const int lora = a.kv_lora, width = a.kv_lora + a.d_rope;
+    float *out = a.out_lat + (int64_t(r) * a.n_head + h) * lora;
+    const int32_t slot = a.slots[r];
+    if (slot < 0) {
+        for (int c = lane; c < lora; c += 32) out[c] = 0.0f;
+        return;
+    }
+    const int32_t n_pos = a.positions[r] + 1;
+    attend_state st;
+    attend_begin(a, r, h, lane, st);
+    const int64_t base = int64_t(slot) * a.n_ctx * width;
+    for (int p = 0; p < n_pos; ++p) attend_position(a, base + int64_t(p) * width, lane, st);
+    const float inv = 1.0f / st.l;
+#pragma unroll
+    for (int j = 0; j < lat_per_lane; ++j) {
+        const int c = lane + 32 * j;
+        if (c < lora) out[c] = st.acc[j] * inv;
     }
 }
 
@@ -180,7 +223,10 @@ void mla_attention(const mla_attention_args &a, cudaStream_t stream) {
                         "mla_attention: kv_lora_rank up to 512 and a rope part up to 64");
     TANDEM_CUDA_REQUIRE(a.n_head <= 65535 && a.n_rows <= 65535, "mla_attention: at most 65,535 heads and rows");
     if (a.n_rows == 0) return;
-    mla_attention_kernel<<<dim3(a.n_head, a.n_rows), attention_warps * 32, 0, stream>>>(a);
+    if (a.prompt)
+        mla_attention_prompt_kernel<<<dim3((a.n_head + prompt_heads - 1) / prompt_heads, a.n_rows), prompt_heads * 32, 0, stream>>>(a);
+    else
+        mla_attention_kernel<<<dim3(a.n_head, a.n_rows), attention_warps * 32, 0, stream>>>(a);
     TANDEM_CUDA_CHECK_LAUNCH();
 }
 

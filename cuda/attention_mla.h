@@ -53,6 +53,9 @@ struct mla_attention_args {
     float *out_lat = nullptr;      // [n_rows][n_head][kv_lora] (zeros for padding rows)
     int32_t n_rows = 0, n_head = 0, d_head = 0, kv_lora = 0, d_rope = 0, n_ctx = 0;
     float scale = 1.0f;
+    // Prompt rows (one kernel for every prompt step, another for decode steps: each row's result
+    // depends on its own inputs and this flag only).
+    bool prompt = false;
 };
 void mla_attention(const mla_attention_args &args, cudaStream_t stream);
 

@@ -216,6 +216,7 @@ int64_t cuda_device::layer_attention_mla(int32_t l, int32_t r0, int32_t n) {
     aa.d_rope = rope;
     aa.n_ctx = m.n_ctx;
     aa.scale = m.mla_scale;
+    aa.prompt = m.prompt_rows;
     cuda::mla_attention(aa, s);
     cuda::mla_head_product({L.v_b, o_lat, att, int64_t(nh) * lora, lora, int64_t(nh) * dv, dv, n, nh, lora, dv}, s);
     launches += 4;

@@ -90,10 +90,12 @@ float to_half(float v) { return __half2float(__float2half_rn(v)); }
 
 TEST_CASE("CUDA latent attention matches attention_mla on f32 and f16 caches", "[gpu][kernels][deepseek2]") {
     if (!gpu_present()) return;
-    const bool f16 = GENERATE(false, true);
+    const bool f16 = GENERATE(false, true), prompt = GENERATE(false, true);
     const int32_t lora = GENERATE(64, 512), rope = GENERATE(16, 64);
-    INFO("kv_lora " << lora << " d_rope " << rope << (f16 ? " f16" : " f32"));
-    const int32_t n_head = 3, d_head = 32 + rope, n_slots = 3, n_ctx = 300, width = lora + rope;
+    // 3 heads, and 19: two blocks of the prompt rows' kernel, the second one partly empty.
+    const int32_t n_head = GENERATE(3, 19);
+    INFO("kv_lora " << lora << " d_rope " << rope << " heads " << n_head << (f16 ? " f16" : " f32") << (prompt ? " prompt" : " decode"));
+    const int32_t d_head = 32 + rope, n_slots = 3, n_ctx = 300, width = lora + rope;
     const std::vector<int32_t> slots = {2, 0, -1, 2, 1}, positions = {0, 299, 0, 17, 150};
     const int32_t n = int32_t(slots.size());
     std::mt19937_64 rng(uint64_t(lora * 131 + rope + (f16 ? 7 : 0)));
@@ -140,6 +142,7 @@ TEST_CASE("CUDA latent attention matches attention_mla on f32 and f16 caches", "
     a.d_rope = rope;
     a.n_ctx = n_ctx;
     a.scale = scale;
+    a.prompt = prompt;
     cuda::mla_attention(a, nullptr);
     const std::vector<float> got = d_out.download();
     for (int32_t r = 0; r < n; ++r) {
