@@ -77,6 +77,23 @@ int64_t product(cuda_device::state &m, const cuda_matrix &w, const float *x, int
     return launches;
 }
 
+// The per-head products with the absorbed up-projections: decode rows in one launch
+// (mla_head_product); prompt rows through the prompt GEMMs a head at a time, which read each head's
+// weights once per tile of rows rather than once a row (F32 weights: matmul_prompt's exact
+// dequantisation; rows of whole 32-element blocks, 16-byte aligned).
+int64_t head_products(cuda_device::state &m, const cuda::mla_head_product_args &a) {
+    const bool gemm = m.prompt_rows && a.n_in % 32 == 0 && a.x_stride % 4 == 0 && a.x_head_stride % 4 == 0;
+    if (!gemm) {
+        cuda::mla_head_product(a, m.stream);
+        return 1;
+    }
+    for (int32_t h = 0; h < a.n_head; ++h) {
+        const cuda_matrix w{a.w + int64_t(h) * a.n_out * a.n_in, ggml_type::f32, a.n_in, a.n_out};
+        product(m, w, a.x + h * a.x_head_stride, a.x_stride, a.y + h * a.y_head_stride, a.y_stride, a.n_rows, false);
+    }
+    return a.n_head;
+}
+
 bool q4k_blocks(const cuda_matrix &w) { return w.type == ggml_type::q4_k && w.n_in % 256 == 0; }
 
 // Rows [row0, row0 + n_rows) of t (rows of n_in elements) dequantised into dst, as the CPU reads them.
@@ -199,7 +216,7 @@ int64_t cuda_device::layer_attention_mla(int32_t l, int32_t r0, int32_t n) {
     cuda::mla_rope_cache(rc, s);
 
     // q_lat[r][h] = W_UK[h]^T q_nope[r][h]; the attention over latents and roped keys; att = W_UV o_lat.
-    cuda::mla_head_product({L.k_b, q, q_lat, q_dim, dh, int64_t(nh) * lora, lora, n, nh, hp.d_nope(), lora}, s);
+    launches += head_products(m, {L.k_b, q, q_lat, q_dim, dh, int64_t(nh) * lora, lora, n, nh, hp.d_nope(), lora});
     cuda::mla_attention_args aa;
     aa.q_lat = q_lat;
     aa.q = q;
@@ -218,8 +235,8 @@ int64_t cuda_device::layer_attention_mla(int32_t l, int32_t r0, int32_t n) {
     aa.scale = m.mla_scale;
     aa.prompt = m.prompt_rows;
     cuda::mla_attention(aa, s);
-    cuda::mla_head_product({L.v_b, o_lat, att, int64_t(nh) * lora, lora, int64_t(nh) * dv, dv, n, nh, lora, dv}, s);
-    launches += 4;
+    launches += head_products(m, {L.v_b, o_lat, att, int64_t(nh) * lora, lora, int64_t(nh) * dv, dv, n, nh, lora, dv});
+    launches += 2;
     launches += product(m, L.wo, att, int64_t(nh) * dv, x, d, n, true);
     m.h_split_fresh = false;
     m.h_prompt_digits_fresh = false;
