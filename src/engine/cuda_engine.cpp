@@ -9,8 +9,8 @@
 
 #include "cuda/attention_mla.h"
 #include "cuda/cuda_check.h"
-#include "cuda/moe_route_grouped.h"
 #include "cuda/logits_top.h"
+#include "cuda/moe_route_grouped.h"
 #include "cuda_device_state.h"
 #include "cuda_engine_host.h"
 #include "cuda_link.h"
