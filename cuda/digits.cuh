@@ -8,6 +8,7 @@
 #pragma once
 
 #include "matvec_digits.h"
+#include "tandem/swiglu.h"
 #include "warp_reduce.cuh"
 
 #include <cuda_bf16.h>
@@ -100,7 +101,7 @@ __device__ __forceinline__ float digit_fold(int acc0, int acc1, float cm, float 
 }
 
 // silu(gate) * up, as the CPU twin writes it: every digit product's SwiGLU output.
-__device__ __forceinline__ float digit_swiglu(float gate, float up) { return gate / (1.0f + expf(-gate)) * up; }
+__device__ __forceinline__ float digit_swiglu(float gate, float up) { return ::tandem::swiglu(gate, up); }
 
 // The warp's block c of row `row` (n elements a row) into out, in digit_rows' layout.
 __device__ __forceinline__ void digits_quantize_warp(const float (&v)[8], const digit_rows &out, int64_t row, int n, int c,

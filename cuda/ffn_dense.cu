@@ -2,6 +2,7 @@
 #include "ffn_dense.h"
 
 #include "cuda_check.h"
+#include "tandem/swiglu.h"
 #include "warp_reduce.cuh"
 
 #include <cuda_bf16.h>
@@ -39,8 +40,7 @@ __global__ void swiglu_kernel(float *gate, const float *up, int32_t n_rows, int3
     const int64_t i = int64_t(blockIdx.x) * elem_threads + threadIdx.x;
     if (i >= int64_t(n_rows) * n) return;
     const int64_t at = (i / n) * stride + i % n;
-    const float g = gate[at];
-    gate[at] = g / (1.0f + expf(-g)) * up[at];
+    gate[at] = swiglu(gate[at], up[at]);  // the CPU's bits (tandem/swiglu.h)
 }
 
 __global__ void ffn_combine_kernel(const ffn_combine_args a) {

@@ -26,7 +26,7 @@ struct dense_plain_args {
 bool dense_plain_supported(ggml_type type);
 void dense_plain(const dense_plain_args &args, cudaStream_t stream);
 
-// gate[r][i] <- silu(gate[r][i]) * up[r][i], rows of n values at stride `stride`.
+// gate[r][i] <- silu(gate[r][i]) * up[r][i] (tandem/swiglu.h, bitwise the CPU's), rows of n values at stride `stride`.
 void swiglu_rows(float *gate, const float *up, int32_t n_rows, int32_t n, int64_t stride, cudaStream_t stream);
 
 struct ffn_combine_args {

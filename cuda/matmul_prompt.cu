@@ -21,6 +21,8 @@
 #include "matmul_prompt_tile.cuh"
 #include "quant_decode.cuh"
 
+#include "tandem/swiglu.h"
+
 #include <cuda_bf16.h>
 
 namespace tandem::cuda {
@@ -170,7 +172,7 @@ __device__ __forceinline__ void store_tile(const matvec_args &a, const part_view
                     const int jo = j0 + 8 * ((n_frags * wn + j) >> 1) + t2 + (e & 1);
                     if (jo >= part.n_out) continue;
                     const float gate = acc[i][j][e], up = acc[i][j + 1][e];
-                    y_row[jo] = gate / (1.0f + expf(-gate)) * up;  // silu(gate) * up, as matvec writes it
+                    y_row[jo] = ::tandem::swiglu(gate, up);  // as matvec writes it
                 } else {
                     const int jo = j0 + 8 * (n_frags * wn + j) + t2 + (e & 1);
                     if (jo >= part.n_out) continue;

@@ -31,6 +31,8 @@
 #include "quant_decode.cuh"
 #include "x_split.cuh"
 
+#include "tandem/swiglu.h"
+
 #include <cuda_bf16.h>
 
 #include <utility>
@@ -352,7 +354,7 @@ __global__ void __launch_bounds__(S::n_threads, S::min_blocks) matmul_prompt_q4k
                     const int jo = j0 + (w0 + 16 * i) / 2 + g;
                     if (jo >= part.n_out) continue;
                     const float gate = acc[i][j][e], up = acc[i][j][e + 2];
-                    y_row[jo] = gate / (1.0f + expf(-gate)) * up;  // silu(gate) * up, as matvec writes it
+                    y_row[jo] = ::tandem::swiglu(gate, up);  // as matvec writes it
                 } else {
 #pragma unroll
                     for (int h = 0; h < 2; ++h) {

@@ -164,40 +164,6 @@ void matvec_launch(const matvec_args &a, const matvec_plan &plan, cudaStream_t s
 
 }  // namespace
 
-int64_t matvec_row_bytes(ggml_type type, int32_t n_in) {
-    switch (type) {
-    case ggml_type::q4_k: return int64_t(n_in) / 256 * 144;
-    case ggml_type::q6_k: return int64_t(n_in) / 256 * 210;
-    case ggml_type::q5_k: return int64_t(n_in) / 256 * 176;
-    case ggml_type::q3_k: return int64_t(n_in) / 256 * 110;
-    case ggml_type::q2_k: return int64_t(n_in) / 256 * 84;
-    case ggml_type::iq4_xs: return int64_t(n_in) / 256 * 136;
-    case ggml_type::iq2_xxs: return int64_t(n_in) / 256 * 66;
-    case ggml_type::iq2_xs: return int64_t(n_in) / 256 * 74;
-    case ggml_type::iq2_s: return int64_t(n_in) / 256 * 82;
-    case ggml_type::iq3_xxs: return int64_t(n_in) / 256 * 98;
-    case ggml_type::iq3_s: return int64_t(n_in) / 256 * 110;
-    case ggml_type::iq1_s: return int64_t(n_in) / 256 * 50;
-    case ggml_type::iq1_m: return int64_t(n_in) / 256 * 56;
-    case ggml_type::q8_0: return int64_t(n_in) / 32 * 34;
-    case ggml_type::q4_0:
-    case ggml_type::iq4_nl: return int64_t(n_in) / 32 * 18;
-    case ggml_type::q4_1: return int64_t(n_in) / 32 * 20;
-    case ggml_type::q5_0: return int64_t(n_in) / 32 * 22;
-    case ggml_type::q5_1: return int64_t(n_in) / 32 * 24;
-    case ggml_type::mxfp4: return int64_t(n_in) / 32 * 17;
-    case ggml_type::f32: return int64_t(n_in) * 4;
-    case ggml_type::f16:
-    case ggml_type::bf16: return int64_t(n_in) * 2;
-    default: return 0;
-    }
-}
-
-int32_t matvec_block_elems(ggml_type type) {
-    // Super-blocks of 256 hold no whole block in 32 elements; the plain types go by items of 32.
-    return matvec_row_bytes(type, 32) == 0 && matvec_row_bytes(type, 256) > 0 ? 256 : 32;
-}
-
 device_facts current_device_facts() {
     device_facts d;
     d.sm90 = pdl_supported();

@@ -17,6 +17,7 @@
 // decode logits are batch invariant, bitwise. Error vs the CPU's fp32 products: tolerance::matvec.
 #pragma once
 
+#include "matvec_types.h"
 #include "tandem/types.h"
 
 #include <cuda_runtime.h>
@@ -95,11 +96,6 @@ struct matvec_args {
     int32_t prompt_split_rows = 0;
 };
 
-// Bytes of one weight row (n_in elements of type); 0 for a type the CUDA products do not take.
-int64_t matvec_row_bytes(ggml_type type, int32_t n_in);
-// Elements per block of type: 256 for the K-quants, IQ4_XS and the grid IQ types (rows of whole
-// blocks), else 32.
-int32_t matvec_block_elems(ggml_type type);
 // Whether a dense launch of `type` may take a last extra matrix of type `part` (matvec_part::typed).
 // Each block runs its own matrix's arithmetic with the launch's warps, so the parts of the launch's
 // type give the bits a launch of them alone of the same width gives.

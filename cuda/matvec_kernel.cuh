@@ -27,6 +27,8 @@
 #include "quant_decode.cuh"
 #include "x_split.cuh"
 
+#include "tandem/swiglu.h"
+
 #include <type_traits>
 
 namespace tandem::cuda::matvec_detail {
@@ -592,7 +594,7 @@ __device__ __forceinline__ void matvec_body(const matvec_args &a, int64_t row_by
                     float *y = y_base + int64_t(yr) * y_stride + j;
                     if constexpr (swiglu) {
                         const float gate = acc[i][e], up = acc[i][e + 2];
-                        *y = gate / (1.0f + expf(-gate)) * up;  // silu(gate) * up, as the CPU twin writes it
+                        *y = ::tandem::swiglu(gate, up);  // the CPU twin's bits (tandem/swiglu.h)
                     } else {
                         *y = a.accumulate ? prior[i][e] + acc[i][e] : acc[i][e];
                     }

@@ -3,6 +3,7 @@
 #include "cpu_ops.h"
 
 #include "tandem/error.h"
+#include "tandem/swiglu.h"
 
 #include <algorithm>
 #include <cmath>
@@ -18,7 +19,7 @@ void ffn_swiglu(const cpu_context &ctx, const ffn_swiglu_args &a) {
     matmul(ctx, a.up, a.x, up.data(), a.n_rows);
     for (size_t i = 0; i < gate.size(); ++i) {
         const float g = gate[i];
-        gate[i] = g / (1.0f + std::exp(-g)) * up[i];  // silu(gate) * up, as the grouped experts compute it
+        gate[i] = ::tandem::swiglu(g, up[i]);  // as the grouped experts compute it
     }
     matmul(ctx, a.down, gate.data(), a.out, a.n_rows);
 }

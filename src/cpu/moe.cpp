@@ -5,6 +5,7 @@
 #include "workspace.h"
 
 #include "tandem/error.h"
+#include "tandem/swiglu.h"
 
 #include <omp.h>
 
@@ -87,8 +88,6 @@ int64_t make_items(const moe_grouped_args &a, cpu_workspace &ws, int64_t n_out, 
     return n_tiles;
 }
 
-float swiglu(float g, float u) { return g / (1.0f + std::exp(-g)) * u; }
-
 // Exact: fp32 products of dequantised tiles (matmul_tile), pointer arrays in pair order.
 void experts_exact(const cpu_context &ctx, const moe_grouped_args &a, cpu_workspace &ws) {
     const int64_t n_pairs = a.n_rows * a.k;
@@ -110,7 +109,7 @@ void experts_exact(const cpu_context &ctx, const moe_grouped_args &a, cpu_worksp
         matmul_tile({a.gate_exps.slice_rows(e * a.d_ff, a.d_ff), xs + p0, gs + p0, n}, begin, end);
         matmul_tile({a.up_exps.slice_rows(e * a.d_ff, a.d_ff), xs + p0, us + p0, n}, begin, end);
         for (int64_t j = p0; j < p0 + n; ++j)
-            for (int64_t f = begin; f < end; ++f) us[j][f] = swiglu(gs[j][f], us[j][f]);
+            for (int64_t f = begin; f < end; ++f) us[j][f] = ::tandem::swiglu(gs[j][f], us[j][f]);
     }
     // Down: each pair's activation (in us) into its slot output.
     for (int64_t i = 0; i < off[a.n_expert]; ++i) {
@@ -166,7 +165,7 @@ void experts_digits(const cpu_context &ctx, const moe_grouped_args &a, cpu_works
         pa.y = us + p0;
         digits_product_tile(pa, begin, end, scratch);
         for (int64_t j = p0; j < p0 + n; ++j)
-            for (int64_t f = begin; f < end; ++f) us[j][f] = swiglu(gs[j][f], us[j][f]);
+            for (int64_t f = begin; f < end; ++f) us[j][f] = ::tandem::swiglu(gs[j][f], us[j][f]);
     }
     // Down: pair i of the grouped order reads activation row i (quantised in that order).
     ws.act_digits.resize(n_grouped, a.d_ff);

@@ -163,9 +163,16 @@ cuda_device::cuda_device(const model_hparams &hp, const model_tensors &tensors, 
 
     const int64_t d = hp.d_model, dh = hp.d_head, kv_dim = int64_t(hp.n_head_kv) * dh, q_dim = int64_t(hp.n_head) * dh;
     const size_t k = size_t(hp.n_expert_used), R = max_step_rows;
+    // Layers whose routed experts are a subset here: a pair's halves, or the hot experts of a plan
+    // with a host tier (the cold ones are computed by the CPU, cuda_cold_tier.h).
     const bool split = m.paired() && !part.experts.empty();
-    if (split && hp.n_expert > cuda::moe_split_max_experts)
-        fail(error_kind::unsupported, "the CUDA tensor-parallel split handles at most {} experts per layer, the model has {}",
+    auto subset = [&](int32_t l) {
+        return split || (!part.experts.empty() && part.experts[size_t(l - part.layer_begin)].size() < size_t(hp.n_expert));
+    };
+    bool any_subset = false;
+    for (int32_t l = part.layer_begin; l < part.layer_end; ++l) any_subset = any_subset || subset(l);
+    if (any_subset && hp.n_expert > cuda::moe_split_max_experts)
+        fail(error_kind::unsupported, "the CUDA engine splits the experts of layers of at most {} experts, the model has {}",
              cuda::moe_split_max_experts, hp.n_expert);
 
     // Which bytes go where.
@@ -173,8 +180,8 @@ cuda_device::cuda_device(const model_hparams &hp, const model_tensors &tensors, 
     // Tensors a layer kind does not have (deepseek2's dense layers: no experts; no K/V norms) upload nothing.
     constexpr size_t none = SIZE_MAX;
     auto whole = [&](const gguf_tensor_info *t) { return t ? up.add({{t->data, t->n_bytes}}) : none; };
-    auto experts = [&](const gguf_tensor_info *t, const std::vector<int32_t> &held) {
-        if (!split || !t) return whole(t);
+    auto experts = [&](const gguf_tensor_info *t, const std::vector<int32_t> &held, bool sub) {
+        if (!sub || !t) return whole(t);
         const size_t each = t->n_bytes / size_t(hp.n_expert);
         std::vector<upload_plan::slice> slices;
         for (int32_t e : held) slices.push_back({t->data + size_t(e) * each, each});
@@ -187,15 +194,13 @@ cuda_device::cuda_device(const model_hparams &hp, const model_tensors &tensors, 
     std::vector<std::vector<int32_t>> local;  // per layer here: expert -> matrix index
     for (int32_t l = part.layer_begin; l < part.layer_end; ++l) {
         const layer_tensors &lt = tensors.layers[size_t(l)];
-        const std::vector<int32_t> held = split ? part.experts[size_t(l - part.layer_begin)] : std::vector<int32_t>{};
-        if (split) {
-            std::vector<int32_t> map(size_t(hp.n_expert), -1);
-            for (size_t i = 0; i < held.size(); ++i) map[size_t(held[i])] = int32_t(i);
-            local.push_back(std::move(map));
-        }
+        const std::vector<int32_t> held = subset(l) ? part.experts[size_t(l - part.layer_begin)] : std::vector<int32_t>{};
+        std::vector<int32_t> map(size_t(hp.n_expert), -1);
+        for (size_t i = 0; i < held.size(); ++i) map[size_t(held[i])] = int32_t(i);
+        local.push_back(std::move(map));
         offs.push_back({whole(lt.attn_norm), whole(lt.q_norm), whole(lt.k_norm), whole(lt.ffn_norm), whole(lt.wq),
-                        whole(lt.wk), whole(lt.wv), whole(lt.wo), whole(lt.router), experts(lt.gate_exps, held),
-                        experts(lt.up_exps, held), experts(lt.down_exps, held)});
+                        whole(lt.wk), whole(lt.wv), whole(lt.wo), whole(lt.router), experts(lt.gate_exps, held, subset(l)),
+                        experts(lt.up_exps, held, subset(l)), experts(lt.down_exps, held, subset(l))});
     }
     m.mla = hp.arch == model_arch::deepseek2;
     std::vector<mla_offsets> mla_offs;
@@ -242,8 +247,8 @@ cuda_device::cuda_device(const model_hparams &hp, const model_tensors &tensors, 
     };
     auto rows_of = [](const gguf_tensor_info *t) { return !t ? 0 : int32_t(t->ne.size() > 1 ? t->ne[1] : 1); };
     int32_t *local_dev = nullptr;
-    if (split) {
-        local_dev = device_alloc<int32_t>(local.size() * size_t(hp.n_expert));
+    if (any_subset) {
+        local_dev = m.local_maps = device_alloc<int32_t>(local.size() * size_t(hp.n_expert));
         for (size_t i = 0; i < local.size(); ++i)
             TANDEM_CUDA_CHECK(cudaMemcpy(local_dev + i * size_t(hp.n_expert), local[i].data(),
                                          size_t(hp.n_expert) * sizeof(int32_t), cudaMemcpyHostToDevice));
@@ -265,7 +270,7 @@ cuda_device::cuda_device(const model_hparams &hp, const model_tensors &tensors, 
         cl.gate = mat(o.gate, lt.gate_exps, rows_of(lt.gate_exps));
         cl.up = mat(o.up, lt.up_exps, rows_of(lt.up_exps));
         cl.down = mat(o.down, lt.down_exps, rows_of(lt.down_exps));
-        cl.local = split ? local_dev + i * size_t(hp.n_expert) : nullptr;
+        cl.local = subset(l) ? local_dev + i * size_t(hp.n_expert) : nullptr;
         if (m.mla) {
             const mla_offsets &mo = mla_offs[i];
             cl.wq_a = mat(mo.wq_a, lt.wq_a, rows_of(lt.wq_a));
@@ -363,8 +368,9 @@ cuda_device::cuda_device(const model_hparams &hp, const model_tensors &tensors, 
     m.act_sums = device_alloc<float>(D * k * size_t(hp.d_ff_expert) / 32);
     m.prompt_split = device_alloc<uint4>(R * prompt_split_width(hp) / 4);
     m.prompt_sums = device_alloc<float>(R * prompt_split_width(hp) / 32);
-    if (split) {
+    if (split)
         for (float *&e : m.exchange) e = device_alloc<float>(R * k * d);
+    if (any_subset) {
         m.own_mat = device_alloc<int32_t>(size_t(hp.n_expert));
         m.own_off = device_alloc<int32_t>(size_t(hp.n_expert) + 1);
         m.own_n = device_alloc<int32_t>(1);
@@ -399,14 +405,13 @@ cuda_device::~cuda_device() {
     state &m = *s_;
     cudaSetDevice(m.device);
     if (m.stream) cudaStreamSynchronize(m.stream);
-    const int32_t *local = m.layers.empty() ? nullptr : m.layers.front().local;
     for (const void *p : std::initializer_list<const void *>{
              m.weights, m.kv, m.inv_freq, m.rows, m.x, m.h, m.q, m.kb, m.vb, m.att, m.router_logits, m.route_w, m.act,
              m.eout, m.partial, m.exchange[0], m.exchange[1], m.ids, m.group_expert, m.group_off, m.n_groups, m.pair_x,
              m.pair_y, m.groups_total, m.own_mat, m.own_off, m.own_n, m.own_x, m.own_y, m.logits, m.top_keys, m.top_slice_max,
              m.top_slice_sum, m.top_slice_nan, m.top_rows, m.rule_rows, m.rule_pool, m.draws, m.logits_rest, m.h_split, m.h_sums, m.h_digits, m.h_digit_scales, m.h_digit_sums, m.act_digits,
              m.act_digit_scales, m.act_digit_sums, m.att_split,
-             m.att_sums, m.act_split, m.act_sums, m.prompt_split, m.prompt_sums, m.traffic, local, m.mla_kv, m.mla_qa,
+             m.att_sums, m.act_split, m.act_sums, m.prompt_split, m.prompt_sums, m.traffic, m.local_maps, m.mla_kv, m.mla_qa,
              m.mla_q_lat, m.mla_o_lat, m.ffn_g, m.ffn_u, m.ffn_out})
         if (p) cudaFree(const_cast<void *>(p));
     if (m.event) cudaEventDestroy(m.event);

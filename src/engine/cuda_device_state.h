@@ -49,7 +49,7 @@ bool mla_tensor_cores(const cuda_matrix &w);
 struct cuda_layer {
     const float *attn_norm = nullptr, *q_norm = nullptr, *k_norm = nullptr, *ffn_norm = nullptr;
     cuda_matrix wq, wk, wv, wo, router, gate, up, down;  // gate/up/down: the experts held here
-    const int32_t *local = nullptr;  // [n_expert] expert -> matrix index here, -1: partner's; nullptr: all here
+    const int32_t *local = nullptr;  // [n_expert] expert -> matrix index here, -1: the partner's or the host tier's; nullptr: all here
     // deepseek2 (cuda_layer_deepseek2.cpp): the latent attention's projections and norms, the
     // absorbed up-projections in F32 (k_b [n_head][kv_lora][d_nope], v_b [n_head][d_head_v][kv_lora]),
     // the routing bias, and the always-on FFN (the shared experts, or a leading layer's dense FFN).
@@ -99,7 +99,8 @@ struct cuda_device::state {
     float *exchange[2] = {nullptr, nullptr};  // partner's expert outputs (pairs only)
     int32_t *ids = nullptr, *group_expert = nullptr, *group_off = nullptr, *n_groups = nullptr;
     int32_t *pair_x = nullptr, *pair_y = nullptr, *groups_total = nullptr;
-    // The groups narrowed to the experts held here (pairs only).
+    int32_t *local_maps = nullptr;  // [layers here][n_expert]: the layers' local maps
+    // The groups narrowed to the experts held here (layers with local maps).
     int32_t *own_mat = nullptr, *own_off = nullptr, *own_n = nullptr, *own_x = nullptr, *own_y = nullptr;
     float *logits = nullptr;        // [max_logit_rows][head columns]
     // The logits rows' summaries (cuda/logits_top.h) over this device's head columns, and the

@@ -11,6 +11,7 @@
 #include "cuda/cuda_check.h"
 #include "cuda/logits_top.h"
 #include "cuda/moe_route_grouped.h"
+#include "cuda_cold_tier.h"
 #include "cuda_device_state.h"
 #include "cuda_engine_host.h"
 #include "cuda_link.h"
@@ -27,6 +28,7 @@
 #include <cstring>
 #include <limits>
 #include <set>
+#include <thread>
 #include <tuple>
 
 namespace tandem {
@@ -167,10 +169,6 @@ placement_plan cuda_plan_make(const gguf_file &file, const model_hparams &hp, co
     req.host_experts = placement_parse_host_experts(options.host_experts, topo);
     if (!options.expert_balance.empty()) req.traffic = expert_traffic_load(options.expert_balance);
     placement_plan plan = placement_plan_make(req, topo, pm);
-    if (plan.cold.used())
-        fail(error_kind::unsupported, "the plan puts {:.2f} GiB of routed experts on the host tier, which the CUDA "
-             "engine does not run yet: raise --gpu-vram, add GPUs, or use --backend cpu ({})",
-             double(plan.cold.bytes) / double(gib), placement_layout_line(plan));
 
     // What the GPUs have free now, per physical device (logical devices sharing one add up).
     std::map<int32_t, uint64_t> need;
@@ -268,6 +266,19 @@ cuda_engine::cuda_engine(std::shared_ptr<const gguf_file> file, const engine_opt
                                     devices_.size() * size_t(cuda_device::max_logit_rows) * sizeof(cuda::logits_rules_row),
                                     cudaHostAllocPortable));
     h.groups_seen.assign(devices_.size(), 0);
+    if (plan_.cold.used()) {
+        const int32_t threads = options.n_threads > 0 ? options.n_threads : int32_t(std::max(1u, std::thread::hardware_concurrency()));
+        for (const std::vector<int32_t> &members : stage_members_) {
+            const placement_device_plan &first = devices_[size_t(members[0])]->part();
+            bool any = false;
+            for (int32_t l = first.layer_begin; l < first.layer_end; ++l) any = any || !plan_.cold.experts[size_t(l)].empty();
+            std::vector<cuda_device *> devs;
+            for (int32_t i : members) devs.push_back(devices_[size_t(i)].get());
+            cold_.push_back(any ? std::make_unique<cuda_cold_tier>(hp_, tensors_, plan_, std::move(devs), threads, h.rows + R)
+                                : nullptr);
+        }
+        cold_threads_ = threads;
+    }
     uint64_t weights = 0, kv = 0;
     for (const auto &d : devices_) {
         weights += d->weight_bytes();
@@ -279,6 +290,7 @@ cuda_engine::cuda_engine(std::shared_ptr<const gguf_file> file, const engine_opt
 
 cuda_engine::~cuda_engine() {
     for (const auto &d : devices_) d->synchronize();
+    cold_.clear();
     host_.reset();
     links_.reset();
     devices_.clear();
@@ -301,8 +313,9 @@ std::string cuda_engine::layout() const {
     const std::string where = devices_.size() == 1
         ? std::string("one device")
         : fmt::format("{} devices on {} GPU{}", devices_.size(), gpus.size(), gpus.size() == 1 ? "" : "s");
-    return fmt::format("{} | cuda {} ({}) {} kv={} {:.2f} GiB {}", placement_layout_line(plan_), devices_.front()->name(),
-                       where, links_->describe(), kv_type_name(kv_), double(kv) / gib, steps);
+    const std::string tier = cold_threads_ > 0 ? fmt::format(", host tier on {} CPU threads", cold_threads_) : std::string();
+    return fmt::format("{} | cuda {} ({}) {} kv={} {:.2f} GiB {}{}", placement_layout_line(plan_), devices_.front()->name(),
+                       where, links_->describe(), kv_type_name(kv_), double(kv) / gib, steps, tier);
 }
 
 std::vector<int32_t> cuda_engine::gpus() const {
@@ -342,7 +355,8 @@ std::map<std::string, double> cuda_engine::counters() const {
             {"devices", double(devices_.size())},
             {"stages", double(plan_.n_stages)},
             {"bytes_moved_last_step", double(bytes_moved_)},
-            {"device_draws", draw_device_ >= 0 ? 1.0 : 0.0}};
+            {"device_draws", draw_device_ >= 0 ? 1.0 : 0.0},
+            {"host_tier_pairs_last_step", double(cold_pairs_)}};
 }
 
 std::vector<std::vector<uint64_t>> cuda_engine::expert_traffic() const {
@@ -375,12 +389,19 @@ int64_t cuda_engine::enqueue(const std::vector<int32_t> &mb_begin, const std::ve
                 }
             }
             const placement_device_plan &part = first.part();
+            cuda_cold_tier *tier = cold_.empty() ? nullptr : cold_[size_t(s)].get();
             for (int32_t l = part.layer_begin; l < part.layer_end; ++l) {
+                // With cold experts the CPU takes the routed rows between the route and the experts.
+                cuda_cold_tier *cold = tier && tier->any(l) ? tier : nullptr;
                 for (int32_t i : members) {
                     cuda_device &dev = *devices_[size_t(i)];
                     launches += dev.layer_attention(l, b, n);  // the phases in order (a sum's operands are not)
                     launches += dev.layer_route(l, b, n);
-                    launches += dev.layer_experts(l, b, n);
+                    if (!cold) launches += dev.layer_experts(l, b, n);
+                }
+                if (cold) {
+                    launches += cold->send(l, b, n);
+                    for (int32_t i : members) launches += devices_[size_t(i)]->layer_experts(l, b, n);
                 }
                 if (members.size() == 2) {
                     // Each member gets the other's pair outputs, then keeps the owner's value of every pair.
@@ -391,6 +412,7 @@ int64_t cuda_engine::enqueue(const std::vector<int32_t> &mb_begin, const std::ve
                     links.send(c, c.expert_out_rows(b), a, a.exchange_rows(parity, b), bytes, cap);
                     launches += a.merge_partner(l, b, n, parity) + c.merge_partner(l, b, n, parity);
                 }
+                if (cold) launches += cold->receive(l, b, n);
                 for (int32_t i : members) launches += devices_[size_t(i)]->combine(l, b, n);
             }
             if (s + 1 < plan_.n_stages) {
@@ -540,6 +562,11 @@ void cuda_engine::run_step(std::span<const engine_row> rows, bool prompt, float 
         d.download_groups_total(h.groups + i);
     }
     for (const auto &d : devices_) d->synchronize();
+    for (const auto &t : cold_)
+        if (t) {
+            t->check();
+            cold_pairs_ += t->take_pairs();
+        }
     // Logits rows left the devices in micro-batch order, which is row order.
     int64_t groups = 0;
     for (size_t i = 0; i < devices_.size(); ++i) {
@@ -605,6 +632,7 @@ void cuda_engine::forward_rows(std::span<const engine_row> rows, std::vector<flo
                                std::span<const row_draw> draws, bool best_only, bool device_rules) {
     if (logits) logits->clear();
     if (top) top->clear();
+    cold_pairs_ = 0;
     if (rows.empty()) return;
     slots_.validate(rows);
     const size_t vocab = size_t(hp_.n_vocab);

@@ -16,6 +16,7 @@
 
 namespace tandem {
 
+class cuda_cold_tier;
 class cuda_device;
 class cuda_links;
 
@@ -102,6 +103,9 @@ private:
     std::vector<std::vector<int32_t>> stage_members_;    // [stage] -> logical devices (host first)
     std::unique_ptr<cuda_links> links_;
     std::unique_ptr<host_state> host_;
+    std::vector<std::unique_ptr<cuda_cold_tier>> cold_;  // [stage] the host tier (null: no cold experts there)
+    int32_t cold_threads_ = 0;
+    int64_t cold_pairs_ = 0;  // (row, slot) pairs the host tier computed in the last call
     int64_t launches_per_step_ = 0;
     double experts_touched_per_layer_ = 0;
     uint64_t bytes_moved_ = 0;

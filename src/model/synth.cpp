@@ -106,7 +106,10 @@ uint64_t name_hash(const std::string &s, uint64_t seed) {
 }
 
 // The types without a random-block writer: uniform values in [-amp, amp) through the type's
-// quantizer a chunk of blocks at a time (with a uniform importance where ggml requires one).
+// quantizer (with a uniform importance where ggml requires one) for the first pool_blocks blocks;
+// the rest are copies of those drawn at random. The searching quantizers (K-quants of 2, 3 and 5
+// bits, the IQ types) then write a 30B-sized file in seconds instead of minutes, and a tensor's
+// blocks still have the type's real distribution of codes and scales.
 static void fill_quantized(ggml_type type, uint8_t *dst, int64_t n_elems, float amp, rng64 &rng) {
     if (!ggml_type_can_quantize(type))
         fail(error_kind::unsupported, "synth cannot write tensors of type {}", ggml_type_name(type));
@@ -114,14 +117,13 @@ static void fill_quantized(ggml_type type, uint8_t *dst, int64_t n_elems, float 
     const size_t blk_bytes = ggml_row_bytes(type, blk);
     const std::vector<float> importance(size_t(blk), 1.0f);
     const float *imp = ggml_type_needs_importance(type) ? importance.data() : nullptr;
-    constexpr int64_t chunk_blocks = 1024;  // bounds the float buffer, not the tensor
-    std::vector<float> x;
-    for (int64_t b0 = 0; b0 < n_blocks; b0 += chunk_blocks) {
-        const int64_t nb = std::min(chunk_blocks, n_blocks - b0);
-        x.resize(size_t(nb * blk));
-        for (float &v : x) v = (2.0f * rng.uniform() - 1.0f) * amp;
-        quantize_rows(type, x.data(), dst + size_t(b0) * blk_bytes, nb, blk, imp);
-    }
+    constexpr int64_t pool_blocks = 4096;
+    const int64_t n_pool = std::min(pool_blocks, n_blocks);
+    std::vector<float> x(size_t(n_pool * blk));
+    for (float &v : x) v = (2.0f * rng.uniform() - 1.0f) * amp;
+    quantize_rows(type, x.data(), dst, n_pool, blk, imp);
+    for (int64_t b = n_pool; b < n_blocks; ++b)
+        std::memcpy(dst + size_t(b) * blk_bytes, dst + size_t(rng.next() % uint64_t(n_pool)) * blk_bytes, blk_bytes);
 }
 
 // Fills n_elems of `type` with random values of mean ~0 and standard deviation ~std.

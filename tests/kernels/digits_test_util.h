@@ -7,6 +7,7 @@
 
 #include "src/cpu/digits.h"
 #include "tandem/quant.h"
+#include "tandem/swiglu.h"
 
 #include <algorithm>
 #include <cmath>
@@ -75,7 +76,7 @@ std::vector<float> cpu_grouped_product(const std::vector<std::vector<uint8_t>> &
 // silu(gate) * up of two products' outputs, as the CPU engine's SwiGLU writes it.
 inline std::vector<float> cpu_swiglu(const std::vector<float> &gate, const std::vector<float> &up) {
     std::vector<float> y(gate.size());
-    for (size_t i = 0; i < y.size(); ++i) y[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
+    for (size_t i = 0; i < y.size(); ++i) y[i] = tandem::swiglu(gate[i], up[i]);
     return y;
 }
 

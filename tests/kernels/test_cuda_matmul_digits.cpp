@@ -16,6 +16,7 @@
 #include "cuda/matvec_digits.h"
 #include "src/cpu/cpu_ops.h"
 #include "tandem/quant.h"
+#include "tandem/swiglu.h"
 
 #include <cmath>
 #include <cstring>
@@ -133,7 +134,7 @@ TEST_CASE("prompt digit tiles: grouped SwiGLU bitwise the decode kernels, within
             cpu::matmul(ctx, host_matrix(gate[size_t(e)], ggml_type::q4_k, sh.n_in, sh.n_out), x.data() + size_t(p / sh.k) * sh.n_in, gv.data(), 1);
             cpu::matmul(ctx, host_matrix(up[size_t(e)], ggml_type::q4_k, sh.n_in, sh.n_out), x.data() + size_t(p / sh.k) * sh.n_in, uv.data(), 1);
             for (int32_t j = 0; j < sh.n_out; ++j)
-                ref[size_t(p) * sh.n_out + j] = gv[size_t(j)] / (1.0f + std::exp(-gv[size_t(j)])) * uv[size_t(j)];
+                ref[size_t(p) * sh.n_out + j] = swiglu(gv[size_t(j)], uv[size_t(j)]);
         }
         CHECK(rel_err(got.data(), ref.data(), ref.size()) <= test::tolerance::moe);
     }

@@ -16,6 +16,7 @@
 #include "cuda/norm.h"
 #include "src/cpu/cpu_ops.h"
 #include "tandem/quant.h"
+#include "tandem/swiglu.h"
 
 #include <algorithm>
 #include <cmath>
@@ -133,7 +134,7 @@ TEST_CASE("grouped SwiGLU digit products match the CPU and are batch invariant",
             std::vector<float> gv(static_cast<size_t>(n_out)), uv(static_cast<size_t>(n_out));
             cpu::matmul(ctx, host_matrix(gate[size_t(e)], ggml_type::q4_k, n_in, n_out), x.data() + size_t(p / k) * n_in, gv.data(), 1);
             cpu::matmul(ctx, host_matrix(up[size_t(e)], ggml_type::q4_k, n_in, n_out), x.data() + size_t(p / k) * n_in, uv.data(), 1);
-            for (int32_t j = 0; j < n_out; ++j) ref[size_t(p) * n_out + j] = gv[size_t(j)] / (1.0f + std::exp(-gv[size_t(j)])) * uv[size_t(j)];
+            for (int32_t j = 0; j < n_out; ++j) ref[size_t(p) * n_out + j] = swiglu(gv[size_t(j)], uv[size_t(j)]);
         }
         device_buffer<uint8_t> dg(all_gate), du(all_up);
         device_buffer<float> dx(x), dy(ref.size());
