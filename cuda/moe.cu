@@ -429,6 +429,14 @@ void moe_route(const moe_route_args &a, cudaStream_t stream) {
         launch_route<max_epl>(a, stream);
 }
 
+void moe_group_pairs(const moe_route_args &a, cudaStream_t stream) {
+    TANDEM_CUDA_REQUIRE(a.n_expert >= 1 && a.n_expert <= max_experts && a.k >= 1 && a.k <= max_k,
+                        "moe_group_pairs: n_expert up to 512, k up to 32");
+    if (a.n_rows == 0) return;
+    launch_pdl(moe_route_sort_kernel, dim3(1), dim3(route_threads), stream, a);
+    TANDEM_CUDA_CHECK_LAUNCH();
+}
+
 bool moe_combine_digits_applies(const moe_combine_args &a) {
     return a.norm && a.h && !a.h_split && a.d_model % 256 == 0 &&
            (reinterpret_cast<uintptr_t>(a.x) | reinterpret_cast<uintptr_t>(a.out) | reinterpret_cast<uintptr_t>(a.norm) |

@@ -39,6 +39,9 @@ inline int32_t moe_max_groups(int32_t n_rows, int32_t n_expert, int32_t k) {
     return int32_t(pairs < n_expert ? pairs : n_expert);
 }
 void moe_route(const moe_route_args &args, cudaStream_t stream);
+// The grouping alone, from ids another router wrote (moe_route_grouped.h): group_expert, group_off,
+// n_groups, pair_x, pair_y and groups_total as moe_route writes them (logits and weights unused).
+void moe_group_pairs(const moe_route_args &args, cudaStream_t stream);
 
 // counts[e] += 1 for every routed pair of a real row (slot >= 0): the expert traffic the engine
 // records for `--expert-balance`. Launched without PDL (it reads moe_route's ids).

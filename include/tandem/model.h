@@ -85,6 +85,8 @@ struct model_kv_shape {
     int64_t per_token() const { return int64_t(n_planes) * width; }
 };
 model_kv_shape model_kv_shape_of(const model_hparams &hp);
+// deepseek2: the attention's softmax scale, 1/sqrt(d_head) times YaRN's mscale(factor, mscale_all_dim)^2.
+float model_mla_softmax_scale(const model_hparams &hp);
 
 const char *model_arch_name(model_arch arch);
 // Throws file_format/unsupported naming the key when a value is missing or inconsistent.

@@ -22,24 +22,13 @@ namespace {
 
 const float *f32_data(const gguf_tensor_info *t) { return reinterpret_cast<const float *>(t->data); }
 
-// YaRN's attention temperature: DeepSeek multiplies the softmax scale by mscale(factor, mscale_all_dim)^2.
-float mla_softmax_scale(const model_hparams &hp) {
-    double scale = 1.0 / std::sqrt(double(hp.d_head));
-    const rope_yarn &y = hp.yarn_params;
-    if (hp.yarn && y.factor > 1.0f && y.mscale_all_dim > 0.0f) {
-        const double m = 0.1 * double(y.mscale_all_dim) * std::log(double(y.factor)) + 1.0;
-        scale *= m * m;
-    }
-    return float(scale);
-}
-
 }  // namespace
 
 void cpu_device::mla_prepare() {
     const rope_yarn &y = hp_.yarn_params;
     rope_freq_ = cpu::rope_inv_freq(hp_.rope_theta, hp_.d_rope, hp_.yarn ? y.factor : 0.0f, y.n_ctx_orig, y.beta_fast,
                                     y.beta_slow);
-    mla_scale_ = mla_softmax_scale(hp_);
+    mla_scale_ = model_mla_softmax_scale(hp_);
     // attn_kv_b's key rows run over the latent; the absorbed query needs them per latent dim.
     const int64_t nh = hp_.n_head, nope = hp_.d_nope(), lora = hp_.kv_lora_rank, per_head = nope + hp_.d_head_v;
     mla_k_b_.assign(size_t(part_.layer_end - part_.layer_begin), {});

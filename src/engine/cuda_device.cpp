@@ -6,6 +6,7 @@
 #include "load_meter.h"
 
 #include "cuda/attention.h"
+#include "src/cpu/cpu_ops.h"
 #include "cuda/attention_prompt.h"
 #include "cuda/logits_top.h"
 #include "cuda/cuda_check.h"
@@ -51,7 +52,7 @@ size_t step_floats(const model_hparams &hp, int32_t n_ctx) {
     auto digit_floats = [](size_t n) { return n % 256 == 0 ? cuda::digits_per_element * n / 4 + n / 256 + n / 256 * 16 / 2 : 0; };
     const size_t digits = r_partial * (digit_floats(d) + k * digit_floats(size_t(hp.d_ff_expert)));  // bytes / 4
     const size_t prompt_split = r * prompt_split_width(hp) * 33 / 32;
-    return r * (2 * d + 2 * q_dim + 2 * kv_dim + router_k_parts * size_t(hp.n_expert) + 2 * k + k * size_t(hp.d_ff_expert) + k * d + 4) +
+    return mla_floats(hp) + r * (2 * d + 2 * q_dim + 2 * kv_dim + router_k_parts * size_t(hp.n_expert) + 2 * k + k * size_t(hp.d_ff_expert) + k * d + 4) +
            r_partial * size_t(hp.n_head) * n_chunks * (dh + 2) + split + digits + prompt_split;
 }
 
@@ -86,10 +87,44 @@ struct upload_plan {
     }
 };
 
+// deepseek2's tensors of a layer beyond qwen3moe's, as offsets into the upload (SIZE_MAX: absent).
+struct mla_offsets {
+    size_t wq_a, wq_b, wkv_a, ffn_gate, ffn_up, ffn_down, q_a_norm, kv_a_norm, exp_probs_b, k_b, v_b;
+};
+
+// Adds a deepseek2 layer's tensors to the upload, the absorbed up-projections in F32 (mla_absorb).
+mla_offsets mla_upload(const model_hparams &hp, const layer_tensors &lt, upload_plan &up,
+                       std::vector<std::vector<float>> &absorbed) {
+    constexpr size_t none = SIZE_MAX;
+    auto whole = [&](const gguf_tensor_info *t) { return t ? up.add({{t->data, t->n_bytes}}) : none; };
+    mla_absorbed abs = mla_absorb(hp, lt);
+    auto host = [&](std::vector<float> &&v) {
+        absorbed.push_back(std::move(v));
+        const std::vector<float> &a = absorbed.back();
+        return up.add({{reinterpret_cast<const uint8_t *>(a.data()), a.size() * sizeof(float)}});
+    };
+    const bool dense = lt.ffn_gate != nullptr;
+    mla_offsets o;
+    o.wq_a = whole(lt.wq_a);
+    o.wq_b = whole(lt.wq_b);
+    o.wkv_a = whole(lt.wkv_a);
+    o.ffn_gate = whole(dense ? lt.ffn_gate : lt.gate_shexp);
+    o.ffn_up = whole(dense ? lt.ffn_up : lt.up_shexp);
+    o.ffn_down = whole(dense ? lt.ffn_down : lt.down_shexp);
+    o.q_a_norm = whole(lt.q_a_norm);
+    o.kv_a_norm = whole(lt.kv_a_norm);
+    o.exp_probs_b = whole(lt.exp_probs_b);
+    o.k_b = host(std::move(abs.k_b));
+    o.v_b = host(std::move(abs.v_b));
+    return o;
+}
+
 }  // namespace
 
 size_t prompt_split_width(const model_hparams &hp) {
-    const size_t w = std::max({size_t(hp.d_model), size_t(hp.n_head) * size_t(hp.d_head), size_t(hp.n_expert_used) * size_t(hp.d_ff_expert)});
+    size_t w = std::max({size_t(hp.d_model), size_t(hp.n_head) * size_t(hp.d_head), size_t(hp.n_expert_used) * size_t(hp.d_ff_expert)});
+    if (hp.arch == model_arch::deepseek2)  // the q LoRA's rows, the value heads, the always-on FFN
+        w = std::max({w, size_t(hp.q_lora_rank), size_t(hp.n_head) * size_t(hp.d_head_v), ffn_dense_width(hp)});
     return (w + 127) / 128 * 128;
 }
 
@@ -142,9 +177,11 @@ cuda_device::cuda_device(const model_hparams &hp, const model_tensors &tensors, 
 
     // Which bytes go where.
     upload_plan up;
-    auto whole = [&](const gguf_tensor_info *t) { return up.add({{t->data, t->n_bytes}}); };
+    // Tensors a layer kind does not have (deepseek2's dense layers: no experts; no K/V norms) upload nothing.
+    constexpr size_t none = SIZE_MAX;
+    auto whole = [&](const gguf_tensor_info *t) { return t ? up.add({{t->data, t->n_bytes}}) : none; };
     auto experts = [&](const gguf_tensor_info *t, const std::vector<int32_t> &held, bool sub) {
-        if (!sub) return whole(t);
+        if (!sub || !t) return whole(t);
         const size_t each = t->n_bytes / size_t(hp.n_expert);
         std::vector<upload_plan::slice> slices;
         for (int32_t e : held) slices.push_back({t->data + size_t(e) * each, each});
@@ -165,6 +202,12 @@ cuda_device::cuda_device(const model_hparams &hp, const model_tensors &tensors, 
                         whole(lt.wk), whole(lt.wv), whole(lt.wo), whole(lt.router), experts(lt.gate_exps, held, subset(l)),
                         experts(lt.up_exps, held, subset(l)), experts(lt.down_exps, held, subset(l))});
     }
+    m.mla = hp.arch == model_arch::deepseek2;
+    std::vector<mla_offsets> mla_offs;
+    std::vector<std::vector<float>> absorbed;  // host copies of the F32 up-projections until they upload
+    if (m.mla)
+        for (int32_t l = part.layer_begin; l < part.layer_end; ++l)
+            mla_offs.push_back(mla_upload(hp, tensors.layers[size_t(l)], up, absorbed));
     const bool last = part.layer_end == hp.n_layer;
     const bool has_head = part.head_end > part.head_begin;
     const size_t next_norm_off = last ? whole(tensors.output_norm)
@@ -192,16 +235,17 @@ cuda_device::cuda_device(const model_hparams &hp, const model_tensors &tensors, 
                 done += n;
             }
     }
-    auto vec = [&](size_t off) { return reinterpret_cast<const float *>(m.weights + off); };
+    auto vec = [&](size_t off) { return off == none ? nullptr : reinterpret_cast<const float *>(m.weights + off); };
     auto mat = [&](size_t off, const gguf_tensor_info *t, int32_t n_out) {
         cuda_matrix cm;
+        if (!t) return cm;
         cm.data = m.weights + off;
         cm.type = t->type;
         cm.n_in = int32_t(t->ne[0]);
         cm.n_out = n_out;
         return cm;
     };
-    auto rows_of = [](const gguf_tensor_info *t) { return int32_t(t->ne.size() > 1 ? t->ne[1] : 1); };
+    auto rows_of = [](const gguf_tensor_info *t) { return !t ? 0 : int32_t(t->ne.size() > 1 ? t->ne[1] : 1); };
     int32_t *local_dev = nullptr;
     if (any_subset) {
         local_dev = m.local_maps = device_alloc<int32_t>(local.size() * size_t(hp.n_expert));
@@ -227,8 +271,26 @@ cuda_device::cuda_device(const model_hparams &hp, const model_tensors &tensors, 
         cl.up = mat(o.up, lt.up_exps, rows_of(lt.up_exps));
         cl.down = mat(o.down, lt.down_exps, rows_of(lt.down_exps));
         cl.local = subset(l) ? local_dev + i * size_t(hp.n_expert) : nullptr;
+        if (m.mla) {
+            const mla_offsets &mo = mla_offs[i];
+            cl.wq_a = mat(mo.wq_a, lt.wq_a, rows_of(lt.wq_a));
+            cl.wq_b = mat(mo.wq_b, lt.wq_b, rows_of(lt.wq_b));
+            cl.wkv_a = mat(mo.wkv_a, lt.wkv_a, rows_of(lt.wkv_a));
+            const bool dense = lt.ffn_gate != nullptr;
+            const gguf_tensor_info *fg = dense ? lt.ffn_gate : lt.gate_shexp, *fu = dense ? lt.ffn_up : lt.up_shexp;
+            const gguf_tensor_info *fd = dense ? lt.ffn_down : lt.down_shexp;
+            cl.ffn_gate = mat(mo.ffn_gate, fg, rows_of(fg));
+            cl.ffn_up = mat(mo.ffn_up, fu, rows_of(fu));
+            cl.ffn_down = mat(mo.ffn_down, fd, rows_of(fd));
+            cl.q_a_norm = vec(mo.q_a_norm);
+            cl.kv_a_norm = vec(mo.kv_a_norm);
+            cl.exp_probs_b = vec(mo.exp_probs_b);
+            cl.k_b = vec(mo.k_b);
+            cl.v_b = vec(mo.v_b);
+            mla_check_types(cl);
+        }
         for (const cuda_matrix *cm : {&cl.wq, &cl.wk, &cl.wv, &cl.wo, &cl.router, &cl.gate, &cl.up, &cl.down})
-            if (cuda::matvec_row_bytes(cm->type, cm->n_in) == 0)
+            if (!m.mla && cuda::matvec_row_bytes(cm->type, cm->n_in) == 0)
                 fail(error_kind::unsupported, "the CUDA backend cannot compute tensors of type {}", ggml_type_name(cm->type));
         if (cl.gate.type != cl.up.type)
             fail(error_kind::unsupported, "the CUDA backend needs gate and up experts of one type ({} vs {})",
@@ -248,12 +310,19 @@ cuda_device::cuda_device(const model_hparams &hp, const model_tensors &tensors, 
     // frequencies computed as the CPU does.
     m.n_chunks = cuda::attention_chunks(n_ctx);
     m.kv_elem = kv;
-    m.kv_row = size_t(kv_row_bytes(kv, kv_dim));
-    m.kv_bytes = size_t(part.layer_end - part.layer_begin) * 2 * size_t(n_slots) * size_t(n_ctx) * m.kv_row;
+    const model_kv_shape kv_shape = model_kv_shape_of(hp);
+    m.kv_planes = kv_shape.n_planes;
+    m.kv_row = size_t(kv_row_bytes(kv, kv_shape.width));
+    m.kv_bytes = size_t(part.layer_end - part.layer_begin) * size_t(m.kv_planes) * size_t(n_slots) * size_t(n_ctx) * m.kv_row;
     m.kv = device_alloc<uint8_t>(m.kv_bytes);
     std::vector<float> inv_freq(size_t(dh / 2));
     for (int64_t i = 0; i < dh / 2; ++i)
         inv_freq[size_t(i)] = 1.0f / static_cast<float>(std::pow(double(hp.rope_theta), double(float(2 * i) / float(dh))));
+    if (m.mla) {  // the rope part's frequencies with YaRN, computed as the CPU twin computes them
+        const rope_yarn &y = hp.yarn_params;
+        inv_freq = cpu::rope_inv_freq(hp.rope_theta, hp.d_rope, hp.yarn ? y.factor : 0.0f, y.n_ctx_orig, y.beta_fast, y.beta_slow);
+        m.mla_scale = model_mla_softmax_scale(hp);
+    }
     m.inv_freq = device_alloc<float>(inv_freq.size());
     TANDEM_CUDA_CHECK(cudaMemcpy(m.inv_freq, inv_freq.data(), inv_freq.size() * sizeof(float), cudaMemcpyHostToDevice));
 
@@ -262,7 +331,8 @@ cuda_device::cuda_device(const model_hparams &hp, const model_tensors &tensors, 
     m.x = device_alloc<float>(R * d);
     m.h = device_alloc<float>(R * d);
     m.q = device_alloc<float>(R * q_dim);
-    m.att = device_alloc<float>(R * q_dim);
+    m.att = device_alloc<float>(R * size_t(std::max<int64_t>(q_dim, int64_t(hp.n_head) * hp.d_head_v)));
+    if (m.mla) m.mla_alloc();
     m.kb = device_alloc<float>(R * kv_dim);
     m.vb = device_alloc<float>(R * kv_dim);
     m.router_logits = device_alloc<float>(R * router_k_parts * hp.n_expert);  // [parts][max_step_rows][n_expert]
@@ -341,7 +411,8 @@ cuda_device::~cuda_device() {
              m.pair_y, m.groups_total, m.own_mat, m.own_off, m.own_n, m.own_x, m.own_y, m.logits, m.top_keys, m.top_slice_max,
              m.top_slice_sum, m.top_slice_nan, m.top_rows, m.rule_rows, m.rule_pool, m.draws, m.logits_rest, m.h_split, m.h_sums, m.h_digits, m.h_digit_scales, m.h_digit_sums, m.act_digits,
              m.act_digit_scales, m.act_digit_sums, m.att_split,
-             m.att_sums, m.act_split, m.act_sums, m.prompt_split, m.prompt_sums, m.traffic, m.local_maps})
+             m.att_sums, m.act_split, m.act_sums, m.prompt_split, m.prompt_sums, m.traffic, m.local_maps, m.mla_kv, m.mla_qa,
+             m.mla_q_lat, m.mla_o_lat, m.ffn_g, m.ffn_u, m.ffn_out})
         if (p) cudaFree(const_cast<void *>(p));
     if (m.event) cudaEventDestroy(m.event);
     if (m.stream) cudaStreamDestroy(m.stream);
@@ -371,6 +442,7 @@ void cuda_device::upload_rows(const int32_t *rows_host_pinned) {
 }
 
 int32_t cuda_device::step_rows_limit(const model_hparams &hp, bool prompt) {
+    if (hp.arch == model_arch::deepseek2) return prompt ? max_step_rows : max_logit_rows;  // one attention kernel for any rows
     return prompt && cuda::attention_prompt_native(hp.n_head, hp.n_head_kv, hp.d_head) ? max_step_rows : max_logit_rows;
 }
 
@@ -418,6 +490,7 @@ int64_t cuda_device::embed(int32_t r0, int32_t n) {
 int64_t cuda_device::merge_partner(int32_t l, int32_t r0, int32_t n, int32_t parity) {
     state &m = *s_;
     const model_hparams &hp = *m.hp;
+    if (m.mla && model_layer_recipe(hp, l).n_expert_used == 0) return 0;  // a dense layer: no pairs to merge
     TANDEM_CUDA_CHECK(cudaSetDevice(m.device));
     cuda::moe_pairs_merge_args a;
     a.out = expert_out_rows(r0);
@@ -433,6 +506,7 @@ int64_t cuda_device::merge_partner(int32_t l, int32_t r0, int32_t n, int32_t par
 }
 
 int64_t cuda_device::combine(int32_t l, int32_t r0, int32_t n) {
+    if (s_->mla) return combine_deepseek2(l, r0, n);
     state &m = *s_;
     const model_hparams &hp = *m.hp;
     TANDEM_CUDA_CHECK(cudaSetDevice(m.device));

@@ -135,6 +135,14 @@ public:
     state &impl() { return *s_; }
 
 private:
+    // The routed experts of a layer (qwen3moe's and deepseek2's), and deepseek2's layer phases
+    // (cuda_layer_deepseek2.cpp).
+    int64_t layer_experts_routed(int32_t layer, int32_t r0, int32_t n);
+    int64_t layer_attention_mla(int32_t layer, int32_t r0, int32_t n);
+    int64_t layer_route_deepseek2(int32_t layer, int32_t r0, int32_t n);
+    int64_t layer_experts_deepseek2(int32_t layer, int32_t r0, int32_t n);
+    int64_t combine_deepseek2(int32_t layer, int32_t r0, int32_t n);
+
     std::unique_ptr<state> s_;
 };
 

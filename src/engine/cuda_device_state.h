@@ -30,11 +30,34 @@ struct cuda_matrix {
     int32_t n_in = 0, n_out = 0;
 };
 
+// deepseek2 (cuda_layer_deepseek2.cpp): the always-on FFN's width (shared experts or dense
+// layers; 0 for qwen3moe); the step buffers and every layer's absorbed F32 up-projections, in floats
+// (0 for qwen3moe); a layer's absorbed up-projections, dequantised as the CPU twin reads them, in
+// the layouts mla_head_product takes: W_UK [n_head][kv_lora][d_nope] (attn_k_b's rows, or
+// attn_kv_b's key rows transposed) and W_UV [n_head][d_head_v][kv_lora].
+size_t ffn_dense_width(const model_hparams &hp);
+size_t mla_floats(const model_hparams &hp);
+struct mla_absorbed {
+    std::vector<float> k_b, v_b;
+};
+mla_absorbed mla_absorb(const model_hparams &hp, const layer_tensors &lt);
+
+// deepseek2: whether the quantized products (matvec.h, matmul_prompt.h) take w; others are F32,
+// F16 or BF16 matrices of other widths, which the plain kernel computes (cuda/ffn_dense.h).
+bool mla_tensor_cores(const cuda_matrix &w);
+
 struct cuda_layer {
     const float *attn_norm = nullptr, *q_norm = nullptr, *k_norm = nullptr, *ffn_norm = nullptr;
     cuda_matrix wq, wk, wv, wo, router, gate, up, down;  // gate/up/down: the experts held here
     const int32_t *local = nullptr;  // [n_expert] expert -> matrix index here, -1: the partner's or the host tier's; nullptr: all here
+    // deepseek2 (cuda_layer_deepseek2.cpp): the latent attention's projections and norms, the
+    // absorbed up-projections in F32 (k_b [n_head][kv_lora][d_nope], v_b [n_head][d_head_v][kv_lora]),
+    // the routing bias, and the always-on FFN (the shared experts, or a leading layer's dense FFN).
+    cuda_matrix wq_a, wq_b, wkv_a, ffn_gate, ffn_up, ffn_down;
+    const float *q_a_norm = nullptr, *kv_a_norm = nullptr, *exp_probs_b = nullptr, *k_b = nullptr, *v_b = nullptr;
 };
+// deepseek2: refuses a layer whose matrices no product on its paths takes, naming the type.
+void mla_check_types(const cuda_layer &cl);
 
 struct cuda_device::state {
     const model_hparams *hp = nullptr;
@@ -49,7 +72,8 @@ struct cuda_device::state {
 
     uint8_t *weights = nullptr;
     size_t weight_bytes = 0;
-    uint8_t *kv = nullptr;          // [layers here][2][n_slots][n_ctx] rows of kv_dim floats, halves or q8_0 blocks
+    uint8_t *kv = nullptr;          // [layers here][kv_planes][n_slots][n_ctx] rows of floats, halves or q8_0 blocks
+    int32_t kv_planes = 2;          // model_kv_shape_of: K and V, or deepseek2's one latent plane
     kv_type kv_elem = kv_type::f32;  // resolved engine_options::kv
     size_t kv_row = 0;              // bytes of one row (kv_row_bytes)
     size_t kv_bytes = 0;
@@ -59,6 +83,14 @@ struct cuda_device::state {
     const float *next_norm = nullptr;  // attention norm of layer_end, or the output norm
     std::vector<cuda_layer> layers;    // [layer - layer_begin]
     int32_t n_chunks = 0;  // attention chunk partials a row (cuda::attention_chunks)
+
+    // deepseek2: multi-head latent attention (model_arch::deepseek2), its softmax scale, and its
+    // step buffers for max_step_rows rows: the latent + roped key, the q LoRA's rows, the queries
+    // and attended values in the latent space, the always-on FFN's gate, up and output.
+    bool mla = false;
+    float mla_scale = 1.0f;
+    float *mla_kv = nullptr, *mla_qa = nullptr, *mla_q_lat = nullptr, *mla_o_lat = nullptr;
+    float *ffn_g = nullptr, *ffn_u = nullptr, *ffn_out = nullptr;
 
     // Step buffers for max_step_rows rows.
     int32_t *rows = nullptr;        // [4][max_step_rows]: tokens, slots, positions, head rows
@@ -138,6 +170,8 @@ struct cuda_device::state {
     // 16-byte aligned): Q/K/V and wo one_group products, and the producers that write their digits.
     bool prompt_dense_on_digits(const cuda_matrix &w) const;
     bool paired() const { return part.partner >= 0; }
+    // deepseek2's step buffers (mla_kv .. ffn_out), max_step_rows rows each.
+    void mla_alloc();
 };
 
 }  // namespace tandem

@@ -7,8 +7,10 @@
 #include "cuda_engine.h"
 #include "load_meter.h"
 
+#include "cuda/attention_mla.h"
 #include "cuda/cuda_check.h"
 #include "cuda/logits_top.h"
+#include "cuda/moe_route_grouped.h"
 #include "cuda_cold_tier.h"
 #include "cuda_device_state.h"
 #include "cuda_engine_host.h"
@@ -101,19 +103,39 @@ topology cuda_topology_probe() {
     return topo;
 }
 
+// deepseek2's shapes and options the CUDA engine takes (cuda_layer_deepseek2.cpp).
+static void mla_check(const model_hparams &hp, const engine_options &options) {
+    if (options.kv == kv_type::q8_0)
+        fail(error_kind::unsupported, "the CUDA engine keeps deepseek2's latent cache in f32 or f16; --kv-type q8_0 is not "
+             "supported for it (use --kv-type f16, or --backend cpu)");
+    if (hp.d_model % 32 || hp.d_ff_expert % 32)
+        fail(error_kind::unsupported, "the CUDA backend needs d_model and the experts' d_ff multiples of 32, the model has {} and {}",
+             hp.d_model, hp.d_ff_expert);
+    if (hp.kv_lora_rank > cuda::mla_max_kv_lora || hp.d_rope > cuda::mla_max_d_rope)
+        fail(error_kind::unsupported, "the CUDA latent attention takes kv_lora_rank up to {} and a rope part up to {}; the "
+             "model has {} and {}", cuda::mla_max_kv_lora, cuda::mla_max_d_rope, hp.kv_lora_rank, hp.d_rope);
+    if (hp.n_expert > cuda::moe_route_grouped_max_experts || hp.n_expert_used > 32 || hp.n_expert_group > 64)
+        fail(error_kind::unsupported, "the CUDA routing takes up to {} experts, 32 a token and 64 groups; the model has {}, {} "
+             "and {}", cuda::moe_route_grouped_max_experts, hp.n_expert, hp.n_expert_used, hp.n_expert_group);
+}
+
 placement_plan cuda_plan_make(const gguf_file &file, const model_hparams &hp, const engine_options &options) {
     const int64_t q_dim = int64_t(hp.n_head) * hp.d_head;
-    if (hp.d_head_v != hp.d_head)
-        fail(error_kind::unsupported, "the CUDA backend needs value heads as wide as key heads ({} vs {})", hp.d_head_v, hp.d_head);
-    if (hp.d_model % 32 || q_dim % 32 || hp.d_ff_expert % 32)
-        fail(error_kind::unsupported, "the CUDA backend needs d_model, n_head*d_head and d_ff multiples of 32");
-    const int32_t group = hp.n_head_kv > 0 ? hp.n_head / hp.n_head_kv : 0;
-    const bool dh_ok = hp.d_head == 32 || hp.d_head == 64 || hp.d_head == 128 || hp.d_head == 256;
-    const bool group_ok = group == 1 || group == 2 || group == 4 || (group % 8 == 0 && hp.d_head <= 128);
-    if (!dh_ok || !group_ok || hp.n_head % hp.n_head_kv != 0)
-        fail(error_kind::unsupported, "the CUDA attention needs d_head 32, 64, 128 or 256 and 1, 2, 4 or a multiple of 8 "
-             "query heads per KV head (8+ only with d_head <= 128); the model has d_head {} and {} / {} heads",
-             hp.d_head, hp.n_head, hp.n_head_kv);
+    if (hp.arch == model_arch::deepseek2) {
+        mla_check(hp, options);
+    } else {
+        if (hp.d_head_v != hp.d_head)
+            fail(error_kind::unsupported, "the CUDA backend needs value heads as wide as key heads ({} vs {})", hp.d_head_v, hp.d_head);
+        if (hp.d_model % 32 || q_dim % 32 || hp.d_ff_expert % 32)
+            fail(error_kind::unsupported, "the CUDA backend needs d_model, n_head*d_head and d_ff multiples of 32");
+        const int32_t group = hp.n_head_kv > 0 ? hp.n_head / hp.n_head_kv : 0;
+        const bool dh_ok = hp.d_head == 32 || hp.d_head == 64 || hp.d_head == 128 || hp.d_head == 256;
+        const bool group_ok = group == 1 || group == 2 || group == 4 || (group % 8 == 0 && hp.d_head <= 128);
+        if (!dh_ok || !group_ok || hp.n_head % hp.n_head_kv != 0)
+            fail(error_kind::unsupported, "the CUDA attention needs d_head 32, 64, 128 or 256 and 1, 2, 4 or a multiple of 8 "
+                 "query heads per KV head (8+ only with d_head <= 128); the model has d_head {} and {} / {} heads",
+                 hp.d_head, hp.n_head, hp.n_head_kv);
+    }
     cuda_transport_check(options.transport);  // fails here, before anything loads
 
     // The plan, checked against the budgets before anything is allocated.
@@ -170,7 +192,12 @@ cuda_engine::cuda_engine(std::shared_ptr<const gguf_file> file, const engine_opt
     n_slots_ = options.n_slots;
     n_ctx_ = options.n_ctx;
     kv_ = engine_kv_type_resolve(options);
-    kv_row_bytes(kv_, int64_t(hp_.n_head_kv) * hp_.d_head);  // refuses a q8_0 cache of rows that are not whole blocks
+    if (hp_.arch == model_arch::deepseek2) {  // the resolved cache type too (names the limit)
+        engine_options resolved = options;
+        resolved.kv = kv_;
+        mla_check(hp_, resolved);
+    }
+    kv_row_bytes(kv_, model_kv_shape_of(hp_).width);  // refuses a q8_0 cache of rows that are not whole blocks
     if (options.micro_batches < 0) fail(error_kind::config, "micro-batches must be >= 0, got {}", options.micro_batches);
     micro_batches_ = options.micro_batches;
     record_traffic_ = options.record_expert_traffic;

@@ -22,17 +22,17 @@ namespace {
 // enough to take from pinned memory at any time.
 constexpr size_t kv_staging_target = size_t(64) << 20;
 
-// Layer l's plane (0: K, 1: V) of the slot: [n_ctx] rows of m.kv_row bytes (kv_dim floats, halves
-// or q8_0 blocks).
+// Layer l's plane (0: K, 1: V; deepseek2: the one latent plane) of the slot: [n_ctx] rows of
+// m.kv_row bytes (floats, halves or q8_0 blocks).
 uint8_t *kv_plane(const cuda_device::state &m, int32_t layer, int32_t plane, int32_t slot) {
     const size_t row = m.kv_row, cache = size_t(m.n_slots) * size_t(m.n_ctx) * row;
     const size_t l = size_t(layer - m.part.layer_begin);
-    return m.kv + (l * 2 + size_t(plane)) * cache + size_t(slot) * size_t(m.n_ctx) * row;
+    return m.kv + (l * size_t(m.kv_planes) + size_t(plane)) * cache + size_t(slot) * size_t(m.n_ctx) * row;
 }
 
 // Where layer l's plane starts inside one token of a blob.
 size_t kv_blob_offset(const cuda_device::state &m, int32_t layer, int32_t plane) {
-    return (size_t(layer) * 2 + size_t(plane)) * m.kv_row;
+    return (size_t(layer) * size_t(m.kv_planes) + size_t(plane)) * m.kv_row;
 }
 
 }  // namespace
@@ -42,7 +42,7 @@ void cuda_device::kv_download(int32_t slot, int32_t t0, int32_t n, uint8_t *host
     TANDEM_CUDA_CHECK(cudaSetDevice(m.device));
     const size_t row = m.kv_row;
     for (int32_t l = m.part.layer_begin; l < m.part.layer_end; ++l)
-        for (int32_t p = 0; p < 2; ++p)
+        for (int32_t p = 0; p < m.kv_planes; ++p)
             TANDEM_CUDA_CHECK(cudaMemcpy2DAsync(host_pinned + kv_blob_offset(m, l, p), token_bytes,
                                                 kv_plane(m, l, p, slot) + size_t(t0) * row, row, row, size_t(n),
                                                 cudaMemcpyDeviceToHost, m.stream));
@@ -53,7 +53,7 @@ void cuda_device::kv_upload(int32_t slot, int32_t t0, int32_t n, const uint8_t *
     TANDEM_CUDA_CHECK(cudaSetDevice(m.device));
     const size_t row = m.kv_row;
     for (int32_t l = m.part.layer_begin; l < m.part.layer_end; ++l)
-        for (int32_t p = 0; p < 2; ++p)
+        for (int32_t p = 0; p < m.kv_planes; ++p)
             TANDEM_CUDA_CHECK(cudaMemcpy2DAsync(kv_plane(m, l, p, slot) + size_t(t0) * row, row,
                                                 host_pinned + kv_blob_offset(m, l, p), token_bytes, row, size_t(n),
                                                 cudaMemcpyHostToDevice, m.stream));
@@ -64,15 +64,13 @@ void cuda_device::kv_copy(int32_t src, int32_t dst, int32_t n) {
     TANDEM_CUDA_CHECK(cudaSetDevice(m.device));
     const size_t bytes = size_t(n) * m.kv_row;
     for (int32_t l = m.part.layer_begin; l < m.part.layer_end; ++l)
-        for (int32_t p = 0; p < 2; ++p)
+        for (int32_t p = 0; p < m.kv_planes; ++p)
             TANDEM_CUDA_CHECK(cudaMemcpyAsync(kv_plane(m, l, p, dst), kv_plane(m, l, p, src), bytes,
                                               cudaMemcpyDeviceToDevice, m.stream));
 }
 
 uint64_t cuda_engine::kv_token_bytes() const {
     const model_kv_shape kv = model_kv_shape_of(hp_);
-    TANDEM_ASSERT(kv.n_planes == 2 && kv.width == int64_t(hp_.n_head_kv) * hp_.d_head,
-                  "the CUDA cache holds K and V planes of n_head_kv x d_head");
     return uint64_t(hp_.n_layer) * uint64_t(kv.n_planes) * kv_row_bytes(kv_, kv.width);
 }
 

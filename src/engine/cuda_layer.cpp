@@ -190,6 +190,7 @@ bool q4k_digits(const cuda_matrix &w) { return w.type == ggml_type::q4_k && w.n_
 }  // namespace
 
 int64_t cuda_device::layer_attention(int32_t l, int32_t r0, int32_t n) {
+    if (s_->mla) return layer_attention_mla(l, r0, n);
     state &m = *s_;
     const model_hparams &hp = *m.hp;
     TANDEM_CUDA_CHECK(cudaSetDevice(m.device));
@@ -323,6 +324,7 @@ int64_t cuda_device::layer_attention(int32_t l, int32_t r0, int32_t n) {
 }
 
 int64_t cuda_device::layer_route(int32_t l, int32_t r0, int32_t n) {
+    if (s_->mla) return layer_route_deepseek2(l, r0, n);
     state &m = *s_;
     const model_hparams &hp = *m.hp;
     TANDEM_CUDA_CHECK(cudaSetDevice(m.device));
@@ -430,6 +432,10 @@ int64_t cuda_device::layer_route(int32_t l, int32_t r0, int32_t n) {
 }
 
 int64_t cuda_device::layer_experts(int32_t l, int32_t r0, int32_t n) {
+    return s_->mla ? layer_experts_deepseek2(l, r0, n) : layer_experts_routed(l, r0, n);
+}
+
+int64_t cuda_device::layer_experts_routed(int32_t l, int32_t r0, int32_t n) {
     state &m = *s_;
     const model_hparams &hp = *m.hp;
     TANDEM_CUDA_CHECK(cudaSetDevice(m.device));

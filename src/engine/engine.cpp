@@ -64,9 +64,13 @@ uint64_t kv_row_bytes(kv_type type, int64_t width) {
     }
 }
 
-// The CUDA engine runs qwen3moe only so far: other architectures run on the CPU engine when the
-// backend is automatic, and are refused when CUDA is asked for by name.
-static bool cuda_runs(const gguf_file &file) { return model_hparams_read(file).arch == model_arch::qwen3moe; }
+// Both architectures run on the CUDA engine (deepseek2 with an f32 or f16 cache; cuda_plan_make
+// refuses what it cannot run, naming why). An architecture it did not run would go to the CPU engine
+// when the backend is automatic, and be refused when CUDA is asked for by name.
+static bool cuda_runs(const gguf_file &file) {
+    const model_arch arch = model_hparams_read(file).arch;
+    return arch == model_arch::qwen3moe || arch == model_arch::deepseek2;
+}
 
 #ifdef TANDEM_HAVE_CUDA
 // A file holding a type the CUDA backend cannot compute with is refused, naming the tensor, when

@@ -154,6 +154,16 @@ model_kv_shape model_kv_shape_of(const model_hparams &hp) {
     TANDEM_ASSERT(false, "unknown architecture");
 }
 
+float model_mla_softmax_scale(const model_hparams &hp) {
+    double scale = 1.0 / std::sqrt(double(hp.d_head));
+    const rope_yarn &y = hp.yarn_params;
+    if (hp.yarn && y.factor > 1.0f && y.mscale_all_dim > 0.0f) {
+        const double m = 0.1 * double(y.mscale_all_dim) * std::log(double(y.factor)) + 1.0;
+        scale *= m * m;
+    }
+    return float(scale);
+}
+
 model_bytes model_bytes_read(const gguf_file &file, const model_hparams &hp, double kv_elem_bytes) {
     model_bytes bytes;
     bytes.layer_replicated.assign(hp.n_layer, 0);

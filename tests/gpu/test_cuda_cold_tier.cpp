@@ -1,8 +1,9 @@
 // tests/gpu/test_cuda_cold_tier.cpp - the CUDA engine's host tier: GPU budgets that force 30%, 50%
 // and 70% of the routed experts to host memory give the all-GPU run's logits bitwise on Q4_K
-// experts (the CPU computes their slots in the GPU's digit arithmetic), on one device, pipeline
-// stages and tensor-parallel pairs (logical devices of GPU 0), in graph and plain steps; the Q4_K_M
-// mix (Q6_K down, which the CPU computes its own way) within a bound; the tier really takes part.
+// experts of qwen3moe and deepseek2 (the CPU computes their slots in the GPU's digit arithmetic),
+// on one device, pipeline stages and tensor-parallel pairs (logical devices of GPU 0), in graph and
+// plain steps; the Q4_K_M mix (Q6_K down, which the CPU computes its own way) within a bound; the
+// tier really takes part.
 #include "gpu_test_util.h"
 #include "model_test_util.h"
 
@@ -114,8 +115,9 @@ struct tier_case {
 
 TEST_CASE("CUDA host tier: forced cold experts give the all-GPU logits bitwise", "[gpu][placement][tiers]") {
     if (!gpu_present()) return;
-    const std::string preset = GENERATE(as<std::string>{}, "tiny", "tiny-moe64");
-    const std::string model = synth_gguf(preset, ggml_type::q4_k, preset == "tiny" ? 4 : 2);
+    // tiny-deepseek-v3: a dense first layer (nothing cold), shared experts beside the routed ones.
+    const std::string preset = GENERATE(as<std::string>{}, "tiny", "tiny-moe64", "tiny-deepseek-v3");
+    const std::string model = synth_gguf(preset, ggml_type::q4_k, preset == "tiny-moe64" ? 2 : 4);
     const run_result all_gpu = run_sessions(model, cuda_options({0}, false), 41);
     CHECK(all_gpu.cold_pairs == 0);
     const tier_case tc = GENERATE(values<tier_case>({{{0}, false, 0.3}, {{0}, false, 0.5}, {{0}, false, 0.7},
