@@ -111,9 +111,11 @@ void cold_experts::requantize(const expert_tiers_spec &tiers, int32_t n_threads)
     }
     if (failure) std::rethrow_exception(failure);
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    log_info("host tier: {} cold experts of layers {}..{} requantized to {} in {:.2f} s: {:.3f} GiB -> {:.3f} GiB",
+    auto mib = [](uint64_t bytes) { return double(bytes) / double(uint64_t(1) << 20); };
+    log_info("host tier: {} cold experts of layers {}..{} requantized to {} in {:.2f} s: {:.1f} MiB in the file, {:.1f} MiB "
+             "in host memory",
              jobs.size() / 3, layer_begin_, layer_begin_ + int32_t(cold_.size()) - 1, ggml_type_name(type), seconds,
-             double(before) / double(uint64_t(1) << 30), double(tier_bytes_) / double(uint64_t(1) << 30));
+             mib(before), mib(tier_bytes_));
 }
 
 bool cold_experts::any(int32_t layer) const {

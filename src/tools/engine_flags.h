@@ -59,7 +59,7 @@ inline void add_engine_flags(CLI::App &sub, engine_options &opt) {
                try {
                    expert_tiers_parse(spec);
                } catch (const tandem::error &e) {
-                   throw CLI::ValidationError("--expert-tiers", e.what());
+                   throw CLI::ValidationError("--expert-tiers", std::string(e.what()).substr(sizeof("--expert-tiers ") - 1));
                }
                opt.expert_tiers = spec;
            },

@@ -146,7 +146,7 @@ void add_engine_flags(CLI::App &app, server_flags &f) {
                 expert_tiers_parse(spec);
                 return std::string();
             } catch (const error &e) {
-                return std::string(e.what());
+                return std::string(e.what()).substr(sizeof("--expert-tiers ") - 1);  // CLI11 names the flag
             }
         })
         ->capture_default_str();
