@@ -4,6 +4,7 @@
 #include "cold_experts.h"
 
 #include "cpu_moe_args.h"
+#include "src/cpu/digits.h"
 
 #include "tandem/error.h"
 #include "tandem/log.h"
@@ -111,6 +112,11 @@ void cold_experts::requantize(const expert_tiers_spec &tiers, int32_t n_threads)
     }
     if (failure) std::rethrow_exception(failure);
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    // docs/performance.md (`tandem bench --expert-tiers T`, every expert cold): exact products cost more than the bytes saved.
+    if (ctx_.arithmetic == cpu::cpu_arithmetic::digits && !(cpu::digits_apply(type, d) && cpu::digits_apply(type, ff)))
+        log_warn("--expert-tiers cold={}: the CPU computes {} with its exact arithmetic (digits cover q4_K, q6_K and "
+                 "q8_0), slower per weight; fewer bytes may not make up for it",
+                 ggml_type_name(type), ggml_type_name(type));
     auto mib = [](uint64_t bytes) { return double(bytes) / double(uint64_t(1) << 20); };
     log_info("host tier: {} cold experts of layers {}..{} requantized to {} in {:.2f} s: {:.1f} MiB in the file, {:.1f} MiB "
              "in host memory",
