@@ -35,9 +35,6 @@ public:
     // of such slots.
     int64_t compute(int32_t layer, int64_t n_rows, const float *h, const int32_t *ids, float *out);
 
-    // Bytes of the requantized copies (0 without tiers).
-    uint64_t tier_bytes() const { return tier_bytes_; }
-
 private:
     // One layer's cold experts requantized, back to back in the order of their ids.
     struct tier_layer {
@@ -55,7 +52,7 @@ private:
     std::vector<std::vector<uint8_t>> cold_;  // [layer - layer_begin][n_expert] 1 = cold
     ggml_type tier_type_ = ggml_type::f32;
     std::vector<tier_layer> tiers_;           // [layer - layer_begin]; empty without tiers
-    uint64_t tier_bytes_ = 0;
+    uint64_t tier_bytes_ = 0;                 // bytes of the requantized copies
     std::vector<int32_t> tier_ids_;           // [n_rows * k] a call's ids as compact indices
     std::vector<uint8_t> tier_owned_;         // [n_cold + 1] 1 but for the last (the non-cold experts)
     cpu::cpu_context ctx_;

@@ -371,8 +371,8 @@ TEST_CASE("a requantized host tier gives the logits of the file with requantized
     const model_hparams hp = model_hparams_read(*file);
     // Device room for half an expert: every routed expert is cold, so every expert the tiered run
     // computes is a requantized copy, as every expert of the copy's single-device run is.
-    // q8_0 and q6_k on digits, q4_0 exact: both arithmetics read the copies alike.
-    const ggml_type type = GENERATE(ggml_type::q8_0, ggml_type::q6_k, ggml_type::q4_0);
+    // q8_0, q6_k and q4_k on digits, q4_0 exact: both arithmetics read the copies alike.
+    const ggml_type type = GENERATE(ggml_type::q8_0, ggml_type::q6_k, ggml_type::q4_k, ggml_type::q4_0);
     INFO("cold=" << ggml_type_name(type));
     const engine_options tiers = tiered(model, 0.5 / double(hp.n_layer * hp.n_expert), "cold=" + std::string(ggml_type_name(type)));
     const auto reference = run_sessions(experts_requantized_copy(model, type), {1, false}, 31);
