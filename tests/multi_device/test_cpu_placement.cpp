@@ -382,6 +382,18 @@ TEST_CASE("a requantized host tier gives the logits of the file with requantized
     CHECK_FALSE(bitwise_equal(run_sessions(model, {1, false}, 31), reference));
 }
 
+// deepseek2: a dense first layer (nothing cold) and shared experts, which stay as the file has them.
+TEST_CASE("deepseek2 with a requantized host tier gives the logits of the file with requantized experts bitwise",
+          "[multi_device][tiers][expert_tiers][deepseek2]") {
+    const std::string model = synth_gguf("tiny-deepseek-v3", ggml_type::q8_0, 0);
+    auto file = gguf_file::open(model);
+    const model_hparams hp = model_hparams_read(*file);
+    const engine_options tiers = tiered(model, 0.5 / double(hp.n_layer * hp.n_expert), "cold=q4_k");
+    const auto reference = run_sessions(experts_requantized_copy(model, ggml_type::q4_k), {1, false}, 59);
+    CHECK(bitwise_equal(run_sessions(model, {1, false}, 59, &tiers), reference));
+    CHECK_FALSE(bitwise_equal(run_sessions(model, {1, false}, 59), reference));
+}
+
 TEST_CASE("a host tier requantized to q4_0 stays near the untiered logits", "[multi_device][tiers][expert_tiers]") {
     const std::string model = synth_gguf("tiny", ggml_type::q4_k, 4);
     // Forced tokens: every run sees the same inputs, so a difference is the cold experts' alone.
