@@ -107,6 +107,9 @@ struct engine_options {
     // A routing profile (expert traffic JSON, --expert-balance): pairs split experts by it and the
     // host tier keeps each layer's busiest experts on the devices; empty: uniform routing.
     std::string expert_balance;
+    // Tiers of precision for the host tier's experts (tandem/expert_tiers.h): "off", or "cold=TYPE"
+    // to requantize the cold experts at load into host memory with that type (the file is unchanged).
+    std::string expert_tiers = "off";
     engine_transport transport = engine_transport::automatic;
     bool tensor_parallel = false;
     // Count the rows routed to each expert of each layer (engine::expert_traffic), the input of

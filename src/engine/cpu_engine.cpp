@@ -57,6 +57,8 @@ cpu_engine::cpu_engine(std::shared_ptr<const gguf_file> file, const engine_optio
     if (req.host_experts && !several) req.budgets = placement_parse_vram(options.gpu_vram, size_t(options.n_devices));
     if (!options.expert_balance.empty()) req.traffic = expert_traffic_load(options.expert_balance);
     plan_ = placement_plan_make(req, topo, pm);
+    const expert_tiers_spec tiers = expert_tiers_parse(options.expert_tiers);
+    expert_tiers_check(tiers, hp_, plan_);
     if (comm_ && rank_ == 0) hosts_handshake(options, req, topo, pm);
 
     if (options.record_expert_traffic)
@@ -92,7 +94,8 @@ cpu_engine::cpu_engine(std::shared_ptr<const gguf_file> file, const engine_optio
         for (const std::vector<int32_t> &members : stage_members_) {
             const cpu_device &first = *devices_[size_t(members[0])];
             cold_.push_back(std::make_unique<cold_experts>(hp_, tensors_, plan_, first.part().layer_begin,
-                                                           first.part().layer_end, first.n_threads(), arithmetic_));
+                                                           first.part().layer_end, first.n_threads(), arithmetic_,
+                                                           tiers));
         }
     if (comm_ && rank_ == 0) hosts_wait_ready();
     if (options.progress != nullptr) read_weights_in(options.progress);

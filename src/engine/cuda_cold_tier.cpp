@@ -47,8 +47,8 @@ struct cuda_cold_tier::impl {
     std::exception_ptr error;
 
     impl(const model_hparams &hp_, const model_tensors &tensors, const placement_plan &plan, int32_t begin, int32_t end,
-         int32_t n_threads)
-        : hp(&hp_), layer_begin(begin), cold(hp_, tensors, plan, begin, end, n_threads, cpu::cpu_arithmetic::digits) {}
+         int32_t n_threads, const expert_tiers_spec &tiers)
+        : hp(&hp_), layer_begin(begin), cold(hp_, tensors, plan, begin, end, n_threads, cpu::cpu_arithmetic::digits, tiers) {}
 
     void run(const job &j);
     static void CUDART_CB host_node(void *p) {
@@ -81,10 +81,11 @@ void cuda_cold_tier::impl::run(const job &j) {
 }
 
 cuda_cold_tier::cuda_cold_tier(const model_hparams &hp, const model_tensors &tensors, const placement_plan &plan,
-                               std::vector<cuda_device *> members, int32_t n_threads, const int32_t *row_slots) {
+                               std::vector<cuda_device *> members, int32_t n_threads, const int32_t *row_slots,
+                               const expert_tiers_spec &tiers) {
     TANDEM_ASSERT(!members.empty());
     const placement_device_plan &first = members.front()->part();
-    s_ = std::make_unique<impl>(hp, tensors, plan, first.layer_begin, first.layer_end, n_threads);
+    s_ = std::make_unique<impl>(hp, tensors, plan, first.layer_begin, first.layer_end, n_threads, tiers);
     impl &m = *s_;
     m.members = std::move(members);
     m.row_slots = row_slots;

@@ -7,6 +7,7 @@
 // Owns: the CPU work, its buffers, side stream and events. Does not own routing or the combine.
 #pragma once
 
+#include "tandem/expert_tiers.h"
 #include "tandem/model.h"
 #include "tandem/placement.h"
 
@@ -22,8 +23,10 @@ class cuda_cold_tier {
 public:
     // members: the stage's devices, its first (the pair's host) first. row_slots: the engine's
     // page-locked step rows' slots ([max_step_rows], < 0 a padding row), read when a step runs.
+    // tiers: the cold experts' requantization (cold_experts), none by default.
     cuda_cold_tier(const model_hparams &hp, const model_tensors &tensors, const placement_plan &plan,
-                   std::vector<cuda_device *> members, int32_t n_threads, const int32_t *row_slots);
+                   std::vector<cuda_device *> members, int32_t n_threads, const int32_t *row_slots,
+                   const expert_tiers_spec &tiers);
     ~cuda_cold_tier();
     cuda_cold_tier(const cuda_cold_tier &) = delete;
     cuda_cold_tier &operator=(const cuda_cold_tier &) = delete;

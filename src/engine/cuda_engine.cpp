@@ -169,6 +169,7 @@ placement_plan cuda_plan_make(const gguf_file &file, const model_hparams &hp, co
     req.host_experts = placement_parse_host_experts(options.host_experts, topo);
     if (!options.expert_balance.empty()) req.traffic = expert_traffic_load(options.expert_balance);
     placement_plan plan = placement_plan_make(req, topo, pm);
+    expert_tiers_check(expert_tiers_parse(options.expert_tiers), hp, plan);
 
     // What the GPUs have free now, per physical device (logical devices sharing one add up).
     std::map<int32_t, uint64_t> need;
@@ -268,13 +269,14 @@ cuda_engine::cuda_engine(std::shared_ptr<const gguf_file> file, const engine_opt
     h.groups_seen.assign(devices_.size(), 0);
     if (plan_.cold.used()) {
         const int32_t threads = options.n_threads > 0 ? options.n_threads : int32_t(std::max(1u, std::thread::hardware_concurrency()));
+        const expert_tiers_spec tiers = expert_tiers_parse(options.expert_tiers);
         for (const std::vector<int32_t> &members : stage_members_) {
             const placement_device_plan &first = devices_[size_t(members[0])]->part();
             bool any = false;
             for (int32_t l = first.layer_begin; l < first.layer_end; ++l) any = any || !plan_.cold.experts[size_t(l)].empty();
             std::vector<cuda_device *> devs;
             for (int32_t i : members) devs.push_back(devices_[size_t(i)].get());
-            cold_.push_back(any ? std::make_unique<cuda_cold_tier>(hp_, tensors_, plan_, std::move(devs), threads, h.rows + R)
+            cold_.push_back(any ? std::make_unique<cuda_cold_tier>(hp_, tensors_, plan_, std::move(devs), threads, h.rows + R, tiers)
                                 : nullptr);
         }
         cold_threads_ = threads;

@@ -93,6 +93,7 @@ struct server_config {
     std::string gpu_vram = "auto";           // per-GPU budgets (placement)
     std::string host_experts = "off";        // host memory for experts the devices cannot hold
     std::string expert_balance;              // routing profile placing experts (empty: uniform)
+    std::string expert_tiers = "off";        // the host tier's experts requantized at load (cold=TYPE)
     std::string expert_traffic_out;          // write the recorded expert traffic here at shutdown
     std::string transport = "auto";          // CUDA transfers between devices: auto, p2p, host
     bool tensor_parallel = false;

@@ -3,6 +3,7 @@
 
 #include "tandem/engine.h"
 #include "tandem/error.h"
+#include "tandem/expert_tiers.h"
 #include "tandem/placement.h"
 
 #include <CLI/CLI.hpp>
@@ -52,6 +53,18 @@ inline void add_engine_flags(CLI::App &sub, engine_options &opt) {
         ->capture_default_str();
     sub.add_option("--expert-balance", opt.expert_balance,
                    "Routing profile (expert traffic JSON): pairs split experts by it, the host tier keeps the busiest on the devices");
+    sub.add_option_function<std::string>(
+           "--expert-tiers",
+           [&opt](const std::string &spec) {
+               try {
+                   expert_tiers_parse(spec);
+               } catch (const tandem::error &e) {
+                   throw CLI::ValidationError("--expert-tiers", std::string(e.what()).substr(sizeof("--expert-tiers ") - 1));
+               }
+               opt.expert_tiers = spec;
+           },
+           "Host tier's experts requantized at load to a lower-bit type, e.g. cold=q4_0 (the file is unchanged): off or cold=TYPE")
+        ->default_str(opt.expert_tiers);
     add_enum_option(sub, "--transport", opt.transport, engine_transport_parse, engine_transport_name,
                     "CUDA transfers between devices: auto, p2p, host (staged, the fallback) or nccl");
     sub.add_flag("--tensor-parallel", opt.tensor_parallel, "Pair devices: split routed experts 50/50");

@@ -4,6 +4,7 @@
 
 #include "tandem/engine.h"
 #include "tandem/error.h"
+#include "tandem/expert_tiers.h"
 #include "tandem/log.h"
 
 #include <toml++/toml.h>
@@ -136,6 +137,18 @@ void add_engine_flags(CLI::App &app, server_flags &f) {
     app.add_option("--host-experts", f.cfg.host_experts,
                    "host memory for the routed experts the devices cannot hold (the host tier; CPU backend, or "
                    "virtual devices under --gpu-vram): off, auto, or GiB")
+        ->capture_default_str();
+    app.add_option("--expert-tiers", f.cfg.expert_tiers,
+                   "the host tier's experts requantized at load to a lower-bit type, e.g. cold=q4_0 (the file is "
+                   "unchanged): off or cold=TYPE")
+        ->check([](const std::string &spec) {
+            try {
+                expert_tiers_parse(spec);
+                return std::string();
+            } catch (const error &e) {
+                return std::string(e.what()).substr(sizeof("--expert-tiers ") - 1);  // CLI11 names the flag
+            }
+        })
         ->capture_default_str();
     app.add_option("--expert-balance", f.cfg.expert_balance,
                    "a routing profile (what --expert-traffic-out writes): pairs split experts by it and the host tier "

@@ -170,7 +170,7 @@ std::string config_line(const server_config &c) {
     return fmt::format("config: model={} host={} port={} ctx={} batched-session={} prefill-chunk={} prefill-yield={} "
                        "itl-budget={} max-queue={} draft={} (n-grams {}-{}, step rows {}) alias={} api-keys={} threads={} http-threads={} body-limit={} timeouts={}s/{}s "
                        "max-connections={} request-threads={} request-queue={} allow-special-in-content={} chat-template-file={} chat-template={} reasoning-format={} cors-origin={} allowed-host={} "
-                       "backend={} devices={} gpu-devices={} gpu-vram={} host-experts={} expert-balance={} tensor-parallel={} mem-budget={} "
+                       "backend={} devices={} gpu-devices={} gpu-vram={} host-experts={} expert-balance={} expert-tiers={} tensor-parallel={} mem-budget={} "
                        "cache-ram={} cache-disk={} slot-save-path={}",
                        c.model_path, c.host, c.port, c.n_ctx, c.n_slots, c.prefill_chunk, c.prefill_yield, c.itl_budget, c.max_queue,
                        c.draft, c.draft_ngram_min, c.draft_ngram_max, c.draft_step_rows, c.alias, c.api_keys.size(), c.n_threads, c.http_threads, c.body_limit,
@@ -178,7 +178,7 @@ std::string config_line(const server_config &c) {
                        c.allow_special_in_content, c.chat_template_file.empty() ? "none" : c.chat_template_file,
                        c.chat_template.empty() ? "file" : c.chat_template, c.reasoning_format, list(c.cors_origins), list(c.allowed_hosts), c.backend, c.n_devices,
                        c.gpu_devices.empty() ? std::string("auto") : fmt::format("{}", fmt::join(c.gpu_devices, ",")),
-                       c.gpu_vram, c.host_experts, c.expert_balance.empty() ? "none" : c.expert_balance, c.tensor_parallel,
+                       c.gpu_vram, c.host_experts, c.expert_balance.empty() ? "none" : c.expert_balance, c.expert_tiers, c.tensor_parallel,
                        c.mem_budget_gib > 0 ? fmt::format("{}GiB", c.mem_budget_gib) : "auto",
                        c.cache_ram_gib >= 0 ? fmt::format("{}GiB", c.cache_ram_gib) : "auto",
                        c.cache_disk_gib > 0 ? fmt::format("{}GiB", c.cache_disk_gib) : "off",
@@ -225,6 +225,7 @@ int serve(server_config cfg, const std::string &cpu_arithmetic, const sampling_f
     eo.gpu_vram = cfg.gpu_vram;
     eo.host_experts = cfg.host_experts;
     eo.expert_balance = cfg.expert_balance;
+    eo.expert_tiers = cfg.expert_tiers;
     eo.transport = engine_transport_parse(cfg.transport);
     eo.tensor_parallel = cfg.tensor_parallel;
     eo.hosts = cfg.hosts;
