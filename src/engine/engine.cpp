@@ -64,12 +64,13 @@ uint64_t kv_row_bytes(kv_type type, int64_t width) {
     }
 }
 
-// Both architectures run on the CUDA engine (deepseek2 with an f32 or f16 cache; cuda_plan_make
-// refuses what it cannot run, naming why). An architecture it did not run would go to the CPU engine
-// when the backend is automatic, and be refused when CUDA is asked for by name.
-static bool cuda_runs(const gguf_file &file) {
+// qwen3moe runs on the CUDA engine whenever it is chosen; deepseek2 (f32 or f16 cache; cuda_plan_make
+// refuses what it cannot run, naming why) is experimental there and runs on it only when CUDA is
+// asked for by name: --backend auto keeps it on the CPU engine. An architecture the CUDA engine does
+// not run goes to the CPU engine when the backend is automatic, and is refused when CUDA is named.
+static bool cuda_runs(const gguf_file &file, bool named) {
     const model_arch arch = model_hparams_read(file).arch;
-    return arch == model_arch::qwen3moe || arch == model_arch::deepseek2;
+    return arch == model_arch::qwen3moe || (arch == model_arch::deepseek2 && named);
 }
 
 #ifdef TANDEM_HAVE_CUDA
@@ -92,7 +93,7 @@ static engine_options resolve_backend(const gguf_file &file, const engine_option
     engine_options options = options_in;
     options.backend = engine_backend_resolve(options_in);
     if (options.backend != engine_backend::cuda) return options;
-    if (!cuda_runs(file)) {
+    if (!cuda_runs(file, options_in.backend == engine_backend::cuda)) {
         if (options_in.backend == engine_backend::cuda)
             fail(error_kind::unsupported, "{}: the CUDA backend does not run {} models yet; use --backend cpu", file.path(),
                  model_hparams_read(file).arch_name);

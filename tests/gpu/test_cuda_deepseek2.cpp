@@ -579,6 +579,18 @@ TEST_CASE("CUDA deepseek2 refuses a q8_0 cache naming why, and --kv-type auto ta
     CHECK(engine_open(gguf_file::open(model), opt)->kv_cache_type() == kv_type::f16);
 }
 
+TEST_CASE("--backend auto keeps deepseek2 on the CPU engine; --backend cuda runs it on the GPU", "[gpu][engine][deepseek2]") {
+    if (!gpu_present()) return;
+    const std::string model = synth_gguf("tiny-deepseek-v3", ggml_type::q4_k, 0);
+    engine_options opt;
+    opt.n_slots = 2;
+    opt.n_ctx = 64;
+    opt.backend = engine_backend::automatic;
+    CHECK(engine_open(gguf_file::open(model), opt)->gpus().empty());
+    opt.backend = engine_backend::cuda;
+    CHECK_FALSE(engine_open(gguf_file::open(model), opt)->gpus().empty());
+}
+
 TEST_CASE("CUDA deepseek2 slots move as blobs of the latent cache and decode bitwise the same", "[gpu][engine][deepseek2]") {
     if (!gpu_present()) return;
     const std::string model = synth_gguf("tiny-deepseek-v3", ggml_type::q4_k, 0);
