@@ -384,11 +384,21 @@ void scheduler::run_tasks() {
 void scheduler::run_on_idle_slot(int32_t slot, std::function<void()> fn) {
     if (slot < 0 || slot >= engine_.n_slots()) fail(error_kind::not_found, "slot {} does not exist (0..{})", slot, engine_.n_slots() - 1);
     if (engine_.kv_token_bytes() == 0) fail(error_kind::unsupported, "this engine cannot copy a slot's KV");
-    std::packaged_task<void()> task([this, slot, fn = std::move(fn)] {
+    run_between_steps([this, slot, fn = std::move(fn)] {
         if (slots_[slot].owner) fail(error_kind::invalid_request, "slot {} is processing a request", slot);
         fn();
         publish();
     });
+}
+
+std::vector<std::vector<uint64_t>> scheduler::expert_traffic() {
+    std::vector<std::vector<uint64_t>> out;
+    run_between_steps([&] { out = engine_.expert_traffic(); });
+    return out;
+}
+
+void scheduler::run_between_steps(std::function<void()> fn) {
+    std::packaged_task<void()> task(std::move(fn));
     std::future<void> done = task.get_future();
     {
         std::lock_guard lock(mutex_);

@@ -242,6 +242,9 @@ public:
     slot_snapshot slot_save(int32_t slot);
     void slot_restore(int32_t slot, slot_snapshot snapshot);
     void slot_erase(int32_t slot);
+    // The rows routed to each expert so far ([n_layer][n_expert]; empty when the engine does not
+    // record them), read on the engine thread between steps. Any thread; the caller waits.
+    std::vector<std::vector<uint64_t>> expert_traffic();
     const scheduler_options &options() const { return options_; }
 
 private:
@@ -264,6 +267,8 @@ private:
     bool waits_for_prefill(const std::vector<int32_t> &prompt, const std::vector<queued> &taken) const;
     // Runs fn on the engine thread between steps with the idle slot (checked there) and waits.
     void run_on_idle_slot(int32_t slot, std::function<void()> fn);
+    // fn on the engine thread between steps; the caller waits (errors rethrown here).
+    void run_between_steps(std::function<void()> fn);
     void run_tasks();
     void finish(active &a, finish_reason reason, const std::string &error, int32_t status = 0);
     void emit_token(active &a, const sample_result &r, bool &done);

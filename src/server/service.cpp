@@ -30,6 +30,7 @@ constexpr route_entry routes[] = {
     {"/metrics", route_id::metrics, "GET", false},
     {"/slots", route_id::slots, "GET", false},
     {"/props", route_id::props, "GET", false},
+    {"/expert-traffic", route_id::expert_traffic, "GET", false},
     {"/v1/chat/completions", route_id::chat, "POST", true},
     {"/chat/completions", route_id::chat, "POST", true},
     {"/v1/completions", route_id::completion, "POST", true},
@@ -273,6 +274,7 @@ http_reply service::route(const http_request_view &req, const route_entry &r, st
     case route_id::slots: return slots_reply(req.target);
     case route_id::slot_action: out.body = json_dump(slot_action(req)); return out;
     case route_id::props: out.body = json_dump(props_json()); return out;
+    case route_id::expert_traffic: out.body = json_dump(expert_traffic_json()); return out;
     case route_id::tokenize: return tokenize(req.body);
     case route_id::detokenize: return detokenize(req.body);
     case route_id::monitor_data:
@@ -508,6 +510,15 @@ std::pair<int32_t, std::string> slot_action_target(std::string_view target) {
 }
 
 }  // namespace
+
+// The routing profile recorded so far, in the --expert-traffic-out file's format, so a profile of
+// real prompts reaches `tandem plan --expert-balance` without a restart.
+json service::expert_traffic_json() const {
+    const std::vector<std::vector<uint64_t>> counts = model_.sched->expert_traffic();
+    if (counts.empty())
+        fail(error_kind::not_found, "this server records no expert traffic; start it with --expert-traffic-out FILE");
+    return {{"n_layer", counts.size()}, {"n_expert", counts.front().size()}, {"counts", counts}};
+}
 
 json service::slot_action(const http_request_view &req) {
     const auto [slot, action] = slot_action_target(req.target);

@@ -57,7 +57,7 @@ struct http_reply {
 // prompts tokenized on the request pool) or cheap (answered on the I/O thread).
 enum class route_id {
     health, models, model_one, metrics, slots, slot_action, props, chat, completion, messages, count_tokens, responses,
-    tokenize, detokenize, monitor, monitor_data
+    tokenize, detokenize, monitor, monitor_data, expert_traffic
 };
 struct route_entry {
     std::string_view path;
@@ -132,6 +132,7 @@ public:
     std::string metrics_text() const;
     json slots_json() const;
     json props_json() const;
+    json expert_traffic_json() const;
     // POST /slots/{id}?action=save|restore|erase, llama-server's shapes.
     json slot_action(const http_request_view &req);
     json monitor_json() const;

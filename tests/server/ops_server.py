@@ -4,7 +4,8 @@
 # llama-server's shapes, /slots?fail_on_no_slot; key files with named keys and several --api-key
 # flags; the per-request log line in text and JSON; the latency histograms and per-key counters
 # through prometheus_client's parser; settings from TANDEM_* variables and a TOML --config file,
-# their precedence and their errors; llama-server's short flags.
+# their precedence and their errors; llama-server's short flags; the routing profile read while serving
+# (GET /expert-traffic).
 # Usage: ops_server.py --build-dir B [--only NAME,...]
 import argparse
 import json
@@ -287,6 +288,31 @@ def test_short_flags(build_dir):
         proc.wait(30)
 
 
+# ---- 7. the routing profile while serving ----
+
+def test_expert_traffic(build_dir):
+    out = os.path.join(work_dir(build_dir), "traffic.json")
+    if os.path.exists(out):
+        os.remove(out)
+    with h.running(build_dir, ["--expert-traffic-out", out], "ops-traffic.log") as srv:
+        chat(srv, 4)
+        status, first = srv.get_json("/expert-traffic")
+        ok = status == 200 and first["n_layer"] == len(first["counts"]) > 0 and \
+            all(len(row) == first["n_expert"] for row in first["counts"])
+        check(ok, "GET /expert-traffic gives the profile in the file's shape")
+        total = sum(map(sum, first["counts"])) if ok else 0
+        check(total > 0, "the profile counts the rows routed so far")
+        chat(srv, 4)
+        status, second = srv.get_json("/expert-traffic")
+        check(status == 200 and sum(map(sum, second["counts"])) > total, "a later GET counts the newer rows too")
+    with open(out) as f:
+        saved = json.load(f)
+    check(sum(map(sum, saved["counts"])) >= sum(map(sum, second["counts"])), "the file written at shutdown holds at least as much")
+    with h.running(build_dir, [], "ops-no-traffic.log") as srv:
+        status, e = srv.get_json("/expert-traffic")
+        check(status == 404 and "--expert-traffic-out" in e["error"]["message"], "without recording, /expert-traffic is 404 saying how to start it")
+
+
 TESTS = {
     "api": test_api,
     "keys_logs_metrics": test_keys_logs_metrics,
@@ -294,6 +320,7 @@ TESTS = {
     "bad_key_files": test_bad_key_files,
     "config": test_config,
     "short_flags": test_short_flags,
+    "expert_traffic": test_expert_traffic,
 }
 
 
