@@ -211,6 +211,13 @@ void scheduler::shutdown(std::chrono::milliseconds grace) {
     }
 }
 
+namespace {
+size_t common_prefix(const std::vector<int32_t> &a, const std::vector<int32_t> &b) {
+    const size_t n = std::min(a.size(), b.size());
+    return static_cast<size_t>(std::mismatch(a.begin(), a.begin() + static_cast<ptrdiff_t>(n), b.begin()).first - a.begin());
+}
+}  // namespace
+
 void scheduler::admit() {
     std::vector<queued> taken;
     {
@@ -219,12 +226,19 @@ void scheduler::admit() {
         for (const auto &s : slots_) n_free += s.owner == nullptr;
         while (n_free > 0 && !queue_.empty()) {
             if (waits_for_prefill(queue_.front().request.prompt, taken)) break;
+            if (waits_for_disk(queue_.front().request.prompt)) break;
             taken.push_back(std::move(queue_.front()));
             queue_.pop_front();
             --n_free;
         }
         n_free_ = n_free;
         stats_.queue_depth = static_cast<int32_t>(queue_.size());
+        // A finished read nobody waits for (its request was cancelled) lets its entry go.
+        if (disk_read_ && disk_read_->result.wait_for(std::chrono::seconds(0)) == std::future_status::ready) {
+            bool wanted = !queue_.empty() && queue_.front().request.prompt == disk_read_->prompt;
+            for (const auto &q : taken) wanted = wanted || q.request.prompt == disk_read_->prompt;
+            if (!wanted) disk_read_.reset();
+        }
     }
     for (auto &q : taken) {
         // The free slot sharing the longest token prefix with the prompt; ties go to the least
@@ -279,12 +293,6 @@ void scheduler::admit() {
     }
 }
 
-namespace {
-size_t common_prefix(const std::vector<int32_t> &a, const std::vector<int32_t> &b) {
-    const size_t n = std::min(a.size(), b.size());
-    return static_cast<size_t>(std::mismatch(a.begin(), a.begin() + static_cast<ptrdiff_t>(n), b.begin()).first - a.begin());
-}
-}  // namespace
 
 bool scheduler::waits_for_prefill(const std::vector<int32_t> &prompt, const std::vector<queued> &taken) const {
     if (!cache_) return false;
@@ -297,6 +305,32 @@ bool scheduler::waits_for_prefill(const std::vector<int32_t> &prompt, const std:
     for (const auto &q : taken) soon = std::max(soon, common_prefix(q.request.prompt, prompt));
     // Waiting pays only when the prefill under way would spare most of this prompt.
     return soon > now && 2 * (soon - now) >= prompt.size();
+}
+
+bool scheduler::waits_for_disk(const std::vector<int32_t> &prompt) {
+    if (!cache_ || !disk_ || prompt.size() < 2) return false;
+    if (disk_read_) {
+        const bool ready = disk_read_->result.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
+        if (!ready) return true;  // one read at a time, even one a cancelled request started
+        if (disk_read_->prompt == prompt) return false;
+        disk_read_.reset();
+    }
+    const size_t limit = prompt.size() - 1;
+    size_t faster = cache_->longest_common(prompt);
+    for (const auto &st : slots_) faster = std::max(faster, common_prefix(st.tokens, prompt));
+    if (std::min(disk_->longest_common(prompt), limit) <= std::min(faster, limit)) return false;
+    // A file the tier evicts meanwhile reads as a miss (the tier logs it): the prompt is prefilled.
+    disk_read_ = disk_read{prompt, std::async(std::launch::async, [disk = disk_, p = prompt] { return disk->load(p); })};
+    return true;
+}
+
+std::optional<prompt_cache::entry> scheduler::disk_entry(const std::vector<int32_t> &prompt) {
+    if (disk_read_ && disk_read_->prompt == prompt) {
+        std::optional<prompt_cache::entry> e = disk_read_->result.get();
+        disk_read_.reset();
+        return e;
+    }
+    return disk_->load(prompt);
 }
 
 size_t scheduler::take_prefix(int32_t slot, const std::vector<int32_t> &prompt, size_t own_common) {
@@ -318,7 +352,7 @@ size_t scheduler::take_prefix(int32_t slot, const std::vector<int32_t> &prompt, 
         m = cache_->longest_prefix(prompt);
         cached = std::min(m.n_common, limit);
         // The disk is read only when it beats every faster source.
-        if (disk_ && std::min(disk_->longest_common(prompt), limit) > std::max(cached, from_slot)) spilled = disk_->load(prompt);
+        if (disk_ && std::min(disk_->longest_common(prompt), limit) > std::max(cached, from_slot)) spilled = disk_entry(prompt);
         if (spilled) from_disk = std::min(common_prefix(spilled->tokens, prompt), limit);
     }
     const bool read = from_disk > std::max(cached, from_slot);

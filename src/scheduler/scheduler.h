@@ -22,6 +22,7 @@
 #include <future>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <thread>
@@ -265,6 +266,12 @@ private:
     // prefix of a prompt being prefilled now (or admitted with it, `taken`), which it will then
     // copy rather than compute a second time.
     bool waits_for_prefill(const std::vector<int32_t> &prompt, const std::vector<queued> &taken) const;
+    // Whether the queue's front waits for the disk tier: when the disk holds a longer prefix than
+    // every faster source, it is read on a thread of its own (one read at a time) while the active
+    // sessions go on decoding, and the request is admitted once the read is done.
+    bool waits_for_disk(const std::vector<int32_t> &prompt);
+    // The finished read's entry when it was made for this prompt; else the disk read here and now.
+    std::optional<prompt_cache::entry> disk_entry(const std::vector<int32_t> &prompt);
     // Runs fn on the engine thread between steps with the idle slot (checked there) and waits.
     void run_on_idle_slot(int32_t slot, std::function<void()> fn);
     // fn on the engine thread between steps; the caller waits (errors rethrown here).
@@ -322,6 +329,11 @@ private:
     std::unique_ptr<prompt_cache> cache_;            // with options.prompt_cache_bytes
     std::shared_ptr<host_arena> arena_;              // the cache's blobs, in the engine's pinned memory (if any)
     std::shared_ptr<prompt_spill> disk_;             // hooks_.disk, with cache_
+    struct disk_read {
+        std::vector<int32_t> prompt;
+        std::future<std::optional<prompt_cache::entry>> result;
+    };
+    std::optional<disk_read> disk_read_;             // the read in flight or done, not yet taken
     uint64_t use_clock_ = 0;
     engine_outputs outputs_;  // the last step's output rows
     prefill_budget budget_;

@@ -21,6 +21,8 @@ bool scheduler::step() {
     std::erase_if(active_, [](const std::unique_ptr<active> &a) { return a->finished; });
     if (active_.empty()) {
         publish();
+        // Nothing to compute while the queue's front waits for the disk tier: sleep on the read.
+        if (disk_read_) disk_read_->result.wait_for(std::chrono::milliseconds(10));
         return false;
     }
     step_plan plan;

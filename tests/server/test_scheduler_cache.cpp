@@ -1,13 +1,17 @@
 // tests/server/test_scheduler_cache.cpp - the scheduler's prompt cache and slot files on the fake
 // engine (whose "KV" is each slot's token history): a conversation back from the host cache, a
 // shared prefix computed once, slots saved, erased and restored, a conversation back from the disk
-// tier; each output equal to its run alone.
+// tier (read beside the decoding sessions); each output equal to its run alone.
 #include "fake_engine.h"
 #include "scheduler_test_util.h"
 
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <thread>
+#include <mutex>
+#include <condition_variable>
+#include <atomic>
 #include <functional>
 #include <optional>
 #include <span>
@@ -298,4 +302,85 @@ TEST_CASE("a conversation larger than the host cache goes to the disk tier direc
     CHECK(disk->entries[0].tokens.size() == a.size() + 3);
     CHECK(s.stats().prompt_cache_bytes == 0);
     CHECK(run(a)->last().timings.cache_n == int32_t(a.size()) - 1);
+}
+
+namespace {
+
+// A disk tier whose reads wait until the test releases them: a slow disk.
+class slow_spill final : public prompt_spill {
+public:
+    uint64_t capacity() const override { return 1 << 20; }
+    uint64_t bytes() const override { return 0; }
+    void store(prompt_cache::entry e) override { stored.push_back(std::move(e)); }
+    size_t longest_common(std::span<const int32_t> prompt) const override {
+        size_t n = 0;
+        while (n < held.tokens.size() && n < prompt.size() && held.tokens[n] == prompt[n]) ++n;
+        return n;
+    }
+    std::optional<prompt_cache::entry> load(std::span<const int32_t>) override {
+        ++n_loads;
+        std::unique_lock lock(mutex);
+        // Bounded: a scheduler that reads on its own thread fails the test instead of hanging it.
+        cv.wait_for(lock, std::chrono::seconds(5), [&] { return released; });
+        return held;
+    }
+    void release() {
+        std::lock_guard lock(mutex);
+        released = true;
+        cv.notify_all();
+    }
+    prompt_cache::entry held;
+    std::vector<prompt_cache::entry> stored;
+    std::atomic<int> n_loads{0};
+    std::mutex mutex;
+    std::condition_variable cv;
+    bool released = false;
+};
+
+}  // namespace
+
+TEST_CASE("a read from the disk tier runs beside the decoding sessions, and its request waits for it",
+          "[scheduler][prompt_cache]") {
+    fake_engine eng(2, 512, n_vocab);
+    eng.enable_kv_moves();
+    scheduler_options o;
+    o.prompt_cache_bytes = 1 << 20;
+    auto disk = std::make_shared<slow_spill>();
+    const auto a = make_prompt(1, 60);
+    disk->held.tokens = a;
+    disk->held.kv.resize(a.size() * eng.kv_token_bytes());
+    {
+        // The fake engine's "KV" is the slot's tokens: write A's through a slot and export them.
+        fake_engine donor(1, 512, n_vocab);
+        donor.enable_kv_moves();
+        std::vector<engine_row> rows;
+        for (size_t i = 0; i < a.size(); ++i) rows.push_back({0, int32_t(i), a[i], row_output::none, true});
+        std::vector<float> ignored;
+        engine_forward_logits(donor, rows, ignored);
+        donor.slot_export(0, int32_t(a.size()), disk->held.kv);
+    }
+    scheduler_hooks hooks = fake_hooks(-1);
+    hooks.disk = disk;
+    scheduler s(eng, o, std::move(hooks));
+    auto busy = std::make_shared<collect_sink>();
+    s.submit(make_request(make_prompt(2, 10), 400, busy));
+    for (int i = 0; i < 3; ++i) s.step();
+    const auto back = joined(a, make_prompt(3, 4));
+    auto waiting = std::make_shared<collect_sink>();
+    s.submit(make_request(back, 6, waiting));
+    // While the read is blocked the other session keeps decoding and the request stays queued.
+    const size_t before = busy->tokens().size();
+    for (int i = 0; i < 20; ++i) s.step();
+    CHECK(busy->tokens().size() >= before + 20);
+    CHECK(waiting->events.empty());
+    CHECK(s.stats().queue_depth == 1);
+    for (int i = 0; i < 500 && disk->n_loads == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    CHECK(disk->n_loads == 1);  // the read started on its own thread (bounded wait for that thread)
+    disk->release();
+    run_until_done(s, {waiting});
+    CHECK(waiting->tokens() == fake_greedy_reference(n_vocab, back, 6));
+    CHECK(waiting->last().timings.cache_n == int32_t(a.size()));
+    CHECK(s.stats().prompt_cache_disk_hits == 1);
+    CHECK(disk->n_loads == 1);
+    s.shutdown(std::chrono::milliseconds(100));
 }
