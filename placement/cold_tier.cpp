@@ -136,7 +136,7 @@ std::vector<std::vector<std::vector<int32_t>>> pick(const placement_model &model
 }
 
 void finish(placement_plan &plan, const placement_model &model, const std::vector<std::vector<uint64_t>> &w,
-            uint64_t budget) {
+            uint64_t budget, std::optional<uint64_t> cold_expert) {
     placement_cold_plan &cold = plan.cold;
     cold.experts.assign(size_t(model.n_layer), {});
     cold.row_share.assign(size_t(model.n_layer), 0.0);
@@ -151,9 +151,9 @@ void finish(placement_plan &plan, const placement_model &model, const std::vecto
         for (int32_t e = 0; e < model.n_expert; ++e)
             if (!held[size_t(e)]) cold.experts[size_t(l)].push_back(e), cold_w += w[size_t(l)][size_t(e)];
         const uint64_t all = model.bytes.layer_experts[size_t(l)];
-        const uint64_t cold_bytes = expert_bytes(all, model.n_expert, cold.experts[size_t(l)].size());
-        cold.bytes += cold_bytes;
-        on_gpus += all - cold_bytes;
+        const uint64_t n_cold = cold.experts[size_t(l)].size(), in_file = expert_bytes(all, model.n_expert, n_cold);
+        cold.bytes += cold_expert ? *cold_expert * n_cold : in_file;
+        on_gpus += all - in_file;
         cold.row_share[size_t(l)] = double(cold_w) / double(sum_of(w[size_t(l)]));
     }
     if (cold.bytes > budget)
@@ -164,7 +164,7 @@ void finish(placement_plan &plan, const placement_model &model, const std::vecto
 }
 
 placement_prediction predict(const placement_plan &plan, const placement_model &model, const topology &topo,
-                             const std::vector<std::vector<uint64_t>> &w) {
+                             const std::vector<std::vector<uint64_t>> &w, std::optional<uint64_t> cold_expert) {
     placement_prediction p;
     auto figure = [&](double v, double fallback) {
         if (v > 0.0) return v;
@@ -203,7 +203,8 @@ placement_prediction predict(const placement_plan &plan, const placement_model &
             }
             if (stage.size() > 1) layer_gpu += lat + seconds(k * row, p.link_gbps);  // the pair's exchange
             const double c = plan.cold.row_share.empty() ? 0.0 : plan.cold.row_share[size_t(l)];
-            const double layer_cold = c > 0.0 ? 2.0 * lat + seconds(k * c * one, p.cpu_gbps) : 0.0;
+            const double one_cold = cold_expert ? double(*cold_expert) : one;
+            const double layer_cold = c > 0.0 ? 2.0 * lat + seconds(k * c * one_cold, p.cpu_gbps) : 0.0;
             gpu_s += layer_gpu;
             cold_s += layer_cold;
             total_s += std::max(layer_gpu, layer_cold);

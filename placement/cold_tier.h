@@ -5,6 +5,7 @@
 #include "tandem/placement.h"
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 namespace tandem::cold_tier {
@@ -32,11 +33,12 @@ std::vector<std::vector<std::vector<int32_t>>> pick(const placement_model &model
 // Fills plan.cold from the devices' experts (what no device holds is cold) and each layer's
 // expected cold row share under the weights; refuses, with the numbers, cold experts that do not
 // fit the host budget.
+// cold_expert: bytes of one cold expert as the tier holds it (nullopt: the file's).
 void finish(placement_plan &plan, const placement_model &model, const std::vector<std::vector<uint64_t>> &w,
-            uint64_t budget);
+            uint64_t budget, std::optional<uint64_t> cold_expert);
 
 // The plan's decode speed for one session from the topology's figures (defaults where missing).
 placement_prediction predict(const placement_plan &plan, const placement_model &model, const topology &topo,
-                             const std::vector<std::vector<uint64_t>> &w);
+                             const std::vector<std::vector<uint64_t>> &w, std::optional<uint64_t> cold_expert);
 
 }  // namespace tandem::cold_tier

@@ -669,7 +669,7 @@ void plan_with_cold_tier(placement_plan &plan, const plan_inputs &in, const topo
     }
     build_devices(plan, in, topo, ids, bounds,
                   [&](int32_t i, int32_t l) { return held[size_t(i)][size_t(l - bounds[in.tp ? i % in.n_stages : i])]; });
-    cold_tier::finish(plan, in.model, w, *in.req.host_experts);
+    cold_tier::finish(plan, in.model, w, *in.req.host_experts, in.req.cold_expert_bytes);
     if (in.tp)  // the pair host's share of each layer's rows, of all of them (cold ones included)
         for (int32_t l = 0; l < in.model.n_layer; ++l) {
             const placement_device_plan &h = plan.devices[size_t(plan.stage_of_layer(l))];
@@ -724,7 +724,7 @@ placement_plan placement_plan_make(const placement_request &request, const topol
     }
     if (req.traffic && !tp && !plan.cold.used())
         plan.notes.push_back("expert traffic not used: only tensor-parallel pairs and the host tier place experts by it");
-    plan.prediction = cold_tier::predict(plan, model, topo, w);
+    plan.prediction = cold_tier::predict(plan, model, topo, w, req.cold_expert_bytes);
     return plan;
 }
 

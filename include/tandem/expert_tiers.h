@@ -27,6 +27,9 @@ std::string expert_tiers_name(const expert_tiers_spec &tiers);
 
 // Bytes of `n_experts` routed experts of the model (gate, up and down) in `type`.
 uint64_t expert_tiers_bytes(const model_hparams &hp, ggml_type type, uint64_t n_experts);
+// One cold expert's bytes as the tiers hold it (placement_request::cold_expert_bytes): nullopt
+// without tiers, or for a type whose blocks do not divide the rows (expert_tiers_check refuses it).
+std::optional<uint64_t> expert_tiers_cold_bytes(const expert_tiers_spec &tiers, const model_hparams &hp);
 
 // Checks the tiers against the model and the plan before anything loads: the type's block must
 // divide the experts' rows (d_model and d_ff_expert), and the requantized experts must fit the host

@@ -171,6 +171,9 @@ struct placement_request {
     // --host-experts: bytes of host memory for cold routed experts (the host tier, computed by the
     // CPU) when the model does not fit the GPUs; nullopt: no host tier (such a plan is refused).
     std::optional<uint64_t> host_experts;
+    // --expert-tiers: bytes of one routed expert (gate, up and down) as the host tier holds it,
+    // requantized; nullopt: as in the file. The tier's budget and the speed prediction count these.
+    std::optional<uint64_t> cold_expert_bytes;
     // Several hosts: `devices` (and per-device budgets) list each host's devices in turn. Pipeline
     // stages stay contiguous per host; with pairs each host's devices pair among themselves.
     std::vector<placement_host> hosts;

@@ -56,8 +56,9 @@ cpu_engine::cpu_engine(std::shared_ptr<const gguf_file> file, const engine_optio
     req.host_experts = placement_parse_host_experts(options.host_experts, topo);
     if (req.host_experts && !several) req.budgets = placement_parse_vram(options.gpu_vram, size_t(options.n_devices));
     if (!options.expert_balance.empty()) req.traffic = expert_traffic_load(options.expert_balance);
-    plan_ = placement_plan_make(req, topo, pm);
     const expert_tiers_spec tiers = expert_tiers_parse(options.expert_tiers);
+    req.cold_expert_bytes = expert_tiers_cold_bytes(tiers, hp_);
+    plan_ = placement_plan_make(req, topo, pm);
     expert_tiers_check(tiers, hp_, plan_);
     if (comm_ && rank_ == 0) hosts_handshake(options, req, topo, pm);
 

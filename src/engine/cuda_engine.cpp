@@ -168,8 +168,10 @@ placement_plan cuda_plan_make(const gguf_file &file, const model_hparams &hp, co
     pm.d_model = hp.d_model;
     req.host_experts = placement_parse_host_experts(options.host_experts, topo);
     if (!options.expert_balance.empty()) req.traffic = expert_traffic_load(options.expert_balance);
+    const expert_tiers_spec tiers = expert_tiers_parse(options.expert_tiers);
+    req.cold_expert_bytes = expert_tiers_cold_bytes(tiers, hp);
     placement_plan plan = placement_plan_make(req, topo, pm);
-    expert_tiers_check(expert_tiers_parse(options.expert_tiers), hp, plan);
+    expert_tiers_check(tiers, hp, plan);
 
     // What the GPUs have free now, per physical device (logical devices sharing one add up).
     std::map<int32_t, uint64_t> need;

@@ -64,6 +64,13 @@ uint64_t expert_tiers_bytes(const model_hparams &hp, ggml_type type, uint64_t n_
     return n_experts * (2 * uint64_t(ff) * ggml_row_bytes(type, d) + uint64_t(d) * ggml_row_bytes(type, ff));
 }
 
+std::optional<uint64_t> expert_tiers_cold_bytes(const expert_tiers_spec &tiers, const model_hparams &hp) {
+    if (!tiers.cold) return std::nullopt;
+    const int64_t block = ggml_type_info(*tiers.cold).block_elems;
+    if (hp.d_model % block != 0 || hp.d_ff_expert % block != 0) return std::nullopt;
+    return expert_tiers_bytes(hp, *tiers.cold, 1);
+}
+
 void expert_tiers_check(const expert_tiers_spec &tiers, const model_hparams &hp, const placement_plan &plan) {
     if (!tiers.cold) return;
     const ggml_type type = *tiers.cold;

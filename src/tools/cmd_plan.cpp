@@ -6,6 +6,7 @@
 #include "src/engine/host_memory.h"
 #include "tandem/engine.h"
 #include "tandem/error.h"
+#include "tandem/expert_tiers.h"
 #include "tandem/gguf.h"
 #include "tandem/model.h"
 #include "tandem/placement.h"
@@ -30,6 +31,7 @@ struct plan_cli {
     std::string topology_path;
     std::string traffic_path;
     std::string host_experts = "off";
+    std::string expert_tiers = "off";
     bool json = false;
     bool measure_links = false;
     tandem::engine_backend backend = tandem::engine_backend::automatic;
@@ -129,7 +131,10 @@ int plan_run(plan_cli cli) {
     model.n_expert_used = hp.n_expert_used;
     model.d_model = hp.d_model;
 
+    const expert_tiers_spec expert_tiers = expert_tiers_parse(cli.expert_tiers);
+    req.cold_expert_bytes = expert_tiers_cold_bytes(expert_tiers, hp);
     const placement_plan plan = placement_plan_make(req, topo, model);
+    expert_tiers_check(expert_tiers, hp, plan);
     if (cli.json) {
         fmt::print("{}\n", placement_plan_json(plan));
     } else {
@@ -166,6 +171,9 @@ TANDEM_COMMAND(plan, "Plan devices, pairs and budgets for a model and print the 
                    "Routing profile (expert traffic JSON): split pairs' experts by routed rows and keep the busiest on the GPUs");
     sub.add_option("--host-experts", cli->host_experts,
                    "Host memory for routed experts the GPUs cannot hold (the host tier, computed by the CPU): off, auto, or GiB")
+        ->capture_default_str();
+    sub.add_option("--expert-tiers", cli->expert_tiers,
+                   "off, or cold=TYPE: the host tier's experts requantized to TYPE at load (the budget and the prediction count those bytes)")
         ->capture_default_str();
     sub.add_option("--hosts", cli->hosts, "Several hosts, one process each: NAME:DEVICES,... (the first is the front)");
     sub.add_option("--hosts-file", cli->hosts_file, "Hosts JSON file (names, devices, memory, link figures; docs/placement.md)");

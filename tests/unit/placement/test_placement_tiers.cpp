@@ -306,3 +306,32 @@ TEST_CASE("host tier on random shapes, budgets and profiles: a plan that keeps i
     CHECK(planned - with_cold > 30);
     CHECK(refused > 10);
 }
+
+TEST_CASE("host tier: requantized cold experts (--expert-tiers) are what the budget and the prediction count",
+          "[placement][tiers]") {
+    const topology t = topology_load(fixture("pcie-3x24.json"));
+    const placement_model m = model_with_k(moe_125b);
+    placement_request r = request(placement_mode::pipeline, {0, 1, 2});
+    r.host_experts = placement_parse_host_experts("auto", t);
+    const placement_plan in_file = placement_plan_make(r, t, m);
+    REQUIRE(in_file.cold.used());
+    const uint64_t one = m.bytes.layer_experts[0] / uint64_t(m.n_expert);
+    uint64_t n_cold = 0;
+    for (const auto &l : in_file.cold.experts) n_cold += l.size();
+    CHECK(in_file.cold.bytes == n_cold * one);
+
+    // Half the bytes an expert: the same experts go cold, the tier counts half, the CPU reads half.
+    placement_request half = r;
+    half.cold_expert_bytes = one / 2;
+    const placement_plan p = placement_plan_make(half, t, m);
+    CHECK(p.cold.experts == in_file.cold.experts);
+    CHECK(p.cold.bytes == n_cold * (one / 2));
+    CHECK(p.prediction.cold_ms < in_file.prediction.cold_ms);
+    CHECK(p.prediction.gpu_ms == in_file.prediction.gpu_ms);
+
+    // A host budget between the two sizes: refused for the file's bytes, taken for the requantized.
+    r.host_experts = in_file.cold.bytes * 3 / 4;
+    half.host_experts = r.host_experts;
+    CHECK(config_error_of(r, t, m).find("does not fit even with the host tier") != std::string::npos);
+    CHECK(placement_plan_make(half, t, m).cold.bytes <= *half.host_experts);
+}
