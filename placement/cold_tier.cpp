@@ -158,9 +158,10 @@ void finish(placement_plan &plan, const placement_model &model, const std::vecto
     }
     if (cold.bytes > budget)
         fail(error_kind::config, "the plan does not fit even with the host tier: the GPUs hold {:.2f} GiB of routed "
-             "experts and the remaining {:.2f} GiB exceed the host tier's {:.2f} GiB (--host-experts); {:.2f} GiB "
+             "experts and the remaining {:.2f} GiB{} exceed the host tier's {:.2f} GiB (--host-experts); {:.2f} GiB "
              "missing. Raise --host-experts or --gpu-vram, add devices, or lower --ctx or --batched-session",
-             to_gib(on_gpus), to_gib(cold.bytes), to_gib(budget), to_gib(cold.bytes - budget));
+             to_gib(on_gpus), to_gib(cold.bytes), cold_expert ? " (as --expert-tiers requantizes them)" : "",
+             to_gib(budget), to_gib(cold.bytes - budget));
 }
 
 placement_prediction predict(const placement_plan &plan, const placement_model &model, const topology &topo,
