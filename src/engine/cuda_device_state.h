@@ -174,4 +174,10 @@ struct cuda_device::state {
     void mla_alloc();
 };
 
+// A product of the step's rows in the engine's choice of kernel family (cuda_layer.cpp): the
+// matrix-vector kernels for decode rows (and prompt rows' grouped plain Q6_K products of three
+// 256-element blocks a row), the tiled GEMMs for prompt rows, a prompt Q4_K product's input split
+// first (split_rows: rows of a.x its x_rows can name). Returns the launches beside the product's own.
+int64_t rows_product(cuda_device::state &m, const cuda::matvec_args &a, int32_t split_rows);
+
 }  // namespace tandem

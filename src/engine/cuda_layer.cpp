@@ -95,28 +95,8 @@ public:
 
     int64_t launches = 0;
 
-    // A product of the step's rows: the matrix-vector kernels for decode rows, the tiled GEMMs for
-    // prompt rows. Prompt rows' grouped plain Q6_K products of three 256-element blocks a row (a
-    // Q4_K_M file's experts' down in half its layers) take the matrix-vector kernels too, at every
-    // prompt size, so chunking changes no bit: staged, they beat the bf16 prompt tiles at every
-    // chunk size (`bench --prompt 2048 --prefill-chunk C` on the Q4_K_M mix). split_rows: rows of
-    // a.x its x_rows can name (prompt rows' Q4_K products split them first).
-    void product(const cuda::matvec_args &a, int32_t split_rows) {
-        const bool q6_three_blocks = a.group_off && a.type == ggml_type::q6_k && !a.w_up && cuda::three_superblocks(a.n_in);
-        if (!m_.prompt_rows || q6_three_blocks) {
-            cuda::matvec(a, s_);
-            return;
-        }
-        cuda::matvec_args b = a;
-        if (b.type == ggml_type::q4_k &&
-            size_t(split_rows) * size_t(b.x_stride) <= size_t(cuda_device::max_step_rows) * prompt_split_width(*m_.hp)) {
-            b.prompt_split = m_.prompt_split;
-            b.prompt_sums = m_.prompt_sums;
-            b.prompt_split_rows = split_rows;
-            if (cuda::matmul_prompt_q4k_applies(b)) ++launches;  // the split
-        }
-        cuda::matmul_prompt(b, s_);
-    }
+    // A product of the step's rows (rows_product below).
+    void product(const cuda::matvec_args &a, int32_t split_rows) { launches += rows_product(m_, a, split_rows); }
     // A dense product's arguments: matrix w over the step's rows of `in` (with their split twin, or nullptr).
     cuda::matvec_args dense_args(const cuda_matrix &w, const float *in, int64_t in_stride, const uint4 *in_split,
                                  const float *in_sums, float *out, int64_t out_stride) const {
@@ -183,6 +163,33 @@ private:
     int32_t n_;
     cudaStream_t s_;
 };
+
+}  // namespace
+
+// Prompt rows' grouped plain Q6_K products of three 256-element blocks a row (a Q4_K_M file's
+// experts' down in half its layers) take the matrix-vector kernels at every prompt size, so
+// chunking changes no bit: staged, they beat the bf16 prompt tiles at every chunk size (`bench
+// --prompt 2048 --prefill-chunk C` on the Q4_K_M mix).
+int64_t rows_product(cuda_device::state &m, const cuda::matvec_args &a, int32_t split_rows) {
+    const bool q6_three_blocks = a.group_off && a.type == ggml_type::q6_k && !a.w_up && cuda::three_superblocks(a.n_in);
+    if (!m.prompt_rows || q6_three_blocks) {
+        cuda::matvec(a, m.stream);
+        return 0;
+    }
+    cuda::matvec_args b = a;
+    int64_t split = 0;
+    if (b.type == ggml_type::q4_k &&
+        size_t(split_rows) * size_t(b.x_stride) <= size_t(cuda_device::max_step_rows) * prompt_split_width(*m.hp)) {
+        b.prompt_split = m.prompt_split;
+        b.prompt_sums = m.prompt_sums;
+        b.prompt_split_rows = split_rows;
+        split = cuda::matmul_prompt_q4k_applies(b) ? 1 : 0;
+    }
+    cuda::matmul_prompt(b, m.stream);
+    return split;
+}
+
+namespace {
 
 // Whether a matrix's products can take int8 digits of their input (whole 256-element Q4_K blocks).
 bool q4k_digits(const cuda_matrix &w) { return w.type == ggml_type::q4_k && w.n_in % 256 == 0; }

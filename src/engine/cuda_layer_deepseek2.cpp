@@ -61,20 +61,8 @@ int64_t product(cuda_device::state &m, const cuda_matrix &w, const float *x, int
     if (!m.prompt_rows) {
         a.x_split = x_split;
         a.x_sums = x_sums;
-        cuda::matvec(a, m.stream);
-        return 1;
     }
-    // Prompt rows' Q4_K products split their input once (as cuda_layer.cpp's layer_products).
-    int64_t launches = 1;
-    if (a.type == ggml_type::q4_k &&
-        size_t(n) * size_t(x_stride) <= size_t(cuda_device::max_step_rows) * prompt_split_width(*m.hp)) {
-        a.prompt_split = m.prompt_split;
-        a.prompt_sums = m.prompt_sums;
-        a.prompt_split_rows = n;
-        if (cuda::matmul_prompt_q4k_applies(a)) ++launches;
-    }
-    cuda::matmul_prompt(a, m.stream);
-    return launches;
+    return 1 + rows_product(m, a, n);
 }
 
 // The per-head products with the absorbed up-projections: decode rows in one launch
