@@ -31,8 +31,8 @@ uint64_t expert_tiers_bytes(const model_hparams &hp, ggml_type type, uint64_t n_
 // without tiers, or for a type whose blocks do not divide the rows (expert_tiers_check refuses it).
 std::optional<uint64_t> expert_tiers_cold_bytes(const expert_tiers_spec &tiers, const model_hparams &hp);
 
-// Checks the tiers against the model and the plan before anything loads: the type's block must
-// divide the experts' rows (d_model and d_ff_expert), and the requantized experts must fit the host
+// Checks the tiers against the model before anything loads: the type's block must divide the
+// experts' rows (d_model and d_ff_expert); the planner has counted the copies against the host
 // tier's budget. Logs one line when the plan puts nothing on the host tier (the tiers change
 // nothing then). Throws error(config).
 void expert_tiers_check(const expert_tiers_spec &tiers, const model_hparams &hp, const placement_plan &plan);

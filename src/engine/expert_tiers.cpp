@@ -80,20 +80,10 @@ void expert_tiers_check(const expert_tiers_spec &tiers, const model_hparams &hp,
              "--expert-tiers {}: {}'s blocks of {} do not divide the experts' rows (d_model {}, expert d_ff {}); pick a "
              "type whose block divides both (q8_0, q4_0 and iq4_nl take blocks of 32)",
              expert_tiers_name(tiers), ggml_type_name(type), block, hp.d_model, hp.d_ff_expert);
-    if (!plan.cold.used()) {
+    // The host tier's budget is the planner's (placement_request::cold_expert_bytes counts these copies).
+    if (!plan.cold.used())
         log_info("--expert-tiers {}: the plan puts no expert on the host tier (see --host-experts); nothing to requantize",
                  expert_tiers_name(tiers));
-        return;
-    }
-    uint64_t n_cold = 0;
-    for (const auto &ids : plan.cold.experts) n_cold += ids.size();
-    const uint64_t bytes = expert_tiers_bytes(hp, type, n_cold);
-    if (bytes > plan.cold.budget)
-        fail(error_kind::config,
-             "--expert-tiers {}: the host tier's {} experts take {:.2f} GiB in {}, more than its {:.2f} GiB (--host-experts); "
-             "raise --host-experts or pick a smaller type",
-             expert_tiers_name(tiers), n_cold, double(bytes) / double(uint64_t(1) << 30), ggml_type_name(type),
-             double(plan.cold.budget) / double(uint64_t(1) << 30));
 }
 
 }  // namespace tandem

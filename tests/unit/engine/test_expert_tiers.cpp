@@ -52,7 +52,7 @@ TEST_CASE("bad expert tier specs are refused with the problem named", "[expert_t
     CHECK_THAT(error_of("auto"), Catch::Contains("expected off or cold=TYPE"));
 }
 
-TEST_CASE("expert tiers are checked against the model's rows and the host tier's budget", "[expert_tiers]") {
+TEST_CASE("expert tiers are checked against the model's rows; a cold expert's bytes go to the planner", "[expert_tiers]") {
     model_hparams hp;
     hp.n_layer = 2;
     hp.n_expert = 4;
@@ -77,11 +77,9 @@ TEST_CASE("expert tiers are checked against the model's rows and the host tier's
 
     // Three experts of 2 * 64 rows of 96 and 96 rows of 64, 4 bytes each element in f32.
     CHECK(expert_tiers_bytes(hp, ggml_type::f32, 3) == 3u * (2u * 64u * 96u + 96u * 64u) * 4u);
-    plan.cold.budget = expert_tiers_bytes(hp, ggml_type::f32, 3) - 1;
-    CHECK_THROWS_WITH(expert_tiers_check(expert_tiers_parse("cold=f32"), hp, plan),
-                      Catch::Contains("more than its") && Catch::Contains("--host-experts"));
-    plan.cold.budget += 1;
-    CHECK_NOTHROW(expert_tiers_check(expert_tiers_parse("cold=f32"), hp, plan));
+    CHECK(expert_tiers_cold_bytes(expert_tiers_parse("cold=f32"), hp) == expert_tiers_bytes(hp, ggml_type::f32, 1));
+    CHECK_FALSE(expert_tiers_cold_bytes(expert_tiers_parse("cold=q4_k"), hp));  // blocks of 256: refused by the check
+    CHECK_FALSE(expert_tiers_cold_bytes(expert_tiers_parse("off"), hp));
 
     // Without a host tier nothing is requantized, whatever the rows.
     plan.cold = {};
