@@ -225,8 +225,9 @@ void scheduler::admit() {
         int32_t n_free = 0;
         for (const auto &s : slots_) n_free += s.owner == nullptr;
         while (n_free > 0 && !queue_.empty()) {
-            if (waits_for_prefill(queue_.front().request.prompt, taken)) break;
-            if (waits_for_disk(queue_.front().request.prompt)) break;
+            const std::vector<int32_t> &prompt = queue_.front().request.prompt;
+            const prefix_held now = prefix_now(prompt);
+            if (waits_for_prefill(prompt, taken, now) || waits_for_disk(prompt, now)) break;
             taken.push_back(std::move(queue_.front()));
             queue_.pop_front();
             --n_free;
@@ -294,11 +295,19 @@ void scheduler::admit() {
 }
 
 
-bool scheduler::waits_for_prefill(const std::vector<int32_t> &prompt, const std::vector<queued> &taken) const {
+scheduler::prefix_held scheduler::prefix_now(const std::vector<int32_t> &prompt) const {
+    prefix_held held;
+    if (!cache_) return held;
+    held.faster = cache_->longest_common(prompt);
+    for (const auto &st : slots_) held.faster = std::max(held.faster, common_prefix(st.tokens, prompt));
+    if (disk_) held.disk = disk_->longest_common(prompt);
+    return held;
+}
+
+bool scheduler::waits_for_prefill(const std::vector<int32_t> &prompt, const std::vector<queued> &taken,
+                                  const prefix_held &held) const {
     if (!cache_) return false;
-    size_t now = cache_->longest_common(prompt);
-    if (disk_) now = std::max(now, disk_->longest_common(prompt));
-    for (const auto &st : slots_) now = std::max(now, common_prefix(st.tokens, prompt));
+    const size_t now = std::max(held.faster, held.disk);
     size_t soon = 0;
     for (const auto &a : active_)
         if (!a->decoding) soon = std::max(soon, common_prefix(a->req.prompt, prompt));
@@ -307,7 +316,7 @@ bool scheduler::waits_for_prefill(const std::vector<int32_t> &prompt, const std:
     return soon > now && 2 * (soon - now) >= prompt.size();
 }
 
-bool scheduler::waits_for_disk(const std::vector<int32_t> &prompt) {
+bool scheduler::waits_for_disk(const std::vector<int32_t> &prompt, const prefix_held &now) {
     if (!cache_ || !disk_ || prompt.size() < 2) return false;
     if (disk_read_) {
         const bool ready = disk_read_->result.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
@@ -316,9 +325,7 @@ bool scheduler::waits_for_disk(const std::vector<int32_t> &prompt) {
         disk_read_.reset();
     }
     const size_t limit = prompt.size() - 1;
-    size_t faster = cache_->longest_common(prompt);
-    for (const auto &st : slots_) faster = std::max(faster, common_prefix(st.tokens, prompt));
-    if (std::min(disk_->longest_common(prompt), limit) <= std::min(faster, limit)) return false;
+    if (std::min(now.disk, limit) <= std::min(now.faster, limit)) return false;
     // A file the tier evicts meanwhile reads as a miss (the tier logs it): the prompt is prefilled.
     disk_read_ = disk_read{prompt, std::async(std::launch::async, [disk = disk_, p = prompt] { return disk->load(p); })};
     return true;

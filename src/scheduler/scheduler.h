@@ -265,11 +265,16 @@ private:
     // With the prompt cache on: whether the prompt should stay queued because most of it is the
     // prefix of a prompt being prefilled now (or admitted with it, `taken`), which it will then
     // copy rather than compute a second time.
-    bool waits_for_prefill(const std::vector<int32_t> &prompt, const std::vector<queued> &taken) const;
+    // The prompt's longest prefix held now: in the host cache or a slot (faster), and on the disk tier.
+    struct prefix_held {
+        size_t faster = 0, disk = 0;
+    };
+    prefix_held prefix_now(const std::vector<int32_t> &prompt) const;
+    bool waits_for_prefill(const std::vector<int32_t> &prompt, const std::vector<queued> &taken, const prefix_held &now) const;
     // Whether the queue's front waits for the disk tier: when the disk holds a longer prefix than
     // every faster source, it is read on a thread of its own (one read at a time) while the active
     // sessions go on decoding, and the request is admitted once the read is done.
-    bool waits_for_disk(const std::vector<int32_t> &prompt);
+    bool waits_for_disk(const std::vector<int32_t> &prompt, const prefix_held &now);
     // The finished read's entry when it was made for this prompt; else the disk read here and now.
     std::optional<prompt_cache::entry> disk_entry(const std::vector<int32_t> &prompt);
     // Runs fn on the engine thread between steps with the idle slot (checked there) and waits.
